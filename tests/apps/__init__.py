@@ -1,0 +1,1 @@
+"""Job modules that worker subprocesses load with ``-A`` in tests."""

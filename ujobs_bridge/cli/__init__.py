@@ -1,0 +1,46 @@
+"""The ``ujobs-bridge`` command line: one click group, one module per command family.
+
+Why it exists: operators and CI scripts drive the engine from a shell. Exit codes are a contract
+(0 ok, 1 failure, 2 usage); every read command takes ``--json``; every error the library raises
+on purpose prints its code, message and hint, and no DSN is printed with its password.
+
+What it is not: business logic. Commands parse flags, call the engine and print.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..errors import UjobsError
+from .db import db
+from .demo import demo
+from .jobs import jobs
+from .worker import worker
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UjobsError as exc:
+            click.echo(f"error: {exc.render()}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ujobs-bridge")
+def cli() -> None:
+    """Durable jobs in Postgres, and the road off Celery."""
+
+
+cli.add_command(db)
+cli.add_command(worker)
+cli.add_command(jobs)
+cli.add_command(demo)
+
+
+def main() -> None:
+    cli()

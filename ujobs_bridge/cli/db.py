@@ -1,0 +1,67 @@
+"""``ujobs-bridge db upgrade | status``: install and inspect the schema.
+
+Why it exists: the schema is versioned and forward-only; operators upgrade it explicitly in a
+deploy step (long-running commands also upgrade it themselves, safely under concurrency).
+
+What it is not: the migration runner (``drivers/postgres/schema.py``).
+"""
+
+from __future__ import annotations
+
+import click
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from ..drivers.postgres import schema
+from .options import database, dsn_option, json_option, print_json
+
+
+@click.group()
+def db() -> None:
+    """Install, upgrade and inspect the database schema."""
+
+
+@db.command()
+@dsn_option
+def upgrade(dsn: str | None) -> None:
+    """Apply every pending migration (safe to run from several processes at once)."""
+    resolved = database(dsn)
+    ran = schema.upgrade(resolved.dsn)
+    if ran:
+        for m in ran:
+            click.echo(f"applied {m.version:04d}_{m.name}")
+    else:
+        click.echo("schema is up to date")
+
+
+@db.command()
+@dsn_option
+@json_option
+def status(dsn: str | None, as_json: bool) -> None:
+    """Show applied and pending migrations."""
+    resolved = database(dsn, quiet=as_json)
+    with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+        done = schema.applied(conn)
+    applied_versions = {m.version for m in done}
+    pending = [m for m in schema.available() if m.version not in applied_versions]
+    if as_json:
+        print_json(
+            {
+                "database": resolved.masked,
+                "applied": [{"version": m.version, "name": m.name, "applied_at": m.applied_at} for m in done],
+                "pending": [{"version": m.version, "name": m.name} for m in pending],
+            }
+        )
+        return
+    table = Table(title=f"schema of {resolved.masked}")
+    table.add_column("version", justify="right")
+    table.add_column("name")
+    table.add_column("applied at")
+    for m in done:
+        table.add_row(f"{m.version:04d}", m.name, m.applied_at.isoformat(timespec="seconds"))
+    for p in pending:
+        table.add_row(f"{p.version:04d}", p.name, "[yellow]pending[/yellow]")
+    Console().print(table)
+    if pending:
+        click.echo(f"{len(pending)} pending: run `ujobs-bridge db upgrade`")

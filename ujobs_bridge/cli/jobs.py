@@ -1,0 +1,163 @@
+"""``ujobs-bridge jobs ls | show | cancel | requeue | dead | stats``.
+
+Why it exists: an operator needs to see the backlog, read one job's story (attempts, last error,
+lease), stop a job (a running body is signalled at once) and give a dead letter another go,
+from a shell, as tables for people or ``--json`` for scripts.
+
+What it is not: the queries (``introspect.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import validation
+from ..errors import ConfigError
+from ..introspect import Introspector, parse_id, parse_state, redact
+from ..records import JobRecord
+from .options import database, dsn_option, json_option, print_json
+
+
+def _introspector(dsn: str | None, as_json: bool) -> Introspector:
+    return Introspector(database(dsn, quiet=as_json).dsn)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _when(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else ""
+
+
+def _record_json(record: JobRecord, show_input: bool) -> dict[str, Any]:
+    out = record.as_json()
+    if not show_input:
+        out["input"] = redact(out["input"])
+        out["output"] = redact(out["output"])
+    return out
+
+
+def _table(records: list[JobRecord], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("id", "name", "queue", "state", "attempt", "run at", "last error"):
+        table.add_column(col, overflow="fold")
+    for r in records:
+        error = (r.last_error or "").strip().splitlines()
+        table.add_row(
+            str(r.id), r.name, r.queue, r.state.value, f"{r.attempt}/{r.max_attempts}",
+            _when(r.run_at), _short(error[-1] if error else "", 50),
+        )
+    return table
+
+
+@click.group()
+def jobs() -> None:
+    """Inspect and steer jobs."""
+
+
+@jobs.command("ls")
+@click.option("--state", default=None, help="ready, running, sleeping, waiting, done, dead or cancelled.")
+@click.option("--queue", default=None)
+@click.option("--name", default=None)
+@click.option("--limit", default=50, show_default=True, type=int)
+@dsn_option
+@json_option
+def ls(state: str | None, queue: str | None, name: str | None, limit: int, dsn: str | None, as_json: bool) -> None:
+    """List jobs, newest first."""
+    try:
+        parsed = parse_state(state)
+        if queue is not None:
+            validation.queue_name(queue)
+        validation.positive_int("--limit", limit, maximum=10_000)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    records = _introspector(dsn, as_json).list(state=parsed, queue=queue, name=name, limit=limit)
+    if as_json:
+        print_json([_record_json(r, False) for r in records])
+    else:
+        Console().print(_table(records, f"{len(records)} job(s)"))
+
+
+@jobs.command()
+@click.argument("job_id")
+@click.option("--show-input", is_flag=True, help="Print inputs and outputs without redacting secret-looking keys.")
+@dsn_option
+@json_option
+def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
+    """Show one job: state, attempts, lease, input, output, last error."""
+    record = _introspector(dsn, as_json).get(parse_id(job_id))
+    data = _record_json(record, show_input)
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"job {record.id}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    for key, value in data.items():
+        if key in ("id",):
+            continue
+        table.add_row(key, "" if value is None else _short(value, 2000))
+    Console().print(table)
+
+
+@jobs.command()
+@click.argument("job_id")
+@dsn_option
+@json_option
+def cancel(job_id: str, dsn: str | None, as_json: bool) -> None:
+    """Cancel a live job; a running body is signalled at once."""
+    record = _introspector(dsn, as_json).cancel(parse_id(job_id))
+    if as_json:
+        print_json(_record_json(record, False))
+    else:
+        click.echo(f"cancelled {record.id} ({record.name})")
+
+
+@jobs.command()
+@click.argument("job_id")
+@dsn_option
+@json_option
+def requeue(job_id: str, dsn: str | None, as_json: bool) -> None:
+    """Give a dead or cancelled job a fresh set of attempts, due now."""
+    record = _introspector(dsn, as_json).requeue(parse_id(job_id))
+    if as_json:
+        print_json(_record_json(record, False))
+    else:
+        click.echo(f"requeued {record.id} ({record.name})")
+
+
+@jobs.command()
+@click.option("--limit", default=50, show_default=True, type=int)
+@dsn_option
+@json_option
+def dead(limit: int, dsn: str | None, as_json: bool) -> None:
+    """List dead letters, most recent first."""
+    records = _introspector(dsn, as_json).dead(limit=limit)
+    if as_json:
+        print_json([_record_json(r, False) for r in records])
+    else:
+        Console().print(_table(records, f"{len(records)} dead letter(s)"))
+
+
+@jobs.command()
+@dsn_option
+@json_option
+def stats(dsn: str | None, as_json: bool) -> None:
+    """Jobs per queue and state."""
+    rows = _introspector(dsn, as_json).stats()
+    if as_json:
+        print_json([{"queue": r.queue, "state": r.state.value, "jobs": r.jobs, "oldest_run_at": r.oldest_run_at} for r in rows])
+        return
+    table = Table(title="jobs by queue and state")
+    for col in ("queue", "state", "jobs", "oldest run at"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.queue, r.state.value, str(r.jobs), _when(r.oldest_run_at))
+    Console().print(table)

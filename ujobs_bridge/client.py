@@ -1,0 +1,112 @@
+"""The engine's connection to one database: a small psycopg pool plus the enqueue entry points.
+
+Why it exists: producers need somewhere to send jobs that is not a global. ``connect()`` resolves
+the database (flag, env, embedded), upgrades the schema if asked, and returns a ``Client`` that
+owns an autocommit pool, so a one-by-one enqueue is one round trip. Passing ``conn=`` instead
+runs the insert on the CALLER's connection, inside the caller's transaction.
+
+What it is not: a worker, or the job registry. ``default_client()`` exists only so that
+``my_job.enqueue()`` works in a script without wiring; anything long-lived should hold a Client.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from .clock import SYSTEM_CLOCK, Clock
+from .drivers.postgres import driver, schema
+from .drivers.postgres.driver import EnqueueSpec
+from .dsn import ResolvedDatabase, resolve
+from .records import JobRef
+
+
+class Client:
+    def __init__(
+        self,
+        database: ResolvedDatabase,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        min_size: int = 1,
+        max_size: int = 4,
+    ) -> None:
+        self.database = database
+        self.dsn = database.dsn
+        self.clock = clock
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            self.dsn,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=True,
+            name="ujobs-client",
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({self.database.masked})"
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def enqueue_spec(self, spec: EnqueueSpec, conn: psycopg.Connection[Any] | None = None) -> JobRef:
+        now = self.clock.sql_now()
+        if conn is not None:
+            return driver.job_enqueue(conn, spec, now)
+        with self.pool.connection() as pooled:
+            return driver.job_enqueue(pooled, spec, now)
+
+    def enqueue_many(
+        self, requests: Iterable[Any], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[JobRef]:
+        """Enqueue ``job.call(...)`` requests in one statement (one transaction)."""
+        specs: Sequence[EnqueueSpec] = [r.spec() for r in requests]
+        now = self.clock.sql_now()
+        if conn is not None:
+            return driver.job_enqueue_many(conn, specs, now)
+        with self.pool.connection() as pooled, pooled.transaction():
+            return driver.job_enqueue_many(pooled, specs, now)
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    upgrade: bool = True,
+    max_size: int = 4,
+) -> Client:
+    """Open a Client on ``dsn`` (else ``UJOBS_DATABASE_URL``, else the embedded Postgres)."""
+    database = resolve(dsn)
+    if upgrade:
+        schema.upgrade(database.dsn)
+    return Client(database, clock=clock, max_size=max_size)
+
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The process-wide Client used when ``enqueue`` is given neither ``client=`` nor ``conn=``."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = connect()
+            atexit.register(_default.close)
+        return _default
+
+
+def set_default_client(client: Client | None) -> None:
+    global _default
+    with _default_lock:
+        _default = client

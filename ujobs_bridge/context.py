@@ -1,0 +1,84 @@
+"""What a running job body can know about its own attempt, and the signal that stops it.
+
+Why it exists: cancellation, lease loss, a per-attempt timeout and a worker drain must all reach
+the body. A sync body cannot be interrupted safely from outside, so it gets a cooperative signal:
+``current_job().cancelled`` to poll, ``check()`` to raise, ``wait(seconds)`` to sleep in a way that
+wakes at once when the attempt is stopped. Async bodies are also cancelled as asyncio tasks.
+
+What it is not: a place for step state (durable steps get their own module).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from .errors import AttemptAborted, ErrorCode
+
+
+@dataclass(slots=True)
+class AttemptSignal:
+    """Set once, by whoever stops the attempt first; the reason of the first setter wins."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    code: ErrorCode | None = None
+    reason: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def abort(self, code: ErrorCode, reason: str) -> bool:
+        with self._lock:
+            if self.event.is_set():
+                return False
+            self.code, self.reason = code, reason
+            self.event.set()
+            return True
+
+    @property
+    def aborted(self) -> bool:
+        return self.event.is_set()
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    id: UUID
+    name: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    signal: AttemptSignal
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt was cancelled, timed out, lost its lease or is being drained."""
+        return self.signal.aborted
+
+    def check(self) -> None:
+        """Raise ``AttemptAborted`` if the attempt must stop; call it between units of work."""
+        if self.signal.aborted:
+            assert self.signal.code is not None
+            raise AttemptAborted(self.signal.code, self.signal.reason)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, but raise ``AttemptAborted`` as soon as the attempt stops."""
+        if self.signal.event.wait(seconds):
+            self.check()
+
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("ujobs_current_job", default=None)
+
+
+def current_job() -> JobContext:
+    ctx = _current.get()
+    if ctx is None:
+        raise RuntimeError("current_job() was called outside a running job body")
+    return ctx
+
+
+def bind(ctx: JobContext | None) -> contextvars.Token[JobContext | None]:
+    return _current.set(ctx)
+
+
+def unbind(token: contextvars.Token[JobContext | None]) -> None:
+    _current.reset(token)

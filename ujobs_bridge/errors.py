@@ -1,0 +1,99 @@
+"""One error root for ujobs-bridge, with stable codes and a hint that says what to do.
+
+Why it exists: operators grep logs and scripts match on codes, so every failure the library
+raises on purpose carries a code that never changes (``UJ_<SUBJECT>_<PROBLEM>``), a message that
+says what happened and a hint that names the fix. Control-flow signals (an attempt aborted by
+cancellation, lease loss or a drain) derive from ``BaseException`` so that a job body's
+``except Exception:`` cannot swallow them.
+
+What it is not: a wrapper for every psycopg error. Driver errors propagate as they are unless we
+have something better to say.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Stable codes. Add new members; never rename or reuse one."""
+
+    CONFIG_INVALID = "UJ_CONFIG_INVALID"
+    QUEUE_NAME_INVALID = "UJ_QUEUE_NAME_INVALID"
+    JOB_NAME_INVALID = "UJ_JOB_NAME_INVALID"
+    JOB_DUPLICATE = "UJ_JOB_DUPLICATE"
+    JOB_OPTION_INVALID = "UJ_JOB_OPTION_INVALID"
+    PAYLOAD_NOT_JSON = "UJ_PAYLOAD_NOT_JSON"
+    JOB_NOT_FOUND = "UJ_JOB_NOT_FOUND"
+    JOB_STATE_CONFLICT = "UJ_JOB_STATE_CONFLICT"
+    APP_NOT_FOUND = "UJ_APP_NOT_FOUND"
+    SCHEMA_OUTDATED = "UJ_SCHEMA_OUTDATED"
+    SCHEMA_NEWER = "UJ_SCHEMA_NEWER"
+    MIGRATION_INVALID = "UJ_MIGRATION_INVALID"
+    DATABASE_UNAVAILABLE = "UJ_DATABASE_UNAVAILABLE"
+    EMBEDDED_FAILED = "UJ_EMBEDDED_FAILED"
+    LEASE_LOST = "UJ_LEASE_LOST"
+    JOB_CANCELLED = "UJ_JOB_CANCELLED"
+    JOB_TIMEOUT = "UJ_JOB_TIMEOUT"
+    JOB_EXPIRED = "UJ_JOB_EXPIRED"
+    WORKER_DRAINING = "UJ_WORKER_DRAINING"
+    WORKER_LOST = "UJ_WORKER_LOST"
+
+
+class UjobsError(Exception):
+    """Root of every error ujobs-bridge raises on purpose."""
+
+    code: ErrorCode = ErrorCode.CONFIG_INVALID
+
+    def __init__(self, message: str, *, hint: str = "", code: ErrorCode | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.message = message
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        text = f"[{self.code.value}] {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class ConfigError(UjobsError):
+    """A setting, flag or option is invalid. Refused, never clamped."""
+
+    code = ErrorCode.CONFIG_INVALID
+
+
+class PayloadError(UjobsError):
+    """A job payload or result cannot be stored as JSON."""
+
+    code = ErrorCode.PAYLOAD_NOT_JSON
+
+
+class JobNotFoundError(UjobsError):
+    code = ErrorCode.JOB_NOT_FOUND
+
+
+class JobStateError(UjobsError):
+    """The job exists but is not in a state that allows the operation."""
+
+    code = ErrorCode.JOB_STATE_CONFLICT
+
+
+class SchemaError(UjobsError):
+    code = ErrorCode.SCHEMA_OUTDATED
+
+
+class DatabaseUnavailableError(UjobsError):
+    code = ErrorCode.DATABASE_UNAVAILABLE
+
+
+class AttemptAborted(BaseException):  # noqa: N818 - a signal, not an error (see module doc)
+    """Raised inside a job body when its attempt must stop: cancelled, lease lost, timed out or
+    drained. Derives from BaseException so ``except Exception`` in user code does not hide it."""
+
+    def __init__(self, code: ErrorCode, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"[{code.value}] {reason}")

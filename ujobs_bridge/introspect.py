@@ -1,0 +1,112 @@
+"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats.
+
+Why it exists: the CLI and any dashboard need the same answers, with the same safety rules:
+inputs and outputs are printed with secret-looking keys redacted unless asked, and an operation
+on a job in the wrong state says what state it is in and what to do instead.
+
+What it is not: the worker's claim path. Nothing here takes a lease.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from .clock import SYSTEM_CLOCK, Clock
+from .drivers.postgres import driver
+from .errors import ConfigError, JobNotFoundError, JobStateError
+from .records import LIVE_STATES, JobRecord, JobState, QueueStat
+
+SECRET_KEY = re.compile(r"pass|secret|token|key|authorization|cookie", re.IGNORECASE)
+REDACTED = "***"
+
+
+def redact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: REDACTED if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def parse_id(text: str) -> UUID:
+    try:
+        return UUID(text)
+    except ValueError as exc:
+        raise ConfigError(f"{text!r} is not a job id", hint="pass the UUID shown by `ujobs-bridge jobs ls`") from exc
+
+
+def parse_state(text: str | None) -> JobState | None:
+    if text is None:
+        return None
+    try:
+        return JobState(text)
+    except ValueError as exc:
+        names = ", ".join(s.value for s in JobState)
+        raise ConfigError(f"{text!r} is not a job state", hint=f"use one of: {names}") from exc
+
+
+class Introspector:
+    def __init__(self, dsn: str, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.dsn = dsn
+        self.clock = clock
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def get(self, job_id: UUID) -> JobRecord:
+        with self._connect() as conn:
+            record = driver.job_get(conn, job_id)
+        if record is None:
+            raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+        return record
+
+    def list(self, *, state: JobState | None = None, queue: str | None = None, name: str | None = None, limit: int = 50) -> list[JobRecord]:
+        with self._connect() as conn:
+            return driver.job_list(conn, state=state.value if state else None, queue=queue, name=name, limit=limit)
+
+    def dead(self, *, limit: int = 50) -> list[JobRecord]:
+        with self._connect() as conn:
+            return driver.job_dead(conn, limit=limit)
+
+    def stats(self) -> list[QueueStat]:
+        with self._connect() as conn:
+            return driver.job_stats(conn)
+
+    def cancel(self, job_id: UUID, *, reason: str = "cancelled by an operator") -> JobRecord:
+        with self._connect() as conn:
+            if not driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: {reason}"):
+                record = driver.job_get(conn, job_id)
+                if record is None:
+                    raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+                raise JobStateError(
+                    f"job {job_id} is {record.state.value}; only live jobs ({', '.join(sorted(s.value for s in LIVE_STATES))}) can be cancelled",
+                    hint="nothing to do: it already finished" if record.state is not JobState.CANCELLED else "it is already cancelled",
+                )
+            record = driver.job_get(conn, job_id)
+            assert record is not None
+            return record
+
+    def requeue(self, job_id: UUID) -> JobRecord:
+        with self._connect() as conn:
+            try:
+                ok = driver.job_requeue(conn, job_id, self.clock.sql_now())
+            except psycopg.errors.UniqueViolation as exc:
+                raise JobStateError(
+                    f"job {job_id} cannot be requeued: another live job holds its idempotency key",
+                    hint="wait for that job to finish, or cancel it first",
+                ) from exc
+            if not ok:
+                record = driver.job_get(conn, job_id)
+                if record is None:
+                    raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+                raise JobStateError(
+                    f"job {job_id} is {record.state.value}; only dead or cancelled jobs can be requeued",
+                    hint="a live job will run on its own; enqueue a new job to run a done one again",
+                )
+            record = driver.job_get(conn, job_id)
+            assert record is not None
+            return record

@@ -1,0 +1,321 @@
+"""``job``: declare a function as durable background work, and enqueue it.
+
+Why it exists: a job is a plain function plus the policy the engine needs to run it safely
+elsewhere (queue, priority, retries, timeout, expiry). Declaring it validates every option at
+import, so a NaN timeout or a bad queue name fails the deploy, not the first retry at 3 a.m.
+
+    @job(queue="emails", max_attempts=5, timeout=30)
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome.enqueue(42)                                   # default client
+    send_welcome.configure(delay=60, conn=conn).enqueue(42)    # in the caller's transaction
+    client.enqueue_many([send_welcome.call(i) for i in ids])   # one statement
+
+What it is not: a registry. Workers find jobs by scanning the module named with ``-A``
+(``registry.py``); nothing global is mutated by declaring one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+import psycopg
+
+from . import validation
+from .drivers.postgres.driver import EnqueueSpec
+from .errors import ConfigError, ErrorCode
+from .payload import encode_input
+from .records import JobRef
+from .retry import DEFAULT_BACKOFF_BASE_S, DEFAULT_BACKOFF_CAP_S, DEFAULT_MAX_ATTEMPTS, RetryPolicy
+
+if TYPE_CHECKING:
+    from .client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "default"
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """Per-enqueue options; every one validated when set."""
+
+    delay_s: float = 0.0
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    priority: int | None = None
+    queue: str | None = None
+    expires_at: datetime | None = None
+    expires_in_s: float | None = None
+    tenant_id: str | None = None
+    traceparent: str | None = None
+    enqueued_by: str | None = None
+
+
+def _options(
+    *,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    expires: float | timedelta | datetime | None = None,
+    tenant_id: str | None = None,
+    traceparent: str | None = None,
+    enqueued_by: str | None = None,
+) -> EnqueueOptions:
+    if delay is not None and run_at is not None:
+        raise ConfigError("both delay and run_at were given", hint="pass one of them", code=ErrorCode.JOB_OPTION_INVALID)
+    if run_at is not None and run_at.tzinfo is None:
+        raise ConfigError(
+            f"run_at {run_at!r} has no time zone", hint="pass an aware datetime, e.g. datetime.now(UTC)",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
+    expires_at: datetime | None = None
+    expires_in: float | None = None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None:
+            raise ConfigError("expires has no time zone", hint="pass an aware datetime", code=ErrorCode.JOB_OPTION_INVALID)
+        expires_at = expires
+    elif expires is not None:
+        expires_in = validation.seconds("expires", expires)
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 512):
+        raise ConfigError(
+            f"idempotency_key {idempotency_key!r} is not allowed",
+            hint="use a non-empty string of at most 512 characters",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
+    return EnqueueOptions(
+        delay_s=validation.seconds("delay", delay, allow_zero=True) if delay is not None else 0.0,
+        run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        idempotency_key=idempotency_key,
+        priority=_priority(priority) if priority is not None else None,
+        queue=validation.queue_name(queue) if queue is not None else None,
+        expires_at=expires_at,
+        expires_in_s=expires_in,
+        tenant_id=tenant_id,
+        traceparent=traceparent,
+        enqueued_by=enqueued_by,
+    )
+
+
+def _priority(value: int) -> int:
+    return validation.positive_int("priority", value, minimum=PRIORITY_MIN, maximum=PRIORITY_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One job call waiting to be inserted, as ``client.enqueue_many`` takes it."""
+
+    definition: JobDefinition[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: EnqueueOptions
+
+    def spec(self) -> EnqueueSpec:
+        d, o = self.definition, self.options
+        expires_in = o.expires_in_s if o.expires_in_s is not None else d.expires_s
+        return EnqueueSpec(
+            id=uuid.uuid4(),
+            name=d.name,
+            queue=o.queue or d.queue,
+            input_json=encode_input(self.args, self.kwargs, job_name=d.name),
+            max_attempts=d.retry.max_attempts,
+            priority=o.priority if o.priority is not None else d.priority,
+            idempotency_key=o.idempotency_key,
+            run_at=o.run_at,
+            delay_s=o.delay_s,
+            expires_at=o.expires_at,
+            expires_in_s=None if o.expires_at is not None else expires_in,
+            tenant_id=o.tenant_id,
+            traceparent=o.traceparent,
+            enqueued_by=o.enqueued_by,
+        )
+
+
+class JobCall(Generic[P, R]):
+    """A job with enqueue options bound: ``send.configure(delay=5).enqueue(42)``."""
+
+    def __init__(
+        self,
+        definition: JobDefinition[P, R],
+        options: EnqueueOptions,
+        client: Client | None,
+        conn: psycopg.Connection[Any] | None,
+    ) -> None:
+        self.definition = definition
+        self.options = options
+        self.client = client
+        self.conn = conn
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
+        return EnqueueRequest(self.definition, tuple(args), dict(kwargs), self.options)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        spec = self.call(*args, **kwargs).spec()
+        client = self.client
+        if client is None:
+            if self.conn is not None:
+                from .drivers.postgres import driver
+
+                return driver.job_enqueue(self.conn, spec, None)
+            from .client import default_client
+
+            client = default_client()
+        return client.enqueue_spec(spec, self.conn)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        """Enqueue from async code without blocking the event loop."""
+        return await asyncio.to_thread(functools.partial(self.enqueue, *args, **kwargs))
+
+
+class JobDefinition(Generic[P, R]):
+    """A declared job. Calling it runs the function in-process, like calling the function."""
+
+    def __init__(
+        self,
+        fn: Callable[P, R] | Callable[P, Awaitable[R]],
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        retry: RetryPolicy,
+        timeout_s: float | None,
+        expires_s: float | None,
+    ) -> None:
+        self.fn = fn
+        self.name = validation.job_name(name)
+        self.queue = validation.queue_name(queue)
+        self.priority = _priority(priority)
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.expires_s = expires_s
+        self.is_async = inspect.iscoroutinefunction(fn)
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R | Awaitable[R]:
+        return self.fn(*args, **kwargs)
+
+    def configure(
+        self,
+        *,
+        client: Client | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        expires: float | timedelta | datetime | None = None,
+        tenant_id: str | None = None,
+        traceparent: str | None = None,
+        enqueued_by: str | None = None,
+    ) -> JobCall[P, R]:
+        options = _options(
+            delay=delay, run_at=run_at, idempotency_key=idempotency_key, priority=priority,
+            queue=queue, expires=expires, tenant_id=tenant_id, traceparent=traceparent,
+            enqueued_by=enqueued_by,
+        )
+        return JobCall(self, options, client, conn)
+
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
+        return EnqueueRequest(self, tuple(args), dict(kwargs), EnqueueOptions())
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        return JobCall(self, EnqueueOptions(), None, None).enqueue(*args, **kwargs)
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
+        return await JobCall(self, EnqueueOptions(), None, None).enqueue_async(*args, **kwargs)
+
+    def with_options(self, **changes: Any) -> JobDefinition[P, R]:
+        """A copy with other declaration options (used by tests and the demo)."""
+        retry = changes.pop("retry", self.retry)
+        clone: JobDefinition[P, R] = JobDefinition(
+            self.fn,
+            name=changes.pop("name", self.name),
+            queue=changes.pop("queue", self.queue),
+            priority=changes.pop("priority", self.priority),
+            retry=retry,
+            timeout_s=changes.pop("timeout_s", self.timeout_s),
+            expires_s=changes.pop("expires_s", self.expires_s),
+        )
+        if changes:
+            raise ConfigError(f"unknown job options {sorted(changes)}", code=ErrorCode.JOB_OPTION_INVALID)
+        return clone
+
+
+@overload
+def job(fn: Callable[P, R], /) -> JobDefinition[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    backoff: float | timedelta = DEFAULT_BACKOFF_BASE_S,
+    backoff_factor: float = 2.0,
+    backoff_cap: float | timedelta = DEFAULT_BACKOFF_CAP_S,
+    jitter: bool = True,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
+) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
+
+
+def job(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    backoff: float | timedelta = DEFAULT_BACKOFF_BASE_S,
+    backoff_factor: float = 2.0,
+    backoff_cap: float | timedelta = DEFAULT_BACKOFF_CAP_S,
+    jitter: bool = True,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    timeout: float | timedelta | None = None,
+    expires: float | timedelta | None = None,
+) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
+    """Declare a job (sync or ``async def``). Name defaults to ``module.function``."""
+
+    def decorate(target: Callable[P, R]) -> JobDefinition[P, R]:
+        if not callable(target):
+            raise ConfigError(f"@job needs a function, got {target!r}", code=ErrorCode.JOB_OPTION_INVALID)
+        policy = RetryPolicy(
+            max_attempts=max_attempts,
+            backoff_base_s=validation.seconds("backoff", backoff, allow_zero=True),
+            backoff_factor=backoff_factor,
+            backoff_cap_s=validation.seconds("backoff_cap", backoff_cap, allow_zero=True),
+            jitter=jitter,
+            retry_on=tuple(retry_on),
+        )
+        return JobDefinition(
+            target,
+            name=name or f"{target.__module__}.{target.__qualname__}",
+            queue=queue,
+            priority=priority,
+            retry=policy,
+            timeout_s=validation.seconds("timeout", timeout) if timeout is not None else None,
+            expires_s=validation.seconds("expires", expires) if expires is not None else None,
+        )
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

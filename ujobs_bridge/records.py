@@ -1,0 +1,116 @@
+"""Plain records the driver hands back: what a job row looks like to the rest of the engine.
+
+Why it exists: the worker, the CLI and tests speak in these frozen dataclasses, never in driver
+rows, so the SQL can change shape without every caller changing with it.
+
+What it is not: an ORM. Nothing here talks to the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+from uuid import UUID
+
+
+class JobState(StrEnum):
+    READY = "ready"
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    WAITING = "waiting"
+    DONE = "done"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+LIVE_STATES = frozenset({JobState.READY, JobState.RUNNING, JobState.SLEEPING, JobState.WAITING})
+TERMINAL_STATES = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELLED})
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """What enqueue returns: the job's id, and whether an existing live job answered for the
+    idempotency key instead of a new row."""
+
+    id: UUID
+    name: str
+    existing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """One row a worker holds a lease on."""
+
+    id: UUID
+    name: str
+    queue: str
+    input: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    lease_token: UUID
+    expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A whole job row, for introspection."""
+
+    id: UUID
+    name: str
+    queue: str
+    input: Any
+    output: Any
+    idempotency_key: str | None
+    attempt: int
+    max_attempts: int
+    state: JobState
+    priority: int
+    run_at: datetime
+    lease_expires_at: datetime | None
+    claimed_by: str | None
+    expires_at: datetime | None
+    last_error: str | None
+    tenant_id: str | None
+    traceparent: str | None
+    enqueued_by: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in self.__slots__:
+            value = getattr(self, key)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, UUID):
+                value = str(value)
+            out[key] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStat:
+    queue: str
+    state: JobState
+    jobs: int
+    oldest_run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """How one attempt ended, as the worker reports it to the driver in a batch.
+
+    ``state`` is where the row goes: done, ready (retry after ``delay_s``), dead or cancelled.
+    ``uncount`` is 1 for an attempt handed back by a drain: it gives the claim's attempt back.
+    """
+
+    id: UUID
+    token: UUID
+    state: JobState
+    output_json: str | None = None
+    delay_s: float = 0.0
+    error: str | None = None
+    uncount: int = 0

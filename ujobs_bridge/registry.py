@@ -1,0 +1,86 @@
+"""Find the jobs a worker may run: import the module named by ``-A`` and collect its jobs.
+
+Why it exists: the worker must know every job it claims by name, and it must never import code by
+a name taken from a database row. So the code comes from the operator's ``-A MODULE[:ATTR]`` only,
+like Celery's: a module holding ``app``/``celery``, a ``module:attr``, or a plain module whose
+``ujobs_bridge.job`` objects are collected. Two jobs under one name are refused.
+
+What it is not: global state. Declaring a job registers nothing; this scan is the registry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+from .errors import ConfigError, ErrorCode
+from .job import JobDefinition
+
+Registry = Mapping[str, JobDefinition[Any, Any]]
+
+
+def build(jobs: Iterable[JobDefinition[Any, Any]]) -> dict[str, JobDefinition[Any, Any]]:
+    out: dict[str, JobDefinition[Any, Any]] = {}
+    for definition in jobs:
+        other = out.get(definition.name)
+        if other is not None and other is not definition:
+            raise ConfigError(
+                f"two jobs are named {definition.name!r}",
+                code=ErrorCode.JOB_DUPLICATE,
+                hint="give one of them another name=... in its @job(...)",
+            )
+        out[definition.name] = definition
+    return out
+
+
+def from_module(module: ModuleType) -> dict[str, JobDefinition[Any, Any]]:
+    return build(v for v in vars(module).values() if isinstance(v, JobDefinition))
+
+
+def load_target(spec: str) -> Any:
+    """Import ``MODULE`` or ``MODULE:ATTR`` as Celery's ``-A`` does; errors name the fix."""
+    module_name, _, attr = spec.partition(":")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # like `celery -A`, resolve modules from the working directory
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"-A {spec!r}: module {module_name!r} could not be imported ({exc})",
+            code=ErrorCode.APP_NOT_FOUND,
+            hint="run from the directory that holds the module, or set PYTHONPATH",
+        ) from exc
+    if not attr:
+        return module
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(
+                f"-A {spec!r}: {module_name} has no attribute {attr!r}",
+                code=ErrorCode.APP_NOT_FOUND,
+                hint="name an attribute that exists, e.g. -A proj.tasks:app",
+            )
+        target = getattr(target, part)
+    return target
+
+
+def load(spec: str) -> dict[str, JobDefinition[Any, Any]]:
+    target = load_target(spec)
+    if isinstance(target, ModuleType):
+        found = from_module(target)
+    elif isinstance(target, JobDefinition):
+        found = build([target])
+    elif isinstance(target, Iterable):
+        found = build(t for t in target if isinstance(t, JobDefinition))
+    else:
+        found = {}
+    if not found:
+        raise ConfigError(
+            f"-A {spec!r} holds no ujobs_bridge jobs",
+            code=ErrorCode.APP_NOT_FOUND,
+            hint="decorate functions with @ujobs_bridge.job in that module, or point -A at the module that has them",
+        )
+    return found

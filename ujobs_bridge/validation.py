@@ -1,0 +1,84 @@
+"""Refuse bad names and numbers at declaration, with a message that names the fix.
+
+Why it exists: a NaN poll interval is a busy loop, a negative concurrency is a worker that never
+runs anything, and a queue name with a quote or a space becomes a LISTEN channel nobody can
+match. Every one of them is refused here, at the first place it enters, never clamped.
+
+What it is not: payload validation (see ``payload.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+
+from .errors import ConfigError, ErrorCode
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,48}$")
+JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:\-<>]{1,200}$")
+
+
+def queue_name(value: str) -> str:
+    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+        raise ConfigError(
+            f"queue name {value!r} is not allowed",
+            hint="use 1-48 characters from A-Z a-z 0-9 _ . : - (for example 'emails' or 'billing.high')",
+            code=ErrorCode.QUEUE_NAME_INVALID,
+        )
+    return value
+
+
+def queue_list(text: str) -> list[str]:
+    """Parse ``-Q q1,q2``: every name validated, duplicates refused, empty refused."""
+    names = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise ConfigError(
+            f"queue list {text!r} has an empty name",
+            hint="pass comma-separated names without blanks, e.g. -Q default,emails",
+            code=ErrorCode.QUEUE_NAME_INVALID,
+        )
+    for n in names:
+        queue_name(n)
+    if len(set(names)) != len(names):
+        raise ConfigError(
+            f"queue list {text!r} names a queue twice",
+            hint="list each queue once",
+            code=ErrorCode.QUEUE_NAME_INVALID,
+        )
+    return names
+
+
+def job_name(value: str) -> str:
+    if not isinstance(value, str) or not JOB_NAME_PATTERN.match(value):
+        raise ConfigError(
+            f"job name {value!r} is not allowed",
+            hint="use 1-200 characters from A-Z a-z 0-9 _ . : - < > (module.function is the default)",
+            code=ErrorCode.JOB_NAME_INVALID,
+        )
+    return value
+
+
+def positive_int(what: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{what} must be a whole number, got {value!r}", hint=f"set {what} to an integer >= {minimum}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"{what} is {value}, which is out of range", hint=f"set {what} {bound}")
+    return value
+
+
+def seconds(what: str, value: object, *, allow_zero: bool = False) -> float:
+    """A duration given as seconds or a timedelta; finite and positive (or zero if allowed)."""
+    if isinstance(value, timedelta):
+        number = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise ConfigError(f"{what} must be a number of seconds or a timedelta, got {value!r}", hint=f"pass {what} as e.g. 1.5 or timedelta(seconds=1.5)")
+    if not math.isfinite(number):
+        raise ConfigError(f"{what} is {number}, which is not a finite duration", hint=f"set {what} to a finite number of seconds")
+    if number < 0 or (number == 0 and not allow_zero):
+        least = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{what} is {number}s, which is not allowed", hint=f"set {what} {least} seconds")
+    return number

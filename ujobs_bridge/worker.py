@@ -1,0 +1,564 @@
+"""The worker: claim batches, run bodies, acknowledge in batches, and never lose a job.
+
+Why it exists: this is where the durability promises are kept. One statement claims up to N ready
+rows (``FOR UPDATE SKIP LOCKED``), counting the attempt and setting a lease (token + expiry on the
+database clock). Bodies run on a thread pool, an event loop (``async def`` jobs) or a process pool.
+Outcomes are written back in batches by one statement that carries each attempt's token, so a
+write from an attempt that lost its lease changes nothing. Leases are renewed on their own
+connection (``heartbeat.py``); expired leases of dead workers are rescued from the job rows by a
+periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.py``), polling is
+the floor.
+
+Lifecycle: ``start()`` / ``stop()`` (idempotent; stop waits for in-flight work up to the shutdown
+timeout, then hands back what is left with its attempt uncounted) and ``tick()`` for tests.
+
+What it is not: the decision table for one attempt (``attempt.py``) or the CLI (``cli/worker.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from . import attempt as attempt_mod
+from .attempt import BodyResult
+from .clock import SYSTEM_CLOCK, Clock
+from .context import AttemptSignal
+from .drivers.postgres import driver
+from .errors import AttemptAborted, ConfigError, ErrorCode
+from .heartbeat import Heartbeat
+from .job import JobDefinition
+from .listener import Listener
+from .records import ClaimedJob, JobState, Settlement
+from .worker_config import WorkerConfig
+from .worker_processes import child_init, child_run
+
+log = logging.getLogger("ujobs.worker")
+
+RESCUE_ERROR = f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
+SWEEP_LIMIT = 1000
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    claimed: ClaimedJob
+    definition: JobDefinition[Any, Any]
+    signal: AttemptSignal = field(default_factory=AttemptSignal)
+    future: Future[Any] | None = None
+    deadline: float | None = None  # monotonic
+    settled: bool = False  # an outcome was already written (timeout, drain, lease lost)
+
+
+@dataclass(slots=True)
+class WorkerCounts:
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    handed_back: int = 0
+    fenced: int = 0
+    rescued: int = 0
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        registry: Mapping[str, JobDefinition[Any, Any]],
+        config: WorkerConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        app_spec: str | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.registry = dict(registry)
+        self.config = config or WorkerConfig()
+        self.clock = clock
+        self.app_spec = app_spec
+        if not self.registry:
+            raise ConfigError("the worker has no jobs to run", hint="pass -A with a module that declares @job functions")
+        if self.config.pool == "processes" and app_spec is None:
+            raise ConfigError("--pool processes needs -A", hint="child processes import the jobs from the -A module")
+        self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
+        self.names = tuple(sorted(self.registry))
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.counts = WorkerCounts()
+        self._lock = threading.Lock()
+        self._inflight: dict[UUID, InFlight] = {}
+        self._pending: list[Settlement] = []
+        self._pending_since = 0.0
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._hurry = threading.Event()
+        self._stopped = threading.Event()
+        self._loop_thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self._executor: Executor | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._aloop_thread: threading.Thread | None = None
+        self._last_sweep = 0.0
+        self._queue_turn = 0
+        self._started = False
+        self.heartbeat = Heartbeat(
+            dsn,
+            lease_s=self.config.lease_s,
+            interval_s=self.config.heartbeat_interval_s,
+            held=self._held_leases,
+            on_lost=self._lease_lost,
+            application_name=f"ujobs:worker:{self.id}:hb"[:63],
+        )
+        self.listener = Listener(
+            dsn,
+            queues=self.queues,
+            on_ready=self._wake.set,
+            on_cancel=self._cancel_notified,
+            application_name=f"ujobs:worker:{self.id}:listen"[:63],
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._ensure_runtime()
+        self.heartbeat.start()
+        self.listener.start()
+        self._loop_thread = threading.Thread(target=self._loop, name="ujobs-claim", daemon=True)
+        self._loop_thread.start()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop claiming at once; wait for bodies up to the shutdown timeout; hand back the rest
+        uncounted. Idempotent; safe on a worker that never started."""
+        if self._stopped.is_set():
+            return
+        self._stopping.set()
+        self._wake.set()
+        if self._loop_thread is not None:
+            self._loop_thread.join()
+        limit = self.config.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit
+        self._hand_back_unstarted()
+        while time.monotonic() < deadline and not self._hurry.is_set():
+            with self._lock:
+                running = [e for e in self._inflight.values() if not e.settled]
+            if not running:
+                break
+            self._flush(force=True)
+            self._wake.wait(0.05)
+            self._wake.clear()
+        with self._lock:
+            left = [e for e in self._inflight.values() if not e.settled]
+        for entry in left:
+            self._abort(entry, ErrorCode.WORKER_DRAINING, "the worker is shutting down")
+            with self._lock:
+                if entry.settled:
+                    continue
+                entry.settled = True
+            self._record_settlement(entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal))
+        self._flush(force=True)
+        self.heartbeat.stop()
+        self.listener.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._aloop is not None:
+            self._aloop.call_soon_threadsafe(self._aloop.stop)
+        if self._conn is not None:
+            self._conn.close()
+        self._stopped.set()
+
+    def request_stop(self) -> None:
+        """Signal-handler safe: stop claiming now; ``stop()`` does the waiting."""
+        self._stopping.set()
+        self._wake.set()
+
+    def hurry(self) -> None:
+        """Cut a drain in progress short: hand back what still runs now."""
+        self._hurry.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._inflight)
+
+    def tick(self) -> int:
+        """One pass for tests: sweep, claim one batch, run it to the end, write the outcomes."""
+        self._ensure_runtime()
+        self._sweep(force=True)
+        claimed = self._claim(self.config.capacity)
+        for entry in claimed:
+            if entry.future is not None:
+                try:
+                    entry.future.result()
+                except BaseException:  # the outcome was recorded by the completion path
+                    log.debug("tick: body future raised", exc_info=True)
+        self._flush(force=True)
+        return len(claimed)
+
+    # ------------------------------------------------------------------ runtime
+
+    def _ensure_runtime(self) -> None:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, application_name=f"ujobs:worker:{self.id}"[:63], connect_timeout=5
+            )
+        if self._executor is None:
+            if self.config.pool == "processes":
+                self._executor = ProcessPoolExecutor(
+                    max_workers=self.config.concurrency, initializer=child_init, initargs=(self.app_spec,)
+                )
+            else:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=self.config.concurrency, thread_name_prefix="ujobs-body"
+                )
+        if self._aloop is None and any(d.is_async for d in self.registry.values()):
+            loop = asyncio.new_event_loop()
+            self._aloop = loop
+            self._aloop_thread = threading.Thread(target=loop.run_forever, name="ujobs-async", daemon=True)
+            self._aloop_thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                more = self._pass()
+            except psycopg.Error as exc:
+                log.warning("ujobs.worker.db_error: %s", exc)
+                if self._conn is not None:
+                    self._conn.close()
+                self._stopping.wait(1.0)
+                try:
+                    self._ensure_runtime()
+                except psycopg.Error:
+                    continue
+                continue
+            if more:
+                continue
+            with self._lock:
+                pending = bool(self._pending)
+                timed = any(e.deadline is not None for e in self._inflight.values())
+            wait = self.config.poll_s
+            if pending:
+                wait = min(wait, self.config.ack_interval_s)
+            if timed:
+                wait = min(wait, 0.05)
+            self._wake.wait(wait)
+
+    def _pass(self) -> bool:
+        """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
+        per cycle instead of two."""
+        self._sweep()
+        self._check_deadlines()
+        batch = self._take_due()
+        with self._lock:
+            held = len(self._inflight)
+        free = self.config.capacity - held
+        want = 0
+        if free > 0 and not self._stopping.is_set():
+            if not held or free >= max(1, self.config.capacity // 2):
+                want = min(free, self.config.claim_batch)
+        if not batch and not want:
+            return False
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                matched = driver.job_settle(conn, batch, self.clock.sql_now()) if batch else set()
+                rows = self._claim_rows(want) if want else []
+        except psycopg.Error:
+            self._restore(batch)
+            raise
+        self._count_settled(batch, matched)
+        self._start(rows)
+        return want > 0 and len(rows) == want
+
+    def _sweep(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_sweep < self.config.sweep_s:
+            return
+        self._last_sweep = now
+        conn = self._connection()
+        rescued = driver.job_rescue(conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now())
+        if rescued:
+            self.counts.rescued += len(rescued)
+            log.info("ujobs.worker.rescued: %d", len(rescued))
+        driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._ensure_runtime()
+        assert self._conn is not None
+        return self._conn
+
+    # ------------------------------------------------------------------ claim and dispatch
+
+    def _claim(self, limit: int) -> list[InFlight]:
+        return self._start(self._claim_rows(limit))
+
+    def _claim_rows(self, limit: int) -> list[ClaimedJob]:
+        """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
+        starting queue rotates so no queue starves another."""
+        rows: list[ClaimedJob] = []
+        token = uuid.uuid4()
+        count = len(self.queues)
+        for offset in range(count):
+            if len(rows) >= limit:
+                break
+            queue = self.queues[(self._queue_turn + offset) % count]
+            rows += driver.job_claim(
+                self._connection(),
+                queue=queue,
+                names=self.names,
+                limit=limit - len(rows),
+                token=token,
+                lease_s=self.config.lease_s,
+                worker=self.id,
+                now=self.clock.sql_now(),
+            )
+        self._queue_turn += 1
+        return rows
+
+    def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
+        entries: list[InFlight] = []
+        registry = self.registry
+        with self._lock:
+            for claimed in rows:
+                entry = InFlight(claimed, registry[claimed.name])
+                self._inflight[claimed.id] = entry
+                entries.append(entry)
+        self.counts.claimed += len(rows)
+        started: list[InFlight] = []
+        for entry in entries:
+            if entry.claimed.expired:
+                self._abort(entry, ErrorCode.JOB_EXPIRED, "expired before it ran")
+                self._complete(entry, None, expired=True)
+                continue
+            self._dispatch(entry)
+            started.append(entry)
+        return started
+
+    def _dispatch(self, entry: InFlight) -> None:
+        definition = entry.definition
+        if self.config.pool == "processes":
+            assert self._executor is not None
+            future = self._executor.submit(child_run, entry.claimed.name, entry.claimed.input)
+            if definition.timeout_s is not None:
+                entry.deadline = time.monotonic() + definition.timeout_s
+            future.add_done_callback(lambda f, e=entry: self._process_done(e, f))
+            entry.future = future
+        elif definition.is_async:
+            assert self._aloop is not None
+            entry.future = asyncio.run_coroutine_threadsafe(self._run_async(entry), self._aloop)
+        else:
+            assert self._executor is not None
+            entry.future = self._executor.submit(self._run_thread, entry)
+
+    def _run_thread(self, entry: InFlight) -> None:
+        if entry.signal.aborted:
+            self._complete(entry, BodyResult())
+            return
+        timeout = entry.definition.timeout_s
+        if timeout is not None:
+            entry.deadline = time.monotonic() + timeout
+        result = attempt_mod.run_sync(entry.definition, entry.claimed, entry.signal)
+        self._complete(entry, result)
+
+    async def _run_async(self, entry: InFlight) -> None:
+        timeout = entry.definition.timeout_s
+        try:
+            if timeout is None:
+                result = await attempt_mod.run_async(entry.definition, entry.claimed, entry.signal)
+            else:
+                result = await asyncio.wait_for(
+                    attempt_mod.run_async(entry.definition, entry.claimed, entry.signal), timeout
+                )
+        except TimeoutError:
+            entry.signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
+            result = BodyResult(error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s"))
+        except asyncio.CancelledError:
+            result = BodyResult()
+        self._complete(entry, result)
+
+    def _process_done(self, entry: InFlight, future: Future[Any]) -> None:
+        if future.cancelled():
+            return
+        try:
+            output_json, error_text, retryable = future.result()
+        except BaseException as exc:  # the child died or could not run the job
+            self._complete(entry, BodyResult(error=exc))
+            return
+        if error_text is None:
+            self._complete(entry, BodyResult(output_json=output_json))
+        else:
+            self._complete(entry, BodyResult(error=attempt_mod.RemoteJobError(error_text, retryable)))
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _complete(self, entry: InFlight, result: BodyResult | None, *, expired: bool = False) -> None:
+        """Called on the body's thread when it returns (or at once for an expired job)."""
+        with self._lock:
+            self._inflight.pop(entry.claimed.id, None)
+            if entry.settled:
+                self._wake.set()
+                return
+            entry.settled = True
+        if expired:
+            settlement: Settlement | None = Settlement(
+                id=entry.claimed.id, token=entry.claimed.lease_token, state=JobState.CANCELLED, error=EXPIRE_ERROR
+            )
+        else:
+            assert result is not None
+            settlement = attempt_mod.settle(entry.definition, entry.claimed, result, entry.signal)
+        self._record_settlement(entry, settlement)
+
+    def _record_settlement(self, entry: InFlight, settlement: Settlement | None) -> None:
+        entry.settled = True
+        if settlement is None:
+            self._wake.set()
+            return
+        with self._lock:
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append(settlement)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _take_due(self, *, force: bool = False) -> list[Settlement]:
+        with self._lock:
+            if not self._pending:
+                return []
+            due = (
+                force
+                or not self._inflight
+                or len(self._pending) >= max(1, self.config.capacity // 2)
+                or time.monotonic() - self._pending_since >= self.config.ack_interval_s
+            )
+            if not due:
+                return []
+            batch, self._pending = self._pending, []
+            return batch
+
+    def _restore(self, batch: list[Settlement]) -> None:
+        """Keep outcomes whose write failed: a repeat is fenced by the token if it landed."""
+        if batch:
+            with self._lock:
+                self._pending = batch + self._pending
+
+    def _flush(self, *, force: bool = False) -> int:
+        batch = self._take_due(force=force)
+        if not batch:
+            return 0
+        try:
+            matched = driver.job_settle(self._connection(), batch, self.clock.sql_now())
+        except psycopg.Error:
+            self._restore(batch)
+            raise
+        self._count_settled(batch, matched)
+        return len(batch)
+
+    def _count_settled(self, batch: list[Settlement], matched: set[UUID]) -> None:
+        counts = self.counts
+        for s in batch:
+            if s.id not in matched:
+                counts.fenced += 1
+                log.warning("ujobs.worker.fenced: job %s: the lease was gone, the write changed nothing", s.id)
+            elif s.uncount:
+                counts.handed_back += 1
+            elif s.state is JobState.DONE:
+                counts.done += 1
+            elif s.state is JobState.READY:
+                counts.retried += 1
+            elif s.state is JobState.DEAD:
+                counts.dead += 1
+            else:
+                counts.cancelled += 1
+
+    # ------------------------------------------------------------------ stopping bodies
+
+    def _abort(self, entry: InFlight, code: ErrorCode, reason: str) -> None:
+        entry.signal.abort(code, reason)
+        future = entry.future
+        if future is not None and entry.definition.is_async and self.config.pool == "threads":
+            future.cancel()
+
+    def _held_leases(self) -> list[tuple[UUID, UUID]]:
+        with self._lock:
+            return [(e.claimed.id, e.claimed.lease_token) for e in self._inflight.values() if not e.settled]
+
+    def _lease_lost(self, job_id: UUID, state: JobState | None) -> None:
+        with self._lock:
+            entry = self._inflight.get(job_id)
+        if entry is None:
+            return
+        if state is JobState.CANCELLED:
+            self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
+        else:
+            self._abort(entry, ErrorCode.LEASE_LOST, "the lease was lost; another worker may own the job")
+        self._drop_if_unstarted(entry)
+
+    def _cancel_notified(self, payload: str) -> None:
+        try:
+            job_id = UUID(payload)
+        except ValueError:
+            return
+        with self._lock:
+            entry = self._inflight.get(job_id)
+        if entry is not None:
+            self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
+            self._drop_if_unstarted(entry)
+
+    def _drop_if_unstarted(self, entry: InFlight) -> None:
+        if entry.future is not None and entry.future.cancel():
+            with self._lock:
+                self._inflight.pop(entry.claimed.id, None)
+            entry.settled = True
+            self._wake.set()
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [e for e in self._inflight.values() if e.deadline is not None and now >= e.deadline and not e.settled]
+        for entry in late:
+            timeout = entry.definition.timeout_s
+            reason = f"the attempt ran past its {timeout}s timeout"
+            self._abort(entry, ErrorCode.JOB_TIMEOUT, reason)
+            error = AttemptAborted(ErrorCode.JOB_TIMEOUT, reason)
+            with self._lock:
+                if entry.settled:
+                    continue
+                entry.settled = True
+            self._record_settlement(
+                entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(error=error), entry.signal)
+            )
+
+    def _hand_back_unstarted(self) -> None:
+        with self._lock:
+            entries = list(self._inflight.values())
+        for entry in entries:
+            if entry.future is not None and entry.future.cancel():
+                with self._lock:
+                    self._inflight.pop(entry.claimed.id, None)
+                    if entry.settled:
+                        continue
+                entry.signal.abort(ErrorCode.WORKER_DRAINING, "handed back before it started")
+                self._record_settlement(
+                    entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal)
+                )
