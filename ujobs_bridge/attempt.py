@@ -54,7 +54,9 @@ def context_for(claimed: ClaimedJob, signal: AttemptSignal) -> JobContext:
     )
 
 
-def run_sync(definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal) -> BodyResult:
+def run_sync(
+    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal
+) -> BodyResult:
     """Run a sync body in the calling thread with its context bound."""
     token = context.bind(context_for(claimed, signal))
     try:
@@ -97,23 +99,45 @@ def error_text(exc: BaseException) -> str:
 
 
 def settle(
-    definition: JobDefinition[Any, Any], claimed: ClaimedJob, result: BodyResult, signal: AttemptSignal
+    definition: JobDefinition[Any, Any],
+    claimed: ClaimedJob,
+    result: BodyResult,
+    signal: AttemptSignal,
 ) -> Settlement | None:
     """Where the row goes after this attempt; ``None`` means there is nothing to write."""
-    base = {"id": claimed.id, "token": claimed.lease_token}
     if signal.aborted and signal.code in (ErrorCode.LEASE_LOST, ErrorCode.JOB_CANCELLED):
         return None  # the row is no longer ours: a write would be fenced anyway
     if signal.aborted and signal.code is ErrorCode.WORKER_DRAINING:
-        return Settlement(**base, state=JobState.READY, error=f"{signal.code.value}: {signal.reason}", uncount=1)
+        return Settlement(
+            claimed.id,
+            claimed.lease_token,
+            state=JobState.READY,
+            error=f"{signal.code.value}: {signal.reason}",
+            uncount=1,
+        )
     error = result.error
     if signal.aborted and signal.code is ErrorCode.JOB_TIMEOUT and error is None:
         error = AttemptAborted(signal.code, signal.reason)
     if error is None:
-        return Settlement(**base, state=JobState.DONE, output_json=result.output_json)
+        return Settlement(
+            claimed.id, claimed.lease_token, state=JobState.DONE, output_json=result.output_json
+        )
     if isinstance(error, AttemptAborted) and error.code is ErrorCode.WORKER_DRAINING:
-        return Settlement(**base, state=JobState.READY, error=error_text(error), uncount=1)
+        return Settlement(
+            claimed.id,
+            claimed.lease_token,
+            state=JobState.READY,
+            error=error_text(error),
+            uncount=1,
+        )
     if isinstance(error, KeyboardInterrupt | SystemExit):
-        return Settlement(**base, state=JobState.READY, error=error_text(error), uncount=1)
+        return Settlement(
+            claimed.id,
+            claimed.lease_token,
+            state=JobState.READY,
+            error=error_text(error),
+            uncount=1,
+        )
     retryable = (
         not isinstance(error, PayloadError)
         and (
@@ -125,7 +149,10 @@ def settle(
     )
     if retryable:
         return Settlement(
-            **base, state=JobState.READY, delay_s=definition.retry.delay_s(claimed.attempt),
+            claimed.id,
+            claimed.lease_token,
+            state=JobState.READY,
+            delay_s=definition.retry.delay_s(claimed.attempt),
             error=error_text(error),
         )
-    return Settlement(**base, state=JobState.DEAD, error=error_text(error))
+    return Settlement(claimed.id, claimed.lease_token, state=JobState.DEAD, error=error_text(error))

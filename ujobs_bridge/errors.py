@@ -89,7 +89,7 @@ class DatabaseUnavailableError(UjobsError):
     code = ErrorCode.DATABASE_UNAVAILABLE
 
 
-class AttemptAborted(BaseException):  # noqa: N818 - a signal, not an error (see module doc)
+class AttemptAborted(BaseException):
     """Raised inside a job body when its attempt must stop: cancelled, lease lost, timed out or
     drained. Derives from BaseException so ``except Exception`` in user code does not hide it."""
 

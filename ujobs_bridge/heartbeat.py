@@ -5,7 +5,7 @@ still running, so renewals must not queue behind job bodies for a pooled connect
 exhaustion would turn into silent lease loss, then duplicates). One statement renews every held
 lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
-its leases at ``last good renewal start + lease − margin`` even without reaching the database.
+its leases at ``last good renewal start + lease - margin`` even without reaching the database.
 
 What it is not: the rescuer. Expired leases are recovered from the job rows by any worker's sweep.
 """

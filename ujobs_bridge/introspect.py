@@ -36,7 +36,9 @@ def parse_id(text: str) -> UUID:
     try:
         return UUID(text)
     except ValueError as exc:
-        raise ConfigError(f"{text!r} is not a job id", hint="pass the UUID shown by `ujobs-bridge jobs ls`") from exc
+        raise ConfigError(
+            f"{text!r} is not a job id", hint="pass the UUID shown by `ujobs-bridge jobs ls`"
+        ) from exc
 
 
 def parse_state(text: str | None) -> JobState | None:
@@ -61,12 +63,23 @@ class Introspector:
         with self._connect() as conn:
             record = driver.job_get(conn, job_id)
         if record is None:
-            raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+            raise JobNotFoundError(
+                f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
+            )
         return record
 
-    def list(self, *, state: JobState | None = None, queue: str | None = None, name: str | None = None, limit: int = 50) -> list[JobRecord]:
+    def jobs(
+        self,
+        *,
+        state: JobState | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+    ) -> list[JobRecord]:
         with self._connect() as conn:
-            return driver.job_list(conn, state=state.value if state else None, queue=queue, name=name, limit=limit)
+            return driver.job_list(
+                conn, state=state.value if state else None, queue=queue, name=name, limit=limit
+            )
 
     def dead(self, *, limit: int = 50) -> list[JobRecord]:
         with self._connect() as conn:
@@ -81,10 +94,14 @@ class Introspector:
             if not driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: {reason}"):
                 record = driver.job_get(conn, job_id)
                 if record is None:
-                    raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+                    raise JobNotFoundError(
+                        f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
+                    )
                 raise JobStateError(
                     f"job {job_id} is {record.state.value}; only live jobs ({', '.join(sorted(s.value for s in LIVE_STATES))}) can be cancelled",
-                    hint="nothing to do: it already finished" if record.state is not JobState.CANCELLED else "it is already cancelled",
+                    hint="nothing to do: it already finished"
+                    if record.state is not JobState.CANCELLED
+                    else "it is already cancelled",
                 )
             record = driver.job_get(conn, job_id)
             assert record is not None
@@ -102,7 +119,9 @@ class Introspector:
             if not ok:
                 record = driver.job_get(conn, job_id)
                 if record is None:
-                    raise JobNotFoundError(f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`")
+                    raise JobNotFoundError(
+                        f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
+                    )
                 raise JobStateError(
                     f"job {job_id} is {record.state.value}; only dead or cancelled jobs can be requeued",
                     hint="a live job will run on its own; enqueue a new job to run a done one again",

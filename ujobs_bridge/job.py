@@ -74,21 +74,32 @@ def _options(
     enqueued_by: str | None = None,
 ) -> EnqueueOptions:
     if delay is not None and run_at is not None:
-        raise ConfigError("both delay and run_at were given", hint="pass one of them", code=ErrorCode.JOB_OPTION_INVALID)
+        raise ConfigError(
+            "both delay and run_at were given",
+            hint="pass one of them",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
     if run_at is not None and run_at.tzinfo is None:
         raise ConfigError(
-            f"run_at {run_at!r} has no time zone", hint="pass an aware datetime, e.g. datetime.now(UTC)",
+            f"run_at {run_at!r} has no time zone",
+            hint="pass an aware datetime, e.g. datetime.now(UTC)",
             code=ErrorCode.JOB_OPTION_INVALID,
         )
     expires_at: datetime | None = None
     expires_in: float | None = None
     if isinstance(expires, datetime):
         if expires.tzinfo is None:
-            raise ConfigError("expires has no time zone", hint="pass an aware datetime", code=ErrorCode.JOB_OPTION_INVALID)
+            raise ConfigError(
+                "expires has no time zone",
+                hint="pass an aware datetime",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
         expires_at = expires
     elif expires is not None:
         expires_in = validation.seconds("expires", expires)
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 512):
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 512
+    ):
         raise ConfigError(
             f"idempotency_key {idempotency_key!r} is not allowed",
             hint="use a non-empty string of at most 512 characters",
@@ -224,8 +235,14 @@ class JobDefinition(Generic[P, R]):
         enqueued_by: str | None = None,
     ) -> JobCall[P, R]:
         options = _options(
-            delay=delay, run_at=run_at, idempotency_key=idempotency_key, priority=priority,
-            queue=queue, expires=expires, tenant_id=tenant_id, traceparent=traceparent,
+            delay=delay,
+            run_at=run_at,
+            idempotency_key=idempotency_key,
+            priority=priority,
+            queue=queue,
+            expires=expires,
+            tenant_id=tenant_id,
+            traceparent=traceparent,
             enqueued_by=enqueued_by,
         )
         return JobCall(self, options, client, conn)
@@ -252,7 +269,9 @@ class JobDefinition(Generic[P, R]):
             expires_s=changes.pop("expires_s", self.expires_s),
         )
         if changes:
-            raise ConfigError(f"unknown job options {sorted(changes)}", code=ErrorCode.JOB_OPTION_INVALID)
+            raise ConfigError(
+                f"unknown job options {sorted(changes)}", code=ErrorCode.JOB_OPTION_INVALID
+            )
         return clone
 
 
@@ -297,7 +316,9 @@ def job(
 
     def decorate(target: Callable[P, R]) -> JobDefinition[P, R]:
         if not callable(target):
-            raise ConfigError(f"@job needs a function, got {target!r}", code=ErrorCode.JOB_OPTION_INVALID)
+            raise ConfigError(
+                f"@job needs a function, got {target!r}", code=ErrorCode.JOB_OPTION_INVALID
+            )
         policy = RetryPolicy(
             max_attempts=max_attempts,
             backoff_base_s=validation.seconds("backoff", backoff, allow_zero=True),

@@ -65,7 +65,10 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(
-                    self.dsn, autocommit=True, application_name=self.application_name, connect_timeout=5
+                    self.dsn,
+                    autocommit=True,
+                    application_name=self.application_name,
+                    connect_timeout=5,
                 ) as conn:
                     conn.execute(q("listen_ready"))
                     conn.execute(q("listen_cancel"))

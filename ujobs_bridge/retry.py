@@ -41,7 +41,8 @@ class RetryPolicy:
         factor = seconds("backoff_factor", self.backoff_factor)
         if factor < 1:
             raise ConfigError(
-                f"backoff_factor is {factor}, which would shrink delays", hint="set backoff_factor >= 1"
+                f"backoff_factor is {factor}, which would shrink delays",
+                hint="set backoff_factor >= 1",
             )
         if not self.retry_on or not all(
             isinstance(t, type) and issubclass(t, BaseException) for t in self.retry_on

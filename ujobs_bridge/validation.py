@@ -61,7 +61,10 @@ def job_name(value: str) -> str:
 
 def positive_int(what: str, value: object, *, minimum: int = 1, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{what} must be a whole number, got {value!r}", hint=f"set {what} to an integer >= {minimum}")
+        raise ConfigError(
+            f"{what} must be a whole number, got {value!r}",
+            hint=f"set {what} to an integer >= {minimum}",
+        )
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise ConfigError(f"{what} is {value}, which is out of range", hint=f"set {what} {bound}")
@@ -75,10 +78,18 @@ def seconds(what: str, value: object, *, allow_zero: bool = False) -> float:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
     else:
-        raise ConfigError(f"{what} must be a number of seconds or a timedelta, got {value!r}", hint=f"pass {what} as e.g. 1.5 or timedelta(seconds=1.5)")
+        raise ConfigError(
+            f"{what} must be a number of seconds or a timedelta, got {value!r}",
+            hint=f"pass {what} as e.g. 1.5 or timedelta(seconds=1.5)",
+        )
     if not math.isfinite(number):
-        raise ConfigError(f"{what} is {number}, which is not a finite duration", hint=f"set {what} to a finite number of seconds")
+        raise ConfigError(
+            f"{what} is {number}, which is not a finite duration",
+            hint=f"set {what} to a finite number of seconds",
+        )
     if number < 0 or (number == 0 and not allow_zero):
         least = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{what} is {number}s, which is not allowed", hint=f"set {what} {least} seconds")
+        raise ConfigError(
+            f"{what} is {number}s, which is not allowed", hint=f"set {what} {least} seconds"
+        )
     return number

@@ -18,6 +18,7 @@ What it is not: the decision table for one attempt (``attempt.py``) or the CLI (
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -47,7 +48,9 @@ from .worker_processes import child_init, child_run
 
 log = logging.getLogger("ujobs.worker")
 
-RESCUE_ERROR = f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+RESCUE_ERROR = (
+    f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+)
 EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
 SWEEP_LIMIT = 1000
 
@@ -91,9 +94,15 @@ class Worker:
         self.clock = clock
         self.app_spec = app_spec
         if not self.registry:
-            raise ConfigError("the worker has no jobs to run", hint="pass -A with a module that declares @job functions")
+            raise ConfigError(
+                "the worker has no jobs to run",
+                hint="pass -A with a module that declares @job functions",
+            )
         if self.config.pool == "processes" and app_spec is None:
-            raise ConfigError("--pool processes needs -A", hint="child processes import the jobs from the -A module")
+            raise ConfigError(
+                "--pool processes needs -A",
+                hint="child processes import the jobs from the -A module",
+            )
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -170,7 +179,10 @@ class Worker:
                 if entry.settled:
                     continue
                 entry.settled = True
-            self._record_settlement(entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal))
+            self._record_settlement(
+                entry,
+                attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal),
+            )
         self._flush(force=True)
         self.heartbeat.stop()
         self.listener.stop()
@@ -219,12 +231,17 @@ class Worker:
     def _ensure_runtime(self) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name=f"ujobs:worker:{self.id}"[:63], connect_timeout=5
+                self.dsn,
+                autocommit=True,
+                application_name=f"ujobs:worker:{self.id}"[:63],
+                connect_timeout=5,
             )
         if self._executor is None:
             if self.config.pool == "processes":
                 self._executor = ProcessPoolExecutor(
-                    max_workers=self.config.concurrency, initializer=child_init, initargs=(self.app_spec,)
+                    max_workers=self.config.concurrency,
+                    initializer=child_init,
+                    initargs=(self.app_spec,),
                 )
             else:
                 self._executor = ThreadPoolExecutor(
@@ -233,7 +250,9 @@ class Worker:
         if self._aloop is None and any(d.is_async for d in self.registry.values()):
             loop = asyncio.new_event_loop()
             self._aloop = loop
-            self._aloop_thread = threading.Thread(target=loop.run_forever, name="ujobs-async", daemon=True)
+            self._aloop_thread = threading.Thread(
+                target=loop.run_forever, name="ujobs-async", daemon=True
+            )
             self._aloop_thread.start()
 
     def _loop(self) -> None:
@@ -273,9 +292,12 @@ class Worker:
             held = len(self._inflight)
         free = self.config.capacity - held
         want = 0
-        if free > 0 and not self._stopping.is_set():
-            if not held or free >= max(1, self.config.capacity // 2):
-                want = min(free, self.config.claim_batch)
+        if (
+            free > 0
+            and not self._stopping.is_set()
+            and (not held or free >= max(1, self.config.capacity // 2))
+        ):
+            want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
         conn = self._connection()
@@ -296,7 +318,9 @@ class Worker:
             return
         self._last_sweep = now
         conn = self._connection()
-        rescued = driver.job_rescue(conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now())
+        rescued = driver.job_rescue(
+            conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
+        )
         if rescued:
             self.counts.rescued += len(rescued)
             log.info("ujobs.worker.rescued: %d", len(rescued))
@@ -362,7 +386,7 @@ class Worker:
             future = self._executor.submit(child_run, entry.claimed.name, entry.claimed.input)
             if definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + definition.timeout_s
-            future.add_done_callback(lambda f, e=entry: self._process_done(e, f))
+            future.add_done_callback(functools.partial(self._process_done, entry))
             entry.future = future
         elif definition.is_async:
             assert self._aloop is not None
@@ -391,8 +415,12 @@ class Worker:
                     attempt_mod.run_async(entry.definition, entry.claimed, entry.signal), timeout
                 )
         except TimeoutError:
-            entry.signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
-            result = BodyResult(error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s"))
+            entry.signal.abort(
+                ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout"
+            )
+            result = BodyResult(
+                error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
+            )
         except asyncio.CancelledError:
             result = BodyResult()
         self._complete(entry, result)
@@ -408,11 +436,15 @@ class Worker:
         if error_text is None:
             self._complete(entry, BodyResult(output_json=output_json))
         else:
-            self._complete(entry, BodyResult(error=attempt_mod.RemoteJobError(error_text, retryable)))
+            self._complete(
+                entry, BodyResult(error=attempt_mod.RemoteJobError(error_text, retryable))
+            )
 
     # ------------------------------------------------------------------ outcomes
 
-    def _complete(self, entry: InFlight, result: BodyResult | None, *, expired: bool = False) -> None:
+    def _complete(
+        self, entry: InFlight, result: BodyResult | None, *, expired: bool = False
+    ) -> None:
         """Called on the body's thread when it returns (or at once for an expired job)."""
         with self._lock:
             self._inflight.pop(entry.claimed.id, None)
@@ -422,7 +454,10 @@ class Worker:
             entry.settled = True
         if expired:
             settlement: Settlement | None = Settlement(
-                id=entry.claimed.id, token=entry.claimed.lease_token, state=JobState.CANCELLED, error=EXPIRE_ERROR
+                id=entry.claimed.id,
+                token=entry.claimed.lease_token,
+                state=JobState.CANCELLED,
+                error=EXPIRE_ERROR,
             )
         else:
             assert result is not None
@@ -479,7 +514,10 @@ class Worker:
         for s in batch:
             if s.id not in matched:
                 counts.fenced += 1
-                log.warning("ujobs.worker.fenced: job %s: the lease was gone, the write changed nothing", s.id)
+                log.warning(
+                    "ujobs.worker.fenced: job %s: the lease was gone, the write changed nothing",
+                    s.id,
+                )
             elif s.uncount:
                 counts.handed_back += 1
             elif s.state is JobState.DONE:
@@ -501,7 +539,11 @@ class Worker:
 
     def _held_leases(self) -> list[tuple[UUID, UUID]]:
         with self._lock:
-            return [(e.claimed.id, e.claimed.lease_token) for e in self._inflight.values() if not e.settled]
+            return [
+                (e.claimed.id, e.claimed.lease_token)
+                for e in self._inflight.values()
+                if not e.settled
+            ]
 
     def _lease_lost(self, job_id: UUID, state: JobState | None) -> None:
         with self._lock:
@@ -511,7 +553,9 @@ class Worker:
         if state is JobState.CANCELLED:
             self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
         else:
-            self._abort(entry, ErrorCode.LEASE_LOST, "the lease was lost; another worker may own the job")
+            self._abort(
+                entry, ErrorCode.LEASE_LOST, "the lease was lost; another worker may own the job"
+            )
         self._drop_if_unstarted(entry)
 
     def _cancel_notified(self, payload: str) -> None:
@@ -535,7 +579,11 @@ class Worker:
     def _check_deadlines(self) -> None:
         now = time.monotonic()
         with self._lock:
-            late = [e for e in self._inflight.values() if e.deadline is not None and now >= e.deadline and not e.settled]
+            late = [
+                e
+                for e in self._inflight.values()
+                if e.deadline is not None and now >= e.deadline and not e.settled
+            ]
         for entry in late:
             timeout = entry.definition.timeout_s
             reason = f"the attempt ran past its {timeout}s timeout"
@@ -546,7 +594,10 @@ class Worker:
                     continue
                 entry.settled = True
             self._record_settlement(
-                entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(error=error), entry.signal)
+                entry,
+                attempt_mod.settle(
+                    entry.definition, entry.claimed, BodyResult(error=error), entry.signal
+                ),
             )
 
     def _hand_back_unstarted(self) -> None:
@@ -560,5 +611,6 @@ class Worker:
                         continue
                 entry.signal.abort(ErrorCode.WORKER_DRAINING, "handed back before it started")
                 self._record_settlement(
-                    entry, attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal)
+                    entry,
+                    attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal),
                 )

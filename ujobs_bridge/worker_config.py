@@ -42,17 +42,25 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.queues is not None:
             if not self.queues:
-                raise ConfigError("the worker was given an empty queue list", hint="pass -Q with at least one queue, or omit it")
+                raise ConfigError(
+                    "the worker was given an empty queue list",
+                    hint="pass -Q with at least one queue, or omit it",
+                )
             for name in self.queues:
                 validation.queue_name(name)
         validation.positive_int("concurrency (-c)", self.concurrency, maximum=1024)
         if self.pool not in POOLS:
-            raise ConfigError(f"pool {self.pool!r} is not known", hint=f"use --pool {' or --pool '.join(POOLS)}")
+            raise ConfigError(
+                f"pool {self.pool!r} is not known", hint=f"use --pool {' or --pool '.join(POOLS)}"
+            )
         validation.positive_int("prefetch_multiplier", self.prefetch_multiplier, maximum=1000)
         validation.positive_int("claim_batch", self.claim_batch, maximum=10_000)
         lease = validation.seconds("lease", self.lease_s)
         if lease < 2:
-            raise ConfigError(f"lease is {lease}s, too short to renew reliably", hint="set the lease to at least 2 seconds")
+            raise ConfigError(
+                f"lease is {lease}s, too short to renew reliably",
+                hint="set the lease to at least 2 seconds",
+            )
         beat = self.heartbeat_interval_s
         if beat >= lease / 2:
             raise ConfigError(

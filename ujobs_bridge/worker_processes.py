@@ -11,6 +11,7 @@ What it is not: a lease keeper. Leases, fencing and outcomes stay in the parent.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 from typing import Any
 
@@ -37,7 +38,7 @@ def child_run(name: str, job_input: Any) -> tuple[str | None, str | None, bool]:
     try:
         args, kwargs = payload.decode_input(job_input)
         value = definition.fn(*args, **kwargs)
-        if definition.is_async:
+        if inspect.iscoroutine(value):
             value = asyncio.run(value)
         return payload.dumps(value, what=f"the result of job {name!r}"), None, False
     except Exception as exc:

@@ -49,7 +49,9 @@ def status(dsn: str | None, as_json: bool) -> None:
         print_json(
             {
                 "database": resolved.masked,
-                "applied": [{"version": m.version, "name": m.name, "applied_at": m.applied_at} for m in done],
+                "applied": [
+                    {"version": m.version, "name": m.name, "applied_at": m.applied_at} for m in done
+                ],
                 "pending": [{"version": m.version, "name": m.name} for m in pending],
             }
         )

@@ -28,7 +28,9 @@ def _introspector(dsn: str | None, as_json: bool) -> Introspector:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str, ensure_ascii=False) if not isinstance(value, str) else value
+    text = (
+        json.dumps(value, default=str, ensure_ascii=False) if not isinstance(value, str) else value
+    )
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -51,8 +53,13 @@ def _table(records: list[JobRecord], title: str) -> Table:
     for r in records:
         error = (r.last_error or "").strip().splitlines()
         table.add_row(
-            str(r.id), r.name, r.queue, r.state.value, f"{r.attempt}/{r.max_attempts}",
-            _when(r.run_at), _short(error[-1] if error else "", 50),
+            str(r.id),
+            r.name,
+            r.queue,
+            r.state.value,
+            f"{r.attempt}/{r.max_attempts}",
+            _when(r.run_at),
+            _short(error[-1] if error else "", 50),
         )
     return table
 
@@ -63,13 +70,22 @@ def jobs() -> None:
 
 
 @jobs.command("ls")
-@click.option("--state", default=None, help="ready, running, sleeping, waiting, done, dead or cancelled.")
+@click.option(
+    "--state", default=None, help="ready, running, sleeping, waiting, done, dead or cancelled."
+)
 @click.option("--queue", default=None)
 @click.option("--name", default=None)
 @click.option("--limit", default=50, show_default=True, type=int)
 @dsn_option
 @json_option
-def ls(state: str | None, queue: str | None, name: str | None, limit: int, dsn: str | None, as_json: bool) -> None:
+def ls(
+    state: str | None,
+    queue: str | None,
+    name: str | None,
+    limit: int,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
     """List jobs, newest first."""
     try:
         parsed = parse_state(state)
@@ -78,7 +94,7 @@ def ls(state: str | None, queue: str | None, name: str | None, limit: int, dsn: 
         validation.positive_int("--limit", limit, maximum=10_000)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    records = _introspector(dsn, as_json).list(state=parsed, queue=queue, name=name, limit=limit)
+    records = _introspector(dsn, as_json).jobs(state=parsed, queue=queue, name=name, limit=limit)
     if as_json:
         print_json([_record_json(r, False) for r in records])
     else:
@@ -87,7 +103,11 @@ def ls(state: str | None, queue: str | None, name: str | None, limit: int, dsn: 
 
 @jobs.command()
 @click.argument("job_id")
-@click.option("--show-input", is_flag=True, help="Print inputs and outputs without redacting secret-looking keys.")
+@click.option(
+    "--show-input",
+    is_flag=True,
+    help="Print inputs and outputs without redacting secret-looking keys.",
+)
 @dsn_option
 @json_option
 def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
@@ -153,7 +173,17 @@ def stats(dsn: str | None, as_json: bool) -> None:
     """Jobs per queue and state."""
     rows = _introspector(dsn, as_json).stats()
     if as_json:
-        print_json([{"queue": r.queue, "state": r.state.value, "jobs": r.jobs, "oldest_run_at": r.oldest_run_at} for r in rows])
+        print_json(
+            [
+                {
+                    "queue": r.queue,
+                    "state": r.state.value,
+                    "jobs": r.jobs,
+                    "oldest_run_at": r.oldest_run_at,
+                }
+                for r in rows
+            ]
+        )
         return
     table = Table(title="jobs by queue and state")
     for col in ("queue", "state", "jobs", "oldest run at"):

@@ -36,15 +36,69 @@ from .options import database, dsn_option
 
 
 @click.command()
-@click.option("-A", "--app", "app_spec", required=True, metavar="MODULE[:ATTR]", help="Where the jobs are declared.")
-@click.option("-Q", "--queues", default=None, metavar="Q1,Q2", help="Queues to consume. Default: every queue a loaded job declares.")
-@click.option("-c", "--concurrency", default=DEFAULT_CONCURRENCY, type=int, show_default=True, help="Bodies running at once.")
-@click.option("--pool", default="threads", show_default=True, help=f"Where bodies run: {', '.join(POOLS)}.")
-@click.option("--prefetch-multiplier", default=DEFAULT_PREFETCH_MULTIPLIER, type=int, show_default=True, help="Jobs held per slot (claimed ahead, leased).")
-@click.option("--lease", "lease_s", default=DEFAULT_LEASE_S, type=float, show_default=True, help="Lease seconds; renewed every lease/3.")
-@click.option("--poll", "poll_s", default=DEFAULT_POLL_S, type=float, show_default=True, help="Seconds between polls when no notification arrives.")
-@click.option("--shutdown-timeout", "shutdown_s", default=DEFAULT_SHUTDOWN_TIMEOUT_S, type=float, show_default=True, help="Seconds SIGTERM waits for running bodies before handing them back.")
-@click.option("--loglevel", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "-A",
+    "--app",
+    "app_spec",
+    required=True,
+    metavar="MODULE[:ATTR]",
+    help="Where the jobs are declared.",
+)
+@click.option(
+    "-Q",
+    "--queues",
+    default=None,
+    metavar="Q1,Q2",
+    help="Queues to consume. Default: every queue a loaded job declares.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    default=DEFAULT_CONCURRENCY,
+    type=int,
+    show_default=True,
+    help="Bodies running at once.",
+)
+@click.option(
+    "--pool", default="threads", show_default=True, help=f"Where bodies run: {', '.join(POOLS)}."
+)
+@click.option(
+    "--prefetch-multiplier",
+    default=DEFAULT_PREFETCH_MULTIPLIER,
+    type=int,
+    show_default=True,
+    help="Jobs held per slot (claimed ahead, leased).",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    default=DEFAULT_LEASE_S,
+    type=float,
+    show_default=True,
+    help="Lease seconds; renewed every lease/3.",
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    default=DEFAULT_POLL_S,
+    type=float,
+    show_default=True,
+    help="Seconds between polls when no notification arrives.",
+)
+@click.option(
+    "--shutdown-timeout",
+    "shutdown_s",
+    default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+    type=float,
+    show_default=True,
+    help="Seconds SIGTERM waits for running bodies before handing them back.",
+)
+@click.option(
+    "--loglevel",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @dsn_option
 def worker(
     app_spec: str,
@@ -59,7 +113,9 @@ def worker(
     dsn: str | None,
 ) -> None:
     """Run jobs. SIGTERM drains: no new claims, running bodies finish or are handed back."""
-    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         config = WorkerConfig(
             queues=tuple(validation.queue_list(queues)) if queues is not None else None,

@@ -71,17 +71,23 @@ def job_enqueue(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> JobRef:
     row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
     if row is not None:
         return JobRef(row[0], spec.name)
-    existing = conn.execute(q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}).fetchone()
+    existing = conn.execute(
+        q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
+    ).fetchone()
     if existing is None:  # the live holder finished between the two statements: try once more
         row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
         if row is not None:
             return JobRef(row[0], spec.name)
-        existing = conn.execute(q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}).fetchone()
+        existing = conn.execute(
+            q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
+        ).fetchone()
         assert existing is not None
     return JobRef(existing[0], spec.name, existing=True)
 
 
-def job_enqueue_many(conn: Conn, specs: Sequence[EnqueueSpec], now: datetime | None) -> list[JobRef]:
+def job_enqueue_many(
+    conn: Conn, specs: Sequence[EnqueueSpec], now: datetime | None
+) -> list[JobRef]:
     """One statement for the whole batch; keys already live answer with their existing job."""
     if not specs:
         return []
@@ -175,7 +181,9 @@ def job_states(conn: Conn, ids: Sequence[UUID]) -> dict[UUID, tuple[JobState, UU
     return {row[0]: (JobState(row[1]), row[2]) for row in rows}
 
 
-def job_rescue(conn: Conn, *, limit: int, error: str, now: datetime | None) -> list[tuple[UUID, JobState]]:
+def job_rescue(
+    conn: Conn, *, limit: int, error: str, now: datetime | None
+) -> list[tuple[UUID, JobState]]:
     rows = conn.execute(q("job_rescue"), {"limit": limit, "error": error, "now": now}).fetchall()
     return [(row[0], JobState(row[1])) for row in rows]
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
-from typing import LiteralString, cast
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -54,7 +54,7 @@ def available() -> list[Migration]:
                 hint="rename it to a four-digit number, an underscore and a lowercase name",
             )
         # Shipped with the package: vouched for as a literal.
-        text = cast(LiteralString, entry.read_text(encoding="utf-8"))
+        text: LiteralString = entry.read_text(encoding="utf-8")
         found.append(Migration(int(match.group(1)), match.group(2), text))
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
@@ -67,39 +67,38 @@ def available() -> list[Migration]:
     return found
 
 
-def applied(conn: psycopg.Connection[object]) -> list[AppliedMigration]:
+def applied(conn: psycopg.Connection[Any]) -> list[AppliedMigration]:
     row = conn.execute(q("schema_table_exists")).fetchone()
-    if row is None or not row[0]:  # type: ignore[index]
+    if row is None or not row[0]:
         return []
     rows = conn.execute(q("schema_versions")).fetchall()
-    return [AppliedMigration(int(r[0]), str(r[1]), r[2]) for r in rows]  # type: ignore[index]
+    return [AppliedMigration(int(r[0]), str(r[1]), r[2]) for r in rows]
 
 
 def upgrade(dsn: str) -> list[Migration]:
     """Apply every pending migration; returns what this call applied (empty if up to date)."""
     ran: list[Migration] = []
-    with psycopg.connect(dsn, autocommit=False) as conn:
-        with conn.transaction():
-            conn.execute(q("schema_lock"))
-            conn.execute(q("schema_version_table"))
-            done = {m.version for m in applied(conn)}
-            shipped = available()
-            newest = max((m.version for m in shipped), default=0)
-            if done and max(done) > newest:
-                raise SchemaError(
-                    f"the database schema is at version {max(done)}, newer than this package ({newest})",
-                    code=ErrorCode.SCHEMA_NEWER,
-                    hint="upgrade ujobs-bridge on this machine to the version that migrated the database",
-                )
-            for migration in shipped:
-                if migration.version in done:
-                    continue
-                conn.execute(migration.sql)
-                conn.execute(
-                    q("schema_version_record"),
-                    {"version": migration.version, "name": migration.name},
-                )
-                ran.append(migration)
+    with psycopg.connect(dsn, autocommit=False) as conn, conn.transaction():
+        conn.execute(q("schema_lock"))
+        conn.execute(q("schema_version_table"))
+        done = {m.version for m in applied(conn)}
+        shipped = available()
+        newest = max((m.version for m in shipped), default=0)
+        if done and max(done) > newest:
+            raise SchemaError(
+                f"the database schema is at version {max(done)}, newer than this package ({newest})",
+                code=ErrorCode.SCHEMA_NEWER,
+                hint="upgrade ujobs-bridge on this machine to the version that migrated the database",
+            )
+        for migration in shipped:
+            if migration.version in done:
+                continue
+            conn.execute(migration.sql)
+            conn.execute(
+                q("schema_version_record"),
+                {"version": migration.version, "name": migration.name},
+            )
+            ran.append(migration)
     return ran
 
 
