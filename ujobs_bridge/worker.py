@@ -27,16 +27,15 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
 from . import attempt as attempt_mod
+from .ack_batch import AckBatch
 from .attempt import BodyResult
 from .clock import SYSTEM_CLOCK, Clock
-from .context import AttemptSignal
 from .drivers.postgres import driver
 from .errors import AttemptAborted, ConfigError, ErrorCode
 from .heartbeat import Heartbeat
@@ -45,6 +44,7 @@ from .listener import Listener
 from .records import ClaimedJob, JobState, Settlement
 from .worker_config import WorkerConfig
 from .worker_processes import child_init, child_run
+from .worker_stopping import AttemptStopping, InFlight
 
 log = logging.getLogger("ujobs.worker")
 
@@ -55,29 +55,7 @@ EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
 SWEEP_LIMIT = 1000
 
 
-@dataclass(slots=True, eq=False)
-class InFlight:
-    claimed: ClaimedJob
-    definition: JobDefinition[Any, Any]
-    signal: AttemptSignal = field(default_factory=AttemptSignal)
-    future: Future[Any] | None = None
-    deadline: float | None = None  # monotonic
-    settled: bool = False  # an outcome was already written (timeout, drain, lease lost)
-
-
-@dataclass(slots=True)
-class WorkerCounts:
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    cancelled: int = 0
-    handed_back: int = 0
-    fenced: int = 0
-    rescued: int = 0
-
-
-class Worker:
+class Worker(AttemptStopping):
     def __init__(
         self,
         dsn: str,
@@ -106,11 +84,12 @@ class Worker:
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.counts = WorkerCounts()
+        self.acks = AckBatch(
+            threshold=self.config.capacity // 2, interval_s=self.config.ack_interval_s
+        )
+        self.counts = self.acks.counts
         self._lock = threading.Lock()
         self._inflight: dict[UUID, InFlight] = {}
-        self._pending: list[Settlement] = []
-        self._pending_since = 0.0
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._hurry = threading.Event()
@@ -190,6 +169,10 @@ class Worker:
             self._executor.shutdown(wait=False, cancel_futures=True)
         if self._aloop is not None:
             self._aloop.call_soon_threadsafe(self._aloop.stop)
+            if self._aloop_thread is not None:
+                self._aloop_thread.join(timeout=5)
+            if not self._aloop.is_running():
+                self._aloop.close()
         if self._conn is not None:
             self._conn.close()
         self._stopped.set()
@@ -273,7 +256,7 @@ class Worker:
             if more:
                 continue
             with self._lock:
-                pending = bool(self._pending)
+                pending = bool(self.acks)
                 timed = any(e.deadline is not None for e in self._inflight.values())
             wait = self.config.poll_s
             if pending:
@@ -306,9 +289,9 @@ class Worker:
                 matched = driver.job_settle(conn, batch, self.clock.sql_now()) if batch else set()
                 rows = self._claim_rows(want) if want else []
         except psycopg.Error:
-            self._restore(batch)
+            self.acks.restore(batch)
             raise
-        self._count_settled(batch, matched)
+        self.acks.written(batch, matched)
         self._start(rows)
         return want > 0 and len(rows) == want
 
@@ -464,38 +447,10 @@ class Worker:
             settlement = attempt_mod.settle(entry.definition, entry.claimed, result, entry.signal)
         self._record_settlement(entry, settlement)
 
-    def _record_settlement(self, entry: InFlight, settlement: Settlement | None) -> None:
-        entry.settled = True
-        if settlement is None:
-            self._wake.set()
-            return
-        with self._lock:
-            if not self._pending:
-                self._pending_since = time.monotonic()
-            self._pending.append(settlement)
-        if not self._wake.is_set():
-            self._wake.set()
-
     def _take_due(self, *, force: bool = False) -> list[Settlement]:
         with self._lock:
-            if not self._pending:
-                return []
-            due = (
-                force
-                or not self._inflight
-                or len(self._pending) >= max(1, self.config.capacity // 2)
-                or time.monotonic() - self._pending_since >= self.config.ack_interval_s
-            )
-            if not due:
-                return []
-            batch, self._pending = self._pending, []
-            return batch
-
-    def _restore(self, batch: list[Settlement]) -> None:
-        """Keep outcomes whose write failed: a repeat is fenced by the token if it landed."""
-        if batch:
-            with self._lock:
-                self._pending = batch + self._pending
+            idle = not self._inflight
+        return self.acks.take_due(force=force, idle=idle)
 
     def _flush(self, *, force: bool = False) -> int:
         batch = self._take_due(force=force)
@@ -504,113 +459,7 @@ class Worker:
         try:
             matched = driver.job_settle(self._connection(), batch, self.clock.sql_now())
         except psycopg.Error:
-            self._restore(batch)
+            self.acks.restore(batch)
             raise
-        self._count_settled(batch, matched)
+        self.acks.written(batch, matched)
         return len(batch)
-
-    def _count_settled(self, batch: list[Settlement], matched: set[UUID]) -> None:
-        counts = self.counts
-        for s in batch:
-            if s.id not in matched:
-                counts.fenced += 1
-                log.warning(
-                    "ujobs.worker.fenced: job %s: the lease was gone, the write changed nothing",
-                    s.id,
-                )
-            elif s.uncount:
-                counts.handed_back += 1
-            elif s.state is JobState.DONE:
-                counts.done += 1
-            elif s.state is JobState.READY:
-                counts.retried += 1
-            elif s.state is JobState.DEAD:
-                counts.dead += 1
-            else:
-                counts.cancelled += 1
-
-    # ------------------------------------------------------------------ stopping bodies
-
-    def _abort(self, entry: InFlight, code: ErrorCode, reason: str) -> None:
-        entry.signal.abort(code, reason)
-        future = entry.future
-        if future is not None and entry.definition.is_async and self.config.pool == "threads":
-            future.cancel()
-
-    def _held_leases(self) -> list[tuple[UUID, UUID]]:
-        with self._lock:
-            return [
-                (e.claimed.id, e.claimed.lease_token)
-                for e in self._inflight.values()
-                if not e.settled
-            ]
-
-    def _lease_lost(self, job_id: UUID, state: JobState | None) -> None:
-        with self._lock:
-            entry = self._inflight.get(job_id)
-        if entry is None:
-            return
-        if state is JobState.CANCELLED:
-            self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
-        else:
-            self._abort(
-                entry, ErrorCode.LEASE_LOST, "the lease was lost; another worker may own the job"
-            )
-        self._drop_if_unstarted(entry)
-
-    def _cancel_notified(self, payload: str) -> None:
-        try:
-            job_id = UUID(payload)
-        except ValueError:
-            return
-        with self._lock:
-            entry = self._inflight.get(job_id)
-        if entry is not None:
-            self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
-            self._drop_if_unstarted(entry)
-
-    def _drop_if_unstarted(self, entry: InFlight) -> None:
-        if entry.future is not None and entry.future.cancel():
-            with self._lock:
-                self._inflight.pop(entry.claimed.id, None)
-            entry.settled = True
-            self._wake.set()
-
-    def _check_deadlines(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            late = [
-                e
-                for e in self._inflight.values()
-                if e.deadline is not None and now >= e.deadline and not e.settled
-            ]
-        for entry in late:
-            timeout = entry.definition.timeout_s
-            reason = f"the attempt ran past its {timeout}s timeout"
-            self._abort(entry, ErrorCode.JOB_TIMEOUT, reason)
-            error = AttemptAborted(ErrorCode.JOB_TIMEOUT, reason)
-            with self._lock:
-                if entry.settled:
-                    continue
-                entry.settled = True
-            self._record_settlement(
-                entry,
-                attempt_mod.settle(
-                    entry.definition, entry.claimed, BodyResult(error=error), entry.signal
-                ),
-            )
-
-    def _hand_back_unstarted(self) -> None:
-        with self._lock:
-            entries = list(self._inflight.values())
-        for entry in entries:
-            if entry.future is not None and entry.future.cancel():
-                with self._lock:
-                    self._inflight.pop(entry.claimed.id, None)
-                    if entry.settled:
-                        continue
-                entry.signal.abort(ErrorCode.WORKER_DRAINING, "handed back before it started")
-                self._record_settlement(
-                    entry,
-                    attempt_mod.settle(entry.definition, entry.claimed, BodyResult(), entry.signal),
-                )

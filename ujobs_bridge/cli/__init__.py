@@ -13,8 +13,10 @@ import sys
 from typing import Any
 
 import click
+import psycopg
 
-from ..errors import UjobsError
+from ..dsn import mask_dsn
+from ..errors import DatabaseUnavailableError, UjobsError
 from .db import db
 from .demo import demo
 from .jobs import jobs
@@ -27,6 +29,13 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UjobsError as exc:
             click.echo(f"error: {exc.render()}", err=True)
+            sys.exit(1)
+        except psycopg.OperationalError as exc:
+            error = DatabaseUnavailableError(
+                f"the database could not be reached: {mask_dsn(str(exc)).strip()}",
+                hint="check that Postgres is running and the DSN (--dsn / UJOBS_DATABASE_URL) is right",
+            )
+            click.echo(f"error: {error.render()}", err=True)
             sys.exit(1)
 
 

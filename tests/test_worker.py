@@ -1,0 +1,205 @@
+"""The worker in-process, driven by ``tick()`` with a frozen clock: outcomes a user sees in the
+job rows (done, retried with backoff, dead-lettered, expired, cancelled, timed out)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import wait_for
+
+from apps import basic_jobs
+from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
+from ujobs_bridge.client import Client
+from ujobs_bridge.introspect import Introspector
+from ujobs_bridge.registry import from_module
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    basic_jobs.CALLS.clear()
+    basic_jobs.FAILURES_LEFT.clear()
+    basic_jobs.STARTED.clear()
+
+
+@pytest.fixture
+def make_worker(dsn: str, clock: FrozenClock) -> Iterator[Any]:
+    made: list[Worker] = []
+
+    def make(**config: Any) -> Worker:
+        frozen = config.pop("frozen", True)
+        worker = Worker(
+            dsn,
+            from_module(basic_jobs),
+            WorkerConfig(**{"queues": ("basic",), **config}),
+            clock=clock if frozen else SystemClock(),
+        )
+        made.append(worker)
+        return worker
+
+    yield make
+    for w in made:
+        w.stop(timeout_s=2)
+
+
+def row(db: psycopg.Connection[Any], job_id: Any) -> dict[str, Any]:
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    found = cur.execute(
+        "select state, attempt, output, last_error, run_at, lease_token from x_jobs where id = %s", (job_id,)
+    ).fetchone()
+    assert found is not None
+    return found
+
+
+def test_a_job_runs_once_and_stores_its_result(frozen_client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.add.configure(client=frozen_client).enqueue(2, 3)
+    assert make_worker().tick() == 1
+    r = row(db, ref.id)
+    assert (r["state"], r["attempt"], r["output"], r["lease_token"]) == ("done", 1, 5, None)
+    assert basic_jobs.CALLS["add"] == 1
+
+
+def test_a_failure_is_retried_after_its_backoff_then_succeeds(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+    basic_jobs.FAILURES_LEFT["a"] = 2
+    ref = basic_jobs.flaky.configure(client=frozen_client).enqueue("a")
+    worker = make_worker()
+    assert worker.tick() == 1
+    r = row(db, ref.id)
+    assert (r["state"], r["attempt"]) == ("ready", 1)
+    assert r["run_at"] == clock.now() + timedelta(seconds=10)  # backoff 10 s, no jitter
+    assert "Transient: transient failure of a" in r["last_error"]
+    assert worker.tick() == 0  # not due yet: the clock has not moved
+    clock.advance(timedelta(seconds=10))
+    assert worker.tick() == 1
+    r = row(db, ref.id)
+    assert (r["state"], r["attempt"], r["run_at"]) == ("ready", 2, clock.now() + timedelta(seconds=20))  # exponential
+    clock.advance(timedelta(seconds=20))
+    assert worker.tick() == 1
+    r = row(db, ref.id)
+    assert (r["state"], r["attempt"], r["output"]) == ("done", 3, "a")
+    assert basic_jobs.CALLS["flaky:a"] == 3
+
+
+def test_a_job_that_keeps_failing_is_dead_lettered_after_max_attempts(frozen_client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.always_fails.configure(client=frozen_client).enqueue()
+    worker = make_worker()
+    worker.tick()
+    worker.tick()
+    assert worker.tick() == 0
+    r = row(db, ref.id)
+    assert (r["state"], r["attempt"]) == ("dead", 2)
+    assert "this job never works" in r["last_error"]
+    assert basic_jobs.CALLS["always_fails"] == 2
+    dead = Introspector(db.info.dsn).dead()
+    assert [d.id for d in dead] == [ref.id]
+
+
+def test_only_listed_exceptions_are_retried(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+    permanent = basic_jobs.picky.configure(client=frozen_client).enqueue("permanent")
+    transient = basic_jobs.picky.configure(client=frozen_client).enqueue("transient")
+    make_worker().tick()
+    assert row(db, permanent.id)["state"] == "dead"
+    assert row(db, transient.id)["state"] == "ready"
+
+
+def test_backoff_is_capped_and_jittered() -> None:
+    from ujobs_bridge import RetryPolicy
+
+    policy = RetryPolicy(max_attempts=20, backoff_base_s=1, backoff_cap_s=60, random=lambda: 0.5)
+    delays = [policy.delay_s(a) for a in range(1, 12)]
+    assert delays[:3] == [0.75, 1.5, 3.0]  # half fixed + half * 0.5
+    assert max(delays) == 45.0  # cap 60, jittered
+    low = RetryPolicy(backoff_base_s=8, random=lambda: 0.0).delay_s(1)
+    high = RetryPolicy(backoff_base_s=8, random=lambda: 0.999).delay_s(1)
+    assert low == 4 and 7.9 < high < 8
+
+
+def test_an_expired_job_is_skipped_not_run(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.add.configure(client=frozen_client, expires=30).enqueue(1, 1)
+    clock.advance(timedelta(seconds=31))
+    make_worker().tick()
+    r = row(db, ref.id)
+    assert r["state"] == "cancelled" and "UJ_JOB_EXPIRED" in r["last_error"]
+    assert basic_jobs.CALLS["add"] == 0
+
+
+def test_jobs_of_other_queues_are_left_alone(frozen_client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.other_queue.configure(client=frozen_client).enqueue()
+    make_worker().tick()
+    assert row(db, ref.id)["state"] == "ready"
+    make_worker(queues=("other",)).tick()
+    assert row(db, ref.id)["state"] == "done"
+
+
+def test_async_jobs_run_on_the_event_loop(frozen_client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.async_double.configure(client=frozen_client).enqueue(21)
+    make_worker().tick()
+    assert row(db, ref.id)["output"] == 42
+
+
+def test_a_result_that_is_not_json_dead_letters_with_the_job_name(frozen_client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.returns_object.configure(client=frozen_client).enqueue()
+    make_worker().tick()
+    r = row(db, ref.id)
+    assert r["state"] == "dead" and "apps.basic_jobs.returns_object" in r["last_error"]
+
+
+def test_a_per_attempt_timeout_stops_the_body_and_fails_the_attempt(client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.too_slow.configure(client=client).enqueue()
+    worker = make_worker(frozen=False, poll_s=0.05)
+    worker.start()
+    wait_for(lambda: row(db, ref.id)["state"] == "dead", timeout=15, what="the job to time out twice")
+    r = row(db, ref.id)
+    assert r["attempt"] == 2 and "UJ_JOB_TIMEOUT" in r["last_error"]
+
+
+def test_cancelling_a_running_job_reaches_its_body(client: Client, make_worker: Any, db: Any) -> None:
+    ref = basic_jobs.waits_for_cancel.configure(client=client).enqueue()
+    worker = make_worker(frozen=False)
+    worker.start()
+    assert basic_jobs.STARTED.wait(10)
+    Introspector(db.info.dsn).cancel(ref.id)
+    wait_for(lambda: worker.in_flight() == 0, timeout=5, what="the body to stop")
+    r = row(db, ref.id)
+    assert r["state"] == "cancelled" and r["output"] is None
+    assert basic_jobs.CALLS["waits_for_cancel"] == 1
+
+
+def test_an_idle_worker_is_woken_by_notify_not_by_polling(client: Client, make_worker: Any, db: Any) -> None:
+    worker = make_worker(frozen=False, poll_s=60)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the notified worker to run the job")
+
+
+def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
+    worker = make_worker()
+    worker.stop(timeout_s=0)
+    worker.stop(timeout_s=0)
+
+
+def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client: Client, db: Any) -> None:
+    from ujobs_bridge import registry
+
+    ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
+    worker = Worker(dsn, registry.load("apps.basic_jobs"), WorkerConfig(queues=("basic",), pool="processes", concurrency=1), app_spec="apps.basic_jobs")
+    try:
+        assert worker.tick() == 1
+    finally:
+        worker.stop(timeout_s=2)
+    assert row(db, ref.id)["output"] == 42
+
+
+def test_two_jobs_under_one_name_are_refused() -> None:
+    from ujobs_bridge import ConfigError, job
+    from ujobs_bridge.registry import build
+
+    a = job(name="same.name")(lambda: None)
+    b = job(name="same.name")(lambda: None)
+    with pytest.raises(ConfigError, match="two jobs are named"):
+        build([a, b])
+
