@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +30,7 @@ import psycopg
 from . import validation
 from .drivers.postgres.driver import EnqueueSpec
 from .errors import ConfigError, ErrorCode
+from .ids import new_job_id
 from .payload import encode_input
 from .records import JobRef
 from .retry import DEFAULT_BACKOFF_BASE_S, DEFAULT_BACKOFF_CAP_S, DEFAULT_MAX_ATTEMPTS, RetryPolicy
@@ -136,7 +136,7 @@ class EnqueueRequest:
         d, o = self.definition, self.options
         expires_in = o.expires_in_s if o.expires_in_s is not None else d.expires_s
         return EnqueueSpec(
-            id=uuid.uuid4(),
+            id=new_job_id(),
             name=d.name,
             queue=o.queue or d.queue,
             input_json=encode_input(self.args, self.kwargs, job_name=d.name),

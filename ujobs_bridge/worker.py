@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from typing import Any
 from uuid import UUID
 
@@ -35,8 +35,10 @@ import psycopg
 from . import attempt as attempt_mod
 from .ack_batch import AckBatch
 from .attempt import BodyResult
+from .body_threads import BodyThreads
 from .clock import SYSTEM_CLOCK, Clock
 from .drivers.postgres import driver
+from .drivers.postgres.sql import q
 from .errors import AttemptAborted, ConfigError, ErrorCode
 from .heartbeat import Heartbeat
 from .job import JobDefinition
@@ -97,6 +99,7 @@ class Worker(AttemptStopping):
         self._loop_thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._executor: Executor | None = None
+        self._threads: BodyThreads[InFlight] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
         self._last_sweep = 0.0
@@ -167,6 +170,8 @@ class Worker(AttemptStopping):
         self.listener.stop()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._threads is not None:
+            self._threads.shutdown()
         if self._aloop is not None:
             self._aloop.call_soon_threadsafe(self._aloop.stop)
             if self._aloop_thread is not None:
@@ -195,21 +200,22 @@ class Worker(AttemptStopping):
         with self._lock:
             return len(self._inflight)
 
-    def tick(self) -> int:
+    def tick(self, *, timeout_s: float = 30.0) -> int:
         """One pass for tests: sweep, claim one batch, run it to the end, write the outcomes."""
         self._ensure_runtime()
         self._sweep(force=True)
         claimed = self._claim(self.config.capacity)
-        for entry in claimed:
-            if entry.future is not None:
-                try:
-                    entry.future.result()
-                except BaseException:  # the outcome was recorded by the completion path
-                    log.debug("tick: body future raised", exc_info=True)
+        deadline = time.monotonic() + timeout_s
+        ids = {e.claimed.id for e in claimed}
+        while time.monotonic() < deadline:
+            self._check_deadlines()
+            with self._lock:
+                if not ids & self._inflight.keys():
+                    break
+            self._wake.wait(0.01)
+            self._wake.clear()
         self._flush(force=True)
         return len(claimed)
-
-    # ------------------------------------------------------------------ runtime
 
     def _ensure_runtime(self) -> None:
         if self._conn is None or self._conn.closed:
@@ -219,7 +225,8 @@ class Worker(AttemptStopping):
                 application_name=f"ujobs:worker:{self.id}"[:63],
                 connect_timeout=5,
             )
-        if self._executor is None:
+            self._conn.execute(q("session_claims_async"))
+        if self._executor is None and self._threads is None:
             if self.config.pool == "processes":
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.config.concurrency,
@@ -227,9 +234,7 @@ class Worker(AttemptStopping):
                     initargs=(self.app_spec,),
                 )
             else:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self.config.concurrency, thread_name_prefix="ujobs-body"
-                )
+                self._threads = BodyThreads(self.config.concurrency, self._run_thread)
         if self._aloop is None and any(d.is_async for d in self.registry.values()):
             loop = asyncio.new_event_loop()
             self._aloop = loop
@@ -284,16 +289,42 @@ class Worker(AttemptStopping):
         if not batch and not want:
             return False
         conn = self._connection()
+        now = self.clock.sql_now()
         try:
-            with conn.transaction():
-                matched = driver.job_settle(conn, batch, self.clock.sql_now()) if batch else set()
-                rows = self._claim_rows(want) if want else []
+            if batch and want:  # one round trip, one commit: outcomes durable, claims with them
+                queue = self._next_queue()
+                matched, rows = driver.job_settle_then_claim(
+                    conn,
+                    batch,
+                    durable=not self.config.async_acks,
+                    queue=queue,
+                    names=self.names,
+                    limit=want,
+                    token=uuid.uuid4(),
+                    lease_s=self.config.lease_s,
+                    worker=self.id,
+                    now=now,
+                )
+                if len(rows) < want and len(self.queues) > 1:
+                    rows += self._claim_rows(want - len(rows), skip=queue)
+            elif batch:
+                with conn.transaction():
+                    self._outcomes_durable(conn)
+                    matched = driver.job_settle(conn, batch, now)
+                rows = []
+            else:  # claims alone: autocommit, asynchronous commit (see queries.sql)
+                matched = set()
+                rows = self._claim_rows(want)
         except psycopg.Error:
             self.acks.restore(batch)
             raise
         self.acks.written(batch, matched)
         self._start(rows)
         return want > 0 and len(rows) == want
+
+    def _outcomes_durable(self, conn: psycopg.Connection[Any]) -> None:
+        if not self.config.async_acks:
+            conn.execute(q("tx_outcomes_durable"))
 
     def _sweep(self, *, force: bool = False) -> None:
         now = time.monotonic()
@@ -320,16 +351,22 @@ class Worker(AttemptStopping):
     def _claim(self, limit: int) -> list[InFlight]:
         return self._start(self._claim_rows(limit))
 
-    def _claim_rows(self, limit: int) -> list[ClaimedJob]:
+    def _next_queue(self) -> str:
+        queue = self.queues[self._queue_turn % len(self.queues)]
+        self._queue_turn += 1
+        return queue
+
+    def _claim_rows(self, limit: int, *, skip: str | None = None) -> list[ClaimedJob]:
         """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
         starting queue rotates so no queue starves another."""
         rows: list[ClaimedJob] = []
         token = uuid.uuid4()
-        count = len(self.queues)
-        for offset in range(count):
+        for _ in range(len(self.queues)):
             if len(rows) >= limit:
                 break
-            queue = self.queues[(self._queue_turn + offset) % count]
+            queue = self._next_queue()
+            if queue == skip:
+                continue
             rows += driver.job_claim(
                 self._connection(),
                 queue=queue,
@@ -340,7 +377,6 @@ class Worker(AttemptStopping):
                 worker=self.id,
                 now=self.clock.sql_now(),
             )
-        self._queue_turn += 1
         return rows
 
     def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
@@ -375,10 +411,14 @@ class Worker(AttemptStopping):
             assert self._aloop is not None
             entry.future = asyncio.run_coroutine_threadsafe(self._run_async(entry), self._aloop)
         else:
-            assert self._executor is not None
-            entry.future = self._executor.submit(self._run_thread, entry)
+            assert self._threads is not None
+            self._threads.submit(entry)
 
     def _run_thread(self, entry: InFlight) -> None:
+        with self._lock:
+            if entry.dropped:
+                return
+            entry.started = True
         if entry.signal.aborted:
             self._complete(entry, BodyResult())
             return
@@ -456,8 +496,11 @@ class Worker(AttemptStopping):
         batch = self._take_due(force=force)
         if not batch:
             return 0
+        conn = self._connection()
         try:
-            matched = driver.job_settle(self._connection(), batch, self.clock.sql_now())
+            with conn.transaction():
+                self._outcomes_durable(conn)
+                matched = driver.job_settle(conn, batch, self.clock.sql_now())
         except psycopg.Error:
             self.acks.restore(batch)
             raise

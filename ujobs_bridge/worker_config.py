@@ -16,7 +16,7 @@ from .errors import ConfigError
 
 POOLS = ("threads", "processes")
 DEFAULT_CONCURRENCY = 8
-DEFAULT_PREFETCH_MULTIPLIER = 4
+DEFAULT_PREFETCH_MULTIPLIER = 16
 DEFAULT_LEASE_S = 30.0
 DEFAULT_POLL_S = 1.0
 DEFAULT_SWEEP_S = 5.0
@@ -38,6 +38,9 @@ class WorkerConfig:
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     claim_batch: int = DEFAULT_CLAIM_BATCH
     ack_interval_s: float = DEFAULT_ACK_INTERVAL_S
+    # Opt-in: outcomes commit without waiting for the WAL flush. A server crash can then lose the
+    # last few hundred ms of outcomes; those jobs run again (at-least-once still holds).
+    async_acks: bool = False
 
     def __post_init__(self) -> None:
         if self.queues is not None:

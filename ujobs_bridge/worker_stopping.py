@@ -33,7 +33,9 @@ class InFlight:
     claimed: ClaimedJob
     definition: JobDefinition[Any, Any]
     signal: AttemptSignal = field(default_factory=AttemptSignal)
-    future: Future[Any] | None = None
+    future: Future[Any] | None = None  # async and process bodies; thread bodies use `started`
+    started: bool = False
+    dropped: bool = False  # taken back before it started: a body thread must skip it
     deadline: float | None = None  # monotonic
     settled: bool = False  # an outcome was already written (timeout, drain, lease lost)
 
@@ -94,8 +96,18 @@ class AttemptStopping:
             self._abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
             self._drop_if_unstarted(entry)
 
+    def _unstart(self, entry: InFlight) -> bool:
+        """Take back a job whose body has not started; True if it will never start."""
+        if entry.future is not None:
+            return entry.future.cancel()
+        with self._lock:
+            if entry.started:
+                return False
+            entry.dropped = True
+            return True
+
     def _drop_if_unstarted(self, entry: InFlight) -> None:
-        if entry.future is not None and entry.future.cancel():
+        if self._unstart(entry):
             with self._lock:
                 self._inflight.pop(entry.claimed.id, None)
             entry.settled = True
@@ -129,7 +141,7 @@ class AttemptStopping:
         with self._lock:
             entries = list(self._inflight.values())
         for entry in entries:
-            if entry.future is not None and entry.future.cancel():
+            if self._unstart(entry):
                 with self._lock:
                     self._inflight.pop(entry.claimed.id, None)
                     if entry.settled:

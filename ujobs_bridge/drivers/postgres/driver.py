@@ -120,6 +120,27 @@ def job_enqueue_many(
     return refs
 
 
+def _claim_params(
+    *,
+    queue: str,
+    names: Sequence[str],
+    limit: int,
+    token: UUID,
+    lease_s: float,
+    worker: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "names": list(names),
+        "limit": limit,
+        "token": token,
+        "lease_s": lease_s,
+        "worker": worker,
+        "now": now,
+    }
+
+
 def job_claim(
     conn: Conn,
     *,
@@ -131,25 +152,41 @@ def job_claim(
     worker: str,
     now: datetime | None,
 ) -> list[ClaimedJob]:
-    rows = conn.execute(
-        q("job_claim"),
-        {
-            "queue": queue,
-            "names": list(names),
-            "limit": limit,
-            "token": token,
-            "lease_s": lease_s,
-            "worker": worker,
-            "now": now,
-        },
-    ).fetchall()
+    params = _claim_params(
+        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
+    )
+    rows = conn.execute(q("job_claim"), params).fetchall()
     return [ClaimedJob(*row) for row in rows]
 
 
-def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:
-    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing)."""
-    if not settlements:
-        return set()
+def job_settle_then_claim(
+    conn: Conn,
+    settlements: Sequence[Settlement],
+    *,
+    durable: bool,
+    queue: str,
+    names: Sequence[str],
+    limit: int,
+    token: UUID,
+    lease_s: float,
+    worker: str,
+    now: datetime | None,
+) -> tuple[set[UUID], list[ClaimedJob]]:
+    """Write outcomes and claim the next batch in ONE transaction sent as ONE pipeline: a single
+    round trip and a single commit per worker cycle."""
+    claim = _claim_params(
+        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
+    )
+    with conn.pipeline(), conn.transaction():
+        if durable:
+            conn.execute(q("tx_outcomes_durable"))
+        settled = conn.execute(q("job_settle"), _settle_params(settlements, now))
+        claimed = conn.execute(q("job_claim"), claim)
+    matched = {row[0] for row in settled.fetchall()}
+    return matched, [ClaimedJob(*row) for row in claimed.fetchall()]
+
+
+def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:
     batch = json.dumps(
         [
             {
@@ -164,7 +201,14 @@ def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | No
             for s in settlements
         ]
     )
-    rows = conn.execute(q("job_settle"), {"batch": batch, "now": now}).fetchall()
+    return {"batch": batch, "now": now}
+
+
+def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:
+    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing)."""
+    if not settlements:
+        return set()
+    rows = conn.execute(q("job_settle"), _settle_params(settlements, now)).fetchall()
     return {row[0] for row in rows}
 
 

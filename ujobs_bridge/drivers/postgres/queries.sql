@@ -205,3 +205,12 @@ listen x_jobs_ready
 
 -- listen_cancel --
 listen x_jobs_cancel
+
+-- session_claims_async --
+-- The worker's claim connection commits claims without waiting for the WAL flush: a claim lost
+-- in a server crash only leaves the job ready again (a re-run the at-least-once contract covers),
+-- and any later synchronous commit (an outcome) flushes it anyway, since WAL is sequential.
+set synchronous_commit = off
+
+-- tx_outcomes_durable --
+set local synchronous_commit = on
