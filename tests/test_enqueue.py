@@ -124,3 +124,29 @@ def test_bad_job_options_are_refused_at_declaration(options: dict[str, Any], nee
 def test_bad_enqueue_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         basic_jobs.add.configure(**options)
+
+
+def test_async_enqueue_joins_the_callers_async_transaction(dsn: str, db: psycopg.Connection[Any]) -> None:
+    import asyncio
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await basic_jobs.add.configure(conn=conn).enqueue_async(1, 2)
+            await conn.rollback()
+            ref = await basic_jobs.add.configure(conn=conn).enqueue_async(3, 4)
+            await conn.commit()
+            assert count(db, f"id = '{ref.id}'") == 1
+
+    asyncio.run(scenario())
+    assert count(db) == 1
+
+
+def test_a_sync_enqueue_refuses_an_async_connection(dsn: str) -> None:
+    import asyncio
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            with pytest.raises(ConfigError, match="async connection"):
+                basic_jobs.add.configure(conn=conn).enqueue(1, 2)
+
+    asyncio.run(scenario())

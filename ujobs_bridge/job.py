@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import psycopg
 
 from . import validation
+from .drivers.postgres import driver
 from .drivers.postgres.driver import EnqueueSpec
 from .errors import ConfigError, ErrorCode
 from .ids import new_job_id
@@ -37,6 +38,13 @@ from .retry import DEFAULT_BACKOFF_BASE_S, DEFAULT_BACKOFF_CAP_S, DEFAULT_MAX_AT
 
 if TYPE_CHECKING:
     from .client import Client
+
+
+def default_client() -> Client:
+    from .client import default_client as make
+
+    return make()
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -161,7 +169,7 @@ class JobCall(Generic[P, R]):
         definition: JobDefinition[P, R],
         options: EnqueueOptions,
         client: Client | None,
-        conn: psycopg.Connection[Any] | None,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None,
     ) -> None:
         self.definition = definition
         self.options = options
@@ -173,19 +181,28 @@ class JobCall(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         spec = self.call(*args, **kwargs).spec()
+        conn = self.conn
+        if isinstance(conn, psycopg.AsyncConnection):
+            raise ConfigError(
+                "enqueue() was given an async connection",
+                hint="await .enqueue_async(...) with an AsyncConnection, or pass a sync psycopg.Connection",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
         client = self.client
         if client is None:
-            if self.conn is not None:
-                from .drivers.postgres import driver
-
-                return driver.job_enqueue(self.conn, spec, None)
-            from .client import default_client
-
+            if conn is not None:
+                return driver.job_enqueue(conn, spec, None)
             client = default_client()
-        return client.enqueue_spec(spec, self.conn)
+        return client.enqueue_spec(spec, conn)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
-        """Enqueue from async code without blocking the event loop."""
+        """Enqueue from async code. With an ``AsyncConnection`` (``conn=``) the row joins that
+        connection's transaction; otherwise the pool's insert runs off the event loop."""
+        conn = self.conn
+        if isinstance(conn, psycopg.AsyncConnection):
+            spec = self.call(*args, **kwargs).spec()
+            now = self.client.clock.sql_now() if self.client is not None else None
+            return await driver.job_enqueue_async(conn, spec, now)
         return await asyncio.to_thread(functools.partial(self.enqueue, *args, **kwargs))
 
 
@@ -223,7 +240,7 @@ class JobDefinition(Generic[P, R]):
         self,
         *,
         client: Client | None = None,
-        conn: psycopg.Connection[Any] | None = None,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
         delay: float | timedelta | None = None,
         run_at: datetime | None = None,
         idempotency_key: str | None = None,

@@ -22,6 +22,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
+from ...errors import JobStateError
 from ...records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
 from .sql import q
 
@@ -82,6 +83,24 @@ def job_enqueue(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> JobRef:
             q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
         ).fetchone()
         assert existing is not None
+    return JobRef(existing[0], spec.name, existing=True)
+
+
+async def job_enqueue_async(
+    conn: psycopg.AsyncConnection[Any], spec: EnqueueSpec, now: datetime | None
+) -> JobRef:
+    """``job_enqueue`` on an async connection (the caller's transaction)."""
+    cur = await conn.execute(q("job_enqueue"), spec.params(now))
+    row = await cur.fetchone()
+    if row is not None:
+        return JobRef(row[0], spec.name)
+    cur = await conn.execute(q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key})
+    existing = await cur.fetchone()
+    if existing is None:
+        raise JobStateError(
+            "the live job holding this idempotency key finished while enqueueing",
+            hint="retry the enqueue",
+        )
     return JobRef(existing[0], spec.name, existing=True)
 
 
