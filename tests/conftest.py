@@ -60,7 +60,7 @@ def pg_dsn() -> Iterator[str]:
 def dsn(pg_dsn: str) -> str:
     """The session database, emptied for this test."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("truncate x_jobs")
+        conn.execute("truncate x_jobs, x_job_steps, x_job_events")
     return pg_dsn
 
 

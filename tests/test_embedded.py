@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from conftest import wait_for
 
 

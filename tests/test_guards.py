@@ -45,9 +45,14 @@ def test_python_holds_no_sql_text(path: Path) -> None:
 def test_no_sql_built_from_strings(path: Path) -> None:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("execute", "executemany"):
-            if node.args and isinstance(node.args[0], ast.JoinedStr | ast.BinOp):
-                raise AssertionError(f"{path.name}:{node.lineno} builds SQL from strings")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("execute", "executemany")
+            and node.args
+            and isinstance(node.args[0], ast.JoinedStr | ast.BinOp)
+        ):
+            raise AssertionError(f"{path.name}:{node.lineno} builds SQL from strings")
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))

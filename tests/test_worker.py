@@ -9,9 +9,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import wait_for
 
 from apps import basic_jobs
+from conftest import wait_for
 from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.introspect import Introspector

@@ -12,20 +12,36 @@ from __future__ import annotations
 from .client import Client, connect, default_client, set_default_client
 from .clock import Clock, FrozenClock, SystemClock
 from .context import JobContext, current_job
-from .errors import AttemptAborted, ConfigError, ErrorCode, PayloadError, UjobsError
+from .errors import (
+    AttemptAborted,
+    ConfigError,
+    ErrorCode,
+    EventTimeoutError,
+    PayloadError,
+    StepError,
+    StepSuspended,
+    UjobsError,
+)
+from .events import EventSent, send_event
 from .job import EnqueueRequest, JobCall, JobDefinition, job
+from .outcomes import Cancel, Discard, Snooze
 from .records import JobRecord, JobRef, JobState
 from .retry import RetryPolicy
+from .steps import step
 from .worker import Worker
 from .worker_config import WorkerConfig
 
 __all__ = [
     "AttemptAborted",
+    "Cancel",
     "Client",
     "Clock",
     "ConfigError",
+    "Discard",
     "EnqueueRequest",
     "ErrorCode",
+    "EventSent",
+    "EventTimeoutError",
     "FrozenClock",
     "JobCall",
     "JobContext",
@@ -35,6 +51,9 @@ __all__ = [
     "JobState",
     "PayloadError",
     "RetryPolicy",
+    "Snooze",
+    "StepError",
+    "StepSuspended",
     "SystemClock",
     "UjobsError",
     "Worker",
@@ -43,5 +62,7 @@ __all__ = [
     "current_job",
     "default_client",
     "job",
+    "send_event",
     "set_default_client",
+    "step",
 ]

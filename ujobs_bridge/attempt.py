@@ -13,14 +13,17 @@ import asyncio
 import traceback
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from . import context
+from . import context, steps
 from .context import AttemptSignal, JobContext
-from .errors import AttemptAborted, ErrorCode, PayloadError
+from .errors import AttemptAborted, ErrorCode, PayloadError, StepError, StepSuspended
 from .job import JobDefinition
+from .outcomes import Cancel, Discard, Outcome, Snooze
 from .payload import decode_input, dumps
 from .records import ClaimedJob, JobState, Settlement
+from .steps import StepRunner
 
 ERROR_TEXT_LIMIT = 4000
 
@@ -54,30 +57,43 @@ def context_for(claimed: ClaimedJob, signal: AttemptSignal) -> JobContext:
     )
 
 
+def _returned(value: Any, name: str) -> BodyResult:
+    if isinstance(value, Outcome):  # an outcome may be returned as well as raised
+        return BodyResult(error=value)
+    return BodyResult(output_json=dumps(value, what=f"the result of job {name!r}"))
+
+
 def run_sync(
-    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal
+    definition: JobDefinition[Any, Any],
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None = None,
 ) -> BodyResult:
-    """Run a sync body in the calling thread with its context bound."""
+    """Run a sync body in the calling thread with its context (and its steps) bound."""
     token = context.bind(context_for(claimed, signal))
+    step_token = steps.bind(runner)
     try:
         args, kwargs = decode_input(claimed.input)
-        value = definition.fn(*args, **kwargs)
-        return BodyResult(output_json=dumps(value, what=f"the result of job {claimed.name!r}"))
+        return _returned(definition.fn(*args, **kwargs), claimed.name)
     except BaseException as exc:  # the decision table below sorts every kind
         return BodyResult(error=exc)
     finally:
+        steps.unbind(step_token)
         context.unbind(token)
 
 
 async def run_async(
-    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal
+    definition: JobDefinition[Any, Any],
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None = None,
 ) -> BodyResult:
     token = context.bind(context_for(claimed, signal))
+    step_token = steps.bind(runner)
     try:
         args, kwargs = decode_input(claimed.input)
         awaitable: Awaitable[Any] = definition.fn(*args, **kwargs)
-        value = await awaitable
-        return BodyResult(output_json=dumps(value, what=f"the result of job {claimed.name!r}"))
+        return _returned(await awaitable, claimed.name)
     except asyncio.CancelledError:
         if signal.aborted:
             assert signal.code is not None
@@ -86,6 +102,7 @@ async def run_async(
     except BaseException as exc:
         return BodyResult(error=exc)
     finally:
+        steps.unbind(step_token)
         context.unbind(token)
 
 
@@ -130,6 +147,9 @@ def settle(
             error=error_text(error),
             uncount=1,
         )
+    outcome = _explicit(claimed, error)
+    if outcome is not None:
+        return outcome
     if isinstance(error, KeyboardInterrupt | SystemExit):
         return Settlement(
             claimed.id,
@@ -139,7 +159,7 @@ def settle(
             uncount=1,
         )
     retryable = (
-        not isinstance(error, PayloadError)
+        not isinstance(error, PayloadError | StepError)
         and (
             error.retryable
             if isinstance(error, RemoteJobError)
@@ -156,3 +176,31 @@ def settle(
             error=error_text(error),
         )
     return Settlement(claimed.id, claimed.lease_token, state=JobState.DEAD, error=error_text(error))
+
+
+def _explicit(claimed: ClaimedJob, error: BaseException) -> Settlement | None:
+    """Suspensions and the outcomes a body chose: none of them is a failed attempt."""
+    ident = (claimed.id, claimed.lease_token)
+    if isinstance(error, StepSuspended):
+        state = JobState.SLEEPING if error.state == "sleeping" else JobState.WAITING
+        wake = error.wake_at if isinstance(error.wake_at, datetime) else None
+        return Settlement(*ident, state=state, run_at=wake, uncount=1, error=None)
+    if isinstance(error, Snooze):
+        return Settlement(
+            *ident,
+            state=JobState.READY,
+            delay_s=error.delay_s,
+            uncount=1,
+            error=f"{ErrorCode.JOB_SNOOZED.value}: {error}",
+        )
+    if isinstance(error, Cancel):
+        return Settlement(
+            *ident,
+            state=JobState.CANCELLED,
+            error=f"{ErrorCode.JOB_CANCELLED.value}: {error.reason}",
+        )
+    if isinstance(error, Discard):
+        return Settlement(
+            *ident, state=JobState.DEAD, error=f"{ErrorCode.JOB_DISCARDED.value}: {error.reason}"
+        )
+    return None

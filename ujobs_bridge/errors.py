@@ -38,6 +38,13 @@ class ErrorCode(StrEnum):
     JOB_EXPIRED = "UJ_JOB_EXPIRED"
     WORKER_DRAINING = "UJ_WORKER_DRAINING"
     WORKER_LOST = "UJ_WORKER_LOST"
+    STEP_DUPLICATE = "UJ_STEP_DUPLICATE"
+    STEP_NAME_INVALID = "UJ_STEP_NAME_INVALID"
+    STEP_OUTSIDE_JOB = "UJ_STEP_OUTSIDE_JOB"
+    NONDETERMINISM = "UJ_NONDETERMINISM"
+    EVENT_TIMEOUT = "UJ_EVENT_TIMEOUT"
+    JOB_DISCARDED = "UJ_JOB_DISCARDED"
+    JOB_SNOOZED = "UJ_JOB_SNOOZED"
 
 
 class UjobsError(Exception):
@@ -87,6 +94,30 @@ class SchemaError(UjobsError):
 
 class DatabaseUnavailableError(UjobsError):
     code = ErrorCode.DATABASE_UNAVAILABLE
+
+
+class StepError(UjobsError):
+    """A step was used in a way that cannot be replayed safely; the job is dead-lettered, since
+    retrying the same code cannot fix it."""
+
+    code = ErrorCode.STEP_DUPLICATE
+
+
+class EventTimeoutError(UjobsError):
+    """``step.wait_for_event`` reached its timeout before a matching event arrived."""
+
+    code = ErrorCode.EVENT_TIMEOUT
+
+
+class StepSuspended(BaseException):
+    """Raised by ``step.sleep`` / ``step.wait_for_event`` to park the job; the worker releases
+    the slot and the lease. A body must let it propagate."""
+
+    def __init__(self, state: str, wake_at: object, reason: str) -> None:
+        self.state = state
+        self.wake_at = wake_at
+        self.reason = reason
+        super().__init__(reason)
 
 
 class AttemptAborted(BaseException):

@@ -114,3 +114,4 @@ class Settlement:
     delay_s: float = 0.0
     error: str | None = None
     uncount: int = 0
+    run_at: datetime | None = None  # a suspended job's wake time

@@ -18,7 +18,6 @@ What it is not: the decision table for one attempt (``attempt.py``) or the CLI (
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import socket
@@ -26,11 +25,12 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
 from . import attempt as attempt_mod
 from .ack_batch import AckBatch
@@ -39,13 +39,14 @@ from .body_threads import BodyThreads
 from .clock import SYSTEM_CLOCK, Clock
 from .drivers.postgres import driver
 from .drivers.postgres.sql import q
-from .errors import AttemptAborted, ConfigError, ErrorCode
+from .errors import ConfigError, ErrorCode
 from .heartbeat import Heartbeat
 from .job import JobDefinition
 from .listener import Listener
 from .records import ClaimedJob, JobState, Settlement
+from .worker_bodies import BodyRunning
 from .worker_config import WorkerConfig
-from .worker_processes import child_init, child_run
+from .worker_processes import child_init
 from .worker_stopping import AttemptStopping, InFlight
 
 log = logging.getLogger("ujobs.worker")
@@ -57,7 +58,7 @@ EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
 SWEEP_LIMIT = 1000
 
 
-class Worker(AttemptStopping):
+class Worker(BodyRunning, AttemptStopping):
     def __init__(
         self,
         dsn: str,
@@ -100,6 +101,7 @@ class Worker(AttemptStopping):
         self._conn: psycopg.Connection[Any] | None = None
         self._executor: Executor | None = None
         self._threads: BodyThreads[InFlight] | None = None
+        self._step_pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._aloop_thread: threading.Thread | None = None
         self._last_sweep = 0.0
@@ -180,6 +182,8 @@ class Worker(AttemptStopping):
                 self._aloop.close()
         if self._conn is not None:
             self._conn.close()
+        if self._step_pool is not None:
+            self._step_pool.close(timeout=1)
         self._stopped.set()
 
     def request_stop(self) -> None:
@@ -231,7 +235,7 @@ class Worker(AttemptStopping):
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.config.concurrency,
                     initializer=child_init,
-                    initargs=(self.app_spec,),
+                    initargs=(self.app_spec, self.dsn),
                 )
             else:
                 self._threads = BodyThreads(self.config.concurrency, self._run_thread)
@@ -397,73 +401,6 @@ class Worker(AttemptStopping):
             self._dispatch(entry)
             started.append(entry)
         return started
-
-    def _dispatch(self, entry: InFlight) -> None:
-        definition = entry.definition
-        if self.config.pool == "processes":
-            assert self._executor is not None
-            future = self._executor.submit(child_run, entry.claimed.name, entry.claimed.input)
-            if definition.timeout_s is not None:
-                entry.deadline = time.monotonic() + definition.timeout_s
-            future.add_done_callback(functools.partial(self._process_done, entry))
-            entry.future = future
-        elif definition.is_async:
-            assert self._aloop is not None
-            entry.future = asyncio.run_coroutine_threadsafe(self._run_async(entry), self._aloop)
-        else:
-            assert self._threads is not None
-            self._threads.submit(entry)
-
-    def _run_thread(self, entry: InFlight) -> None:
-        with self._lock:
-            if entry.dropped:
-                return
-            entry.started = True
-        if entry.signal.aborted:
-            self._complete(entry, BodyResult())
-            return
-        timeout = entry.definition.timeout_s
-        if timeout is not None:
-            entry.deadline = time.monotonic() + timeout
-        result = attempt_mod.run_sync(entry.definition, entry.claimed, entry.signal)
-        self._complete(entry, result)
-
-    async def _run_async(self, entry: InFlight) -> None:
-        timeout = entry.definition.timeout_s
-        try:
-            if timeout is None:
-                result = await attempt_mod.run_async(entry.definition, entry.claimed, entry.signal)
-            else:
-                result = await asyncio.wait_for(
-                    attempt_mod.run_async(entry.definition, entry.claimed, entry.signal), timeout
-                )
-        except TimeoutError:
-            entry.signal.abort(
-                ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout"
-            )
-            result = BodyResult(
-                error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
-            )
-        except asyncio.CancelledError:
-            result = BodyResult()
-        self._complete(entry, result)
-
-    def _process_done(self, entry: InFlight, future: Future[Any]) -> None:
-        if future.cancelled():
-            return
-        try:
-            output_json, error_text, retryable = future.result()
-        except BaseException as exc:  # the child died or could not run the job
-            self._complete(entry, BodyResult(error=exc))
-            return
-        if error_text is None:
-            self._complete(entry, BodyResult(output_json=output_json))
-        else:
-            self._complete(
-                entry, BodyResult(error=attempt_mod.RemoteJobError(error_text, retryable))
-            )
-
-    # ------------------------------------------------------------------ outcomes
 
     def _complete(
         self, entry: InFlight, result: BodyResult | None, *, expired: bool = False

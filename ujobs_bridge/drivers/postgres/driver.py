@@ -216,6 +216,7 @@ def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> d
                 "delay_s": s.delay_s,
                 "error": s.error,
                 "uncount": s.uncount,
+                "run_at": s.run_at.isoformat() if s.run_at is not None else None,
             }
             for s in settlements
         ]
