@@ -189,3 +189,28 @@ def test_steps_outside_a_job_are_refused() -> None:
 
     with pytest.raises(StepError, match="outside a running job"):
         step.run("x", lambda: 1)
+
+
+def test_events_send_and_jobs_show_from_the_cli(dsn: str, frozen_client: Client, clock: FrozenClock, worker: Worker, db: Any) -> None:
+    import json
+    import subprocess
+    import sys
+    from datetime import UTC, datetime
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ujobs_bridge", *args, "--dsn", dsn], capture_output=True, text=True, timeout=60)
+
+    ref = step_jobs.waiter.configure(client=frozen_client).enqueue("o-cli")
+    worker.tick()
+    shown = json.loads(cli("jobs", "show", str(ref.id), "--json").stdout)
+    assert shown["suspended"] == "waiting for event 'order.approved' key 'o-cli' (no timeout)"
+    assert [(s["name"], s["status"]) for s in shown["steps"]] == [("before", "completed"), ("approval", "waiting")]
+    table = cli("jobs", "show", str(ref.id))
+    assert "2 step(s)" in table.stdout and "approval" in table.stdout
+    sent = cli("events", "send", "order.approved", "o-cli", "--payload", '{"by": "cli"}')
+    assert sent.returncode == 0 and "woke 1 waiting job(s)" in sent.stdout
+    clock.set(datetime.now(UTC) + timedelta(seconds=1))  # the CLI used the database clock
+    worker.tick()
+    assert job_row(db, ref.id)["output"] == {"by": "cli"}
+    bad = cli("events", "send", "order.approved", "o-cli", "--payload", "{not json")
+    assert bad.returncode == 2 and "not JSON" in bad.stderr

@@ -17,6 +17,8 @@ import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
 from .drivers.postgres import driver
+from .drivers.postgres import steps as step_store
+from .drivers.postgres.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
 
@@ -67,6 +69,10 @@ class Introspector:
                 f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
             )
         return record
+
+    def steps(self, job_id: UUID) -> list[StepRecord]:
+        with self._connect() as conn:
+            return step_store.step_list(conn, job_id)
 
     def jobs(
         self,
@@ -129,3 +135,30 @@ class Introspector:
             record = driver.job_get(conn, job_id)
             assert record is not None
             return record
+
+
+def suspended_reason(record: JobRecord, steps: list[StepRecord]) -> str | None:
+    """Why a parked job is not running: what it sleeps until or waits for."""
+    if record.state is JobState.SLEEPING:
+        return f"sleeping until {record.run_at.isoformat(timespec='seconds')}"
+    if record.state is JobState.WAITING:
+        waiting = next((s for s in steps if s.status == "waiting"), None)
+        if waiting is None:
+            return "waiting"
+        until = (
+            "no timeout"
+            if record.run_at.year >= 9999
+            else f"timeout at {record.run_at.isoformat(timespec='seconds')}"
+        )
+        return f"waiting for event {waiting.event!r} key {waiting.correlation_key!r} ({until})"
+    return None
+
+
+def step_json(step: StepRecord, show_input: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in step.__slots__:
+        value = getattr(step, key)
+        out[key] = value.isoformat() if hasattr(value, "isoformat") else value
+    if not show_input:
+        out["output"] = redact(out["output"])
+    return out

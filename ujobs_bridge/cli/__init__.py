@@ -19,6 +19,7 @@ from ..dsn import mask_dsn
 from ..errors import DatabaseUnavailableError, UjobsError
 from .db import db
 from .demo import demo
+from .events import events
 from .jobs import jobs
 from .worker import worker
 
@@ -49,6 +50,7 @@ cli.add_command(db)
 cli.add_command(worker)
 cli.add_command(jobs)
 cli.add_command(demo)
+cli.add_command(events)
 
 
 def main() -> None:

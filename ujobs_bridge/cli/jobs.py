@@ -18,7 +18,7 @@ from rich.table import Table
 
 from .. import validation
 from ..errors import ConfigError
-from ..introspect import Introspector, parse_id, parse_state, redact
+from ..introspect import Introspector, parse_id, parse_state, redact, step_json, suspended_reason
 from ..records import JobRecord
 from .options import database, dsn_option, json_option, print_json
 
@@ -111,10 +111,15 @@ def ls(
 @dsn_option
 @json_option
 def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
-    """Show one job: state, attempts, lease, input, output, last error."""
-    record = _introspector(dsn, as_json).get(parse_id(job_id))
+    """Show one job: state, attempts, lease, input, output, last error, and its steps."""
+    introspector = _introspector(dsn, as_json)
+    record = introspector.get(parse_id(job_id))
+    steps = introspector.steps(record.id)
     data = _record_json(record, show_input)
+    reason = suspended_reason(record, steps)
     if as_json:
+        data["suspended"] = reason
+        data["steps"] = [step_json(s, show_input) for s in steps]
         print_json(data)
         return
     table = Table(title=f"job {record.id}", show_header=False)
@@ -124,7 +129,37 @@ def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
         if key in ("id",):
             continue
         table.add_row(key, "" if value is None else _short(value, 2000))
-    Console().print(table)
+    if reason:
+        table.add_row("suspended", reason)
+    console = Console()
+    console.print(table)
+    if steps:
+        step_table = Table(title=f"{len(steps)} step(s)")
+        for col in ("#", "name", "status", "attempts", "started", "took", "output / error"):
+            step_table.add_column(col, overflow="fold")
+        for s in steps:
+            took = ""
+            if s.completed_at is not None:
+                took = f"{(s.completed_at - s.started_at).total_seconds() * 1000:.1f} ms"
+            shown = (
+                s.error.strip().splitlines()[-1]
+                if s.error
+                else redact(s.output)
+                if not show_input
+                else s.output
+            )
+            if s.status in ("sleeping", "waiting") and s.wake_at is not None:
+                shown = f"until {_when(s.wake_at)}"
+            step_table.add_row(
+                str(s.ordinal + 1),
+                s.name,
+                s.status,
+                str(s.attempts),
+                _when(s.started_at),
+                took,
+                _short(shown, 60),
+            )
+        console.print(step_table)
 
 
 @jobs.command()
