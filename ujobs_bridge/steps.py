@@ -116,6 +116,11 @@ class StepRunner:
         self.signal.abort(ErrorCode.LEASE_LOST, "the lease was lost while writing a step")
         return AttemptAborted(ErrorCode.LEASE_LOST, "the lease was lost while writing a step")
 
+    def _ours(self, existing: StepRecord) -> bool:
+        """A completed row this very attempt wrote (an earlier commit of ours that the client saw
+        fail), as opposed to one another attempt wrote after taking our lease over."""
+        return existing.status == "completed" and existing.job_attempt == self.lease.job_attempt
+
     def _read_back(self, name: str) -> StepRecord | None:
         with self.connection() as conn:
             rows = store.step_list(conn, self.lease.run_id)
@@ -161,7 +166,7 @@ class StepRunner:
         if wrote:
             return value
         existing = self._read_back(name)
-        if existing is not None and existing.status == "completed":
+        if existing is not None and self._ours(existing):
             return existing.output  # an earlier commit of this very write landed
         raise self._lost()
 
@@ -209,7 +214,7 @@ class StepRunner:
             )
         if not ok:
             existing = self._read_back(name)
-            if existing is not None and existing.status == "completed":
+            if existing is not None and self._ours(existing):
                 return
             raise self._lost()
         raise StepSuspended("sleeping", wake_at, f"sleeping until {wake_at} ({name})")

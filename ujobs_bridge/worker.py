@@ -407,11 +407,11 @@ class Worker(BodyRunning, AttemptStopping):
     ) -> None:
         """Called on the body's thread when it returns (or at once for an expired job)."""
         with self._lock:
-            self._inflight.pop(entry.claimed.id, None)
-            if entry.settled:
-                self._wake.set()
-                return
+            already = entry.settled
             entry.settled = True
+        if already:  # a timeout or a drain wrote this attempt's outcome already
+            self._release(entry)
+            return
         if expired:
             settlement: Settlement | None = Settlement(
                 id=entry.claimed.id,
@@ -422,7 +422,19 @@ class Worker(BodyRunning, AttemptStopping):
         else:
             assert result is not None
             settlement = attempt_mod.settle(entry.definition, entry.claimed, result, entry.signal)
+            if settlement is None and entry.signal.code is ErrorCode.LEASE_LOST:
+                log.warning(
+                    "ujobs.worker.lease_lost: job %s (%s): its outcome was not written",
+                    entry.claimed.id,
+                    ErrorCode.LEASE_LOST.value,
+                )
         self._record_settlement(entry, settlement)
+        self._release(entry)  # only now: whoever sees the slot free also sees the outcome queued
+
+    def _release(self, entry: InFlight) -> None:
+        with self._lock:
+            self._inflight.pop(entry.claimed.id, None)
+        self._wake.set()
 
     def _take_due(self, *, force: bool = False) -> list[Settlement]:
         with self._lock:

@@ -11,6 +11,7 @@ What it is not: the claim loop (``worker.py``) or the outcome table (``attempt.p
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -26,6 +27,8 @@ from .errors import AttemptAborted, ErrorCode
 from .job import JobDefinition
 from .records import ClaimedJob, JobState, Settlement
 from .worker_config import WorkerConfig
+
+log = logging.getLogger("ujobs.worker")
 
 
 @dataclass(slots=True, eq=False)

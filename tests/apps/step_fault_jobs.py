@@ -1,0 +1,49 @@
+"""Step jobs that worker subprocesses run in the step fault tests. Side effects are recorded in
+``test_effects`` on their own connection (the effect ledger), and a body can be held at a gate
+(a row in ``test_gates``) so a test can kill or pause the worker at a known line."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+
+from ujobs_bridge import current_job, job, step
+
+
+def _db() -> psycopg.Connection[Any]:
+    return psycopg.connect(os.environ["UJOBS_DATABASE_URL"], autocommit=True)
+
+
+def record(key: str, phase: str) -> None:
+    ctx = current_job()
+    with _db() as conn:
+        conn.execute(
+            "insert into test_effects (key, job_id, attempt, pid, phase) values (%s, %s, %s, %s, %s)",
+            (key, ctx.id, ctx.attempt, os.getpid(), phase),
+        )
+
+
+def hold(gate: str) -> None:
+    ctx = current_job()
+    with _db() as conn:
+        while conn.execute("select 1 from test_gates where name = %s", (gate,)).fetchone() is None:
+            ctx.wait(0.05)
+
+
+def charge(key: str, gate: str | None) -> dict[str, Any]:
+    record(key, "charge")
+    if gate:
+        hold(gate)
+    return {"charged": key, "pid": os.getpid()}
+
+
+@job(queue="stepfaults", max_attempts=5, backoff=0, jitter=False)
+def checkout(key: str, gate_in_step: str | None = None, gate_after: str | None = None) -> dict[str, Any]:
+    charged = step.run("charge", charge, key, gate_in_step)
+    if gate_after:
+        hold(gate_after)
+    shipped = step.run("ship", lambda: {"shipped": key, "pid": os.getpid()})
+    record(key, "end")
+    return {"charge": charged, "ship": shipped, "finished_by": os.getpid()}

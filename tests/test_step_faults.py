@@ -1,0 +1,124 @@
+"""Durable steps under real faults: workers killed and paused for real (reliability.md F1, F2,
+F2b, F5). The effect ledger (``test_effects``) counts how often a side effect really ran."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from worker_proc import WorkerProc
+
+from apps import step_fault_jobs
+from conftest import wait_for
+from ujobs_bridge.client import Client
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+APP = "apps.step_fault_jobs"
+QUEUE = "stepfaults"
+
+
+@pytest.fixture
+def ledger(dsn: str, db: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    db.execute("create table if not exists test_effects (key text, job_id uuid, attempt int, pid int, phase text)")
+    db.execute("create table if not exists test_gates (name text primary key)")
+    db.execute("truncate test_effects, test_gates")
+    yield db
+
+
+@pytest.fixture
+def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[WorkerProc] = []
+
+    def start(faults_spec: str = "") -> WorkerProc:
+        proc = WorkerProc(dsn, APP, QUEUE, tmp_path / f"worker{len(started)}.log", faults=faults_spec)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
+    for proc in started:
+        print(f"--- worker {proc.pid} ---\n{proc.output()[-3000:]}")
+
+
+def effects(db: psycopg.Connection[Any], phase: str) -> list[tuple[Any, ...]]:
+    return db.execute("select attempt, pid from test_effects where phase = %s order by attempt", (phase,)).fetchall()
+
+
+def job_state(db: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
+    row = db.execute("select state, attempt, output, last_error from x_jobs where id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def open_gate(db: psycopg.Connection[Any], name: str) -> None:
+    db.execute("insert into test_gates (name) values (%s) on conflict do nothing", (name,))
+
+
+def test_killed_inside_a_step_before_persisting_runs_the_step_again_and_completes_once(client: Client, ledger: Any, workers: Any) -> None:
+    ref = step_fault_jobs.checkout.configure(client=client).enqueue("f1", gate_in_step="g1")
+    first = workers()
+    wait_for(lambda: effects(ledger, "charge"), what="the step to start")
+    first.kill()
+    open_gate(ledger, "g1")
+    workers()
+    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish")
+    _state, attempt, _output, last_error = job_state(ledger, ref.id)
+    assert attempt == 2 and "UJ_WORKER_LOST" in (last_error or "")
+    assert len(effects(ledger, "charge")) == 2  # not persisted: at-least-once ran it again
+    assert len(effects(ledger, "end")) == 1
+
+
+def test_killed_after_persisting_a_step_replays_the_stored_value(client: Client, ledger: Any, workers: Any) -> None:
+    ref = step_fault_jobs.checkout.configure(client=client).enqueue("f2")
+    first = workers("step.after_persist=kill@1")
+    wait_for(lambda: first.proc.poll() is not None, timeout=20, what="the worker to die after the persist")
+    stored = ledger.execute("select output from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone()
+    assert stored is not None and stored[0]["pid"] == first.pid
+    workers()
+    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish")
+    output = job_state(ledger, ref.id)[2]
+    assert output["charge"] == stored[0]  # replayed, equal to what was persisted
+    assert len(effects(ledger, "charge")) == 1
+    assert output["finished_by"] != first.pid
+
+
+def test_a_commit_the_client_saw_fail_is_neither_rerun_nor_duplicated(client: Client, ledger: Any, workers: Any) -> None:
+    ref = step_fault_jobs.checkout.configure(client=client).enqueue("f2b")
+    workers("step.after_persist=exec_then_raise@1")
+    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the job to finish")
+    _state, attempt, _output, last_error = job_state(ledger, ref.id)
+    assert attempt == 2 and "OperationalError" in (last_error or "")
+    assert ledger.execute("select count(*) from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone() == (1,)
+    assert len(effects(ledger, "charge")) == 1
+
+
+def test_a_paused_worker_whose_lease_was_taken_over_writes_nothing_late(client: Client, ledger: Any, workers: Any) -> None:
+    ref = step_fault_jobs.checkout.configure(client=client).enqueue("f5", gate_after="g5")
+    paused = workers()
+    wait_for(lambda: effects(ledger, "charge"), what="the first step to persist")
+    wait_for(
+        lambda: ledger.execute("select 1 from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone(),
+        what="the charge step row",
+    )
+    paused.pause()
+    wait_for(
+        lambda: ledger.execute("select lease_expires_at < now() from x_jobs where id = %s", (ref.id,)).fetchone() == (True,),
+        timeout=20,
+        what="the paused worker's lease to run out",
+    )
+    taker = workers()
+    open_gate(ledger, "g5")
+    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the second worker to finish the job")
+    paused.resume()
+    wait_for(lambda: "UJ_LEASE_LOST" in paused.output() or "fenced" in paused.output(), timeout=20, what="the paused worker to be fenced")
+    _state, attempt, output, _ = job_state(ledger, ref.id)
+    assert output["finished_by"] == taker.pid and output["ship"]["pid"] == taker.pid
+    ship = ledger.execute("select output, job_attempt from x_job_steps where run_id = %s and name = 'ship'", (ref.id,)).fetchone()
+    assert ship == (output["ship"], attempt)
+    assert [pid for _, pid in effects(ledger, "end")] == [taker.pid]
+    assert len(effects(ledger, "charge")) == 1
+
