@@ -31,13 +31,27 @@ def test_no_select_star_or_returning_star(path: Path) -> None:
     assert not re.search(r"select\s+\*|returning\s+\*", text)
 
 
+SQL_TEXT = re.compile(
+    r"^\s*(select\s.+\sfrom\b|insert\s+into\b|update\s+\w+\s+set\b|delete\s+from\b"
+    r"|create\s+(table|index|unique|function|trigger)\b|alter\s+table\b|drop\s+(table|index)\b"
+    r"|listen\s+\w+\s*$|notify\s+\w+)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def test_the_sql_detector_tells_sql_from_prose() -> None:
+    assert SQL_TEXT.match("delete from x_jobs where id = 1")
+    assert SQL_TEXT.match("select id from x_jobs")
+    assert SQL_TEXT.match("listen x_jobs_ready")
+    assert not SQL_TEXT.match("Delete everything expired at cutoff from every target")
+    assert not SQL_TEXT.match("drop anchor=, or use every= instead of cron=")
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_python_holds_no_sql_text(path: Path) -> None:
     """SQL lives in queries.sql and migrations/; Python only names statements."""
-    tree = ast.parse(path.read_text())
-    pattern = re.compile(r"^\s*(select|insert|update|delete|create|alter|drop|listen|notify)\s", re.IGNORECASE)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and pattern.match(node.value):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_TEXT.match(node.value):
             raise AssertionError(f"{path.name}:{node.lineno} holds SQL text: {node.value[:60]!r}")
 
 

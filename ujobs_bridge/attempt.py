@@ -46,7 +46,13 @@ class BodyResult:
     error: BaseException | None = None
 
 
-def context_for(claimed: ClaimedJob, signal: AttemptSignal) -> JobContext:
+def context_for(
+    claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None = None
+) -> JobContext:
+    if runner is None:
+        return JobContext(
+            claimed.id, claimed.name, claimed.queue, claimed.attempt, claimed.max_attempts, signal
+        )
     return JobContext(
         id=claimed.id,
         name=claimed.name,
@@ -54,6 +60,8 @@ def context_for(claimed: ClaimedJob, signal: AttemptSignal) -> JobContext:
         attempt=claimed.attempt,
         max_attempts=claimed.max_attempts,
         signal=signal,
+        clock=runner.clock,
+        database=runner.connection,
     )
 
 
@@ -70,7 +78,7 @@ def run_sync(
     runner: StepRunner | None = None,
 ) -> BodyResult:
     """Run a sync body in the calling thread with its context (and its steps) bound."""
-    token = context.bind(context_for(claimed, signal))
+    token = context.bind(context_for(claimed, signal, runner))
     step_token = steps.bind(runner)
     try:
         args, kwargs = decode_input(claimed.input)
@@ -88,7 +96,7 @@ async def run_async(
     signal: AttemptSignal,
     runner: StepRunner | None = None,
 ) -> BodyResult:
-    token = context.bind(context_for(claimed, signal))
+    token = context.bind(context_for(claimed, signal, runner))
     step_token = steps.bind(runner)
     try:
         args, kwargs = decode_input(claimed.input)

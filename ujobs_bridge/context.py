@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any
 from uuid import UUID
 
+import psycopg
+
+from .clock import SYSTEM_CLOCK, Clock
 from .errors import AttemptAborted, ErrorCode
 
 
@@ -48,6 +54,17 @@ class JobContext:
     attempt: int
     max_attempts: int
     signal: AttemptSignal
+    clock: Clock = SYSTEM_CLOCK
+    database: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None
+
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection to the jobs database (autocommit), for work that belongs next to the
+        jobs, such as the retention sweep."""
+        if self.database is None:
+            raise RuntimeError(
+                "this attempt has no jobs-database connection (it runs outside a worker)"
+            )
+        return self.database()
 
     @property
     def cancelled(self) -> bool:

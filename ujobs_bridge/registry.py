@@ -67,7 +67,15 @@ def load_target(spec: str) -> Any:
     return target
 
 
-def load(spec: str) -> dict[str, JobDefinition[Any, Any]]:
+def builtin() -> list[JobDefinition[Any, Any]]:
+    """Jobs every worker can run: the retention sweep."""
+    from .purge import purge
+
+    return [purge]
+
+
+def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:
+    """The jobs of ``-A spec``, plus the built-in ones unless asked not to."""
     target = load_target(spec)
     if isinstance(target, ModuleType):
         found = from_module(target)
@@ -83,4 +91,6 @@ def load(spec: str) -> dict[str, JobDefinition[Any, Any]]:
             code=ErrorCode.APP_NOT_FOUND,
             hint="decorate functions with @ujobs_bridge.job in that module, or point -A at the module that has them",
         )
+    if with_builtin:
+        found = build([*found.values(), *builtin()])
     return found

@@ -40,6 +40,7 @@ class BodyRunning:
     clock: Clock
     config: WorkerConfig
     _lock: threading.Lock
+    _stopping: threading.Event
     _executor: Executor | None
     _threads: BodyThreads[InFlight] | None
     _aloop: asyncio.AbstractEventLoop | None
@@ -76,6 +77,9 @@ class BodyRunning:
     def _run_thread(self, entry: InFlight) -> None:
         with self._lock:
             if entry.dropped:
+                return
+            if self._stopping.is_set():
+                # Draining: a prefetched job must not start now; stop() hands it back uncounted.
                 return
             entry.started = True
         if entry.signal.aborted:

@@ -16,11 +16,13 @@ import click
 import psycopg
 
 from ..dsn import mask_dsn
-from ..errors import DatabaseUnavailableError, UjobsError
+from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
 from .db import db
 from .demo import demo
 from .events import events
 from .jobs import jobs
+from .purge import purge
+from .scheduler import scheduler, tasks
 from .worker import worker
 
 
@@ -30,6 +32,13 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UjobsError as exc:
             click.echo(f"error: {exc.render()}", err=True)
+            sys.exit(1)
+        except psycopg.errors.UndefinedTable as exc:
+            schema_error = SchemaError(
+                f"the database has no ujobs-bridge schema, or an old one ({exc.diag.message_primary})",
+                hint="run `ujobs-bridge db upgrade` against it",
+            )
+            click.echo(f"error: {schema_error.render()}", err=True)
             sys.exit(1)
         except psycopg.OperationalError as exc:
             error = DatabaseUnavailableError(
@@ -51,6 +60,9 @@ cli.add_command(worker)
 cli.add_command(jobs)
 cli.add_command(demo)
 cli.add_command(events)
+cli.add_command(purge)
+cli.add_command(scheduler)
+cli.add_command(tasks)
 
 
 def main() -> None:

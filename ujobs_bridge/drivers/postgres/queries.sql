@@ -324,3 +324,108 @@ notified as (
 select (select id from sent) as event_id,
        (select count(*) from woken) as woken,
        (select count(*) from notified) as notified
+
+-- leader_elect --
+-- Take the lease if nobody holds it or the holder's lease has run out (database clock only).
+insert into x_scheduler_leader (name, holder, term, elected_at, expires_at)
+values (%(name)s, %(holder)s, 1, now(), now() + make_interval(secs => %(ttl_s)s))
+on conflict (name) do update
+   set holder = excluded.holder, term = x_scheduler_leader.term + 1,
+       elected_at = now(), expires_at = excluded.expires_at
+ where x_scheduler_leader.expires_at < now()
+returning holder, term
+
+-- leader_renew --
+-- Renew only OUR term: matched by holder AND term, and only while it has not expired.
+update x_scheduler_leader
+   set expires_at = now() + make_interval(secs => %(ttl_s)s)
+ where name = %(name)s and holder = %(holder)s and term = %(term)s and expires_at >= now()
+returning term
+
+-- leader_resign --
+update x_scheduler_leader
+   set expires_at = now() - interval '1 microsecond'
+ where name = %(name)s and holder = %(holder)s and term = %(term)s
+
+-- leader_get --
+select holder, term, elected_at, expires_at, expires_at >= now() as live
+  from x_scheduler_leader
+ where name = %(name)s
+
+-- scheduler_watermarks --
+select task, watermark from x_scheduler_state
+
+-- scheduler_watermark_set --
+insert into x_scheduler_state (task, watermark, updated_at)
+values (%(task)s, %(watermark)s, now())
+on conflict (task) do update
+   set watermark = greatest(x_scheduler_state.watermark, excluded.watermark), updated_at = now()
+
+-- scheduler_fire --
+-- Claim one (task, occurrence); nothing comes back if it was fired already (by anyone).
+insert into x_scheduler_fires (task, occurrence_at, catch_up, job_ids)
+values (%(task)s, %(occurrence_at)s, %(catch_up)s, %(job_ids)s::uuid[])
+on conflict (task, occurrence_at) do nothing
+returning task
+
+-- scheduler_last_fires --
+select distinct on (task) task, occurrence_at, catch_up, fired_at
+  from x_scheduler_fires
+ order by task, occurrence_at desc
+
+-- outbox_stage --
+insert into x_outbox
+    (job_id, name, queue, input, idempotency_key, max_attempts, priority, run_at, delay_s,
+     expires_at, expires_in_s, tenant_id, traceparent, enqueued_by)
+values
+    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s,
+     %(priority)s, %(run_at)s, %(delay_s)s, %(expires_at)s, %(expires_in_s)s, %(tenant_id)s,
+     %(traceparent)s, %(enqueued_by)s)
+returning id
+
+-- outbox_relay_lock --
+-- One relay at a time per database, for the length of one batch: order needs a single reader.
+select pg_try_advisory_xact_lock(7283190442)
+
+-- outbox_claim --
+-- Rows whose inserting transaction is older than every transaction still running: no earlier
+-- row can still appear, so publishing in id order never lets a later row overtake an earlier one.
+select id, job_id, name, queue, input::text, idempotency_key, max_attempts, priority, run_at,
+       delay_s, expires_at, expires_in_s, tenant_id, traceparent, enqueued_by
+  from x_outbox
+ where published_at is null
+   and txid < pg_snapshot_xmin(pg_current_snapshot())
+ order by id
+ limit %(limit)s
+   for update
+
+-- outbox_mark --
+update x_outbox set published_at = now() where id = any(%(ids)s::bigint[])
+
+-- purge_jobs --
+-- Finished jobs (their steps go with them, by cascade), a bounded batch at a time.
+with gone as (
+    select id from x_jobs
+     where state in ('done', 'dead', 'cancelled') and finished_at < %(cutoff)s
+     limit %(limit)s
+)
+delete from x_jobs as j using gone where j.id = gone.id
+
+-- purge_events --
+with gone as (
+    select id from x_job_events where created_at < %(cutoff)s limit %(limit)s
+)
+delete from x_job_events as e using gone where e.id = gone.id
+
+-- purge_outbox --
+with gone as (
+    select id from x_outbox where published_at < %(cutoff)s limit %(limit)s
+)
+delete from x_outbox as o using gone where o.id = gone.id
+
+-- purge_fires --
+with gone as (
+    select task, occurrence_at from x_scheduler_fires where fired_at < %(cutoff)s limit %(limit)s
+)
+delete from x_scheduler_fires as f using gone
+ where f.task = gone.task and f.occurrence_at = gone.occurrence_at

@@ -1,0 +1,18 @@
+"""Throughput, latency and memory benchmark: ujobs-bridge against Celery and a bare Postgres loop.
+
+Why it exists: the project's claims ("faster than Celery", "close to the raw Postgres ceiling",
+"flat memory") are only worth something if one command measures them, in one run, on the same
+machine, with the noise shown. ``python -m bench`` does that; see ``__main__.py`` for the flags.
+
+Layout (one module per concern, one per system):
+
+- ``procs``: worker subprocesses in their own process groups, RSS sampling, deadlines.
+- ``settings`` / ``pg`` / ``cells``: run parameters, bench-only databases, the shared cell
+  procedures (timed drain, idle pick-up latency loop).
+- ``celery_system`` (+ ``celery_app``), ``raw_system`` (+ ``raw_consumer``), ``ujobs_system``
+  (+ ``ujobs_tasks``): the systems, each with the same cell functions.
+- ``runner``: rounds, cleanup; ``report``: tables, targets, JSON.
+
+What it is not: a test suite (nothing here asserts; targets are reported, not enforced), nor part
+of the shipped package (``bench`` is not in ``[tool.setuptools.packages.find]``).
+"""

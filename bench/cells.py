@@ -1,0 +1,212 @@
+"""The cells every system is measured in, and the two procedures they share.
+
+Why it exists: a drain rate or a pick-up latency is only comparable across systems if it is
+measured the same way. So the clock placement lives here, once:
+
+- ``timed_drain``: jobs are already enqueued; the clock starts just before the worker
+  process(es) are spawned and stops when the bench sees the N-th completion (polled every
+  ~20 ms). Worker start-up is therefore part of the figure; the rate from the first completion
+  to the N-th is reported beside it so start-up cost can be told apart. RSS of the worker
+  process groups is sampled throughout (start = at the first completion, end = at the N-th).
+- ``idle_latency``: one job at a time into an idle worker, ``time.time()`` taken just before
+  the enqueue call and echoed back by the job body (its first line), after warm-ups, with a
+  ~10 ms gap between jobs.
+
+What it is not: any system's code. Systems pass in how to spawn, count, send and receive.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis
+
+from .procs import MIB, BenchTimeout, Group, RssSampler, wait_until
+from .settings import Settings
+
+ENQ_ONE = "enqueue, one-by-one"
+ENQ_BATCH = "enqueue, batched"
+DRAIN_1 = "drain, 1 worker process"
+DRAIN_CORE = "drain, 1 worker process per core"
+LATENCY = "idle pick-up latency"
+RSS_1 = "worker RSS, 1-process drain"
+RSS_CORE = "worker RSS, per-core drain"
+CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE)
+
+WARMUP_ENQUEUES = 10
+FIRST_PICKUP_TIMEOUT_S = 60.0  # the first warm-up job also waits for the worker to start
+PICKUP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    jobs: int
+    seconds: float  # spawn -> N-th completion
+    first_seconds: float  # spawn -> first completion seen
+    first_count: int  # completions already counted at that moment
+    final_count: int
+    rss_start: int
+    rss_end: int
+    rss_peak: int
+    report_rss: bool = True
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+    @property
+    def steady_rate(self) -> float:
+        """Jobs/s between the first and the N-th completion seen (start-up excluded)."""
+        span = self.seconds - self.first_seconds
+        return (self.jobs - self.first_count) / span if span > 0 else float("nan")
+
+    def summary(self) -> str:
+        return (
+            f"{self.rate:,.0f} jobs/s ({self.seconds:.2f}s, first done at "
+            f"{self.first_seconds:.2f}s; RSS {self.rss_start / MIB:.0f}->"
+            f"{self.rss_end / MIB:.0f} MiB, peak {self.rss_peak / MIB:.0f})"
+        )
+
+
+class System(Protocol):
+    """What ``runner`` calls on each system; every figure is computed from these."""
+
+    name: str
+
+    def setup(self) -> None: ...
+
+    def teardown(self) -> None: ...
+
+    def describe(self) -> dict[str, str]: ...
+
+    def enqueue_one_by_one(self, n: int) -> dict[str, float]:
+        """Label -> jobs/s, one producer call per job. Leaves nothing enqueued."""
+        ...
+
+    def enqueue_batched(self, n: int) -> dict[str, float]:
+        """Label -> jobs/s, the system's bulk path. Leaves nothing enqueued."""
+        ...
+
+    def drain(self, n: int, processes: int) -> dict[str, DrainResult]:
+        """Label -> drain of ``n`` pre-enqueued jobs by ``processes`` worker processes."""
+        ...
+
+    def idle_latency(self) -> list[float]:
+        """Pick-up latencies in ms (warm-ups dropped) into one idle worker."""
+        ...
+
+
+def timed_drain(
+    *,
+    n: int,
+    spawn: Callable[[], list[Group]],
+    done_count: Callable[[], int],
+    settings: Settings,
+    report_rss: bool = True,
+) -> DrainResult:
+    """Spawn the workers, wait for ``n`` completions, stop the workers (always)."""
+    groups: list[Group] = []
+    t0 = time.perf_counter()
+    try:
+        groups = spawn()
+        with RssSampler([g.pgid for g in groups], settings.rss_sample_s) as sampler:
+            first_count = wait_until(
+                lambda: done_count() or None,
+                timeout_s=settings.drain_deadline,
+                what="the first completion",
+                interval_s=settings.poll_s,
+                watch=groups,
+            )
+            first_seconds = time.perf_counter() - t0
+            rss_start = sampler.sample()
+            remaining = settings.drain_deadline - first_seconds
+            final_count = wait_until(
+                lambda: c if (c := done_count()) >= n else None,
+                timeout_s=max(remaining, 1.0),
+                what=f"{n} completions",
+                interval_s=settings.poll_s,
+                watch=groups,
+            )
+            seconds = time.perf_counter() - t0
+            rss_end = sampler.sample()
+            peak = sampler.peak
+    finally:
+        for group in groups:
+            group.stop()
+    return DrainResult(
+        jobs=n,
+        seconds=seconds,
+        first_seconds=first_seconds,
+        first_count=min(first_count, n),
+        final_count=final_count,
+        rss_start=rss_start,
+        rss_end=rss_end,
+        rss_peak=peak,
+        report_rss=report_rss,
+    )
+
+
+def idle_latency(
+    *,
+    send: Callable[[float], object],
+    receive: Callable[[float, float], float],
+    settings: Settings,
+    watch: Sequence[Group] = (),
+) -> list[float]:
+    """Send one job at a time; ``receive(sent, timeout)`` returns the body's ``time.time()``."""
+    out: list[float] = []
+    for i in range(settings.latency_warmup + settings.latency_samples):
+        sent = time.time()
+        send(sent)
+        timeout = FIRST_PICKUP_TIMEOUT_S if i == 0 else PICKUP_TIMEOUT_S
+        try:
+            started = receive(sent, timeout)
+        except BenchTimeout:
+            for group in watch:
+                if group.exited() is not None:
+                    raise BenchTimeout(
+                        f"{group.name} died; last lines:\n{group.log_tail()}"
+                    ) from None
+            raise
+        if i >= settings.latency_warmup:
+            out.append((started - sent) * 1000.0)
+        time.sleep(settings.latency_gap_s)
+    return out
+
+
+def redis_receiver(client: redis.Redis, key: str) -> Callable[[float, float], float]:
+    """A ``receive`` for bodies that RPUSH ``"<sent> <now>"`` onto ``key``."""
+
+    def receive(sent: float, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchTimeout(f"no pick-up reported on {key} within {timeout:.0f}s")
+            item = client.blpop([key], timeout=min(left, 1.0))
+            if item is None:
+                continue
+            echoed, started = (float(x) for x in item[1].split())
+            if echoed == sent:  # anything else is a stale report from an abandoned job
+                return started
+
+    return receive
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), ``q`` in [0, 100]."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")

@@ -1,0 +1,250 @@
+"""The run's tables: one per cell, then the targets, all computed from the same ``Results``.
+
+Why it exists: a figure without its spread invites over-reading, and a target checked in another
+run (other load, other build) proves nothing. Each cell table shows the median across rounds, the
+min-max across rounds, and the ratio of medians to Celery+Redis's figure of the same kind in the
+same cell. The targets table computes every project target from this run's medians, with the
+range of the per-round ratios (rounds are interleaved, so round r of two systems ran close in
+time) beside it.
+
+What it is not: a judge of the benchmark's fairness; the module docstrings of each system say
+what is and is not being compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from . import cells
+from .results import HIGHER_IS_BETTER, Results, Row
+from .settings import BASELINE, SYSTEMS, TITLES
+
+CELERY = ("celery-redis", "celery-rabbitmq")
+
+
+def fmt(value: float, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if unit == "jobs/s":
+        return f"{value:,.0f}"
+    if unit == "ms":
+        return f"{value:.2f}"
+    return f"{value:.1f}"
+
+
+def _order(row: Row) -> int:
+    return SYSTEMS.index(row.system) if row.system in SYSTEMS else len(SYSTEMS)
+
+
+def cell_table(results: Results, cell: str) -> Table | None:
+    rows = sorted((r for r in results.rows.values() if r.cell == cell), key=_order)
+    if not rows:
+        return None
+    table = Table(title=cell, title_justify="left", show_lines=False)
+    table.add_column("system")
+    table.add_column("figure")
+    table.add_column("median", justify="right")
+    table.add_column("min-max", justify="right")
+    table.add_column(f"ratio vs {TITLES[BASELINE]}", justify="right")
+    for row in rows:
+        ref = results.first(BASELINE, cell, row.kind)
+        ratio = row.median / ref.median if ref and ref.median else float("nan")
+        better = row.kind in HIGHER_IS_BETTER
+        ratio_text = "-" if math.isnan(ratio) else f"x{ratio:.2f}"
+        if row.system != BASELINE and not math.isnan(ratio):
+            good = ratio > 1 if better else ratio < 1
+            ratio_text = f"[{'green' if good else 'red'}]{ratio_text}[/]"
+        table.add_row(
+            TITLES.get(row.system, row.system),
+            f"{escape(row.label)} [dim]({row.unit})[/dim]",
+            fmt(row.median, row.unit),
+            f"{fmt(row.low, row.unit)} - {fmt(row.high, row.unit)}",
+            ratio_text,
+        )
+    return table
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    spread: str
+    goal: str
+    verdict: str | None  # "PASS", "MISS" or None (not measured / informational)
+    value: float | None = None
+
+
+def _per_round(
+    num: Row, dens: Sequence[Row], combine: Callable[[list[float]], float]
+) -> list[float]:
+    out = []
+    for rnd, value in num.values.items():
+        got = [d.values[rnd] for d in dens if rnd in d.values]
+        if got and combine(got):
+            out.append(value / combine(got))
+    return out
+
+
+def _ratio_target(
+    name: str,
+    num: Row | None,
+    dens: Sequence[Row],
+    minimum: float | None,
+    *,
+    maximum: float | None = None,
+) -> Target:
+    if num is None or not dens:
+        return Target(name, "not measured", "", _goal(minimum, maximum), None)
+    best = (
+        max(dens, key=lambda r: r.median)
+        if minimum is not None
+        else min(dens, key=lambda r: r.median)
+    )
+    value = num.median / best.median if best.median else float("nan")
+    combine = max if minimum is not None else min
+    rounds = _per_round(num, dens, combine)
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    measured = (
+        f"x{value:.2f}  [dim]({fmt(num.median, num.unit)} ÷ {fmt(best.median, best.unit)} "
+        f"{best.unit}, {TITLES[best.system]} {escape(best.label)})[/dim]"
+    )
+    return Target(
+        name, measured, spread, _goal(minimum, maximum), _verdict(value, minimum, maximum), value
+    )
+
+
+def _goal(minimum: float | None, maximum: float | None) -> str:
+    return f"≥ {minimum:g}" if minimum is not None else f"≤ {maximum:g}"
+
+
+def _verdict(value: float, minimum: float | None, maximum: float | None) -> str | None:
+    if math.isnan(value):
+        return None
+    if minimum is not None:
+        return "PASS" if value >= minimum else "MISS"
+    assert maximum is not None
+    return "PASS" if value <= maximum else "MISS"
+
+
+def targets(results: Results) -> list[Target]:
+    r = results
+    ujobs = "ujobs"
+    celery_drains = [
+        row
+        for system in CELERY
+        for cell in (cells.DRAIN_1, cells.DRAIN_CORE)
+        for row in r.find(system, cell, "rate")
+    ]
+    out = [
+        _ratio_target(
+            "ujobs drain, 1 process ÷ best Celery drain",
+            r.first(ujobs, cells.DRAIN_1, "rate"),
+            celery_drains,
+            3,
+        ),
+        _ratio_target(
+            "ujobs drain, 1 process per core ÷ best Celery drain",
+            r.first(ujobs, cells.DRAIN_CORE, "rate"),
+            celery_drains,
+            5,
+        ),
+    ]
+    for kind, limit in (("p50", 2.5), ("p99", 6.0)):
+        row = r.first(ujobs, cells.LATENCY, kind)
+        if row is None:
+            out.append(
+                Target(f"ujobs idle pick-up {kind}", "not measured", "", f"≤ {limit} ms", None)
+            )
+        else:
+            out.append(
+                Target(
+                    f"ujobs idle pick-up {kind}",
+                    f"{row.median:.2f} ms",
+                    f"{row.low:.2f} - {row.high:.2f}",
+                    f"≤ {limit} ms",
+                    _verdict(row.median, None, limit),
+                    row.median,
+                )
+            )
+        for system in CELERY:
+            other = r.find(system, cells.LATENCY, kind)
+            if other:
+                out.append(
+                    _ratio_target(
+                        f"ujobs {kind} ÷ {TITLES[system]} {kind}", row, other, None, maximum=1.0
+                    )
+                )
+    out.append(
+        _ratio_target(
+            "ujobs enqueue_many ÷ raw multi-row INSERT",
+            r.first(ujobs, cells.ENQ_BATCH, "rate"),
+            [x for x in r.find("raw", cells.ENQ_BATCH, "rate") if "INSERT" in x.label],
+            0.5,
+        )
+    )
+    out.append(
+        _ratio_target(
+            "ujobs one-by-one ÷ raw one commit per row (faster way)",
+            r.first(ujobs, cells.ENQ_ONE, "rate"),
+            r.find("raw", cells.ENQ_ONE, "rate"),
+            0.8,
+        )
+    )
+    for cell in (cells.RSS_1, cells.RSS_CORE):
+        out.append(_rss_target(results, cell))
+    return out
+
+
+FLAT_GROWTH = 0.10  # end within 10 % of start counts as flat
+
+
+def _rss_target(results: Results, cell: str) -> Target:
+    start, peak, end = (
+        results.first("ujobs", cell, k) for k in ("rss_start", "rss_peak", "rss_end")
+    )
+    name = f"ujobs {cell}: start → peak → end"
+    if start is None or peak is None or end is None:
+        return Target(name, "not measured", "", "flat", None)
+    growth = end.median / start.median - 1 if start.median else float("nan")
+    measured = f"{start.median:.1f} → {peak.median:.1f} → {end.median:.1f} MiB  [dim](end {growth:+.1%})[/dim]"
+    spread = f"peak {peak.low:.1f} - {peak.high:.1f}"
+    verdict = _verdict(growth, None, FLAT_GROWTH)
+    return Target(name, measured, spread, f"end ≤ start {FLAT_GROWTH:+.0%}", verdict, growth)
+
+
+def targets_table(items: list[Target]) -> Table:
+    table = Table(title="targets (this run's medians)", title_justify="left")
+    table.add_column("target")
+    table.add_column("measured")
+    table.add_column("per-round range", justify="right")
+    table.add_column("goal", justify="right")
+    table.add_column("verdict")
+    colours = {"PASS": "green", "MISS": "red"}
+    for t in items:
+        verdict = f"[{colours[t.verdict]}]{t.verdict}[/]" if t.verdict else "[dim]n/a[/dim]"
+        table.add_row(t.name, t.measured, t.spread, t.goal, verdict)
+    return table
+
+
+def render(results: Results, console: Console) -> list[Target]:
+    for cell in cells.CELLS:
+        table = cell_table(results, cell)
+        if table is not None:
+            console.print(table)
+    found = targets(results)
+    console.print(targets_table(found))
+    if results.errors:
+        errors = Table(title="errors", title_justify="left")
+        for column in ("system", "cell", "round", "error"):
+            errors.add_column(column)
+        for e in results.errors:
+            rnd = "" if e["round"] is None else str(e["round"] + 1)
+            errors.add_row(e["system"], e["cell"], rnd, escape(e["error"][:300]))
+        console.print(errors)
+    return found

@@ -1,0 +1,206 @@
+"""One bench run: set the systems up, run every cell for R interleaved rounds, always clean up.
+
+Why it exists: the order and the clean-up are where benchmarks quietly go wrong. Rounds are
+interleaved (round 1 of every system, then round 2 ...) and the system order rotates each round,
+so slow drift of the machine (thermal, page cache, a neighbour's load) lands on every system
+rather than on one. A cell that fails or runs past its deadline is recorded as an error and the
+run goes on; SIGINT/SIGTERM end the run; either way every worker process group is killed and
+every bench database, Redis key and broker queue created by the run is removed.
+
+What it is not: measurement (``cells`` and the system modules) or output (``report``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from . import cells, procs
+from .cells import System
+from .results import Results
+from .settings import AMQP_URL, CORES, REDIS_URL, TITLES, Settings
+
+
+def build(name: str, settings: Settings, log_dir: Path) -> System:
+    if name == "celery-redis":
+        from .celery_system import CelerySystem
+
+        return CelerySystem(name, REDIS_URL, settings, log_dir)
+    if name == "celery-rabbitmq":
+        from .celery_system import CelerySystem
+
+        return CelerySystem(name, AMQP_URL, settings, log_dir)
+    if name == "raw":
+        from .raw_system import RawSystem
+
+        return RawSystem(settings, log_dir)
+    if name == "ujobs":
+        from .ujobs_system import UjobsSystem
+
+        return UjobsSystem(settings, log_dir)
+    raise ValueError(f"unknown system {name!r}")
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Runner:
+    def __init__(self, settings: Settings, console: Console) -> None:
+        self.settings = settings
+        self.console = console
+        self.results = Results(settings=_settings_doc(settings))
+        self.log_dir = Path(tempfile.mkdtemp(prefix=f"ujb_bench_{settings.run_id}_"))
+
+    def say(self, rnd: int | None, system: str, text: str) -> None:
+        where = f"r{rnd + 1}/{self.settings.rounds} " if rnd is not None else ""
+        self.console.print(
+            f"[dim]{time.strftime('%H:%M:%S')}[/dim] {where}[bold]{system}[/bold] {text}"
+        )
+
+    def attempt(self, rnd: int | None, system: str, cell: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        except Exception as exc:
+            self.results.error(system, cell, rnd, exc)
+            self.say(
+                rnd,
+                system,
+                f"[red]{cell} FAILED[/red] after {time.perf_counter() - t0:.1f}s: {escape(str(exc))}",
+            )
+            self.results.detail.append(
+                {"system": system, "cell": cell, "round": rnd, "traceback": traceback.format_exc()}
+            )
+            procs.stop_all()
+            return None
+
+    def run(self) -> Results:
+        signal.signal(signal.SIGTERM, _on_signal)
+        atexit.register(procs.stop_all)
+        systems: dict[str, System] = {}
+        try:
+            for name in self.settings.only:
+                system = self.attempt(None, name, "setup", lambda name=name: self._setup(name))
+                if system is not None:
+                    systems[name] = system
+            names = list(systems)
+            for rnd in range(self.settings.rounds):
+                shift = rnd % len(names) if names else 0
+                for name in names[shift:] + names[:shift]:
+                    self.round(rnd, name, systems[name])
+        finally:
+            procs.stop_all()
+            for name, system in systems.items():
+                self.attempt(None, name, "teardown", system.teardown)
+            self.results.finished_at = time.time()
+            if not self.results.errors:
+                shutil.rmtree(self.log_dir, ignore_errors=True)
+        return self.results
+
+    def _setup(self, name: str) -> System:
+        system = build(name, self.settings, self.log_dir)
+        try:
+            system.setup()
+        except BaseException:
+            try:
+                system.teardown()
+            except Exception as exc:
+                self.say(None, name, f"[yellow]teardown after failed setup: {exc}[/yellow]")
+            raise
+        self.results.systems[name] = {"title": TITLES[name], **system.describe()}
+        self.say(None, name, f"ready: {escape(str(self.results.systems[name]))}")
+        return system
+
+    def round(self, rnd: int, name: str, system: System) -> None:
+        n = self.settings.jobs
+        add = self.results.add
+
+        def rates(cell: str, fn: Callable[[int], dict[str, float]]) -> None:
+            t0 = time.perf_counter()
+            got = self.attempt(rnd, name, cell, lambda: fn(n))
+            if got is None:
+                return
+            for label, value in got.items():
+                add(name, cell, label, "rate", rnd, value)
+            shown = escape(", ".join(f"{k}: {v:,.0f} jobs/s" for k, v in got.items()))
+            self.say(rnd, name, f"{cell}: {shown} [dim]({time.perf_counter() - t0:.1f}s)[/dim]")
+
+        rates(cells.ENQ_ONE, system.enqueue_one_by_one)
+        rates(cells.ENQ_BATCH, system.enqueue_batched)
+        for cell, rss_cell, processes in (
+            (cells.DRAIN_1, cells.RSS_1, 1),
+            (cells.DRAIN_CORE, cells.RSS_CORE, self.settings.per_core),
+        ):
+            got = self.attempt(rnd, name, cell, lambda p=processes: system.drain(n, p))
+            for label, d in (got or {}).items():
+                add(name, cell, label, "rate", rnd, d.rate)
+                add(name, cell, f"{label} · 1st→Nth done", "rate_steady", rnd, d.steady_rate)
+                if d.report_rss:
+                    add(
+                        name,
+                        rss_cell,
+                        f"{label} · at 1st done",
+                        "rss_start",
+                        rnd,
+                        d.rss_start / procs.MIB,
+                    )
+                    add(name, rss_cell, f"{label} · peak", "rss_peak", rnd, d.rss_peak / procs.MIB)
+                    add(
+                        name,
+                        rss_cell,
+                        f"{label} · at Nth done",
+                        "rss_end",
+                        rnd,
+                        d.rss_end / procs.MIB,
+                    )
+                self.results.detail.append(
+                    {
+                        "system": name,
+                        "cell": cell,
+                        "round": rnd,
+                        "label": label,
+                        "drain": d.__dict__,
+                    }
+                )
+                self.say(rnd, name, f"{cell} {escape(f'[{label}]')}: {d.summary()}")
+        got = self.attempt(rnd, name, cells.LATENCY, system.idle_latency)
+        if got:
+            p50, p99 = cells.percentile(got, 50), cells.percentile(got, 99)
+            add(name, cells.LATENCY, "p50", "p50", rnd, p50)
+            add(name, cells.LATENCY, "p99", "p99", rnd, p99)
+            self.results.detail.append(
+                {"system": name, "cell": cells.LATENCY, "round": rnd, "samples_ms": got}
+            )
+            self.say(
+                rnd, name, f"{cells.LATENCY}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (n={len(got)})"
+            )
+
+
+def _settings_doc(settings: Settings) -> dict[str, Any]:
+    return {
+        "jobs": settings.jobs,
+        "rounds": settings.rounds,
+        "systems": list(settings.only),
+        "latency_samples": settings.latency_samples,
+        "latency_warmup": settings.latency_warmup,
+        "latency_gap_s": settings.latency_gap_s,
+        "per_core_processes": settings.per_core,
+        "cores": CORES,
+        "raw_batch_sizes": list(settings.raw_batch_sizes),
+        "poll_s": settings.poll_s,
+        "rss_sample_s": settings.rss_sample_s,
+        "drain_deadline_s": settings.drain_deadline,
+        "run_id": settings.run_id,
+    }

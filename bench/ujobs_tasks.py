@@ -1,0 +1,40 @@
+"""The jobs the bench's ujobs-bridge workers load (``ujobs-bridge worker -A bench.ujobs_tasks``).
+
+Why it exists: the worker finds jobs by importing the module named with ``-A``, so the bench's
+jobs live in a module of their own. ``noop`` does nothing (drains count ``state = 'done'`` rows
+in Postgres); ``ping`` takes ``time.time()`` on its first line and RPUSHes ``"<sent> <now>"`` to
+the Redis list named by ``BENCH_LATENCY_KEY``, exactly as the Celery ``ping`` task does.
+
+What it is not: an example of good job design; bodies are empty on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+
+from ujobs_bridge import job
+
+QUEUE = "bench"
+_redis: redis.Redis | None = None
+
+
+def _client() -> redis.Redis:
+    global _redis
+    if _redis is None:
+        url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+        _redis = redis.Redis.from_url(url, socket_timeout=10)
+    return _redis
+
+
+@job(queue=QUEUE)
+def noop() -> None:
+    return None
+
+
+@job(queue=QUEUE)
+def ping(sent: float) -> None:
+    now = time.time()
+    _client().rpush(os.environ["BENCH_LATENCY_KEY"], f"{sent!r} {now!r}")

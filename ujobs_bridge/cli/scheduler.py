@@ -1,0 +1,175 @@
+"""``ujobs-bridge scheduler -A MODULE`` and ``ujobs-bridge tasks ls``.
+
+Why it exists: the scheduler is the process that replaces ``celery beat``; run as many as you
+like, one leads. It also relays the transactional outbox of its database. SIGTERM finishes the
+round and the relay batch in flight, gives the lease back, and exits 0. ``tasks ls`` shows each
+task's schedule, policy, next fire time and last occurrence.
+
+What it is not: the scheduler itself (``scheduler.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from datetime import UTC, datetime
+from types import FrameType, ModuleType
+
+import click
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from .. import registry
+from ..drivers.postgres import schema
+from ..errors import ConfigError, ErrorCode
+from ..outbox_relay import OutboxRelay
+from ..scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, last_fires, purge_task
+from ..task import PeriodicTask, tasks_from_module
+from .options import database, dsn_option, json_option, print_json
+
+
+def load_tasks(app_spec: str | None, *, with_purge: bool) -> dict[str, PeriodicTask]:
+    found: dict[str, PeriodicTask] = {}
+    if app_spec is not None:
+        target = registry.load_target(app_spec)
+        if not isinstance(target, ModuleType):
+            raise ConfigError(
+                f"-A {app_spec!r} is not a module",
+                code=ErrorCode.APP_NOT_FOUND,
+                hint="point -A at the module that declares the task()s",
+            )
+        found = tasks_from_module(target)
+    if with_purge:
+        builtin = purge_task()
+        found.setdefault(builtin.name, builtin)
+    return found
+
+
+@click.command()
+@click.option(
+    "-A",
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE",
+    help="Where the task()s are declared.",
+)
+@click.option(
+    "--interval",
+    "interval_s",
+    default=DEFAULT_INTERVAL_S,
+    type=float,
+    show_default=True,
+    help="Seconds between rounds.",
+)
+@click.option(
+    "--lease",
+    "ttl_s",
+    default=DEFAULT_TTL_S,
+    type=float,
+    show_default=True,
+    help="Leader lease seconds.",
+)
+@click.option(
+    "--purge/--no-purge",
+    default=True,
+    show_default=True,
+    help="Fire the built-in hourly retention sweep.",
+)
+@click.option(
+    "--outbox/--no-outbox", default=True, show_default=True, help="Relay this database's outbox."
+)
+@click.option(
+    "--loglevel",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@dsn_option
+def scheduler(
+    app_spec: str | None,
+    interval_s: float,
+    ttl_s: float,
+    purge: bool,
+    outbox: bool,
+    loglevel: str,
+    dsn: str | None,
+) -> None:
+    """Fire periodic tasks (leader-elected; run several) and relay the outbox."""
+    logging.basicConfig(
+        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    tasks = load_tasks(app_spec, with_purge=purge)
+    resolved = database(dsn)
+    schema.upgrade(resolved.dsn)
+    try:
+        runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    relay = OutboxRelay(resolved.dsn) if outbox else None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        runner.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    runner.start()
+    if relay is not None:
+        relay.start()
+    click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
+    while not stop.wait(0.5):
+        pass
+    runner.stop()
+    if relay is not None:
+        relay.stop()
+    c = runner.counts
+    click.echo(
+        f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} duplicates={c.duplicates}",
+        err=True,
+    )
+
+
+@click.group()
+def tasks() -> None:
+    """Inspect periodic tasks."""
+
+
+@tasks.command("ls")
+@click.option("-A", "--app", "app_spec", default=None, metavar="MODULE")
+@click.option("--purge/--no-purge", default=True)
+@dsn_option
+@json_option
+def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> None:
+    """Each task's schedule, policy, next fire time and last occurrence."""
+    found = load_tasks(app_spec, with_purge=purge)
+    resolved = database(dsn, quiet=as_json)
+    with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+        last = last_fires(conn)
+    now = datetime.now(UTC)
+    rows: list[dict[str, str | bool | None]] = []
+    for name, periodic in sorted(found.items()):
+        fired = last.get(name)
+        rows.append(
+            {
+                "name": name,
+                "schedule": periodic.schedule.describe(),
+                "catch_up": periodic.catch_up,
+                "next": periodic.schedule.next_after(now).isoformat(),
+                "last_occurrence": fired[0].isoformat() if fired else None,
+                "last_was_catch_up": fired[1] if fired else None,
+            }
+        )
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title=f"{len(rows)} task(s)")
+    for col in ("name", "schedule", "catch-up", "next", "last occurrence"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        cells = [str(r[k]) for k in ("name", "schedule", "catch_up", "next")]
+        table.add_row(*cells, str(r["last_occurrence"]) if r["last_occurrence"] else "never")
+    Console().print(table)

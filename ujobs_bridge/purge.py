@@ -1,0 +1,121 @@
+"""Retention: delete what is finished and old, as a job with one durable step per table.
+
+Why it exists: every table that grows per job (jobs and their steps, events, outbox rows, the
+scheduler's fire ledger, later Celery results) needs a sweep, or every row written is a row
+kept. The sweep is a ``job``, so it gets retries, cancellation and ``jobs show`` for free. One
+step per table means a killed attempt resumes at the table it stopped on; the cutoff is read
+from the injected clock ONCE per pass and stored as the first step, so every table and every
+resumed attempt compares against the same instant. Targets are read once per attempt, and two
+targets under one name are refused before the first delete. Only terminal, expired rows go:
+nothing ready, running or suspended is ever deleted.
+
+What it is not: a schedule. ``PURGE_TASK_CRON`` is the hourly cron the scheduler uses for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, LiteralString
+
+import psycopg
+
+from . import validation
+from .context import current_job
+from .drivers.postgres.sql import q
+from .errors import ConfigError
+from .faults import fault
+from .job import job
+from .steps import step
+
+DEFAULT_OLDER_THAN_S = 7 * 24 * 3600.0
+PURGE_TASK_CRON = "17 * * * *"  # hourly, off the top of the hour
+BATCH = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeTarget:
+    """One table's expired rows; ``delete(conn, cutoff)`` returns how many it removed."""
+
+    name: str
+    delete: Callable[[psycopg.Connection[Any], datetime], int]
+
+
+def _batched(statement: LiteralString) -> Callable[[psycopg.Connection[Any], datetime], int]:
+    def delete(conn: psycopg.Connection[Any], cutoff: datetime) -> int:
+        total = 0
+        while True:
+            removed = conn.execute(statement, {"cutoff": cutoff, "limit": BATCH}).rowcount
+            total += removed
+            if removed < BATCH:
+                return total
+
+    return delete
+
+
+def builtin_targets() -> list[PurgeTarget]:
+    return [
+        PurgeTarget("x_jobs", _batched(q("purge_jobs"))),
+        PurgeTarget("x_job_events", _batched(q("purge_events"))),
+        PurgeTarget("x_outbox", _batched(q("purge_outbox"))),
+        PurgeTarget("x_scheduler_fires", _batched(q("purge_fires"))),
+    ]
+
+
+_extra: list[Callable[[], Sequence[PurgeTarget]]] = []
+_extra_lock = threading.Lock()
+
+
+def register_targets(source: Callable[[], Sequence[PurgeTarget]]) -> None:
+    """Add targets (read once per attempt, never captured): e.g. celery_compat's result table."""
+    with _extra_lock:
+        _extra.append(source)
+
+
+def targets() -> list[PurgeTarget]:
+    found = builtin_targets()
+    with _extra_lock:
+        sources = list(_extra)
+    for source in sources:
+        found.extend(source())
+    names = [t.name for t in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"purge targets {twice} are registered twice",
+            hint="give every purge target a distinct name; nothing was deleted",
+        )
+    return found
+
+
+def run_pass(conn: psycopg.Connection[Any], cutoff: datetime) -> dict[str, int]:
+    """Delete everything expired at ``cutoff`` from every target, without steps (the CLI)."""
+    report: dict[str, int] = {}
+    for target in targets():
+        report[target.name] = target.delete(conn, cutoff)
+        fault("purge.between_tables")
+    return report
+
+
+@job(name="ujobs.purge", queue="ujobs", max_attempts=5, backoff=30)
+def purge(older_than_s: float = DEFAULT_OLDER_THAN_S) -> dict[str, int]:
+    """The retention sweep as a job: one durable step per table."""
+    validation.seconds("older_than", older_than_s)
+    sweep = targets()  # once per attempt; refuses duplicates before any delete
+    ctx = current_job()
+    cutoff_text = step.run(
+        "cutoff", lambda: (ctx.clock.now() - timedelta(seconds=older_than_s)).isoformat()
+    )
+    cutoff = datetime.fromisoformat(cutoff_text)
+    report: dict[str, int] = {}
+    for target in sweep:
+
+        def delete(target: PurgeTarget = target) -> int:
+            with ctx.connection() as conn:
+                return target.delete(conn, cutoff)
+
+        report[target.name] = step.run(f"purge:{target.name}", delete)
+        fault("purge.between_tables")
+    return report
