@@ -1,5 +1,5 @@
 -- Every statement the Postgres driver runs, as named blocks: `-- name --` on its own line.
--- Rules: explicit column lists (never select * / returning *), values only as parameters,
+-- Rules: explicit column lists (no star projections), values only as parameters,
 -- `%(now)s` (NULL = the database's now()) wherever job logic compares time. Leases always use
 -- the database's now().
 
