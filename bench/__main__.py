@@ -6,6 +6,7 @@ README can always be re-checked on the machine at hand::
     python -m bench                                   # N=20,000, 3 rounds, all systems
     python -m bench --only celery-redis,raw --rounds 1 --jobs 5000
     python -m bench --quick                           # smoke run, seconds
+    python -m bench --only ujobs --cells steps --jobs 5000   # step overhead only
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import report
+from . import cells, report
 from .runner import Runner
 from .settings import CORES, SYSTEMS, Settings
 
@@ -46,6 +47,12 @@ def parse(argv: list[str] | None = None) -> Settings:
     )
     parser.add_argument(
         "--only", default=",".join(SYSTEMS), help=f"comma-separated subset of {','.join(SYSTEMS)}"
+    )
+    parser.add_argument(
+        "--cells",
+        default=",".join(cells.SELECTABLE),
+        help=f"comma-separated subset of {','.join(cells.SELECTABLE)} (a drain brings its RSS "
+        "figures; 'steps' is ujobs-bridge only)",
     )
     parser.add_argument(
         "--latency-samples",
@@ -73,6 +80,12 @@ def parse(argv: list[str] | None = None) -> Settings:
     unknown = [s for s in only if s not in SYSTEMS]
     if unknown or not only:
         parser.error(f"--only: unknown {unknown or 'empty list'}; choose from {','.join(SYSTEMS)}")
+    picked = [c.strip() for c in args.cells.split(",") if c.strip()]
+    bad = [c for c in picked if c not in cells.SELECTABLE]
+    if bad or not picked:
+        parser.error(
+            f"--cells: unknown {bad or 'empty list'}; choose from {','.join(cells.SELECTABLE)}"
+        )
     jobs = args.jobs if args.jobs is not None else (QUICK_JOBS if args.quick else 20_000)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     samples = (
@@ -89,6 +102,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         per_core=args.per_core,
         drain_deadline_s=args.drain_deadline,
         json_out=args.json_out,
+        cells=tuple(cells.SELECTABLE[c] for c in picked),
     )
 
 
@@ -97,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else WIDE)
     console.print(
         f"[bold]ujobs-bridge bench[/bold] run {settings.run_id}: N={settings.jobs:,} jobs, "
-        f"{settings.rounds} round(s), systems {', '.join(settings.only)}, {CORES} cores, "
+        f"{settings.rounds} round(s), systems {', '.join(settings.only)}, cells "
+        f"{', '.join(k for k, v in cells.SELECTABLE.items() if settings.wants(v))}, {CORES} cores, "
         f"per-core drain = {settings.per_core} processes, latency {settings.latency_samples} "
         f"samples after {settings.latency_warmup} warm-ups"
     )

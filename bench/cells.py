@@ -11,6 +11,9 @@ measured the same way. So the clock placement lives here, once:
 - ``idle_latency``: one job at a time into an idle worker, ``time.time()`` taken just before
   the enqueue call and echoed back by the job body (its first line), after warm-ups, with a
   ~10 ms gap between jobs.
+- the step-overhead cell (ujobs-bridge only, ``StepCells``): two ``timed_drain`` runs back to
+  back on the same worker settings, N plain no-op jobs and N jobs of 5 no-op ``step.run``
+  calls; the figure that matters is the ratio of the two rates within one round.
 
 What it is not: any system's code. Systems pass in how to spawn, count, send and receive.
 """
@@ -21,7 +24,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import redis
 
@@ -35,7 +38,20 @@ DRAIN_CORE = "drain, 1 worker process per core"
 LATENCY = "idle pick-up latency"
 RSS_1 = "worker RSS, 1-process drain"
 RSS_CORE = "worker RSS, per-core drain"
-CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE)
+STEPS = "step overhead: drain, plain job vs 5 no-op steps"
+CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS)
+# ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
+SELECTABLE = {
+    "enqueue-one": ENQ_ONE,
+    "enqueue-batch": ENQ_BATCH,
+    "drain-1": DRAIN_1,
+    "drain-core": DRAIN_CORE,
+    "latency": LATENCY,
+    "steps": STEPS,
+}
+STEP_COUNT = 5
+PLAIN_LABEL = "plain no-op job"
+STEPS_LABEL = f"{STEP_COUNT} no-op step.run calls"
 
 WARMUP_ENQUEUES = 10
 FIRST_PICKUP_TIMEOUT_S = 60.0  # the first warm-up job also waits for the worker to start
@@ -97,6 +113,15 @@ class System(Protocol):
 
     def idle_latency(self) -> list[float]:
         """Pick-up latencies in ms (warm-ups dropped) into one idle worker."""
+        ...
+
+
+@runtime_checkable
+class StepCells(Protocol):
+    """A system that has durable steps (ujobs-bridge); the others show "n/a" in this cell."""
+
+    def step_overhead(self, n: int, rnd: int) -> dict[str, DrainResult]:
+        """``PLAIN_LABEL`` and ``STEPS_LABEL`` -> drain of ``n`` such jobs, same workers."""
         ...
 
 

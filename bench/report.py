@@ -5,7 +5,8 @@ run (other load, other build) proves nothing. Each cell table shows the median a
 min-max across rounds, and the ratio of medians to Celery+Redis's figure of the same kind in the
 same cell. The targets table computes every project target from this run's medians, with the
 range of the per-round ratios (rounds are interleaved, so round r of two systems ran close in
-time) beside it.
+time) beside it. The step-overhead cell is ujobs-bridge's alone: its ratio column compares the
+5-step drain with the plain drain of the same round, and the other systems show "n/a".
 
 What it is not: a judge of the benchmark's fairness; the module docstrings of each system say
 what is and is not being compared.
@@ -67,6 +68,35 @@ def cell_table(results: Results, cell: str) -> Table | None:
             f"{fmt(row.low, row.unit)} - {fmt(row.high, row.unit)}",
             ratio_text,
         )
+    return table
+
+
+def steps_table(results: Results) -> Table | None:
+    """The step-overhead cell: ujobs-bridge's two drains, the ratio to the plain one, n/a else."""
+    rows = [r for r in results.rows.values() if r.cell == cells.STEPS]
+    if not rows:
+        return None
+    table = Table(title=cells.STEPS, title_justify="left", show_lines=False)
+    for column in ("system", "figure", "median", "min-max"):
+        table.add_column(column, justify="right" if column in ("median", "min-max") else "left")
+    table.add_column("ratio vs plain job (per-round range)", justify="right")
+    for row in sorted(rows, key=_order):
+        suffix = row.label.removeprefix(cells.STEPS_LABEL).removeprefix(cells.PLAIN_LABEL)
+        plain = results.rows.get((row.system, row.cell, cells.PLAIN_LABEL + suffix))
+        ratio = row.median / plain.median if plain and plain.median else float("nan")
+        rounds = _per_round(row, [plain] if plain else [], max)
+        spread = f" ({min(rounds):.2f} - {max(rounds):.2f})" if rounds else ""
+        table.add_row(
+            TITLES.get(row.system, row.system),
+            f"{escape(row.label)} [dim]({row.unit})[/dim]",
+            fmt(row.median, row.unit),
+            f"{fmt(row.low, row.unit)} - {fmt(row.high, row.unit)}",
+            "-" if math.isnan(ratio) else f"x{ratio:.2f}{spread}",
+        )
+    for system in results.settings.get("systems", ()):
+        if system != "ujobs":
+            na = "[dim]n/a[/dim]"
+            table.add_row(TITLES.get(system, system), "[dim]no durable steps[/dim]", na, na, na)
     return table
 
 
@@ -198,7 +228,26 @@ def targets(results: Results) -> list[Target]:
     )
     for cell in (cells.RSS_1, cells.RSS_CORE):
         out.append(_rss_target(results, cell))
+    out.append(_steps_target(results))
     return out
+
+
+def _steps_target(results: Results) -> Target:
+    """Informational: what 5 no-op steps cost, as a share of the plain rate and per step."""
+    plain = results.rows.get(("ujobs", cells.STEPS, cells.PLAIN_LABEL))
+    stepped = results.rows.get(("ujobs", cells.STEPS, cells.STEPS_LABEL))
+    name = f"ujobs drain, job of {cells.STEP_COUNT} no-op steps ÷ plain job"
+    if plain is None or stepped is None or not plain.median or not stepped.median:
+        return Target(name, "not measured", "", "informational", None)
+    value = stepped.median / plain.median
+    per_step_us = (1 / stepped.median - 1 / plain.median) / cells.STEP_COUNT * 1e6
+    rounds = _per_round(stepped, [plain], max)
+    measured = (
+        f"x{value:.2f}  [dim]({fmt(stepped.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} "
+        f"jobs/s; +{per_step_us:.0f} µs of drain time per step)[/dim]"
+    )
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    return Target(name, measured, spread, "informational", None, value)
 
 
 FLAT_GROWTH = 0.10  # end within 10 % of start counts as flat
@@ -234,7 +283,7 @@ def targets_table(items: list[Target]) -> Table:
 
 def render(results: Results, console: Console) -> list[Target]:
     for cell in cells.CELLS:
-        table = cell_table(results, cell)
+        table = steps_table(results) if cell == cells.STEPS else cell_table(results, cell)
         if table is not None:
             console.print(table)
     found = targets(results)

@@ -19,6 +19,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -92,7 +93,7 @@ class Runner:
         systems: dict[str, System] = {}
         try:
             for name in self.settings.only:
-                system = self.attempt(None, name, "setup", lambda name=name: self._setup(name))
+                system = self.attempt(None, name, "setup", partial(self._setup, name))
                 if system is not None:
                     systems[name] = system
             names = list(systems)
@@ -126,8 +127,11 @@ class Runner:
     def round(self, rnd: int, name: str, system: System) -> None:
         n = self.settings.jobs
         add = self.results.add
+        wants = self.settings.wants
 
         def rates(cell: str, fn: Callable[[int], dict[str, float]]) -> None:
+            if not wants(cell):
+                return
             t0 = time.perf_counter()
             got = self.attempt(rnd, name, cell, lambda: fn(n))
             if got is None:
@@ -143,38 +147,17 @@ class Runner:
             (cells.DRAIN_1, cells.RSS_1, 1),
             (cells.DRAIN_CORE, cells.RSS_CORE, self.settings.per_core),
         ):
-            got = self.attempt(rnd, name, cell, lambda p=processes: system.drain(n, p))
-            for label, d in (got or {}).items():
-                add(name, cell, label, "rate", rnd, d.rate)
-                add(name, cell, f"{label} · 1st→Nth done", "rate_steady", rnd, d.steady_rate)
-                if d.report_rss:
-                    add(
-                        name,
-                        rss_cell,
-                        f"{label} · at 1st done",
-                        "rss_start",
-                        rnd,
-                        d.rss_start / procs.MIB,
-                    )
-                    add(name, rss_cell, f"{label} · peak", "rss_peak", rnd, d.rss_peak / procs.MIB)
-                    add(
-                        name,
-                        rss_cell,
-                        f"{label} · at Nth done",
-                        "rss_end",
-                        rnd,
-                        d.rss_end / procs.MIB,
-                    )
-                self.results.detail.append(
-                    {
-                        "system": name,
-                        "cell": cell,
-                        "round": rnd,
-                        "label": label,
-                        "drain": d.__dict__,
-                    }
-                )
-                self.say(rnd, name, f"{cell} {escape(f'[{label}]')}: {d.summary()}")
+            if wants(cell):
+                drains = self.attempt(rnd, name, cell, partial(system.drain, n, processes))
+                self.drains(rnd, name, cell, rss_cell, drains)
+        if wants(cells.STEPS) and isinstance(system, cells.StepCells):
+            drains = self.attempt(rnd, name, cells.STEPS, partial(system.step_overhead, n, rnd))
+            self.drains(rnd, name, cells.STEPS, None, drains)
+            if drains:
+                plain, stepped = drains[cells.PLAIN_LABEL].rate, drains[cells.STEPS_LABEL].rate
+                self.say(rnd, name, f"{cells.STEPS}: x{stepped / plain:.2f} of the plain rate")
+        if not wants(cells.LATENCY):
+            return
         got = self.attempt(rnd, name, cells.LATENCY, system.idle_latency)
         if got:
             p50, p99 = cells.percentile(got, 50), cells.percentile(got, 99)
@@ -186,6 +169,29 @@ class Runner:
             self.say(
                 rnd, name, f"{cells.LATENCY}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (n={len(got)})"
             )
+
+    def drains(
+        self,
+        rnd: int,
+        name: str,
+        cell: str,
+        rss_cell: str | None,
+        got: dict[str, cells.DrainResult] | None,
+    ) -> None:
+        """Record each drain's rate, steady rate and (when asked) RSS; say its summary."""
+        add = self.results.add
+        for label, d in (got or {}).items():
+            add(name, cell, label, "rate", rnd, d.rate)
+            add(name, cell, f"{label} · 1st→Nth done", "rate_steady", rnd, d.steady_rate)
+            if rss_cell is not None and d.report_rss:
+                mib = procs.MIB
+                add(name, rss_cell, f"{label} · at 1st done", "rss_start", rnd, d.rss_start / mib)
+                add(name, rss_cell, f"{label} · peak", "rss_peak", rnd, d.rss_peak / mib)
+                add(name, rss_cell, f"{label} · at Nth done", "rss_end", rnd, d.rss_end / mib)
+            self.results.detail.append(
+                {"system": name, "cell": cell, "round": rnd, "label": label, "drain": d.__dict__}
+            )
+            self.say(rnd, name, f"{cell} {escape(f'[{label}]')}: {d.summary()}")
 
 
 def _settings_doc(settings: Settings) -> dict[str, Any]:
@@ -202,5 +208,6 @@ def _settings_doc(settings: Settings) -> dict[str, Any]:
         "poll_s": settings.poll_s,
         "rss_sample_s": settings.rss_sample_s,
         "drain_deadline_s": settings.drain_deadline,
+        "cells": list(settings.cells) or list(cells.CELLS),
         "run_id": settings.run_id,
     }

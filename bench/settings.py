@@ -50,6 +50,7 @@ class Settings:
     poll_s: float = 0.020
     rss_sample_s: float = 0.050
     drain_deadline_s: float | None = None
+    cells: tuple[str, ...] = ()  # titles from bench.cells.SELECTABLE to run; empty = every cell
     json_out: Path | None = None
     run_id: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:6]}")
 
@@ -59,6 +60,9 @@ class Settings:
         if self.drain_deadline_s is not None:
             return self.drain_deadline_s
         return 60.0 + self.jobs / 100.0
+
+    def wants(self, cell: str) -> bool:
+        return not self.cells or cell in self.cells
 
     def key(self, system: str, what: str) -> str:
         """A Redis key / queue name private to this run and system."""

@@ -11,7 +11,9 @@ that the engine can change under it: everything it uses is the documented surfac
 
 Drain completion is ``select count(*) from x_jobs where queue='bench' and state='done'`` polled
 every ~20 ms on the bench's own connection. "1 worker process" is one ``worker -c 8``; "per
-core" is one such process per core.
+core" is one such process per core. The step-overhead cell drains N ``noop`` jobs and N
+``five_steps`` jobs with that same one ``worker -c 8``, back to back (which one goes first
+alternates by round, so drift within a round does not always favour the same one).
 
 What it is not: a test of the engine's guarantees (that is ``tests/``), nor a tuned setup: the
 worker runs with its defaults apart from ``-c 8``.
@@ -76,11 +78,11 @@ class UjobsSystem:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def _fill(self, n: int) -> None:
+    def _fill(self, n: int, body: Any = None) -> None:
         from .ujobs_tasks import noop
 
         self._reset()
-        self.client.enqueue_many([noop.call() for _ in range(n)])
+        self.client.enqueue_many([(body or noop).call() for _ in range(n)])
         self.conn.execute("analyze x_jobs")
 
     def _spawn_worker(self, index: int) -> Group:
@@ -101,7 +103,8 @@ class UjobsSystem:
 
         from . import ujobs_tasks  # fail early, with the import error, if the API moved
 
-        assert ujobs_tasks.noop.queue == "bench"
+        assert ujobs_tasks.noop.queue == ujobs_tasks.five_steps.queue == "bench"
+        assert ujobs_tasks.STEPS == cells.STEP_COUNT
         pg.create(self.dbname)
         self._created = True
         self.dsn = pg.url_for(self.dbname)
@@ -176,6 +179,23 @@ class UjobsSystem:
         self._reset()
         plural = "es" if processes > 1 else ""
         return {f"{processes} process{plural} x worker -c {CONCURRENCY}": result}
+
+    def step_overhead(self, n: int, rnd: int) -> dict[str, cells.DrainResult]:
+        from .ujobs_tasks import five_steps, noop
+
+        bodies = [(cells.PLAIN_LABEL, noop), (cells.STEPS_LABEL, five_steps)]
+        out: dict[str, cells.DrainResult] = {}
+        for label, body in bodies if rnd % 2 == 0 else bodies[::-1]:
+            self._fill(n, body)
+            out[label] = cells.timed_drain(
+                n=n,
+                spawn=lambda: [self._spawn_worker(0)],
+                done_count=self._done,
+                settings=self.settings,
+                report_rss=False,
+            )
+            self._reset()
+        return {label: out[label] for label, _ in bodies}
 
     def idle_latency(self) -> list[float]:
         from .ujobs_tasks import ping

@@ -4,6 +4,9 @@ Why it exists: the worker finds jobs by importing the module named with ``-A``, 
 jobs live in a module of their own. ``noop`` does nothing (drains count ``state = 'done'`` rows
 in Postgres); ``ping`` takes ``time.time()`` on its first line and RPUSHes ``"<sent> <now>"`` to
 the Redis list named by ``BENCH_LATENCY_KEY``, exactly as the Celery ``ping`` task does.
+``five_steps`` runs 5 durable ``step.run`` calls of a no-op, so that its drain rate beside
+``noop``'s is the cost of steps themselves (one step-list read per attempt, one persisted
+result per step).
 
 What it is not: an example of good job design; bodies are empty on purpose.
 """
@@ -15,9 +18,10 @@ import time
 
 import redis
 
-from ujobs_bridge import job
+from ujobs_bridge import job, step
 
 QUEUE = "bench"
+STEPS = 5  # bench.cells.STEP_COUNT: not imported, so the worker loads nothing but this module
 _redis: redis.Redis | None = None
 
 
@@ -38,3 +42,13 @@ def noop() -> None:
 def ping(sent: float) -> None:
     now = time.time()
     _client().rpush(os.environ["BENCH_LATENCY_KEY"], f"{sent!r} {now!r}")
+
+
+def _nothing() -> None:
+    return None
+
+
+@job(queue=QUEUE)
+def five_steps() -> None:
+    for i in range(STEPS):
+        step.run(f"s{i}", _nothing)

@@ -1,5 +1,6 @@
 """Durable steps under real faults: workers killed and paused for real (reliability.md F1, F2,
-F2b, F5). The effect ledger (``test_effects``) counts how often a side effect really ran."""
+F2b, F5) and an event consume that committed while the worker saw an error (F15). The effect
+ledger (``test_effects``) counts how often a side effect really ran."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from worker_proc import WorkerProc
 
 from apps import step_fault_jobs
 from conftest import wait_for
+from ujobs_bridge import send_event
 from ujobs_bridge.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -22,7 +24,9 @@ QUEUE = "stepfaults"
 
 @pytest.fixture
 def ledger(dsn: str, db: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
-    db.execute("create table if not exists test_effects (key text, job_id uuid, attempt int, pid int, phase text)")
+    db.execute(
+        "create table if not exists test_effects (key text, job_id uuid, attempt int, pid int, phase text)"
+    )
     db.execute("create table if not exists test_gates (name text primary key)")
     db.execute("truncate test_effects, test_gates")
     yield db
@@ -33,7 +37,9 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProc] = []
 
     def start(faults_spec: str = "") -> WorkerProc:
-        proc = WorkerProc(dsn, APP, QUEUE, tmp_path / f"worker{len(started)}.log", faults=faults_spec)
+        proc = WorkerProc(
+            dsn, APP, QUEUE, tmp_path / f"worker{len(started)}.log", faults=faults_spec
+        )
         started.append(proc)
         return proc
 
@@ -45,80 +51,170 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
 
 
 def effects(db: psycopg.Connection[Any], phase: str) -> list[tuple[Any, ...]]:
-    return db.execute("select attempt, pid from test_effects where phase = %s order by attempt", (phase,)).fetchall()
+    return db.execute(
+        "select attempt, pid from test_effects where phase = %s order by attempt", (phase,)
+    ).fetchall()
 
 
 def job_state(db: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...]:
-    row = db.execute("select state, attempt, output, last_error from x_jobs where id = %s", (job_id,)).fetchone()
+    row = db.execute(
+        "select state, attempt, output, last_error from x_jobs where id = %s", (job_id,)
+    ).fetchone()
     assert row is not None
-    return row
+    return tuple(row)
 
 
 def open_gate(db: psycopg.Connection[Any], name: str) -> None:
     db.execute("insert into test_gates (name) values (%s) on conflict do nothing", (name,))
 
 
-def test_killed_inside_a_step_before_persisting_runs_the_step_again_and_completes_once(client: Client, ledger: Any, workers: Any) -> None:
+def test_killed_inside_a_step_before_persisting_runs_the_step_again_and_completes_once(
+    client: Client, ledger: Any, workers: Any
+) -> None:
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f1", gate_in_step="g1")
     first = workers()
     wait_for(lambda: effects(ledger, "charge"), what="the step to start")
     first.kill()
     open_gate(ledger, "g1")
     workers()
-    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish")
+    wait_for(
+        lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish"
+    )
     _state, attempt, _output, last_error = job_state(ledger, ref.id)
     assert attempt == 2 and "UJ_WORKER_LOST" in (last_error or "")
     assert len(effects(ledger, "charge")) == 2  # not persisted: at-least-once ran it again
     assert len(effects(ledger, "end")) == 1
 
 
-def test_killed_after_persisting_a_step_replays_the_stored_value(client: Client, ledger: Any, workers: Any) -> None:
+def test_killed_after_persisting_a_step_replays_the_stored_value(
+    client: Client, ledger: Any, workers: Any
+) -> None:
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f2")
     first = workers("step.after_persist=kill@1")
-    wait_for(lambda: first.proc.poll() is not None, timeout=20, what="the worker to die after the persist")
-    stored = ledger.execute("select output from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone()
+    wait_for(
+        lambda: first.proc.poll() is not None,
+        timeout=20,
+        what="the worker to die after the persist",
+    )
+    stored = ledger.execute(
+        "select output from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)
+    ).fetchone()
     assert stored is not None and stored[0]["pid"] == first.pid
     workers()
-    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish")
+    wait_for(
+        lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the rescued job to finish"
+    )
     output = job_state(ledger, ref.id)[2]
     assert output["charge"] == stored[0]  # replayed, equal to what was persisted
     assert len(effects(ledger, "charge")) == 1
     assert output["finished_by"] != first.pid
 
 
-def test_a_commit_the_client_saw_fail_is_neither_rerun_nor_duplicated(client: Client, ledger: Any, workers: Any) -> None:
+def test_a_commit_the_client_saw_fail_is_neither_rerun_nor_duplicated(
+    client: Client, ledger: Any, workers: Any
+) -> None:
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f2b")
     workers("step.after_persist=exec_then_raise@1")
     wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the job to finish")
     _state, attempt, _output, last_error = job_state(ledger, ref.id)
     assert attempt == 2 and "OperationalError" in (last_error or "")
-    assert ledger.execute("select count(*) from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone() == (1,)
+    assert ledger.execute(
+        "select count(*) from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)
+    ).fetchone() == (1,)
     assert len(effects(ledger, "charge")) == 1
 
 
-def test_a_paused_worker_whose_lease_was_taken_over_writes_nothing_late(client: Client, ledger: Any, workers: Any) -> None:
+def test_a_paused_worker_whose_lease_was_taken_over_writes_nothing_late(
+    client: Client, ledger: Any, workers: Any
+) -> None:
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f5", gate_after="g5")
     paused = workers()
     wait_for(lambda: effects(ledger, "charge"), what="the first step to persist")
     wait_for(
-        lambda: ledger.execute("select 1 from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)).fetchone(),
+        lambda: ledger.execute(
+            "select 1 from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)
+        ).fetchone(),
         what="the charge step row",
     )
     paused.pause()
     wait_for(
-        lambda: ledger.execute("select lease_expires_at < now() from x_jobs where id = %s", (ref.id,)).fetchone() == (True,),
+        lambda: (
+            ledger.execute(
+                "select lease_expires_at < now() from x_jobs where id = %s", (ref.id,)
+            ).fetchone()
+            == (True,)
+        ),
         timeout=20,
         what="the paused worker's lease to run out",
     )
     taker = workers()
     open_gate(ledger, "g5")
-    wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the second worker to finish the job")
+    wait_for(
+        lambda: job_state(ledger, ref.id)[0] == "done",
+        timeout=30,
+        what="the second worker to finish the job",
+    )
     paused.resume()
-    wait_for(lambda: "UJ_LEASE_LOST" in paused.output() or "fenced" in paused.output(), timeout=20, what="the paused worker to be fenced")
+    wait_for(
+        lambda: "UJ_LEASE_LOST" in paused.output() or "fenced" in paused.output(),
+        timeout=20,
+        what="the paused worker to be fenced",
+    )
     _state, attempt, output, _ = job_state(ledger, ref.id)
     assert output["finished_by"] == taker.pid and output["ship"]["pid"] == taker.pid
-    ship = ledger.execute("select output, job_attempt from x_job_steps where run_id = %s and name = 'ship'", (ref.id,)).fetchone()
+    ship = ledger.execute(
+        "select output, job_attempt from x_job_steps where run_id = %s and name = 'ship'", (ref.id,)
+    ).fetchone()
     assert ship == (output["ship"], attempt)
     assert [pid for _, pid in effects(ledger, "end")] == [taker.pid]
     assert len(effects(ledger, "charge")) == 1
 
+
+def consumed(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return db.execute(
+        "select id, payload, consumed_by, consumed_step from x_job_events order by id"
+    ).fetchall()
+
+
+def send_two(dsn: str, key: str) -> None:
+    """Both events in ONE transaction, so both exist before any consume can happen."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        send_event("payment.received", key, {"n": 1}, conn=conn)
+        send_event("payment.received", key, {"n": 2}, conn=conn)
+
+
+@pytest.mark.parametrize("sent", ["while_waiting", "before_the_wait"])
+def test_an_ambiguous_event_consume_resumes_with_the_first_event_and_leaves_the_second(
+    dsn: str, client: Client, ledger: Any, workers: Any, sent: str
+) -> None:
+    # F15: the consume (event row + step row) commits, then the client sees an error. The retry
+    # must replay the event this step already took, not consume the next one for the same key.
+    key = f"f15-{sent}"
+    if sent == "before_the_wait":
+        send_two(dsn, key)
+    ref = step_fault_jobs.await_payment.configure(client=client).enqueue(key)
+    workers("event.after_consume_commit=exec_then_raise@1")
+    if sent == "while_waiting":
+        wait_for(
+            lambda: job_state(ledger, ref.id)[0] == "waiting", what="the job to park on the event"
+        )
+        send_two(dsn, key)
+    wait_for(
+        lambda: job_state(ledger, ref.id)[0] in ("done", "dead"), timeout=30, what="the job to end"
+    )
+    state, attempt, output, last_error = job_state(ledger, ref.id)
+    assert state == "done", last_error
+    # the fault fired on the consume and cost exactly one counted attempt (the park is uncounted)
+    assert attempt == 2 and "fault event.after_consume_commit" in (last_error or "")
+    assert output["paid"] == {"n": 1}
+    assert len(effects(ledger, "end")) == 1  # the body got past the wait once
+    step_rows = ledger.execute(
+        "select status, output from x_job_steps where run_id = %s", (ref.id,)
+    ).fetchall()
+    assert step_rows == [
+        ("completed", {"event": "payment.received", "key": key, "payload": {"n": 1}})
+    ]
+    (_, first, by, step_name), (_, second, second_by, second_step) = consumed(ledger)
+    assert (first, by, step_name) == ({"n": 1}, ref.id, "paid")
+    # the second event is still open for a later waiter
+    assert (second, second_by, second_step) == ({"n": 2}, None, None)

@@ -40,10 +40,21 @@ def charge(key: str, gate: str | None) -> dict[str, Any]:
 
 
 @job(queue="stepfaults", max_attempts=5, backoff=0, jitter=False)
-def checkout(key: str, gate_in_step: str | None = None, gate_after: str | None = None) -> dict[str, Any]:
+def checkout(
+    key: str, gate_in_step: str | None = None, gate_after: str | None = None
+) -> dict[str, Any]:
     charged = step.run("charge", charge, key, gate_in_step)
     if gate_after:
         hold(gate_after)
     shipped = step.run("ship", lambda: {"shipped": key, "pid": os.getpid()})
     record(key, "end")
     return {"charge": charged, "ship": shipped, "finished_by": os.getpid()}
+
+
+@job(queue="stepfaults", max_attempts=5, backoff=0, jitter=False)
+def await_payment(key: str) -> dict[str, Any]:
+    """F15: waits for ``payment.received`` under ``key``; the value it resumes with is returned
+    and recorded, so a test can tell which event the step consumed and how often the body ended."""
+    paid = step.wait_for_event("paid", "payment.received", key=key)
+    record(key, "end")
+    return {"paid": paid, "finished_by": os.getpid()}
