@@ -1,0 +1,55 @@
+"""celery_compat: Celery 5's API on ujobs-bridge's durable Postgres engine.
+
+Replace the word ``celery`` in imports (``from celery_compat import Celery, shared_task``), or
+only the app's class, and tasks, ``delay``/``apply_async``, retries, canvas, results, beat,
+signals and eager tests keep working, except that nothing is lost: every message is a row in
+``x_jobs``, committed (inside your transaction if you are in one, see ``enqueue_in``) before
+``delay()`` returns.
+
+Everything here is Celery's own object except ``Celery`` (``app.py``) and ``enqueue_in``
+(``transaction.py``); ``shared_task`` and friends bind to the current app, so untouched modules
+that still say ``from celery import shared_task`` land on the bridge too.
+
+What it is not: a re-implementation of Celery. It needs the ``celery`` package (5.3-5.7).
+"""
+
+from __future__ import annotations
+
+from celery import (
+    Task,
+    chain,
+    chord,
+    chunks,
+    current_app,
+    current_task,
+    group,
+    maybe_signature,
+    shared_task,
+    signature,
+    states,
+    uuid,
+    xmap,
+    xstarmap,
+)
+
+from .app import Celery
+from .transaction import enqueue_in
+
+__all__ = [
+    "Celery",
+    "Task",
+    "chain",
+    "chord",
+    "chunks",
+    "current_app",
+    "current_task",
+    "enqueue_in",
+    "group",
+    "maybe_signature",
+    "shared_task",
+    "signature",
+    "states",
+    "uuid",
+    "xmap",
+    "xstarmap",
+]

@@ -11,6 +11,7 @@ What it is not: global state. Declaring a job registers nothing; this scan is th
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -74,10 +75,33 @@ def builtin() -> list[JobDefinition[Any, Any]]:
     return [purge]
 
 
+def is_celery_app(target: Any) -> bool:
+    """A Celery app (celery_compat's or plain Celery's), recognised without importing Celery."""
+    celery = sys.modules.get("celery")
+    return celery is not None and isinstance(target, celery.Celery)
+
+
+def celery_app_of(target: Any) -> Any | None:
+    """The Celery app ``-A`` names: the target itself, or a module's ``app``/``celery``."""
+    if is_celery_app(target):
+        return target
+    if isinstance(target, ModuleType):
+        for attr in ("app", "celery"):
+            candidate = getattr(target, attr, None)
+            if is_celery_app(candidate):
+                return candidate
+    return None
+
+
 def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:
     """The jobs of ``-A spec``, plus the built-in ones unless asked not to."""
     target = load_target(spec)
-    if isinstance(target, ModuleType):
+    app = celery_app_of(target)
+    if app is not None:
+        from celery_compat.execution import jobs_for_app
+
+        found = build(jobs_for_app(app))
+    elif isinstance(target, ModuleType):
         found = from_module(target)
     elif isinstance(target, JobDefinition):
         found = build([target])
@@ -94,3 +118,26 @@ def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any
     if with_builtin:
         found = build([*found.values(), *builtin()])
     return found
+
+
+def app_database_url(spec: str) -> str | None:
+    """``ujobs_database_url`` from the Celery app ``-A`` names, if it is one and sets it."""
+    app = celery_app_of(load_target(spec))
+    if app is None:
+        return None
+    value = app.conf.get("ujobs_database_url")
+    return str(value) if value else None
+
+
+def bind_database(spec: str, dsn: str) -> None:
+    """Point a celery_compat app's results and sends at the database the worker runs on (and,
+    through the environment, the app in any child process of ``--pool processes``)."""
+    app = celery_app_of(load_target(spec))
+    if app is None or not hasattr(app, "use_ujobs_client"):
+        return
+    from .client import Client
+    from .dsn import ENV_DATABASE_URL, ResolvedDatabase
+
+    os.environ[ENV_DATABASE_URL] = dsn
+    app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+

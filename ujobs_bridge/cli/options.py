@@ -33,8 +33,10 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
 
-def database(dsn: str | None, *, quiet: bool = False) -> ResolvedDatabase:
-    resolved = resolve(dsn)
+def database(
+    dsn: str | None, *, quiet: bool = False, config_dsn: str | None = None
+) -> ResolvedDatabase:
+    resolved = resolve(dsn, config_dsn=config_dsn)
     if not quiet:
         click.echo(resolved.note, err=True)
     return resolved

@@ -129,8 +129,9 @@ def worker(
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     jobs = registry.load(app_spec)
-    resolved = database(dsn)
+    resolved = database(dsn, config_dsn=registry.app_database_url(app_spec))
     schema.upgrade(resolved.dsn)
+    registry.bind_database(app_spec, resolved.dsn)
     runner = Worker(resolved.dsn, jobs, config, app_spec=app_spec)
     stop_requested = threading.Event()
     hurry = threading.Event()

@@ -429,3 +429,155 @@ with gone as (
 )
 delete from x_scheduler_fires as f using gone
  where f.task = gone.task and f.occurrence_at = gone.occurrence_at
+
+-- ---------------------------------------------------------------------------------------------
+-- celery_compat: Celery messages as jobs, the result store, chord counters, revokes.
+-- ---------------------------------------------------------------------------------------------
+
+-- celery_enqueue --
+-- One Celery message → one job, deduplicated for good by (task id, retries, nesting) through the
+-- ledger. A message for a revoked task id is born cancelled (it never runs).
+with ledger as (
+    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
+    values (%(task_id)s, %(retries)s, %(nesting)s, %(id)s, now())
+    on conflict (task_id, retries, nesting) do nothing
+    returning job_id
+)
+insert into x_jobs
+    (id, name, queue, input, max_attempts, priority, run_at, state, last_error, finished_at,
+     traceparent, enqueued_by, created_at, updated_at)
+select ledger.job_id, %(name)s, %(queue)s, %(input)s::jsonb, %(max_attempts)s, %(priority)s,
+       coalesce(%(run_at)s, coalesce(%(now)s, now())),
+       case when r.task_id is null then 'ready' else 'cancelled' end,
+       case when r.task_id is null then null else 'UJ_JOB_CANCELLED: task id was revoked' end,
+       case when r.task_id is null then null else now() end,
+       %(traceparent)s, %(enqueued_by)s, now(), now()
+  from ledger
+  left join x_celery_revoked as r on r.task_id = %(task_id)s
+returning id
+
+-- celery_enqueue_many --
+with u as (
+    select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at
+      from unnest(%(task_ids)s::text[], %(retries)s::int[], %(nestings)s::int[],
+                         %(ids)s::uuid[], %(names)s::text[], %(queues)s::text[],
+                         %(inputs)s::text[], %(priorities)s::smallint[], %(run_ats)s::timestamptz[])
+        as u(task_id, retries, nesting, id, name, queue, input, priority, run_at)
+),
+ledger as (
+    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
+    select task_id, retries, nesting, id, now() from u
+    on conflict (task_id, retries, nesting) do nothing
+    returning job_id
+)
+insert into x_jobs
+    (id, name, queue, input, max_attempts, priority, run_at, state, enqueued_by, created_at, updated_at)
+select u.id, u.name, u.queue, u.input::jsonb, %(max_attempts)s, u.priority,
+       coalesce(u.run_at, coalesce(%(now)s, now())),
+       case when r.task_id is null then 'ready' else 'cancelled' end,
+       %(enqueued_by)s, now(), now()
+  from u
+  join ledger on ledger.job_id = u.id
+  left join x_celery_revoked as r on r.task_id = u.task_id
+returning id
+
+-- celery_jobs_of_task --
+select t.job_id, j.state, j.last_error, j.updated_at
+  from x_celery_tasks as t
+  join x_jobs as j on j.id = t.job_id
+ where t.task_id = %(task_id)s
+ order by t.retries desc, t.nesting desc
+
+-- celery_revoke --
+insert into x_celery_revoked (task_id, terminate, created_at)
+values (%(task_id)s, %(terminate)s, now())
+on conflict (task_id) do update set terminate = x_celery_revoked.terminate or excluded.terminate
+returning task_id
+
+-- celery_result_get --
+select value from x_celery_results
+ where key = %(key)s and (expires_at is null or expires_at > coalesce(%(now)s, now()))
+
+-- celery_result_mget --
+select key, value from x_celery_results
+ where key = any(%(keys)s::text[]) and (expires_at is null or expires_at > coalesce(%(now)s, now()))
+
+-- celery_result_set --
+with saved as (
+    insert into x_celery_results (key, value, expires_at, updated_at)
+    values (%(key)s, %(value)s,
+            case when %(ttl_s)s::float8 is null then null
+                 else coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8) end,
+            now())
+    on conflict (key) do update
+        set value = excluded.value, expires_at = excluded.expires_at, updated_at = now()
+    returning key
+)
+select pg_notify('x_celery_results', key) from saved
+
+-- celery_result_delete --
+with gone as (
+    delete from x_celery_results where key = %(key)s returning key
+), counter as (
+    delete from x_celery_counters where key = %(key)s returning key
+), parts as (
+    delete from x_celery_chord_parts where key = %(key)s returning key
+)
+select (select count(*) from gone) + (select count(*) from counter) + (select count(*) from parts)
+
+-- celery_result_expire --
+with a as (
+    update x_celery_results
+       set expires_at = coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8)
+     where key = %(key)s
+    returning key
+)
+update x_celery_counters
+   set expires_at = coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8)
+ where key = %(key)s
+
+-- celery_counter_incr --
+insert into x_celery_counters (key, value) values (%(key)s, 1)
+on conflict (key) do update set value = x_celery_counters.value + 1
+returning value
+
+-- celery_chord_part_incr --
+-- Count one header part of a chord, once per child task id, atomically: a redelivered part
+-- inserts nothing and increments nothing (no row returned).
+with part as (
+    insert into x_celery_chord_parts (key, task_id, created_at)
+    values (%(key)s, %(task_id)s, now())
+    on conflict (key, task_id) do nothing
+    returning key
+)
+insert into x_celery_counters (key, value)
+select key, 1 from part
+on conflict (key) do update set value = x_celery_counters.value + 1
+returning value
+
+-- listen_celery_results --
+listen x_celery_results
+
+-- purge_celery --
+-- Results past their expiry, and ledger/revoke rows older than the cutoff (their jobs are gone).
+with r as (
+    delete from x_celery_results where expires_at < %(cutoff)s returning 1
+), c as (
+    delete from x_celery_counters where expires_at < %(cutoff)s returning 1
+), p as (
+    delete from x_celery_chord_parts where created_at < %(cutoff)s returning 1
+), t as (
+    delete from x_celery_tasks as t
+     where t.created_at < %(cutoff)s
+       and not exists (select 1 from x_jobs as j where j.id = t.job_id
+                        and j.state in ('ready', 'running', 'sleeping', 'waiting'))
+    returning 1
+), v as (
+    delete from x_celery_revoked where created_at < %(cutoff)s returning 1
+)
+select (select count(*) from r) + (select count(*) from c) + (select count(*) from p)
+     + (select count(*) from t) + (select count(*) from v)
+
+-- database_now --
+-- The database's clock, read once where a pass must compare against instants it wrote.
+select now()

@@ -1,0 +1,102 @@
+"""``celery_compat.Celery``: Celery's own app class, with sending, results and control on Postgres.
+
+Why it exists: fidelity. Subclassing ``celery.Celery`` keeps signatures, canvas, ``AsyncResult``,
+configuration loading (``config_from_object(..., namespace="CELERY")``, ``autodiscover_tasks``),
+``shared_task`` binding, eager mode and exceptions exactly as users know them. Only what talks
+to the outside is swapped:
+
+* sending → ``x_jobs`` (``sending.BridgeAMQP``), except task names matching
+  ``ujobs_broker_tasks`` globs, which still go to the Celery broker;
+* results → ``backend.PostgresBackend`` (whatever ``result_backend`` says);
+* ``control.revoke`` → a durable row change (``control.BridgeControl``).
+
+Configuration added: ``ujobs_database_url`` (else ``UJOBS_DATABASE_URL``, else the embedded
+Postgres), ``ujobs_broker_tasks`` (globs), ``ujobs_max_deliveries`` (claims before a message
+whose workers keep dying is dead-lettered; default 3).
+
+What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
+(``execution.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import celery
+import psycopg
+
+from ujobs_bridge.client import Client, connect
+
+from .sending import BRIDGE_PRODUCER, BridgeProducer
+
+_client_lock = threading.Lock()
+
+
+class Celery(celery.Celery):  # type: ignore[misc]
+    """Drop-in for ``celery.Celery``: tasks are durable jobs in Postgres."""
+
+    amqp_cls = "celery_compat.sending:BridgeAMQP"
+    control_cls = "celery_compat.control:BridgeControl"
+    backend_cls = "celery_compat.backend:PostgresBackend"
+
+    def __init__(self, main: str | None = None, *args: Any, **kwargs: Any) -> None:
+        self._ujobs_client: Client | None = kwargs.pop("ujobs_client", None)
+        kwargs.setdefault("broker", None)
+        super().__init__(main, *args, **kwargs)
+
+    # -- the jobs database ----------------------------------------------------------------------
+
+    @property
+    def ujobs_client(self) -> Client:
+        """The jobs-database client (a pool), opened on first use with the schema upgraded."""
+        with _client_lock:
+            if self._ujobs_client is None:
+                self._ujobs_client = connect(self.conf.get("ujobs_database_url") or None)
+            return self._ujobs_client
+
+    def use_ujobs_client(self, client: Client | None) -> None:
+        """Point the app at an open client (tests, embedding); ``None`` forgets it."""
+        with _client_lock:
+            self._ujobs_client = client
+
+    def ujobs_dsn_params(self) -> dict[str, Any] | None:
+        client = self._ujobs_client
+        if client is None:
+            return None
+        return psycopg.conninfo.conninfo_to_dict(client.dsn)
+
+    # -- routing between Postgres and the broker -----------------------------------------------
+
+    def goes_to_broker(self, name: str) -> bool:
+        globs = self.conf.get("ujobs_broker_tasks") or ()
+        if isinstance(globs, str):
+            globs = [globs]
+        return any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+    @contextlib.contextmanager
+    def producer_or_acquire(self, producer: Any = None) -> Iterator[Any]:
+        if producer is not None:
+            yield producer
+        else:
+            yield BRIDGE_PRODUCER
+
+    def send_task(self, name: str, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        producer = options.get("producer")
+        if self.goes_to_broker(name) and options.get("connection") is None:
+            if producer is None or isinstance(producer, BridgeProducer):
+                with super().producer_or_acquire(None) as real:
+                    options["producer"] = real
+                    return super().send_task(name, args, kwargs, **options)
+        elif producer is None or isinstance(producer, BridgeProducer):
+            options["producer"] = BRIDGE_PRODUCER
+        return super().send_task(name, args, kwargs, **options)
+
+    def close(self) -> None:
+        backend = self._local.__dict__.get("backend") or self._backend_cache
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
+        super().close()

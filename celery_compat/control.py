@@ -1,0 +1,59 @@
+"""``app.control`` for celery_compat apps: revoke is a durable row change, not a broadcast.
+
+Why it exists: Celery's ``revoke`` broadcasts to the workers alive at that moment and lives in
+their memory (a restarted worker forgets it). Here a revoke is written to ``x_celery_revoked``
+and applied to the task's job rows: a job that has not started is cancelled and never runs, a
+message sent later for the same id is born cancelled, and ``terminate=True`` cancels a running
+job, whose worker interrupts the body (``execution.py``) and records REVOKED.
+
+What it is not: a remote-control channel. ``inspect()``/``broadcast`` keep Celery's behaviour
+(they need a broker and answer only for Celery workers); ``ping()`` answers here from nothing
+more than the database being reachable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import states
+from celery.app.control import Control
+from celery.exceptions import TaskRevokedError
+from celery.utils.functional import maybe_list
+
+from ujobs_bridge.drivers.postgres import driver
+
+from . import store
+
+LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
+
+
+class BridgeControl(Control):  # type: ignore[misc]
+    def revoke(
+        self,
+        task_id: Any,
+        destination: Any = None,
+        terminate: bool = False,
+        signal: str = "SIGTERM",
+        **kwargs: Any,
+    ) -> None:
+        ids = [str(t) for t in maybe_list(task_id) or []]
+        backend = self.app.backend
+        with self.app.ujobs_client.pool.connection() as conn:
+            for tid in ids:
+                store.revoke(conn, tid, terminate=terminate)
+                for job_id, state, _error, _at in store.jobs_of_task(conn, tid):
+                    if state in LIVE_NOT_RUNNING:
+                        driver.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
+                        self._mark_revoked(backend, tid)
+                    elif state == "running" and terminate:
+                        driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
+
+    def _mark_revoked(self, backend: Any, task_id: str) -> None:
+        meta = backend.get_task_meta(task_id, cache=False)
+        if meta.get("status") not in states.READY_STATES:
+            backend.store_result(task_id, TaskRevokedError("revoked"), states.REVOKED)
+
+    def ping(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> list[Any]:
+        with self.app.ujobs_client.pool.connection() as conn:
+            store.result_get(conn, "celery-compat-ping")  # a round trip proves the database answers
+        return [{"ujobs-bridge": {"ok": "pong"}}]

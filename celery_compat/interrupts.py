@@ -1,0 +1,133 @@
+"""Raise an exception inside a running task body: time limits and ``revoke(terminate=True)``.
+
+Why it exists: Celery enforces ``soft_time_limit`` by raising ``SoftTimeLimitExceeded`` inside
+the task, ``time_limit`` by killing the pool process, and ``terminate`` with a signal. Bridge
+bodies run in worker threads, so one watcher thread per process checks the running bodies every
+``TICK_S`` and raises the right exception in the body's thread (``PyThreadState_SetAsyncExc``):
+``SoftTimeLimitExceeded`` at the soft limit, ``TimeLimitExceeded`` at the hard one, and
+``Terminated`` when the job was cancelled under it.
+
+What it is not: a process killer. An exception raised this way lands when the thread next runs
+Python bytecode: a body blocked inside one long C call (a socket read without a timeout) is
+interrupted when that call returns. Give such calls their own timeouts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from dataclasses import dataclass, field
+
+from celery import exceptions as celery_exceptions
+
+from ujobs_bridge.context import AttemptSignal
+from ujobs_bridge.errors import ErrorCode
+
+TICK_S = 0.05
+
+SOFT: type[BaseException] = celery_exceptions.SoftTimeLimitExceeded
+HARD: type[BaseException] = celery_exceptions.TimeLimitExceeded
+TERMINATED: type[BaseException] = celery_exceptions.Terminated
+
+
+@dataclass
+class Watched:
+    thread_id: int
+    signal: AttemptSignal
+    soft_deadline: float | None
+    hard_deadline: float | None
+    fired: set[str] = field(default_factory=set)
+
+
+def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
+    )
+
+
+class Interrupter:
+    """The watcher service: ``start()``/``stop()`` idempotent, ``tick()`` for tests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, Watched] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="celery-compat-limits", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(TICK_S * 10)
+        self._thread = None
+
+    def watch(self, signal: AttemptSignal, soft_s: float | None, hard_s: float | None) -> Watched:
+        now = time.monotonic()
+        entry = Watched(
+            threading.get_ident(),
+            signal,
+            None if not soft_s else now + soft_s,
+            None if not hard_s else now + hard_s,
+        )
+        with self._lock:
+            self._watched[entry.thread_id] = entry
+        self.start()
+        return entry
+
+    def unwatch(self, entry: Watched) -> None:
+        with self._lock:
+            if self._watched.get(entry.thread_id) is entry:
+                del self._watched[entry.thread_id]
+
+    def tick(self, now: float | None = None) -> int:
+        """Fire what is due; returns how many exceptions were raised."""
+        now = time.monotonic() if now is None else now
+        fired = 0
+        with self._lock:
+            for entry in self._watched.values():
+                exc = self._due(entry, now)
+                if exc is not None:
+                    _raise_in(entry.thread_id, exc)
+                    fired += 1
+        return fired
+
+    @staticmethod
+    def _due(entry: Watched, now: float) -> type[BaseException] | None:
+        if entry.signal.aborted and entry.signal.code is ErrorCode.JOB_CANCELLED:
+            if "terminate" not in entry.fired:
+                entry.fired.add("terminate")
+                return TERMINATED
+            return None
+        if (
+            entry.hard_deadline is not None
+            and now >= entry.hard_deadline
+            and "hard" not in entry.fired
+        ):
+            entry.fired.add("hard")
+            return HARD
+        if (
+            entry.soft_deadline is not None
+            and now >= entry.soft_deadline
+            and "soft" not in entry.fired
+        ):
+            entry.fired.add("soft")
+            return SOFT
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_S):
+            self.tick()
+
+
+INTERRUPTER = Interrupter()

@@ -1,0 +1,186 @@
+"""Send Celery task messages into ``x_jobs`` instead of a broker.
+
+Why it exists: Celery builds the protocol-v2 message itself (``amqp.create_task_message``:
+headers, ``[args, kwargs, embed]`` body, properties), so ids, eta/expires, chains, chords,
+callbacks and stamps come out exactly as Celery makes them. This module replaces only the last
+step, ``send_task_message``: it resolves the queue the way Celery does, fires
+``before_task_publish``/``after_task_publish`` with the same argument shapes (handlers that
+unpack ``body`` or read ``headers["id"]`` keep working), and inserts the row: on the caller's
+connection inside ``enqueue_in``/Django ``atomic()``, else through the pool in autocommit.
+
+Tasks whose names match ``ujobs_broker_tasks`` still go to the real broker through Celery's
+own sender, so Celery workers keep running them during a cutover.
+
+What it is not: the Celery app (``app.py``) or the executor (``execution.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from celery import signals
+from celery.app.amqp import AMQP
+from kombu.entity import Queue
+from kombu.exceptions import EncodeError
+
+from . import store
+from .message_row import CeleryMessage
+from .transaction import current_connection
+
+
+class _NoBrokerConnection:
+    """Stands in for ``producer.connection`` where Celery wraps a publish in it."""
+
+    @contextlib.contextmanager
+    def _reraise_as_library_errors(self, *args: Any, **kwargs: Any) -> Iterator[None]:
+        yield
+
+    def default_channel(self) -> None:  # pragma: no cover - never used for bridge sends
+        raise RuntimeError("the bridge producer has no broker channel")
+
+
+class BridgeProducer:
+    """The 'producer' Celery hands to ``send_task_message`` for messages bound for Postgres."""
+
+    connection = _NoBrokerConnection()
+    serializer = "json"
+
+    def __repr__(self) -> str:
+        return "<celery_compat bridge producer>"
+
+
+BRIDGE_PRODUCER = BridgeProducer()
+
+
+def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in properties.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue  # transport objects (exchanges, callables) do not belong in the row
+        out[key] = value
+    return out
+
+
+class BridgeAMQP(AMQP):  # type: ignore[misc]
+    """Celery's AMQP helper with a send step that writes the message into ``x_jobs``."""
+
+    def _create_task_sender(self) -> Any:
+        broker_send = super()._create_task_sender()
+        amqp = self
+        send_before_publish = signals.before_task_publish.send
+        send_after_publish = signals.after_task_publish.send
+
+        def send_task_message(
+            producer: Any,
+            name: str,
+            message: Any,
+            exchange: Any = None,
+            routing_key: str | None = None,
+            queue: Any = None,
+            event_dispatcher: Any = None,
+            retry: Any = None,
+            retry_policy: dict[str, Any] | None = None,
+            serializer: str | None = None,
+            delivery_mode: Any = None,
+            compression: str | None = None,
+            declare: Any = None,
+            headers: dict[str, Any] | None = None,
+            exchange_type: str | None = None,
+            timeout: Any = None,
+            confirm_timeout: Any = None,
+            **kwargs: Any,
+        ) -> None:
+            if not isinstance(producer, BridgeProducer):
+                return broker_send(  # type: ignore[no-any-return]
+                    producer,
+                    name,
+                    message,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    queue=queue,
+                    event_dispatcher=event_dispatcher,
+                    retry=retry,
+                    retry_policy=retry_policy,
+                    serializer=serializer,
+                    delivery_mode=delivery_mode,
+                    compression=compression,
+                    declare=declare,
+                    headers=headers,
+                    exchange_type=exchange_type,
+                    timeout=timeout,
+                    confirm_timeout=confirm_timeout,
+                    **kwargs,
+                )
+            headers2, properties, body, _sent_event = message
+            if headers:
+                headers2.update(headers)
+            if kwargs:
+                properties.update(kwargs)
+            qname = amqp.queue_name(queue, exchange, routing_key)
+            exchange_name = exchange.name if hasattr(exchange, "name") else (exchange or "")
+            routing_key = routing_key or qname
+            if declare is None and isinstance(queue, Queue):
+                declare = [queue]
+            policy = dict(amqp.app.conf.task_publish_retry_policy, **(retry_policy or {}))
+            send_before_publish(
+                sender=name,
+                body=body,
+                exchange=exchange_name,
+                routing_key=routing_key,
+                declare=declare,
+                headers=headers2,
+                properties=properties,
+                retry_policy=policy,
+            )
+            args, kwargs_, embed = body
+            row = CeleryMessage(
+                headers=dict(headers2),
+                args=list(args),
+                kwargs=dict(kwargs_),
+                embed=dict(embed or {}),
+                queue=qname,
+                properties=_json_properties(properties),
+            )
+            amqp.insert(row)
+            send_after_publish(
+                sender=name,
+                body=body,
+                headers=headers2,
+                exchange=exchange_name,
+                routing_key=routing_key,
+            )
+            return None
+
+        return send_task_message
+
+    def queue_name(self, queue: Any, exchange: Any, routing_key: str | None) -> str:
+        """The queue a message lands in, resolved like Celery's sender (name, Queue or default)."""
+        if isinstance(queue, Queue):
+            return str(queue.name)
+        if isinstance(queue, str) and queue:
+            return queue
+        if exchange and routing_key:
+            return routing_key  # direct exchange semantics: the routing key names the queue
+        return str(self.default_queue.name)
+
+    def insert(self, row: CeleryMessage) -> None:
+        app = self.app
+        try:
+            row.input_json()
+        except TypeError as exc:
+            raise EncodeError(
+                f"task {row.task!r} ({row.task_id}): an argument is not JSON-serialisable ({exc}); "
+                "celery_compat stores messages as JSON: pass ids or plain data"
+            ) from exc
+        conn = current_connection(app.ujobs_dsn_params())
+        max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)
+        if conn is not None:
+            store.enqueue(conn, row, max_attempts=max_attempts)
+            return
+        with app.ujobs_client.pool.connection() as pooled:
+            store.enqueue(pooled, row, max_attempts=max_attempts)

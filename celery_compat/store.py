@@ -1,0 +1,110 @@
+"""celery_compat's database calls: Celery messages as jobs, results, chord counters, revokes.
+
+Why it exists: the facade's Postgres access goes through this one module, so the statements it
+runs are the named blocks of ``ujobs_bridge/drivers/postgres/queries.sql`` (``celery_*``) and
+nothing else. Each function takes the connection to use, so an enqueue can join a caller's
+transaction while results go through the pool.
+
+What it is not: the Celery result backend (``backend.py``) or the sender (``sending.py``); those
+decide *what* to write, this module only writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from ujobs_bridge.drivers.postgres.sql import q
+
+from .message_row import CeleryMessage
+
+Conn = psycopg.Connection[Any]
+
+
+def enqueue(
+    conn: Conn, message: CeleryMessage, *, max_attempts: int, now: datetime | None = None
+) -> UUID | None:
+    """Insert one message as a job; ``None`` when this message (task id, retries, nesting) was
+    already enqueued once (the ledger absorbed the duplicate)."""
+    row = conn.execute(q("celery_enqueue"), message.params(max_attempts, now)).fetchone()
+    return None if row is None else row[0]
+
+
+def enqueue_many(
+    conn: Conn, messages: Sequence[CeleryMessage], *, max_attempts: int, now: datetime | None = None
+) -> list[UUID]:
+    """Insert many messages in one statement; duplicates are skipped. Returns the new job ids."""
+    params: dict[str, Any] = {
+        "task_ids": [m.task_id for m in messages],
+        "retries": [m.retries for m in messages],
+        "nestings": [m.nesting for m in messages],
+        "ids": [m.job_id for m in messages],
+        "names": [m.task for m in messages],
+        "queues": [m.queue for m in messages],
+        "inputs": [m.input_json() for m in messages],
+        "priorities": [m.priority for m in messages],
+        "run_ats": [m.eta for m in messages],
+        "max_attempts": max_attempts,
+        "enqueued_by": "celery_compat",
+        "now": now,
+    }
+    return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
+
+
+def jobs_of_task(conn: Conn, task_id: str) -> list[tuple[UUID, str, str | None, datetime]]:
+    """The job rows of a Celery task id, newest message (highest retries) first."""
+    rows = conn.execute(q("celery_jobs_of_task"), {"task_id": task_id}).fetchall()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def revoke(conn: Conn, task_id: str, *, terminate: bool) -> None:
+    conn.execute(q("celery_revoke"), {"task_id": task_id, "terminate": terminate})
+
+
+def result_get(conn: Conn, key: str, now: datetime | None = None) -> str | None:
+    row = conn.execute(q("celery_result_get"), {"key": key, "now": now}).fetchone()
+    return None if row is None else str(row[0])
+
+
+def result_mget(conn: Conn, keys: Sequence[str], now: datetime | None = None) -> dict[str, str]:
+    rows = conn.execute(q("celery_result_mget"), {"keys": list(keys), "now": now}).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+def result_set(
+    conn: Conn, key: str, value: str, ttl_s: float | None, now: datetime | None = None
+) -> None:
+    conn.execute(q("celery_result_set"), {"key": key, "value": value, "ttl_s": ttl_s, "now": now})
+
+
+def result_delete(conn: Conn, key: str) -> None:
+    conn.execute(q("celery_result_delete"), {"key": key})
+
+
+def result_expire(conn: Conn, key: str, ttl_s: float, now: datetime | None = None) -> None:
+    conn.execute(q("celery_result_expire"), {"key": key, "ttl_s": ttl_s, "now": now})
+
+
+def counter_incr(conn: Conn, key: str) -> int:
+    row = conn.execute(q("celery_counter_incr"), {"key": key}).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def chord_part_incr(conn: Conn, key: str, task_id: str) -> int | None:
+    """Count ``task_id`` as one finished part of chord ``key``; ``None`` if it was counted before."""
+    row = conn.execute(q("celery_chord_part_incr"), {"key": key, "task_id": task_id}).fetchone()
+    return None if row is None else int(row[0])
+
+
+def listen_results(conn: Conn) -> None:
+    conn.execute(q("listen_celery_results"))
+
+
+def purge(conn: Conn, cutoff: datetime) -> int:
+    row = conn.execute(q("purge_celery"), {"cutoff": cutoff}).fetchone()
+    return 0 if row is None else int(row[0])
