@@ -24,10 +24,15 @@ from .errors import (
 )
 from .events import EventSent, send_event
 from .job import EnqueueRequest, JobCall, JobDefinition, job
+from .outbox import Staged, stage
+from .outbox_relay import OutboxRelay
 from .outcomes import Cancel, Discard, Snooze
+from .purge import PurgeTarget, purge, register_targets
 from .records import JobRecord, JobRef, JobState
 from .retry import RetryPolicy
+from .scheduler import Scheduler
 from .steps import step
+from .task import Occurrence, PeriodicTask, task
 from .worker import Worker
 from .worker_config import WorkerConfig
 
@@ -49,9 +54,15 @@ __all__ = [
     "JobRecord",
     "JobRef",
     "JobState",
+    "Occurrence",
+    "OutboxRelay",
     "PayloadError",
+    "PeriodicTask",
+    "PurgeTarget",
     "RetryPolicy",
+    "Scheduler",
     "Snooze",
+    "Staged",
     "StepError",
     "StepSuspended",
     "SystemClock",
@@ -62,7 +73,11 @@ __all__ = [
     "current_job",
     "default_client",
     "job",
+    "purge",
+    "register_targets",
     "send_event",
     "set_default_client",
+    "stage",
     "step",
+    "task",
 ]

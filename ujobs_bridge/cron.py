@@ -28,7 +28,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, CroniterError, croniter
 
 from . import validation
-from .errors import ConfigError, ErrorCode
+from .errors import ConfigError, ErrorCode, ScheduleError
 
 CatchUpPolicy = Literal["skip", "run-once", "all"]
 CATCH_UP_POLICIES: tuple[str, ...] = get_args(CatchUpPolicy)
@@ -80,7 +80,7 @@ def _first_change(lo: datetime, hi: datetime, zone: ZoneInfo) -> datetime:
 
 def _check_expression(expr: object) -> str:
     if not isinstance(expr, str) or not expr.strip():
-        raise ConfigError(
+        raise ScheduleError(
             f"cron expression {expr!r} is not a non-empty string",
             hint="write 5 fields 'minute hour day-of-month month day-of-week', e.g. '0 2 * * *'",
         )
@@ -89,14 +89,14 @@ def _check_expression(expr: object) -> str:
         return text  # croniter's aliases (@hourly, @daily, ...): it refuses the ones it lacks
     fields = text.split(" ")
     if len(fields) not in (5, 6):
-        raise ConfigError(
+        raise ScheduleError(
             f"cron expression {expr!r} has {len(fields)} fields",
             hint="write 5 fields 'minute hour day-of-month month day-of-week', plus an optional "
             "6th field for SECONDS at the end, e.g. '*/5 * * * * 30'",
         )
     for part in (p for f in fields for p in f.split(",")):
         if part[:1] in ("H", "h", "R", "r"):
-            raise ConfigError(
+            raise ScheduleError(
                 f"cron expression {expr!r} uses hashed/random field {part!r}",
                 hint="write explicit values: an occurrence must be the same on every scheduler",
             )
@@ -136,31 +136,31 @@ class CronSchedule:
     def __post_init__(self) -> None:
         expr = _check_expression(self.expr)
         if self.tz in _HOST_ZONES:
-            raise ConfigError(
+            raise ScheduleError(
                 f"time zone {self.tz!r} names the host's setting, which differs between machines",
                 hint="name the zone, e.g. tz='Europe/Berlin', so every scheduler agrees",
             )
         try:
             zone = ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
-            raise ConfigError(
+            raise ScheduleError(
                 f"time zone {self.tz!r} is not a known IANA zone ({type(exc).__name__})",
                 hint="use a name from the tz database, e.g. 'UTC', 'Europe/Berlin' or "
                 "'America/New_York' (install the tzdata package if the OS has none)",
             ) from exc
         if not isinstance(self.day_or, bool):
-            raise ConfigError(f"day_or must be True or False, got {self.day_or!r}")
+            raise ScheduleError(f"day_or must be True or False, got {self.day_or!r}")
         object.__setattr__(self, "expr", expr)
         object.__setattr__(self, "zone", zone)
         try:
             self._iterator().get_next(datetime)
         except CroniterBadDateError as exc:
-            raise ConfigError(
+            raise ScheduleError(
                 f"cron expression {self.expr!r} never fires (no match within 50 years)",
                 hint="check day-of-month against the months (there is no February 30)",
             ) from exc
         except (CroniterError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(
+            raise ScheduleError(
                 f"cron expression {self.expr!r} is not valid: {exc}",
                 hint="write 5 fields 'minute hour day-of-month month day-of-week', e.g. "
                 "'*/15 9-17 * * mon-fri', plus an optional 6th SECONDS field at the end",
@@ -234,10 +234,13 @@ class IntervalSchedule:
     anchor: datetime = DEFAULT_ANCHOR
 
     def __init__(self, every: timedelta | float, anchor: datetime = DEFAULT_ANCHOR) -> None:
-        seconds = validation.seconds("every", every)
+        try:
+            seconds = validation.seconds("every", every)
+        except ConfigError as exc:
+            raise ScheduleError(exc.message, hint=exc.hint) from None
         step = every if isinstance(every, timedelta) else timedelta(seconds=seconds)
         if step <= _ZERO:
-            raise ConfigError(
+            raise ScheduleError(
                 f"every is {seconds}s, which rounds to zero microseconds",
                 hint="set every to at least 1 microsecond",
             )
@@ -326,7 +329,7 @@ def missed(
         calls += 1
         found = schedule.next_after(instant)
         if not found > instant:  # the searches below rely on it; a broken schedule must not spin
-            raise ConfigError(
+            raise ScheduleError(
                 f"{schedule.describe()}: next_after({instant.isoformat()}) returned {found!r}",
                 hint="a Schedule must return an aware instant strictly after the one it is given",
             )

@@ -45,6 +45,9 @@ class ErrorCode(StrEnum):
     EVENT_TIMEOUT = "UJ_EVENT_TIMEOUT"
     JOB_DISCARDED = "UJ_JOB_DISCARDED"
     JOB_SNOOZED = "UJ_JOB_SNOOZED"
+    SCHEDULE_INVALID = "UJ_SCHEDULE_INVALID"
+    TASK_DUPLICATE = "UJ_TASK_DUPLICATE"
+    PURGE_TARGET_DUPLICATE = "UJ_PURGE_TARGET_DUPLICATE"
 
 
 class UjobsError(Exception):
@@ -70,6 +73,12 @@ class ConfigError(UjobsError):
     """A setting, flag or option is invalid. Refused, never clamped."""
 
     code = ErrorCode.CONFIG_INVALID
+
+
+class ScheduleError(ConfigError):
+    """A cron expression, time zone or interval cannot be a schedule."""
+
+    code = ErrorCode.SCHEDULE_INVALID
 
 
 class PayloadError(UjobsError):

@@ -7,13 +7,15 @@ lease at once; a lease that no longer matches (cancelled, or taken over after th
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
 its leases at ``last good renewal start + lease - margin`` even without reaching the database.
 
+A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight, then closes the
+connection.
+
 What it is not: the rescuer. Expired leases are recovered from the job rows by any worker's sweep.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,13 +25,16 @@ import psycopg
 
 from .drivers.postgres import driver
 from .records import JobState
+from .service import Service
 
 log = logging.getLogger("ujobs.heartbeat")
 
 TRUST_MARGIN_S = 1.0
 
 
-class Heartbeat:
+class Heartbeat(Service):
+    """Renews every held lease each ``interval_s`` (the first renewal one interval after start)."""
+
     def __init__(
         self,
         dsn: str,
@@ -47,23 +52,13 @@ class Heartbeat:
         self.on_lost = on_lost
         self.application_name = application_name
         self._conn: psycopg.Connection[Any] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._last_ok_start = time.monotonic()
+        super().__init__("heartbeat", interval_s=interval_s, wait_first=True)
+
+    def _on_start(self) -> None:
         self._last_ok_start = time.monotonic()
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._last_ok_start = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="ujobs-heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def _on_stop(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -100,10 +95,3 @@ class Heartbeat:
         for job_id in lost:
             state = states.get(job_id)
             self.on_lost(job_id, state[0] if state else None)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.tick()
-            except Exception:  # never let the renewal loop die
-                log.exception("ujobs.heartbeat.error")

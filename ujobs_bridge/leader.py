@@ -6,6 +6,8 @@ poolers, shows who leads, and expires on its own. Renewal matches holder AND ter
 lost its lease can never "renew" the winner's row; any error or a renewal that matches nothing
 concedes at once. Locally the leader trusts its term only until the start of its last good
 renewal + ttl - margin (monotonic clock): a paused or partitioned leader stops acting on its own.
+Expiry is written and compared with the database's ``now()`` only, so a node whose clock runs
+ahead cannot see a live lease as expired (no local time ever reaches the lease statements).
 
 What it is not: the guarantee against double fire. That is the (task, occurrence) unique key in
 ``x_scheduler_fires``; leadership only keeps the work on one node.
@@ -21,6 +23,7 @@ from typing import Any
 import psycopg
 
 from .drivers.postgres.sql import q
+from .faults import fault
 
 log = logging.getLogger("ujobs.leader")
 
@@ -42,6 +45,7 @@ class PgLeaseLeader:
         self.ttl_s = ttl_s
         self.group = group
         self.term: int | None = None
+        self.margin_s = min(TRUST_MARGIN_S, ttl_s / 4)
         self._trusted_until = 0.0
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -76,6 +80,7 @@ class PgLeaseLeader:
                 if row is not None and row[0] == self.holder:
                     self.term = int(row[1])
                     log.info("ujobs.leader.elected: %s holds term %s", self.holder, self.term)
+                    fault("leader.after_acquire")
         except psycopg.Error as exc:
             log.warning("ujobs.leader.error: %s concedes: %s", self.holder, exc)
             self.term = None
@@ -84,7 +89,7 @@ class PgLeaseLeader:
                 self._conn = None
             return False
         if self.term is not None:
-            self._trusted_until = started + self.ttl_s - TRUST_MARGIN_S
+            self._trusted_until = started + self.ttl_s - self.margin_s
         return self.is_leader
 
     def resign(self) -> None:

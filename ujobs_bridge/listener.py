@@ -6,6 +6,9 @@ lost notification (connection drop, restart) costs at most one poll interval, ne
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
 once instead of at the next heartbeat.
 
+A ``Service`` (``service.py``): ``stop()`` lets the wait in flight end (at most 0.2 s), then
+closes the connection.
+
 What it is not: a delivery mechanism. A notification only says "look"; the claim decides.
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 import psycopg
 
 from .drivers.postgres.sql import q
+from .service import Service
 
 log = logging.getLogger("ujobs.listener")
 
@@ -26,7 +30,11 @@ READY_CHANNEL = "x_jobs_ready"
 CANCEL_CHANNEL = "x_jobs_cancel"
 
 
-class Listener:
+class Listener(Service):
+    """A ``Service`` whose pass waits up to 0.2 s for notifications on one kept connection;
+    a dropped connection is re-opened after ``reconnect_s``, and then ``on_ready`` is called once
+    for whatever was committed while nobody listened."""
+
     def __init__(
         self,
         dsn: str,
@@ -43,46 +51,53 @@ class Listener:
         self.on_cancel = on_cancel
         self.application_name = application_name
         self.reconnect_s = reconnect_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self.listening = threading.Event()
+        super().__init__("listener", interval_s=reconnect_s)
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ujobs-listener", daemon=True)
-        self._thread.start()
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                application_name=self.application_name,
+                connect_timeout=5,
+            )
+            self._conn.execute(q("listen_ready"))
+            self._conn.execute(q("listen_cancel"))
+            self.listening.set()
+            self.on_ready()  # anything committed while we were not listening
+        return self._conn
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def tick(self) -> int:
+        """Deliver the notifications that arrive within 0.2 s (at most 64); returns how many."""
+        seen = 0
+        for note in self._connection().notifies(timeout=0.2, stop_after=64):
+            seen += 1
+            if note.channel == READY_CHANNEL:
+                if note.payload in self.queues:
+                    self.on_ready()
+            elif note.channel == CANCEL_CHANNEL:
+                self.on_cancel(note.payload)
+        return seen
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(
-                    self.dsn,
-                    autocommit=True,
-                    application_name=self.application_name,
-                    connect_timeout=5,
-                ) as conn:
-                    conn.execute(q("listen_ready"))
-                    conn.execute(q("listen_cancel"))
-                    self.listening.set()
-                    self.on_ready()  # anything committed while we were not listening
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.2, stop_after=64):
-                            if note.channel == READY_CHANNEL:
-                                if note.payload in self.queues:
-                                    self.on_ready()
-                            elif note.channel == CANCEL_CHANNEL:
-                                self.on_cancel(note.payload)
-            except psycopg.Error as exc:
-                self.listening.clear()
-                log.warning("ujobs.listener.reconnect: %s", exc)
-                self._stop.wait(self.reconnect_s)
+    def _pass(self) -> float:
+        self.tick()
+        return 0.0  # the wait for notifications is the pause
+
+    def _on_error(self, exc: Exception) -> float:
+        self._close()
+        if isinstance(exc, psycopg.Error):
+            log.warning("ujobs.listener.reconnect: %s", exc)
+        else:
+            log.exception("ujobs.listener.error")
+        return self.reconnect_s
+
+    def _on_stop(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
         self.listening.clear()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

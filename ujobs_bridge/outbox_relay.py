@@ -2,11 +2,13 @@
 
 Why it exists: rows staged in a caller's transaction must become jobs exactly once and in the
 order they were committed. In ONE database the relay inserts the jobs and marks the rows in one
-transaction: no window at all. Across databases it publishes, then marks (at least once): a
-row published but not marked (a crash between the two) is published again on restart and
-absorbed by its idempotency key (``outbox:<id>``) while the first job is still live. A failure
-stops the batch, so a later row never overtakes an earlier one. ``stop()`` finishes the batch in
-flight (the SIGTERM drain).
+transaction: no window at all. Across databases it publishes row by row, in id order, then marks
+the batch (at least once): a row published but not marked (a crash between the two) is
+published again on restart with the SAME job id, and the insert does nothing when that id is
+already there, live or finished. Only a job that finished AND was purged before the restart
+can run twice; keep the purge age far above any relay outage. A failure stops the batch, so a
+later row never overtakes an earlier one. ``stop()`` finishes the batch in flight (the SIGTERM
+drain).
 
 What it is not: staging (``outbox.py``).
 """
@@ -14,25 +16,26 @@ What it is not: staging (``outbox.py``).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import psycopg
 
+from . import validation
 from .clock import SYSTEM_CLOCK, Clock
 from .drivers.postgres import driver
 from .drivers.postgres.driver import EnqueueSpec
 from .drivers.postgres.sql import q
 from .faults import fault
+from .service import Service
 
 log = logging.getLogger("ujobs.outbox")
 
 DEFAULT_BATCH = 500
 
 
-def _spec(row: tuple[Any, ...], *, cross_database: bool) -> EnqueueSpec:
+def _spec(row: tuple[Any, ...]) -> EnqueueSpec:
     (
-        outbox_id,
+        _outbox_id,
         job_id,
         name,
         queue,
@@ -55,7 +58,7 @@ def _spec(row: tuple[Any, ...], *, cross_database: bool) -> EnqueueSpec:
         input_json=input_json,
         max_attempts=max_attempts,
         priority=priority,
-        idempotency_key=key if key is not None or not cross_database else f"outbox:{outbox_id}",
+        idempotency_key=key,
         run_at=run_at,
         delay_s=delay_s,
         expires_at=expires_at,
@@ -66,7 +69,9 @@ def _spec(row: tuple[Any, ...], *, cross_database: bool) -> EnqueueSpec:
     )
 
 
-class OutboxRelay:
+class OutboxRelay(Service):
+    """Publishes ``source_dsn``'s outbox into ``target_dsn`` (default: the same database)."""
+
     def __init__(
         self,
         source_dsn: str,
@@ -78,40 +83,20 @@ class OutboxRelay:
     ) -> None:
         self.source_dsn = source_dsn
         self.target_dsn = target_dsn
-        self.batch = batch
-        self.interval_s = interval_s
+        self.batch = validation.positive_int("outbox relay batch", batch, maximum=100_000)
+        self.interval_s = validation.seconds("outbox relay interval", interval_s)
         self.clock = clock
         self.published = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__("outbox", interval_s=self.interval_s)
 
     @property
     def cross_database(self) -> bool:
         return self.target_dsn is not None and self.target_dsn != self.source_dsn
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ujobs-outbox", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Finish the batch in flight, then return. Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                moved = self.tick()
-            except psycopg.Error as exc:
-                log.warning("ujobs.outbox.error: %s", exc)
-                moved = 0
-            if moved < self.batch:
-                self._stop.wait(self.interval_s)
+    def _pass(self) -> float:
+        # A full batch means more may be waiting: go on at once. ``stop()`` (the SIGTERM drain)
+        # lets the batch in hand finish and be marked, then returns.
+        return 0.0 if self.tick() >= self.batch else self.interval_s
 
     def tick(self) -> int:
         """Publish one batch; returns how many rows became jobs."""
@@ -124,7 +109,7 @@ class OutboxRelay:
                 if not rows:
                     return 0
                 if not self.cross_database:
-                    specs = [_spec(r, cross_database=False) for r in rows]
+                    specs = [_spec(r) for r in rows]
                     driver.job_enqueue_many(source, specs, self.clock.sql_now())
                     fault("outbox.after_publish")
                     source.execute(q("outbox_mark"), {"ids": [r[0] for r in rows]})
@@ -140,9 +125,7 @@ class OutboxRelay:
         try:
             with psycopg.connect(self.target_dsn, autocommit=True) as target:
                 for row in rows:
-                    driver.job_enqueue(
-                        target, _spec(row, cross_database=True), self.clock.sql_now()
-                    )
+                    target.execute(q("outbox_publish"), _spec(row).params(self.clock.sql_now()))
                     fault("outbox.after_publish")
                     done.append(row[0])
         except psycopg.Error as exc:

@@ -4,10 +4,16 @@ Why it exists: every table that grows per job (jobs and their steps, events, out
 scheduler's fire ledger, later Celery results) needs a sweep, or every row written is a row
 kept. The sweep is a ``job``, so it gets retries, cancellation and ``jobs show`` for free. One
 step per table means a killed attempt resumes at the table it stopped on; the cutoff is read
-from the injected clock ONCE per pass and stored as the first step, so every table and every
-resumed attempt compares against the same instant. Targets are read once per attempt, and two
-targets under one name are refused before the first delete. Only terminal, expired rows go:
-nothing ready, running or suspended is ever deleted.
+ONCE per pass and stored as the first step, so every table and every resumed attempt compares
+against the same instant. Targets are read once per attempt, and two targets under one name are
+refused before the first delete. Only terminal, expired rows go: nothing ready, running or
+suspended is ever deleted.
+
+Which clock: the purged columns (``finished_at``, ``published_at``, ``fired_at``) are stamped
+by the database, so a cutoff taken from the injected clock alone would compare two clocks: a
+frozen or skewed clock a year ahead would delete rows that finished a minute ago. The cutoff is
+therefore ``min(injected clock, database clock) - older_than``: a row goes only when it is
+older than ``older_than`` by both. A clock behind keeps rows longer, which is safe.
 
 What it is not: a schedule. ``PURGE_TASK_CRON`` is the hourly cron the scheduler uses for it.
 """
@@ -23,9 +29,10 @@ from typing import Any, LiteralString
 import psycopg
 
 from . import validation
+from .clock import Clock
 from .context import current_job
 from .drivers.postgres.sql import q
-from .errors import ConfigError
+from .errors import ConfigError, ErrorCode
 from .faults import fault
 from .job import job
 from .steps import step
@@ -86,8 +93,19 @@ def targets() -> list[PurgeTarget]:
         raise ConfigError(
             f"purge targets {twice} are registered twice",
             hint="give every purge target a distinct name; nothing was deleted",
+            code=ErrorCode.PURGE_TARGET_DUPLICATE,
         )
     return found
+
+
+def cutoff_for(conn: psycopg.Connection[Any], clock: Clock, older_than_s: float) -> datetime:
+    """The one cutoff of a pass: the earlier of the injected clock and the database's clock,
+    minus ``older_than_s`` (see the module docstring for why both)."""
+    validation.seconds("older_than", older_than_s)
+    row = conn.execute(q("database_now")).fetchone()
+    assert row is not None
+    now: datetime = min(clock.now(), row[0])
+    return now - timedelta(seconds=older_than_s)
 
 
 def run_pass(conn: psycopg.Connection[Any], cutoff: datetime) -> dict[str, int]:
@@ -105,10 +123,12 @@ def purge(older_than_s: float = DEFAULT_OLDER_THAN_S) -> dict[str, int]:
     validation.seconds("older_than", older_than_s)
     sweep = targets()  # once per attempt; refuses duplicates before any delete
     ctx = current_job()
-    cutoff_text = step.run(
-        "cutoff", lambda: (ctx.clock.now() - timedelta(seconds=older_than_s)).isoformat()
-    )
-    cutoff = datetime.fromisoformat(cutoff_text)
+
+    def read_cutoff() -> str:
+        with ctx.connection() as conn:
+            return cutoff_for(conn, ctx.clock, older_than_s).isoformat()
+
+    cutoff = datetime.fromisoformat(step.run("cutoff", read_cutoff))
     report: dict[str, int] = {}
     for target in sweep:
 

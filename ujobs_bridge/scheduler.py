@@ -2,12 +2,18 @@
 
 Why it exists: beat is a single point of failure that double-fires when two run and forgets what
 it missed while down. Here any number of scheduler processes run; one holds the lease row
-(``leader.py``) and dispatches. Each round reads the injected clock ONCE, plans every task from
+(``leader.py``) and dispatches. Each round reads the clock ONCE (the injected clock's SQL
+instant; with the system clock that is the database's ``now()``, so a host clock that runs ahead
+neither fires early nor moves a watermark past the database's time) and plans every task from
 its durable watermark (``cron.missed``: skip / run-once / all, bisection for the latest missed
 occurrence), and fires each occurrence in ONE transaction that inserts its (task, occurrence)
 row into ``x_scheduler_fires`` and its jobs: a second leader, a stale one, or a replayed round
 finds the row already there and enqueues nothing. ``stop()`` waits out the round in flight before
-giving the lease back, so a successor never races it. The same process relays the outbox.
+giving the lease back, so a successor never races it. A task whose ``enqueue`` raises is logged
+and keeps its watermark (it catches up by its policy once fixed); the other tasks still fire.
+The scheduler's connection ends any transaction left idle past the lease (a paused leader's
+half-done fire), so a successor is never blocked behind its row lock. The same process relays
+the outbox.
 
 What it is not: a worker. Tasks only enqueue; workers run the jobs.
 """
@@ -32,6 +38,7 @@ from .drivers.postgres.sql import q
 from .errors import ConfigError
 from .faults import fault
 from .leader import DEFAULT_GROUP, PgLeaseLeader
+from .service import Service
 from .task import PeriodicTask, task
 from .validation import seconds
 
@@ -58,9 +65,12 @@ class SchedulerCounts:
     fired: int = 0
     duplicates: int = 0
     jobs: int = 0
+    failed: int = 0
 
 
-class Scheduler:
+class Scheduler(Service):
+    """Fires ``tasks`` while it holds the lease of ``group``; ``tick()`` is one round."""
+
     def __init__(
         self,
         dsn: str,
@@ -86,52 +96,48 @@ class Scheduler:
         self.leader = PgLeaseLeader(dsn, holder=self.holder, ttl_s=ttl, group=group)
         self.counts = SchedulerCounts()
         self._conn: psycopg.Connection[Any] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._round_lock = threading.Lock()
+        super().__init__("scheduler", interval_s=self.interval_s)
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ lifecycle (``Service``)
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="ujobs-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Finish the round in flight, then resign. Idempotent; safe before start."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+    def _on_stop(self) -> None:
+        """The round in flight has finished (``Service.stop`` joined it): now give the lease back."""
         with self._round_lock:
             self.leader.resign()
             self.leader.close()
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._close()
 
-    def request_stop(self) -> None:
-        self._stop.set()
+    def _on_error(self, exc: Exception) -> float:
+        self._close()
+        return super()._on_error(exc)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except psycopg.Error as exc:
-                log.warning("ujobs.scheduler.error: %s", exc)
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
-            self._stop.wait(self.interval_s)
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
+            idle_ms = max(1000, int(self.leader.ttl_s * 1000))
             self._conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name=f"ujobs:scheduler:{self.holder}"[:63]
+                self.dsn,
+                autocommit=True,
+                application_name=f"ujobs:scheduler:{self.holder}"[:63],
+                connect_timeout=5,
+                options=f"-c idle_in_transaction_session_timeout={idle_ms}",
             )
         return self._conn
+
+    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
+        """The round's one clock reading: the injected clock's SQL instant, else the database's."""
+        pinned = self.clock.sql_now()
+        if pinned is not None:
+            return pinned
+        row = conn.execute(q("database_now")).fetchone()
+        assert row is not None
+        now: datetime = row[0]
+        return now
 
     # ------------------------------------------------------------------ one round
 
@@ -141,15 +147,23 @@ class Scheduler:
             if not self.leader.tick():
                 return 0
             self.counts.rounds += 1
-            now = self.clock.now()  # ONE reading for the whole round
             conn = self._connection()
-            watermarks = dict(conn.execute(q("scheduler_watermarks")).fetchall())
+            now = self._now(conn)  # ONE reading for the whole round
+            marks = watermarks(conn)
             fired = 0
             for periodic in self.tasks.values():
                 if not self.leader.is_leader:
                     log.warning("ujobs.scheduler.trust_lapsed: stopping the round")
                     break
-                fired += self._dispatch(conn, periodic, watermarks.get(periodic.name), now)
+                try:
+                    fired += self._dispatch(conn, periodic, marks.get(periodic.name), now)
+                except psycopg.OperationalError:
+                    raise  # the connection is gone: the loop reconnects next round
+                except Exception:
+                    self.counts.failed += 1
+                    log.exception(
+                        "ujobs.scheduler.task_failed: %s keeps its watermark", periodic.name
+                    )
             return fired
 
     def _dispatch(
@@ -160,15 +174,22 @@ class Scheduler:
         now: datetime,
     ) -> int:
         plan = periodic.plan(watermark, now, grace=timedelta(seconds=2 * self.interval_s))
-        if plan.result.resolver_calls > 20:
+        result = plan.result
+        if any(o.catch_up for o in plan.occurrences) or result.more:
             log.info(
-                "ujobs.scheduler.catch_up: %s resolved in %d calls",
+                "ujobs.scheduler.catch_up: %s (%s) missed since %s: firing %d, more=%s, "
+                "resolver calls %d",
                 periodic.name,
-                plan.result.resolver_calls,
+                periodic.catch_up,
+                result.oldest.isoformat() if result.oldest else "-",
+                len(plan.occurrences),
+                result.more,
+                result.resolver_calls,
             )
         fired = 0
         for occurrence in plan.occurrences:
             specs = [request.spec() for request in periodic.requests(occurrence)]
+            fault("scheduler.before_fire")
             with conn.transaction():
                 row = conn.execute(
                     q("scheduler_fire"),
@@ -197,3 +218,8 @@ class Scheduler:
 def last_fires(conn: psycopg.Connection[Any]) -> dict[str, tuple[datetime, bool, datetime]]:
     rows = conn.execute(q("scheduler_last_fires")).fetchall()
     return {r[0]: (r[1], bool(r[2]), r[3]) for r in rows}
+
+
+def watermarks(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
+    """Each task's durable watermark: every occurrence at or before it has been decided."""
+    return {str(r[0]): r[1] for r in conn.execute(q("scheduler_watermarks")).fetchall()}

@@ -259,6 +259,7 @@ def tasks_from_module(module: ModuleType) -> dict[str, PeriodicTask]:
             raise ConfigError(
                 f"two periodic tasks in {module.__name__} are named {value.name!r}",
                 hint="give one of them another name in its task(...)",
+                code=ErrorCode.TASK_DUPLICATE,
             )
         out[value.name] = value
     return out

@@ -21,6 +21,7 @@ from .db import db
 from .demo import demo
 from .events import events
 from .jobs import jobs
+from .outbox import outbox
 from .purge import purge
 from .scheduler import scheduler, tasks
 from .worker import worker
@@ -61,6 +62,7 @@ cli.add_command(jobs)
 cli.add_command(demo)
 cli.add_command(events)
 cli.add_command(purge)
+cli.add_command(outbox)
 cli.add_command(scheduler)
 cli.add_command(tasks)
 

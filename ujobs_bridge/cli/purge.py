@@ -9,13 +9,13 @@ What it is not: the job (``purge.py``), which the scheduler fires hourly.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
 
 import click
 import psycopg
 
+from ..clock import SYSTEM_CLOCK
 from ..errors import ConfigError
-from ..purge import DEFAULT_OLDER_THAN_S, run_pass
+from ..purge import DEFAULT_OLDER_THAN_S, cutoff_for, run_pass
 from .options import database, dsn_option, json_option, print_json
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
@@ -52,8 +52,8 @@ def purge(older_than: str, dsn: str | None, as_json: bool) -> None:
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     resolved = database(dsn, quiet=as_json)
-    cutoff = datetime.now(UTC) - timedelta(seconds=seconds)
     with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+        cutoff = cutoff_for(conn, SYSTEM_CLOCK, seconds)
         report = run_pass(conn, cutoff)
     if as_json:
         print_json({"cutoff": cutoff.isoformat(), "deleted": report})

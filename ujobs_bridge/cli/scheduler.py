@@ -25,7 +25,14 @@ from .. import registry
 from ..drivers.postgres import schema
 from ..errors import ConfigError, ErrorCode
 from ..outbox_relay import OutboxRelay
-from ..scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, last_fires, purge_task
+from ..scheduler import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_TTL_S,
+    Scheduler,
+    last_fires,
+    purge_task,
+    watermarks,
+)
 from ..task import PeriodicTask, tasks_from_module
 from .options import database, dsn_option, json_option, print_json
 
@@ -149,27 +156,35 @@ def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> Non
     resolved = database(dsn, quiet=as_json)
     with psycopg.connect(resolved.dsn, autocommit=True) as conn:
         last = last_fires(conn)
+        marks = watermarks(conn)
     now = datetime.now(UTC)
-    rows: list[dict[str, str | bool | None]] = []
+    rows: list[dict[str, str | int | bool | None]] = []
     for name, periodic in sorted(found.items()):
         fired = last.get(name)
+        mark = marks.get(name)
         rows.append(
             {
                 "name": name,
                 "schedule": periodic.schedule.describe(),
-                "catch_up": periodic.catch_up,
+                "policy": periodic.catch_up,
+                "max_catch_up": periodic.max_catch_up,
                 "next": periodic.schedule.next_after(now).isoformat(),
                 "last_occurrence": fired[0].isoformat() if fired else None,
                 "last_was_catch_up": fired[1] if fired else None,
+                "last_fired_at": fired[2].isoformat() if fired else None,
+                "watermark": mark.isoformat() if mark else None,
             }
         )
     if as_json:
         print_json(rows)
         return
     table = Table(title=f"{len(rows)} task(s)")
-    for col in ("name", "schedule", "catch-up", "next", "last occurrence"):
+    for col in ("name", "schedule", "policy", "next", "last occurrence"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        cells = [str(r[k]) for k in ("name", "schedule", "catch_up", "next")]
-        table.add_row(*cells, str(r["last_occurrence"]) if r["last_occurrence"] else "never")
+        cells = [str(r[k]) for k in ("name", "schedule", "policy", "next")]
+        last_text = "never"
+        if r["last_occurrence"]:
+            last_text = str(r["last_occurrence"]) + (" (catch-up)" if r["last_was_catch_up"] else "")
+        table.add_row(*cells, last_text)
     Console().print(table)

@@ -402,6 +402,22 @@ select id, job_id, name, queue, input::text, idempotency_key, max_attempts, prio
 -- outbox_mark --
 update x_outbox set published_at = now() where id = any(%(ids)s::bigint[])
 
+-- outbox_publish --
+-- One staged row into ANOTHER database's x_jobs. `on conflict do nothing` with no target covers
+-- the primary key too: a row published before a crash (same job id), even one whose job has
+-- finished since, is not inserted twice, and a live job holding the row's key absorbs it.
+insert into x_jobs
+    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+     tenant_id, traceparent, enqueued_by, created_at, updated_at)
+values
+    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s, %(priority)s,
+     coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s)),
+     coalesce(%(expires_at)s, coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s))
+                              + make_interval(secs => %(expires_in_s)s)),
+     %(tenant_id)s, %(traceparent)s, %(enqueued_by)s, now(), now())
+on conflict do nothing
+returning id
+
 -- purge_jobs --
 -- Finished jobs (their steps go with them, by cascade), a bounded batch at a time.
 with gone as (
@@ -412,8 +428,15 @@ with gone as (
 delete from x_jobs as j using gone where j.id = gone.id
 
 -- purge_events --
+-- Old events, except one a live job consumed: its step may still read the payload back on replay.
 with gone as (
-    select id from x_job_events where created_at < %(cutoff)s limit %(limit)s
+    select e.id from x_job_events as e
+     where e.created_at < %(cutoff)s
+       and (e.consumed_by is null
+            or not exists (select 1 from x_jobs as j
+                            where j.id = e.consumed_by
+                              and j.state in ('ready', 'running', 'sleeping', 'waiting')))
+     limit %(limit)s
 )
 delete from x_job_events as e using gone where e.id = gone.id
 
@@ -424,8 +447,13 @@ with gone as (
 delete from x_outbox as o using gone where o.id = gone.id
 
 -- purge_fires --
+-- Old fire records, except each task's latest: `tasks ls` reports it as the last occurrence.
 with gone as (
-    select task, occurrence_at from x_scheduler_fires where fired_at < %(cutoff)s limit %(limit)s
+    select f.task, f.occurrence_at from x_scheduler_fires as f
+     where f.fired_at < %(cutoff)s
+       and f.occurrence_at < (select max(l.occurrence_at) from x_scheduler_fires as l
+                               where l.task = f.task)
+     limit %(limit)s
 )
 delete from x_scheduler_fires as f using gone
  where f.task = gone.task and f.occurrence_at = gone.occurrence_at

@@ -1,0 +1,86 @@
+"""``Service``, the start / stop / tick shape every background loop shares (DESIGN §6.8).
+
+No database: a counting service with gates shows that start is idempotent, stop is safe before
+start and twice, stop waits for the pass in flight before releasing anything, and a pass that
+raises does not end the loop. Outcomes are awaited with events and ``wait_for``, never a sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from conftest import wait_for
+from ujobs_bridge.heartbeat import Heartbeat
+from ujobs_bridge.listener import Listener
+from ujobs_bridge.outbox_relay import OutboxRelay
+from ujobs_bridge.scheduler import Scheduler
+from ujobs_bridge.service import Service
+
+
+class Counting(Service):
+    def __init__(self) -> None:
+        super().__init__("counting", interval_s=0.01)
+        self.ticks = 0
+        self.threads: set[int] = set()
+        self.fail_next = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+        self.events: list[str] = []
+
+    def tick(self) -> int:
+        self.threads.add(threading.get_ident())
+        self.entered.set()
+        self.release.wait(10)
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("one bad pass")
+        self.ticks += 1
+        return self.ticks
+
+    def _on_start(self) -> None:
+        self.events.append("start")
+
+    def _on_stop(self) -> None:
+        self.events.append(f"stop after {self.ticks} ticks, in flight: {not self.release.is_set()}")
+
+
+def test_start_is_idempotent_and_stop_is_safe_before_start_and_twice() -> None:
+    s = Counting()
+    s.stop()  # never started: nothing to wait for
+    assert s.events == ["stop after 0 ticks, in flight: False"] and not s.running
+    s.events.clear()
+    s.start()
+    s.start()
+    wait_for(lambda: s.ticks >= 3, what="a few passes")
+    s.stop()
+    s.stop()
+    assert len(s.threads) == 1 and not s.running  # one loop thread, however often start was called
+    assert s.events[0] == "start" and s.events.count("start") == 1
+
+
+def test_stop_waits_for_the_pass_in_flight_before_releasing() -> None:
+    s = Counting()
+    s.release.clear()
+    s.start()
+    assert s.entered.wait(10)
+    stopper = threading.Thread(target=s.stop)
+    stopper.start()
+    stopper.join(timeout=0.2)
+    assert stopper.is_alive() and s.events == ["start"]  # nothing released mid-pass
+    s.release.set()
+    stopper.join(timeout=10)
+    assert s.events == ["start", "stop after 1 ticks, in flight: False"]
+
+
+def test_a_pass_that_raises_does_not_end_the_loop() -> None:
+    s = Counting()
+    s.fail_next = True
+    s.start()
+    wait_for(lambda: s.ticks >= 2, what="passes after the failing one")
+    s.stop()
+
+
+def test_the_four_loops_are_services() -> None:
+    for cls in (Heartbeat, Listener, Scheduler, OutboxRelay):
+        assert issubclass(cls, Service), cls
