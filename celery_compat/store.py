@@ -104,7 +104,3 @@ def chord_part_incr(conn: Conn, key: str, task_id: str) -> int | None:
 def listen_results(conn: Conn) -> None:
     conn.execute(q("listen_celery_results"))
 
-
-def purge(conn: Conn, cutoff: datetime) -> int:
-    row = conn.execute(q("purge_celery"), {"cutoff": cutoff}).fetchone()
-    return 0 if row is None else int(row[0])

@@ -37,6 +37,7 @@ PURGE_MODULE = sys.modules["ujobs_bridge.purge"]  # the package exports the job 
 def pdb(db: Db) -> Db:
     db.execute("truncate x_outbox restart identity")
     db.execute("truncate x_scheduler_leader, x_scheduler_state, x_scheduler_fires")
+    db.execute("truncate x_celery_results, x_celery_counters, x_celery_chord_parts, x_celery_tasks, x_celery_revoked")
     return db
 
 
@@ -104,7 +105,14 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
                 " values (%s, %s, false, '{}', %s)",
                 (task, now - days * DAY, now - days * DAY),
             )
+    for key, expired in [("celery-task-meta-expired-long-ago", now - 8 * DAY),
+                         ("celery-task-meta-expired-yesterday", now - DAY), ("celery-task-meta-no-expiry", None)]:
+        db.execute("insert into x_celery_results (key, value, expires_at) values (%s, '{}', %s)", (key, expired))
     return ids
+
+
+def results(db: Db) -> set[str]:
+    return {r[0] for r in db.execute("select key from x_celery_results")}
 
 
 SURVIVORS = {"done-young", "done-just-now", "ready-old", "running-old", "sleeping-old", "waiting-old"}
@@ -130,7 +138,8 @@ def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: time
     ids = seed(pdb, now)
     result = run_purge(dsn, FrozenClock(now + ahead), older_than_s=WEEK_S)
     assert result["state"] == "done", result
-    assert result["output"] == {"x_jobs": 3, "x_job_events": 2, "x_outbox": 1, "x_scheduler_fires": 2}
+    assert result["output"] == {"x_jobs": 3, "x_job_events": 2, "x_outbox": 1, "x_scheduler_fires": 2, "x_celery": 1}
+    assert results(pdb) == {"celery-task-meta-expired-yesterday", "celery-task-meta-no-expiry"}
     assert labels(pdb) == SURVIVORS  # never a live row, never one younger than the cutoff
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}
     assert {r[0] for r in pdb.execute("select name from x_outbox")} == {"outbox-young", "outbox-unpublished"}
@@ -216,7 +225,7 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(dsn: st
     wait_for(lambda: pdb.execute("select state from x_jobs where id = %s", (ref.id,)).fetchone() == ("done",),
              timeout=45, what="the resumed purge to finish")
     steps = dict(pdb.execute("select name, job_attempt from x_job_steps where run_id = %s", (ref.id,)).fetchall())
-    assert steps == {"cutoff": 1, "purge:x_jobs": 1, "purge:x_job_events": 2, "purge:x_outbox": 2, "purge:x_scheduler_fires": 2}
+    assert steps == {"cutoff": 1, "purge:x_jobs": 1, "purge:x_job_events": 2, "purge:x_outbox": 2, "purge:x_scheduler_fires": 2, "purge:x_celery": 2}
     assert "done-old-late" in labels(pdb)  # the x_jobs step was not run again
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}  # the next table ran
     output = pdb.execute("select output, attempt from x_jobs where id = %s", (ref.id,)).fetchone()

@@ -68,7 +68,16 @@ def builtin_targets() -> list[PurgeTarget]:
         PurgeTarget("x_job_events", _batched(q("purge_events"))),
         PurgeTarget("x_outbox", _batched(q("purge_outbox"))),
         PurgeTarget("x_scheduler_fires", _batched(q("purge_fires"))),
+        PurgeTarget("x_celery", _celery_tables),
     ]
+
+
+def _celery_tables(conn: psycopg.Connection[Any], cutoff: datetime) -> int:
+    """celery_compat's tables: results past ``result_expires`` (already invisible to
+    ``AsyncResult``), chord parts, and ledger/revoke rows older than the cutoff whose jobs are
+    finished. The ledger is the dedup window of Celery task ids: it lasts as long as the jobs."""
+    row = conn.execute(q("purge_celery"), {"cutoff": cutoff}).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 _extra: list[Callable[[], Sequence[PurgeTarget]]] = []
