@@ -17,6 +17,7 @@ import psycopg
 
 from ..dsn import mask_dsn
 from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
+from .beat import beat
 from .db import db
 from .demo import demo
 from .events import events
@@ -65,6 +66,7 @@ cli.add_command(purge)
 cli.add_command(outbox)
 cli.add_command(scheduler)
 cli.add_command(tasks)
+cli.add_command(beat)
 
 
 def main() -> None:

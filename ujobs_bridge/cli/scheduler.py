@@ -41,13 +41,19 @@ def load_tasks(app_spec: str | None, *, with_purge: bool) -> dict[str, PeriodicT
     found: dict[str, PeriodicTask] = {}
     if app_spec is not None:
         target = registry.load_target(app_spec)
-        if not isinstance(target, ModuleType):
+        app = registry.celery_app_of(target)
+        if app is not None:  # a Celery app: its beat_schedule entries become task()s
+            from celery_compat.beat import scheduler_tasks
+
+            found = scheduler_tasks(target, app)
+        elif not isinstance(target, ModuleType):
             raise ConfigError(
                 f"-A {app_spec!r} is not a module",
                 code=ErrorCode.APP_NOT_FOUND,
                 hint="point -A at the module that declares the task()s",
             )
-        found = tasks_from_module(target)
+        else:
+            found = tasks_from_module(target)
     if with_purge:
         builtin = purge_task()
         found.setdefault(builtin.name, builtin)
@@ -109,7 +115,9 @@ def scheduler(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     tasks = load_tasks(app_spec, with_purge=purge)
-    resolved = database(dsn)
+    resolved = database(dsn, config_dsn=registry.app_database_url(app_spec) if app_spec else None)
+    if app_spec is not None:
+        registry.bind_database(app_spec, resolved.dsn)
     schema.upgrade(resolved.dsn)
     try:
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)

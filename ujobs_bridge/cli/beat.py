@@ -1,0 +1,111 @@
+"""``ujobs-bridge beat convert -A proj [--json]``: what each Celery beat entry becomes.
+
+Why it exists: before cutting ``celery beat`` over to ``ujobs-bridge scheduler -A proj``, an
+operator needs to see, per ``beat_schedule`` entry, the cron (with Celery's day-of-month AND
+day-of-week kept as ``day_or=false``) or interval it maps to, in which time zone, under which
+catch-up policy, and for an entry that cannot map (``solar``), why. ``--strict`` exits 1 when
+any entry cannot map, for CI. ``-A`` that holds no Celery app exits 2 with a hint.
+
+What it is not: the conversion (``celery_compat.beat``) or the scheduler; nothing here touches a
+database.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import registry
+from ..errors import ConfigError
+from .options import json_option, print_json
+
+
+@click.group()
+def beat() -> None:
+    """Celery beat schedules on the ujobs-bridge scheduler."""
+
+
+def _app(app_spec: str) -> Any:
+    try:
+        target = registry.load_target(app_spec)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    app = registry.celery_app_of(target)
+    if app is None:
+        raise click.UsageError(
+            f"-A {app_spec!r} holds no Celery app\n"
+            "hint: point -A at the module that creates the app (it must be named `app` or "
+            "`celery` there), or name it: -A proj.celery:app"
+        )
+    return app
+
+
+def _schedule_text(row: dict[str, Any]) -> str:
+    if not row["ok"]:
+        return "-"
+    if row["kind"] == "cron":
+        return f"{row['cron']} ({row['tz']})"
+    return f"every {row['every_s']:g}s"
+
+
+@beat.command("convert")
+@click.option("-A", "--app", "app_spec", required=True, metavar="MODULE[:ATTR]")
+@click.option("--strict", is_flag=True, help="Exit 1 when any entry cannot map.")
+@json_option
+def convert(app_spec: str, strict: bool, as_json: bool) -> None:
+    """Each beat_schedule entry: its cron or interval, time zone, catch-up policy, day_or, or
+    why it cannot map."""
+    from celery_compat.beat import convert_app
+
+    app = _app(app_spec)
+    now = datetime.now(UTC)
+    try:
+        rows = [c.as_dict(now) for c in convert_app(app)]
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    refused = [r for r in rows if not r["ok"]]
+    if as_json:
+        print_json(rows)
+    else:
+        table = Table(title=f"{len(rows)} beat entr{'y' if len(rows) == 1 else 'ies'}")
+        for col in (
+            "name",
+            "task",
+            "celery schedule",
+            "engine",
+            "day_or",
+            "catch-up",
+            "next / why",
+        ):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            day_or = "" if r["day_or"] is None else ("or" if r["day_or"] else "AND")
+            last = r["next"] if r["ok"] else "cannot map (below)"
+            table.add_row(
+                r["name"],
+                str(r["task"] or "-"),
+                r["schedule"],
+                _schedule_text(r),
+                day_or,
+                str(r["catch_up"] or "-"),
+                str(last),
+            )
+        Console().print(table)
+        for r in refused:
+            click.echo(f"cannot map {r['name']!r}: {r['reason']}")
+        notes: dict[str, list[str]] = {}
+        for r in rows:
+            for note in r["notes"]:
+                notes.setdefault(note, []).append(r["name"])
+        for note, names in notes.items():
+            click.echo(f"note ({', '.join(names)}): {note}", err=True)
+    if refused and strict:
+        click.echo(
+            f"error: {len(refused)} entr{'y' if len(refused) == 1 else 'ies'} cannot map", err=True
+        )
+        sys.exit(1)
