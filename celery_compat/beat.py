@@ -41,9 +41,11 @@ from celery.beat import BeatLazyFunc, ScheduleEntry
 from ujobs_bridge.cron import CATCH_UP_POLICIES, CatchUpPolicy
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import EnqueueRequest
+from ujobs_bridge.scheduler import current_fire_connection
 from ujobs_bridge.task import DEFAULT_MAX_CATCH_UP, Occurrence, PeriodicTask, tasks_from_module
 
 from .beat_convert import Mapped, Unmappable, celery_schedule, convert_schedule
+from .transaction import enqueue_in
 
 log = logging.getLogger("celery_compat.beat")
 
@@ -200,8 +202,13 @@ def send_occurrence(app: Any, entry: BeatEntry, occurrence: Occurrence) -> Any:
 
 def _enqueue_for(app: Any, entry: BeatEntry) -> Any:
     def enqueue(occurrence: Occurrence) -> list[EnqueueRequest]:
-        send_occurrence(app, entry, occurrence)
-        return []  # the message is already a row (deduplicated by its task id)
+        conn = current_fire_connection()
+        if conn is None:
+            send_occurrence(app, entry, occurrence)
+        else:  # in the scheduler's fire transaction: the message commits with the fire row
+            with enqueue_in(conn):
+                send_occurrence(app, entry, occurrence)
+        return []  # the message is already a row (deduplicated by its task id, too)
 
     enqueue.__qualname__ = f"beat[{entry.name}]"
     return enqueue

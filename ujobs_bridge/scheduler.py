@@ -20,6 +20,7 @@ What it is not: a worker. Tasks only enqueue; workers run the jobs.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
@@ -41,6 +42,18 @@ from .leader import DEFAULT_GROUP, PgLeaseLeader
 from .service import Service
 from .task import PeriodicTask, task
 from .validation import seconds
+
+_fire_connection: contextvars.ContextVar[psycopg.Connection[Any] | None] = contextvars.ContextVar(
+    "ujobs_fire_connection", default=None
+)
+
+
+def current_fire_connection() -> psycopg.Connection[Any] | None:
+    """Inside a task's ``enqueue=`` function: the connection of the transaction that records
+    this fire. Writing through it (celery_compat's beat does) makes the jobs and the fire row
+    commit together, and a duplicate fire roll back everything it wrote."""
+    return _fire_connection.get()
+
 
 log = logging.getLogger("ujobs.scheduler")
 
@@ -188,9 +201,14 @@ class Scheduler(Service):
             )
         fired = 0
         for occurrence in plan.occurrences:
-            specs = [request.spec() for request in periodic.requests(occurrence)]
             fault("scheduler.before_fire")
+            duplicate = False
             with conn.transaction():
+                token = _fire_connection.set(conn)
+                try:
+                    specs = [request.spec() for request in periodic.requests(occurrence)]
+                finally:
+                    _fire_connection.reset(token)
                 row = conn.execute(
                     q("scheduler_fire"),
                     {
@@ -201,9 +219,12 @@ class Scheduler(Service):
                     },
                 ).fetchone()
                 if row is None:
-                    self.counts.duplicates += 1
-                    continue
+                    duplicate = True
+                    raise psycopg.Rollback()  # also undoes what enqueue= wrote through conn
                 driver.job_enqueue_many(conn, specs, self.clock.sql_now())
+            if duplicate:
+                self.counts.duplicates += 1
+                continue
             fault("scheduler.after_enqueue")
             fired += 1
             self.counts.fired += 1
