@@ -45,6 +45,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
 
     def __init__(self, main: str | None = None, *args: Any, **kwargs: Any) -> None:
         self._ujobs_client: Client | None = kwargs.pop("ujobs_client", None)
+        self._ujobs_dsn_cache: tuple[str, dict[str, Any]] | None = None
         kwargs.setdefault("broker", None)
         super().__init__(main, *args, **kwargs)
 
@@ -64,10 +65,14 @@ class Celery(celery.Celery):  # type: ignore[misc]
             self._ujobs_client = client
 
     def ujobs_dsn_params(self) -> dict[str, Any] | None:
-        client = self._ujobs_client
-        if client is None:
-            return None
-        return psycopg.conninfo.conninfo_to_dict(client.dsn)
+        """Connection parameters of the jobs database (opens the client on first use), so an
+        enqueue inside Django's ``atomic()`` can tell whether it is on the same database."""
+        dsn = self.ujobs_client.dsn
+        cached = self._ujobs_dsn_cache
+        if cached is None or cached[0] != dsn:
+            cached = (dsn, psycopg.conninfo.conninfo_to_dict(dsn))
+            self._ujobs_dsn_cache = cached
+        return cached[1]
 
     # -- routing between Postgres and the broker -----------------------------------------------
 

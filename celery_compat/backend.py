@@ -9,8 +9,9 @@ Celery itself. Three things are ours:
   half-second poll;
 * the chord counter counts each header part ONCE, by child task id, in one atomic statement, so
   a redelivered part can never fire the body twice or early;
-* an id with no stored meta is answered from its job rows: a message dead-lettered by the engine
-  (its workers kept dying) reads FAILURE, a revoked one REVOKED.
+* an id whose stored meta is not final (none, STARTED, RETRY) is answered from its job rows: a
+  message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
+  (including a retry sent after its task id was revoked) REVOKED.
 
 What it is not: the sender or the executor. Results are JSON only (``result_serializer='json'``).
 """
@@ -50,6 +51,9 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def __init__(self, app: Any = None, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(app=app, url=url, **kwargs)
+        # Celery's BaseBackend sets this per instance from ``result_backend_thread_safe``
+        # (default False), which would make one backend, and one LISTEN connection, per thread.
+        self.thread_safe = True
         serializer = self.app.conf.result_serializer
         if serializer not in (None, "json"):
             raise ImproperlyConfigured(
@@ -113,10 +117,20 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     # -- reading ------------------------------------------------------------------------------
 
+    def _store_result(self, *args: Any, **kwargs: Any) -> Any:
+        # Celery re-reads the stored meta here only to never overwrite SUCCESS: skip the job rows.
+        self._local.storing = True
+        try:
+            return super()._store_result(*args, **kwargs)
+        finally:
+            self._local.storing = False
+
     def _get_task_meta_for(self, task_id: Any) -> dict[str, Any]:
         meta: dict[str, Any] = super()._get_task_meta_for(task_id)
-        if meta.get("status") != states.PENDING or meta.get("task_id"):
+        if meta.get("status") in states.READY_STATES or getattr(self._local, "storing", False):
             return meta
+        # Not finished by the stored meta (PENDING, STARTED, RETRY): the job rows may know that
+        # it never will run (revoked before its message ran, dead-lettered).
         return self._meta_from_jobs(bytes_to_str(task_id)) or meta
 
     def _meta_from_jobs(self, task_id: str) -> dict[str, Any] | None:

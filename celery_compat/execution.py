@@ -6,13 +6,18 @@ Celery's tracer (``celery.app.trace.trace_task``) with the request a Celery work
 headers, embed (chain, callbacks, errbacks, chord), delivery info, properties. The tracer fires
 ``task_prerun``/``postrun``/``success``/``failure``/``retry``, stores results, runs callbacks
 and continues chains, exactly as in a Celery worker. What a Celery worker does *around* the
-tracer is done here: expiry (REVOKED, ``task_revoked(expired=True)``), time limits and
-``terminate`` (``interrupts.py``), ``Reject`` (requeue or drop).
+tracer is done here, as ``celery.worker.request.Request`` does it: expiry (REVOKED,
+``task_revoked(expired=True)``); the hard time limit (FAILURE ``TimeLimitExceeded``,
+``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED, ``task_revoked``, no
+``task_failure``), both as for a killed child (``interrupts.py``); ``Reject``; ``result.get()``
+refused inside a body (``allow_join_result()`` still works); and a task's own retry message is
+sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten.
 
 How a run ends, for the job row: SUCCESS, RETRY (the retry is a new row, sent by
 ``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback (Celery's retries are
 Celery's, so the engine never retries a task that failed); ``Reject(requeue=True)`` → ready
-again; revoked/expired → ``cancelled``. The engine's own attempts (``ujobs_max_deliveries``)
+again; ``Reject(requeue=False)`` → ``dead``, the task reads FAILURE (Celery 5.7); revoked,
+expired, terminated → ``cancelled``. The engine's own attempts (``ujobs_max_deliveries``)
 count only claims whose worker died: Celery would have lost those messages (ack before run).
 
 What it is not: the worker loop or the lease keeper (``ujobs_bridge.worker``).
@@ -20,21 +25,27 @@ What it is not: the worker loop or the lease keeper (``ujobs_bridge.worker``).
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from datetime import UTC, datetime
+import threading
+from collections.abc import Iterator
 from typing import Any
 
+import celery._state as celery_state
+import celery.result as celery_result
+from billiard.einfo import ExceptionInfo
 from celery import signals, states
 from celery.app.trace import trace_task
-from celery.exceptions import Reject, TaskRevokedError
+from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
 from ujobs_bridge.context import current_job
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from .interrupts import INTERRUPTER
+from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
+from .sending import retries_held
 
 PROTOCOL_HEADERS = frozenset(
     {
@@ -69,6 +80,46 @@ class CeleryTaskFailed(Exception):
 
 class _NeverRetried(Exception):
     """The engine retry policy of Celery tasks matches nothing: Celery decides retries."""
+
+
+# -- result.get() inside a task ------------------------------------------------------------------
+# A Celery worker process sets ``task_join_will_block`` so ``result.get()`` inside a task raises
+# (``disable_sync_subtasks``) unless wrapped in ``allow_join_result()``. Bridge bodies share the
+# process with whatever else runs there (an app's web threads, tests), so the flag is kept per
+# body thread: ``celery.result``'s two names are replaced by thread-aware ones that fall back to
+# Celery's process-wide flag outside a body.
+_JOINS = threading.local()
+
+
+def _join_will_block() -> bool:
+    value = getattr(_JOINS, "will_block", None)
+    return bool(celery_state.task_join_will_block() if value is None else value)
+
+
+def _set_join_will_block(blocks: bool) -> None:
+    if getattr(_JOINS, "will_block", None) is None:
+        celery_state._set_task_join_will_block(blocks)
+    else:
+        _JOINS.will_block = bool(blocks)
+
+
+def _install_join_guard() -> None:
+    celery_result.task_join_will_block = _join_will_block
+    celery_result._set_task_join_will_block = _set_join_will_block
+
+
+@contextlib.contextmanager
+def joins_will_block() -> Iterator[None]:
+    """Inside a task body: ``result.get()`` raises, as in a Celery worker."""
+    previous = getattr(_JOINS, "will_block", None)
+    _JOINS.will_block = True
+    try:
+        yield
+    finally:
+        _JOINS.will_block = previous
+
+
+_install_join_guard()
 
 
 def _request(message: Any, attempt: int) -> dict[str, Any]:
@@ -107,15 +158,24 @@ def _limits(task: Any, headers: dict[str, Any]) -> tuple[float | None, float | N
     return soft, hard
 
 
+def _store_errors(task: Any, request: dict[str, Any]) -> bool:
+    """Celery's ``Request.store_errors``: failures are stored unless results are ignored."""
+    ignore = request.get("ignore_result")
+    ignored = task.ignore_result if ignore is None else bool(ignore)
+    return bool(task.store_errors_even_if_ignored) if ignored else True
+
+
 def _revoke(
     task: Any, task_id: str, request: dict[str, Any], *, expired: bool, terminated: bool
 ) -> None:
+    """What Celery's worker does for a revoked/expired/terminated request (``_announce_revoked``)."""
     from celery.app.task import Context
 
     ctx = Context(request)
     reason = "expired" if expired else "terminated" if terminated else "revoked"
-    if not task.ignore_result or expired or terminated:
-        task.backend.mark_as_revoked(task_id, reason, request=ctx)
+    task.backend.mark_as_revoked(
+        task_id, reason, request=ctx, store_result=_store_errors(task, request)
+    )
     signals.task_revoked.send(
         sender=task,
         request=ctx,
@@ -125,51 +185,120 @@ def _revoke(
     )
 
 
+def _hard_time_limit(task: Any, message: Any, request: dict[str, Any], limit: float) -> str:
+    """What Celery's worker does when a body passes ``time_limit`` (``Request.on_timeout``):
+    FAILURE with ``TimeLimitExceeded``, ``on_failure``, errbacks and ``task_failure``."""
+    from celery.app.task import Context
+    from celery.app.trace import task_has_custom
+
+    exc = TimeLimitExceeded(limit)
+    ctx = Context(request)
+    task.backend.mark_as_failure(
+        message.task_id, exc, request=ctx, store_result=_store_errors(task, request)
+    )
+    try:
+        raise exc
+    except TimeLimitExceeded:
+        einfo = ExceptionInfo()
+    task.on_failure(exc, message.task_id, message.args, message.kwargs, einfo)
+    if task_has_custom(task, "after_return"):
+        task.after_return(states.FAILURE, exc, message.task_id, message.args, message.kwargs, None)
+    signals.task_failure.send(
+        sender=task,
+        task_id=message.task_id,
+        exception=exc,
+        args=message.args,
+        kwargs=message.kwargs,
+        traceback=einfo.tb,
+        einfo=einfo,
+    )
+    return f"TimeLimitExceeded({limit})"
+
+
+def _rejected(task: Any, message: Any, request: dict[str, Any], rejection: Reject) -> None:
+    """Celery 5.7's worker for ``Reject(requeue=False)``: the message is dropped and the task
+    reads FAILURE (``task_failure`` sent), so it is never left PENDING forever."""
+    from celery.app.task import Context
+
+    try:
+        raise rejection
+    except Reject:
+        einfo = ExceptionInfo()
+    task.backend.mark_as_failure(
+        message.task_id,
+        rejection,
+        request=Context(request),
+        store_result=_store_errors(task, request),
+    )
+    signals.task_failure.send(
+        sender=task,
+        task_id=message.task_id,
+        exception=rejection,
+        args=message.args,
+        kwargs=message.kwargs,
+        traceback=einfo.tb,
+        einfo=einfo,
+    )
+
+
 def run_message(app: Any, name: str, value: Any) -> dict[str, str]:
     """Execute one claimed Celery message; returns the row's small output ``{"state": ...}``."""
     ctx = current_job()
     if not is_celery_input(value):
         raise Discard(f"row input is not a Celery message (task {name!r})")
-    message = from_input(value, queue=ctx.queue)
+    app.set_current()  # shared_task proxies called from this body resolve to this app
+    message = from_input(value, queue=ctx.queue, job_id=ctx.id)
     task = app.tasks[name]
     request = _request(message, ctx.attempt)
     expires = message.expires
-    if expires is not None and expires <= datetime.now(UTC):
+    if expires is not None and expires <= ctx.clock.now():
         _revoke(task, message.task_id, request, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
     soft, hard = _limits(task, message.headers)
     watched = INTERRUPTER.watch(ctx.signal, soft, hard)
-    try:
-        result, info, _runtime, _rstr = trace_task(
-            task,
-            message.task_id,
-            message.args,
-            message.kwargs,
-            request,
-            app=app,
-            hostname=HOSTNAME,
-        )
-    except Reject as exc:
-        INTERRUPTER.unwatch(watched)
-        if exc.requeue:
-            raise Snooze(0) from exc
-        raise Discard(f"rejected: {exc.reason!r}") from exc
-    finally:
-        INTERRUPTER.unwatch(watched)
-    if "terminate" in watched.fired:
-        _revoke(task, message.task_id, request, expired=False, terminated=True)
-        raise Cancel(f"task {message.task_id} terminated by revoke")
-    state = states.SUCCESS if info is None else info.state
-    if state == states.FAILURE:
-        einfo = getattr(info, "retval", None)
-        text = getattr(einfo, "traceback", None) or repr(getattr(einfo, "exception", result))
-        raise CeleryTaskFailed(text)
-    if state == states.REJECTED:
-        rejection = getattr(getattr(info, "retval", None), "exception", None)
-        if isinstance(rejection, Reject) and rejection.requeue:
-            raise Snooze(0)
-        raise Discard(f"rejected: {rejection!r}")
-    return {"state": state}
+    traced: Any = None
+    rejection: Reject | None = None
+    with retries_held(message.task_id) as held:
+        try:
+            with joins_will_block():
+                try:
+                    traced = trace_task(
+                        task,
+                        message.task_id,
+                        message.args,
+                        message.kwargs,
+                        request,
+                        app=app,
+                        hostname=HOSTNAME,
+                    )
+                finally:
+                    INTERRUPTER.unwatch(watched)
+        except BodyKilled:
+            pass  # what killed it is in watched.fired
+        except Reject as exc:  # raised outside the body (by the tracer's own hooks)
+            rejection = exc
+    for retry in held:  # RETRY is stored now: the retry may run and store its own outcome
+        app.amqp.insert_now(retry)
+    if traced is None and rejection is None:  # killed: what Celery does for a killed child
+        if "terminate" in watched.fired:
+            _revoke(task, message.task_id, request, expired=False, terminated=True)
+            raise Cancel(f"task {message.task_id} terminated by revoke")
+        raise CeleryTaskFailed(_hard_time_limit(task, message, request, float(hard or 0)))
+    if traced is not None:
+        result, info = traced[0], traced[1]
+        state = states.SUCCESS if info is None else info.state
+        if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
+            text = getattr(result, "traceback", None) or repr(getattr(info, "retval", result))
+            raise CeleryTaskFailed(text)
+        if state != states.REJECTED:
+            return {"state": state}
+        retval = getattr(info, "retval", None)
+        rejection = retval if isinstance(retval, Reject) else Reject(retval, requeue=False)
+    assert rejection is not None
+    if rejection.requeue:
+        raise Snooze(0)
+    _rejected(task, message, request, rejection)
+    raise Discard(f"rejected: {rejection.reason!r}")
 
 
 def _runner(app: Any, name: str) -> Any:

@@ -4,8 +4,9 @@ Why it exists: Celery enforces ``soft_time_limit`` by raising ``SoftTimeLimitExc
 the task, ``time_limit`` by killing the pool process, and ``terminate`` with a signal. Bridge
 bodies run in worker threads, so one watcher thread per process checks the running bodies every
 ``TICK_S`` and raises the right exception in the body's thread (``PyThreadState_SetAsyncExc``):
-``SoftTimeLimitExceeded`` at the soft limit, ``TimeLimitExceeded`` at the hard one, and
-``Terminated`` when the job was cancelled under it.
+``SoftTimeLimitExceeded`` at the soft limit (the body may catch it, as in Celery), and at the
+hard limit or when the job was cancelled under it a ``BodyKilled`` the body cannot swallow with
+``except Exception`` (Celery kills the process there).
 
 What it is not: a process killer. An exception raised this way lands when the thread next runs
 Python bytecode: a body blocked inside one long C call (a socket read without a timeout) is
@@ -26,9 +27,26 @@ from ujobs_bridge.errors import ErrorCode
 
 TICK_S = 0.05
 
+
+class BodyKilled(BaseException):
+    """Raised where Celery would kill the pool process (hard time limit, ``terminate``).
+
+    A ``BaseException`` so neither the body's ``except Exception:`` nor Celery's tracer takes it
+    for the task's own failure: the executor records what Celery's worker records for a killed
+    child (FAILURE ``TimeLimitExceeded``, or REVOKED)."""
+
+
+class HardTimeLimit(BodyKilled):
+    """The hard ``time_limit`` passed."""
+
+
+class TerminatedByRevoke(BodyKilled):
+    """``revoke(terminate=True)`` cancelled the running job."""
+
+
 SOFT: type[BaseException] = celery_exceptions.SoftTimeLimitExceeded
-HARD: type[BaseException] = celery_exceptions.TimeLimitExceeded
-TERMINATED: type[BaseException] = celery_exceptions.Terminated
+HARD: type[BaseException] = HardTimeLimit
+TERMINATED: type[BaseException] = TerminatedByRevoke
 
 
 @dataclass

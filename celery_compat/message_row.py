@@ -98,7 +98,9 @@ class CeleryMessage:
             )
         )
 
-    def params(self, max_attempts: int, now: datetime | None) -> dict[str, Any]:
+    def params(
+        self, max_attempts: int, now: datetime | None, *, input_json: str | None = None
+    ) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
             "retries": self.retries,
@@ -106,7 +108,7 @@ class CeleryMessage:
             "id": self.job_id,
             "name": self.task,
             "queue": self.queue,
-            "input": self.input_json(),
+            "input": self.input_json() if input_json is None else input_json,
             "max_attempts": max_attempts,
             "priority": self.priority,
             "run_at": self.eta,
@@ -120,9 +122,37 @@ def is_celery_input(value: Any) -> bool:
     return isinstance(value, dict) and "headers" in value and "embed" in value
 
 
-def from_input(value: Any, *, queue: str) -> CeleryMessage:
-    """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb)."""
-    restored = _loads(json.dumps(value))
+# kombu's decoder hook (kombu >= 5.3); without it every input takes the text round trip.
+_object_hook: Callable[[dict[str, Any]], Any] | None = getattr(kombu_json, "object_hook", None)
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _NotPlainJson(Exception):
+    """A value psycopg's jsonb decoding cannot have produced: take the slow, exact path."""
+
+
+def _restore(value: Any) -> Any:
+    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: a copy in
+    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does."""
+    kind = type(value)
+    if kind is dict:
+        if _object_hook is None or not all(type(k) is str for k in value):
+            raise _NotPlainJson
+        return _object_hook({k: _restore(v) for k, v in value.items()})
+    if kind is list:
+        return [_restore(v) for v in value]
+    if kind in _JSON_SCALARS:
+        return value
+    raise _NotPlainJson
+
+
+def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
+    """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
+    row's id (else a new one is drawn)."""
+    try:
+        restored = _restore(value)
+    except _NotPlainJson:
+        restored = _loads(json.dumps(value))
     return CeleryMessage(
         headers=dict(restored.get("headers") or {}),
         args=list(restored.get("args") or []),
@@ -130,4 +160,5 @@ def from_input(value: Any, *, queue: str) -> CeleryMessage:
         embed=dict(restored.get("embed") or {}),
         queue=queue,
         properties=dict(restored.get("properties") or {}),
+        job_id=new_job_id() if job_id is None else job_id,
     )

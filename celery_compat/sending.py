@@ -17,6 +17,7 @@ What it is not: the Celery app (``app.py``) or the executor (``execution.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -64,6 +65,29 @@ def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
             continue  # transport objects (exchanges, callables) do not belong in the row
         out[key] = value
     return out
+
+
+# (task id, messages) of the task running in this context; see ``retries_held``.
+_held_retries: contextvars.ContextVar[tuple[str, list[CeleryMessage]] | None] = (
+    contextvars.ContextVar("celery_compat_held_retries", default=None)
+)
+
+
+@contextlib.contextmanager
+def retries_held(task_id: str) -> Iterator[list[CeleryMessage]]:
+    """While task ``task_id`` runs, hold back the message its ``self.retry`` sends; the executor
+    sends it (``BridgeAMQP.insert_now``) after the tracer has stored RETRY.
+
+    Why: Celery publishes the retry and THEN stores RETRY. On a broker that gap is hidden by the
+    round trip; here a ``countdown=0`` retry can run and store SUCCESS inside it, and the late
+    RETRY then overwrites SUCCESS (``get()`` waits forever). Holding the retry closes the gap.
+    A crash in between loses nothing: the running row is redelivered and retries again."""
+    held: list[CeleryMessage] = []
+    token = _held_retries.set((task_id, held))
+    try:
+        yield held
+    finally:
+        _held_retries.reset(token)
 
 
 class BridgeAMQP(AMQP):  # type: ignore[misc]
@@ -171,16 +195,27 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
     def insert(self, row: CeleryMessage) -> None:
         app = self.app
         try:
-            row.input_json()
+            payload = row.input_json()
         except TypeError as exc:
             raise EncodeError(
                 f"task {row.task!r} ({row.task_id}): an argument is not JSON-serialisable ({exc}); "
                 "celery_compat stores messages as JSON: pass ids or plain data"
             ) from exc
-        conn = current_connection(app.ujobs_dsn_params())
+        conn = current_connection(app.ujobs_dsn_params)
+        held = _held_retries.get()
+        if conn is None and held is not None and row.task_id == held[0]:
+            held[1].append(row)  # this task's own retry: sent once RETRY is stored
+            return
+        self.insert_now(row, conn, payload=payload)
+
+    def insert_now(
+        self, row: CeleryMessage, conn: Any = None, *, payload: str | None = None
+    ) -> None:
+        """Insert ``row`` now: on ``conn`` (the caller's transaction) or through the pool."""
+        app = self.app
         max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)
         if conn is not None:
-            store.enqueue(conn, row, max_attempts=max_attempts)
+            store.enqueue(conn, row, max_attempts=max_attempts, input_json=payload)
             return
         with app.ujobs_client.pool.connection() as pooled:
-            store.enqueue(pooled, row, max_attempts=max_attempts)
+            store.enqueue(pooled, row, max_attempts=max_attempts, input_json=payload)

@@ -26,11 +26,18 @@ Conn = psycopg.Connection[Any]
 
 
 def enqueue(
-    conn: Conn, message: CeleryMessage, *, max_attempts: int, now: datetime | None = None
+    conn: Conn,
+    message: CeleryMessage,
+    *,
+    max_attempts: int,
+    now: datetime | None = None,
+    input_json: str | None = None,
 ) -> UUID | None:
     """Insert one message as a job; ``None`` when this message (task id, retries, nesting) was
-    already enqueued once (the ledger absorbed the duplicate)."""
-    row = conn.execute(q("celery_enqueue"), message.params(max_attempts, now)).fetchone()
+    already enqueued once (the ledger absorbed the duplicate). ``input_json``: the message's
+    ``input_json()`` when the caller already encoded it."""
+    params = message.params(max_attempts, now, input_json=input_json)
+    row = conn.execute(q("celery_enqueue"), params).fetchone()
     return None if row is None else row[0]
 
 
@@ -103,4 +110,3 @@ def chord_part_incr(conn: Conn, key: str, task_id: str) -> int | None:
 
 def listen_results(conn: Conn) -> None:
     conn.execute(q("listen_celery_results"))
-

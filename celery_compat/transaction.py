@@ -3,8 +3,9 @@
 Why it exists: the reason to put Celery's queue in Postgres is that a task can commit or roll
 back WITH the write that makes it meaningful, with no ``on_commit`` dual write. Inside
 ``enqueue_in(conn)`` every message the facade sends is inserted on ``conn`` (a psycopg 3
-connection, in its open transaction). Under Django, ``transaction.atomic()`` on a database that
-is the jobs database does the same without any wrapper.
+connection, in its open transaction). Under Django, ``transaction.atomic()`` (or autocommit
+turned off) on a database that is the jobs database does the same without any wrapper, when
+Django uses psycopg 3; with psycopg2 it cannot share the transaction and says so once in the log.
 
 What it is not: a transaction manager. It never begins, commits or rolls back anything; the
 caller's transaction decides.
@@ -13,11 +14,15 @@ caller's transaction decides.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Iterator
+import logging
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+
+log = logging.getLogger(__name__)
 
 _current: contextvars.ContextVar[psycopg.Connection[Any] | None] = contextvars.ContextVar(
     "celery_compat_enqueue_conn", default=None
@@ -40,39 +45,64 @@ def enqueue_in(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any
 
 
 def current_connection(
-    jobs_dsn_params: dict[str, Any] | None = None,
+    jobs_database: Callable[[], dict[str, Any] | None] | None = None,
 ) -> psycopg.Connection[Any] | None:
     """The connection an enqueue must join now, if any: ``enqueue_in``'s, else Django's when it
-    is inside ``atomic()`` on the jobs database."""
+    is in a transaction (``atomic()``, or autocommit turned off) on the jobs database.
+
+    ``jobs_database`` answers the jobs database's connection parameters (host, port, dbname); it
+    is called only when Django holds an open transaction, so a plain enqueue pays nothing."""
     conn = _current.get()
     if conn is not None:
         return conn
-    return _django_atomic_connection(jobs_dsn_params)
+    return _django_transaction_connection(jobs_database)
 
 
-def _django_atomic_connection(
-    jobs_dsn_params: dict[str, Any] | None,
+def _django_transaction_connection(
+    jobs_database: Callable[[], dict[str, Any] | None] | None,
 ) -> psycopg.Connection[Any] | None:
-    import sys
-
-    if "django.db" not in sys.modules or jobs_dsn_params is None:
+    if "django.db" not in sys.modules or jobs_database is None:
         return None  # Django is not in use: never import it just to look
+    from django.conf import settings
+
+    if not settings.configured:
+        return None
     from django.db import connections
 
+    jobs: dict[str, Any] | None = None
     for alias in connections:
         wrapper = connections[alias]
-        if wrapper.vendor != "postgresql" or not wrapper.in_atomic_block:
-            continue
         raw = wrapper.connection
+        if raw is None or wrapper.vendor != "postgresql":
+            continue  # never connected in this thread: no transaction to join
+        if not (wrapper.in_atomic_block or not wrapper.autocommit):
+            continue
+        jobs = jobs if jobs is not None else jobs_database()
+        if jobs is None or not same_database(raw.info, jobs):
+            continue
         if not isinstance(raw, psycopg.Connection):
+            _warn_psycopg2_once(alias)
             continue  # psycopg2: cannot share its transaction with psycopg 3
-        if same_database(raw.info.get_parameters(), raw.info, jobs_dsn_params):
-            return raw
+        return raw
     return None
 
 
-def same_database(_params: dict[str, str], info: Any, jobs: dict[str, Any]) -> bool:
-    """True when a live connection points at the jobs database (host, port and name)."""
+_warned: set[str] = set()
+
+
+def _warn_psycopg2_once(alias: str) -> None:
+    if alias not in _warned:
+        _warned.add(alias)
+        log.warning(
+            "Django database %r is the jobs database but uses psycopg2: tasks sent inside its "
+            "atomic() blocks are committed at once, not with the block (install psycopg 3, or "
+            "wrap the block in celery_compat.enqueue_in(conn) with a psycopg 3 connection)",
+            alias,
+        )
+
+
+def same_database(info: Any, jobs: dict[str, Any]) -> bool:
+    """True when a live connection (its ``.info``) points at the jobs database (host, port, name)."""
     host = str(jobs.get("host") or "localhost")
     mine = str(info.host or "localhost")
     local = {"localhost", "127.0.0.1", "::1"}

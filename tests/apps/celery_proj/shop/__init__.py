@@ -1,0 +1,1 @@
+"""An installed Django app of the test project (its ``tasks.py`` is autodiscovered)."""

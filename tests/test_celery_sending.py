@@ -1,0 +1,145 @@
+"""Where a message goes and how often: ``enqueue_in(conn)`` joins the caller's transaction (rollback
+→ no job, commit → it runs), the same message sent twice is one job, arguments keep the types
+Celery's JSON carries, and tasks named in ``ujobs_broker_tasks`` are published to the real Redis
+broker in protocol v2 (and never written to ``x_jobs``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+from kombu.exceptions import EncodeError
+
+from apps import celery_tasks as t
+from apps.celery_harness import (
+    bound,
+    celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
+    jobs,
+    worker,
+)
+from celery_compat import Celery, enqueue_in, store
+from celery_compat.message_row import from_input
+
+REDIS_URL = "redis://127.0.0.1:6379/9"
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[Any]:
+    t.reset()
+    with bound(t.app, dsn):
+        yield t.app
+
+
+def test_enqueue_in_rolls_back_with_the_callers_transaction(app: Any, dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        with enqueue_in(conn):
+            t.add.delay(1, 2)
+            assert len(jobs(dsn)) == 0  # not visible outside the open transaction
+        conn.rollback()
+    assert jobs(dsn) == []
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the ledger rolled back too: no trace
+        assert conn.execute("select count(*) from x_celery_tasks").fetchone() == (0,)
+
+
+def test_enqueue_in_commits_with_the_callers_transaction_and_runs(app: Any, dsn: str) -> None:
+    with worker(app, dsn), psycopg.connect(dsn) as conn:
+        with enqueue_in(conn):
+            r = t.add.delay(20, 22)
+            conn.execute("select 1")  # the caller's own work, same transaction
+        assert jobs(dsn) == []
+        conn.commit()
+        assert r.get(timeout=10) == 42
+    assert t.RAN["add"] == 1
+
+
+def test_enqueue_in_refuses_what_is_not_a_psycopg3_connection() -> None:
+    with pytest.raises(TypeError, match="psycopg 3 Connection"), enqueue_in(object()):  # type: ignore[arg-type]
+        pass
+
+
+def test_the_same_message_sent_twice_is_one_job(app: Any, dsn: str) -> None:
+    first = t.add.apply_async((1, 2), task_id="order-42-confirmation")
+    again = t.add.apply_async((1, 2), task_id="order-42-confirmation")
+    assert first.id == again.id
+    (row,) = jobs(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the drainer's path: same answer
+        assert store.enqueue(conn, from_input(row["input"], queue="celery"), max_attempts=3) is None
+    with worker(app, dsn):
+        assert first.get(timeout=10) == 3
+    assert t.RAN["add"] == 1 and len(jobs(dsn)) == 1
+
+
+def test_arguments_keep_the_types_celerys_json_carries(app: Any, dsn: str) -> None:
+    when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    ident = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    with worker(app, dsn):
+        assert t.identity.delay(when).get(timeout=10) == when
+        assert t.identity.delay(ident).get(timeout=10) == ident
+        assert t.identity.delay(Decimal("1.25")).get(timeout=10) == Decimal("1.25")
+    with pytest.raises(EncodeError):  # as Celery's json serializer refuses it at publish
+        t.identity.delay(object())
+
+
+# -- ujobs_broker_tasks: still published to the Celery broker ---------------------------------
+
+
+@pytest.fixture
+def broker_app(dsn: str) -> Iterator[tuple[Any, str]]:
+    queue = f"ujb-test-{uuid.uuid4().hex[:10]}"
+    app = Celery("broker_routing", broker=REDIS_URL, set_as_current=False)
+    app.conf.update(ujobs_broker_tasks=["legacy.*"], task_default_queue=queue)
+
+    @app.task(name="legacy.report")
+    def report(n: int) -> int:
+        return n
+
+    @app.task(name="bridge.report")
+    def bridged(n: int) -> int:
+        return n
+
+    r = redis.Redis.from_url(REDIS_URL)
+    with bound(app, dsn):
+        try:
+            yield app, queue
+        finally:
+            for key in r.scan_iter(match=f"*{queue}*"):
+                r.delete(key)
+            r.close()
+            app.close()
+
+
+def test_broker_tasks_go_to_redis_in_protocol_v2_and_not_to_postgres(
+    broker_app: tuple[Any, str], dsn: str
+) -> None:
+    app, queue = broker_app
+    sent = app.tasks["legacy.report"].apply_async((7,), headers={"x_tenant": "acme"})
+    kept = app.tasks["bridge.report"].delay(8)
+    r = redis.Redis.from_url(REDIS_URL)
+    try:
+        raw = r.lrange(queue, 0, -1)
+    finally:
+        r.close()
+    assert len(raw) == 1
+    envelope = json.loads(raw[0])
+    headers = envelope["headers"]
+    assert (headers["task"], headers["id"], headers["lang"]) == ("legacy.report", sent.id, "py")
+    assert (
+        headers["root_id"] == sent.id and headers["retries"] == 0 and headers["x_tenant"] == "acme"
+    )
+    assert envelope["content-type"] == "application/json"
+    assert envelope["properties"]["delivery_info"]["routing_key"] == queue
+    assert envelope["properties"]["body_encoding"] == "base64"
+    args, kwargs, embed = json.loads(base64.b64decode(envelope["body"]))
+    assert (args, kwargs, set(embed)) == ([7], {}, {"callbacks", "errbacks", "chain", "chord"})
+    # the other task went to Postgres, and only it
+    assert [(j["name"], j["queue"], j["input"]["headers"]["id"]) for j in jobs(dsn)] == [
+        ("bridge.report", queue, kept.id)
+    ]

@@ -1,0 +1,56 @@
+"""End to end on a real worker process: a plain module app (``from celery_compat import Celery``)
+run by ``python -m ujobs_bridge worker -A apps.celery_plain``; the test process only sends and
+waits on results, as a web process would."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import chain, chord, group
+from worker_proc import WorkerProc
+
+from apps import celery_plain as p
+from apps.celery_harness import (
+    bound,
+    celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
+    jobs,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def proc(dsn: str, tmp_path: Path) -> Iterator[WorkerProc]:
+    worker = WorkerProc(dsn, "apps.celery_plain", "plain", tmp_path / "worker.log")
+    try:
+        with bound(p.app, dsn):
+            yield worker
+    finally:
+        worker.close()
+
+
+def test_a_plain_module_app_runs_end_to_end_on_a_worker_process(proc: WorkerProc, dsn: str) -> None:
+    try:
+        assert p.add.delay(2, 3).get(timeout=30) == 5
+        me = p.whoami.delay().get(timeout=10)
+        assert me["pid"] != os.getpid() and "@" in me["hostname"]
+        assert (p.add.s(1, 2) | p.add.s(10)).delay().get(timeout=10) == 13
+        assert group(p.add.s(i, i) for i in range(4)).delay().get(timeout=10) == [0, 2, 4, 6]
+        assert chord(p.add.s(i, 1) for i in range(3))(p.tsum.s()).get(timeout=10) == 6
+        assert (
+            chain(p.add.s(1, 1), group(p.add.s(1), p.add.s(2)), p.tsum.s()).delay().get(timeout=10)
+            == 7
+        )
+        retried: Any = p.flaky.delay(2).get(timeout=10)
+        assert retried["retries"] == 2 and retried["pid"] == me["pid"]
+    except BaseException:
+        print(proc.output())
+        raise
+    assert {j["queue"] for j in jobs(dsn)} == {"plain"}
+    assert {j["state"] for j in jobs(dsn)} == {"done"}
+    proc.term()
+    assert proc.wait(timeout=20) == 0
