@@ -33,7 +33,6 @@ def celery_listeners_closed(pg_dsn: str) -> Iterator[None]:
     """Import this into a test module: at the end of the session, before the test database is
     dropped, the result backends' LISTEN connections of every app ``bound`` are closed."""
     yield
-    print("CLOSING", list(_BOUND.values()))
     for app in list(_BOUND.values()):
         app.backend.close()
     _BOUND.clear()
