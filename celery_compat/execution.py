@@ -43,6 +43,7 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
+from . import rate_limit
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
 from .sending import retries_held
@@ -148,13 +149,27 @@ def _request(message: Any, attempt: int) -> dict[str, Any]:
     return request
 
 
-def _limits(task: Any, headers: dict[str, Any]) -> tuple[float | None, float | None]:
+def conf_limits(app: Any) -> tuple[Any, Any]:
+    """The app's default ``(task_time_limit, task_soft_time_limit)``."""
+    return app.conf.task_time_limit, app.conf.task_soft_time_limit
+
+
+def _limits(
+    task: Any, headers: dict[str, Any], defaults: tuple[Any, Any] | None = None
+) -> tuple[float | None, float | None]:
+    """``(soft, hard)``: the message's ``timelimit``, else the task's, else the app's defaults
+    (``defaults``: read once when the worker loaded the app, as Celery's worker reads them at
+    start; ``None``: read now)."""
     hard, soft = None, None
     limit = headers.get("timelimit")
     if isinstance(limit, list | tuple) and len(limit) == 2:
         hard, soft = limit
-    hard = hard if hard is not None else task.time_limit or task.app.conf.task_time_limit
-    soft = soft if soft is not None else task.soft_time_limit or task.app.conf.task_soft_time_limit
+    if (hard is None and not task.time_limit) or (soft is None and not task.soft_time_limit):
+        conf_hard, conf_soft = conf_limits(task.app) if defaults is None else defaults
+    else:
+        conf_hard = conf_soft = None  # not consulted
+    hard = hard if hard is not None else task.time_limit or conf_hard
+    soft = soft if soft is not None else task.soft_time_limit or conf_soft
     return soft, hard
 
 
@@ -241,8 +256,11 @@ def _rejected(task: Any, message: Any, request: dict[str, Any], rejection: Rejec
     )
 
 
-def run_message(app: Any, name: str, value: Any) -> dict[str, str]:
-    """Execute one claimed Celery message; returns the row's small output ``{"state": ...}``."""
+def run_message(
+    app: Any, name: str, value: Any, limits: tuple[Any, Any] | None = None
+) -> dict[str, str]:
+    """Execute one claimed Celery message; returns the row's small output ``{"state": ...}``.
+    ``limits``: the app's default time limits as ``conf_limits`` read them (else read now)."""
     ctx = current_job()
     if not is_celery_input(value):
         raise Discard(f"row input is not a Celery message (task {name!r})")
@@ -254,7 +272,8 @@ def run_message(app: Any, name: str, value: Any) -> dict[str, str]:
     if expires is not None and expires <= ctx.clock.now():
         _revoke(task, message.task_id, request, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
-    soft, hard = _limits(task, message.headers)
+    rate_limit.take_or_snooze(app, task, ctx)
+    soft, hard = _limits(task, message.headers, limits)
     watched = INTERRUPTER.watch(ctx.signal, soft, hard)
     traced: Any = None
     rejection: Reject | None = None
@@ -302,8 +321,10 @@ def run_message(app: Any, name: str, value: Any) -> dict[str, str]:
 
 
 def _runner(app: Any, name: str) -> Any:
+    limits = conf_limits(app)  # once per worker, as Celery's WorkController does
+
     def run(value: Any) -> dict[str, str]:
-        return run_message(app, name, value)
+        return run_message(app, name, value, limits)
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run

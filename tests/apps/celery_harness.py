@@ -105,7 +105,7 @@ def jobs(dsn: str, name: str | None = None) -> list[dict[str, Any]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.cursor(row_factory=dict_row)
         return cur.execute(
-            "select id, name, queue, state, run_at, priority, input, last_error, created_at"
+            "select id, name, queue, state, run_at, priority, input, last_error, attempt, created_at"
             " from x_jobs where %(name)s::text is null or name = %(name)s order by created_at, id",
             {"name": name},
         ).fetchall()

@@ -609,3 +609,18 @@ select (select count(*) from r) + (select count(*) from c) + (select count(*) fr
 -- database_now --
 -- The database's clock, read once where a pass must compare against instants it wrote.
 select now()
+
+-- rate_limit_take --
+-- Spend one token of bucket `key` (refilled at `rate` per second up to `capacity`) if one is
+-- there; no row back means none is: try again in about 1/rate seconds.
+insert into x_rate_limits as b (key, tokens, updated_at)
+values (%(key)s, %(capacity)s::float8 - 1, coalesce(%(now)s, now()))
+on conflict (key) do update
+    set tokens = least(%(capacity)s::float8,
+                       b.tokens + greatest(0, extract(epoch from (coalesce(%(now)s, now()) - b.updated_at)))
+                                  * %(rate)s::float8) - 1,
+        updated_at = greatest(b.updated_at, coalesce(%(now)s, now()))
+  where least(%(capacity)s::float8,
+              b.tokens + greatest(0, extract(epoch from (coalesce(%(now)s, now()) - b.updated_at)))
+                         * %(rate)s::float8) >= 1
+returning tokens

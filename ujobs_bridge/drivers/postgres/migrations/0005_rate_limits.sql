@@ -1,0 +1,11 @@
+-- 0005_rate_limits: fleet-wide token buckets (celery_compat's rate_limit).
+-- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+
+-- One row per limited task name: the tokens left at updated_at. A take refills by elapsed time
+-- times the rate (capped at the capacity) and spends one, in one row-locked statement, so every
+-- worker on every machine shares the same bucket.
+create table x_rate_limits (
+    key         text primary key,
+    tokens      double precision not null,
+    updated_at  timestamptz not null
+);
