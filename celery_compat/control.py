@@ -46,6 +46,10 @@ class BridgeControl(Control):  # type: ignore[misc]
                         driver.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
                         self._mark_revoked(backend, tid)
                     elif state == "running" and terminate:
+                        # The worker drops it if its body has not started yet, and interrupts
+                        # the body if it has (execution._terminates). Without terminate a
+                        # claimed message runs: its row stays as it is, as in Celery for a
+                        # started task (a prefetched one is the documented difference).
                         driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
 
     def _mark_revoked(self, backend: Any, task_id: str) -> None:

@@ -43,7 +43,7 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from . import rate_limit
+from . import rate_limit, store
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
 from .sending import retries_held
@@ -256,6 +256,14 @@ def _rejected(task: Any, message: Any, request: dict[str, Any], rejection: Rejec
     )
 
 
+def _terminates(app: Any, task_id: str) -> bool:
+    """A cancel under a running body: ``revoke(terminate=True)`` or an operator's ``jobs
+    cancel`` interrupts it; a plain ``revoke()`` lets a started task finish, as in Celery."""
+    with app.ujobs_client.pool.connection() as conn:
+        flag = store.revoked_terminate(conn, task_id)
+    return flag is None or flag
+
+
 def run_message(
     app: Any, name: str, value: Any, limits: tuple[Any, Any] | None = None
 ) -> dict[str, str]:
@@ -274,7 +282,9 @@ def run_message(
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
     rate_limit.take_or_snooze(app, task, ctx)
     soft, hard = _limits(task, message.headers, limits)
-    watched = INTERRUPTER.watch(ctx.signal, soft, hard)
+    watched = INTERRUPTER.watch(
+        ctx.signal, soft, hard, should_terminate=lambda: _terminates(app, message.task_id)
+    )
     traced: Any = None
     rejection: Reject | None = None
     with retries_held(message.task_id) as held:

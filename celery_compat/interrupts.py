@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from celery import exceptions as celery_exceptions
@@ -56,6 +57,9 @@ class Watched:
     soft_deadline: float | None
     hard_deadline: float | None
     fired: set[str] = field(default_factory=set)
+    # Asked once when the job is cancelled under a running body: interrupt it (terminate=True,
+    # or an operator's cancel) or let it finish (a plain revoke reaching a started task).
+    should_terminate: Callable[[], bool] | None = None
 
 
 def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
@@ -90,13 +94,20 @@ class Interrupter:
             thread.join(TICK_S * 10)
         self._thread = None
 
-    def watch(self, signal: AttemptSignal, soft_s: float | None, hard_s: float | None) -> Watched:
+    def watch(
+        self,
+        signal: AttemptSignal,
+        soft_s: float | None,
+        hard_s: float | None,
+        should_terminate: Callable[[], bool] | None = None,
+    ) -> Watched:
         now = time.monotonic()
         entry = Watched(
             threading.get_ident(),
             signal,
             None if not soft_s else now + soft_s,
             None if not hard_s else now + hard_s,
+            should_terminate=should_terminate,
         )
         with self._lock:
             self._watched[entry.thread_id] = entry
@@ -123,7 +134,10 @@ class Interrupter:
     @staticmethod
     def _due(entry: Watched, now: float) -> type[BaseException] | None:
         if entry.signal.aborted and entry.signal.code is ErrorCode.JOB_CANCELLED:
-            if "terminate" not in entry.fired:
+            if "cancel" in entry.fired:
+                return None
+            entry.fired.add("cancel")
+            if entry.should_terminate is None or entry.should_terminate():
                 entry.fired.add("terminate")
                 return TERMINATED
             return None

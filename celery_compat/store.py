@@ -72,6 +72,12 @@ def revoke(conn: Conn, task_id: str, *, terminate: bool) -> None:
     conn.execute(q("celery_revoke"), {"task_id": task_id, "terminate": terminate})
 
 
+def revoked_terminate(conn: Conn, task_id: str) -> bool | None:
+    """``None`` if ``task_id`` was never revoked, else whether the revoke asked to terminate."""
+    row = conn.execute(q("celery_revoked_terminate"), {"task_id": task_id}).fetchone()
+    return None if row is None else bool(row[0])
+
+
 def result_get(conn: Conn, key: str, now: datetime | None = None) -> str | None:
     row = conn.execute(q("celery_result_get"), {"key": key, "now": now}).fetchone()
     return None if row is None else str(row[0])

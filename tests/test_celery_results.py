@@ -23,6 +23,7 @@ from apps.celery_harness import (
     worker,
 )
 from conftest import wait_for
+from ujobs_bridge.drivers.postgres import driver
 
 
 @pytest.fixture
@@ -123,6 +124,17 @@ def test_revoke_terminate_interrupts_a_running_body(app: Any, dsn: str) -> None:
             r.get(timeout=10)
         wait_for(lambda: jobs(dsn)[0]["state"] == "cancelled", what="the row cancelled")
     assert r.state == states.REVOKED
+    assert t.RAN["blocks"] == 1 and t.RAN["blocks_finished"] == 0
+
+
+def test_an_operator_cancel_of_a_running_task_interrupts_it(app: Any, dsn: str) -> None:
+    with worker(app, dsn):
+        r = t.blocks.delay()
+        assert t.STARTED.wait(10)
+        with psycopg.connect(dsn, autocommit=True) as conn:  # what `ujobs-bridge jobs cancel` does
+            assert driver.job_cancel(conn, jobs(dsn)[0]["id"], "cancelled by an operator")
+        with pytest.raises(TaskRevokedError):
+            r.get(timeout=10)
     assert t.RAN["blocks"] == 1 and t.RAN["blocks_finished"] == 0
 
 

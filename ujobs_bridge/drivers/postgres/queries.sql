@@ -624,3 +624,6 @@ on conflict (key) do update
               b.tokens + greatest(0, extract(epoch from (coalesce(%(now)s, now()) - b.updated_at)))
                          * %(rate)s::float8) >= 1
 returning tokens
+
+-- celery_revoked_terminate --
+select terminate from x_celery_revoked where task_id = %(task_id)s
