@@ -11,6 +11,9 @@ Layout (one module per concern, one per system):
   procedures (timed drain, idle pick-up latency loop).
 - ``celery_system`` (+ ``celery_app``), ``raw_system`` (+ ``raw_consumer``), ``ujobs_system``
   (+ ``ujobs_tasks``): the systems, each with the same cell functions.
+- ``compat_system`` (+ ``compat_tasks``): celery_compat on the bridge, measured only in the
+  Celery-shaped cells (``.delay()`` one by one, 1,000 in one transaction, a one-process drain of
+  ``@shared_task`` no-ops), beside the Celery systems measured the same way.
 - ``runner``: rounds, cleanup; ``report``: tables, targets, JSON.
 
 What it is not: a test suite (nothing here asserts; targets are reported, not enforced), nor part

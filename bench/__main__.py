@@ -7,6 +7,8 @@ README can always be re-checked on the machine at hand::
     python -m bench --only celery-redis,raw --rounds 1 --jobs 5000
     python -m bench --quick                           # smoke run, seconds
     python -m bench --only ujobs --cells steps --jobs 5000   # step overhead only
+    python -m bench --only celery-compat,celery-redis,celery-rabbitmq \
+        --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when

@@ -7,7 +7,9 @@ against. Workers are the documented command line as subprocesses::
         --without-heartbeat -Q <run queue> -l WARNING
 
 with ``-c 1`` for the "1 worker process" drain and ``-c <cores>`` for the per-core drain and the
-latency runs. Completion is counted by the task INCRing a Redis key. The run's queue is purged
+latency runs. In the Celery-shaped cells (``bench.cells.CeleryShaped``) it is the other side of
+celery_compat: ``noop.delay()`` one by one, the same calls timed in blocks of 1,000 (a broker has
+no transaction to put them in), and a ``prefork -c 2`` drain. Completion is counted by the task INCRing a Redis key. The run's queue is purged
 through kombu before every cell and deleted at the end; Redis keys are this run's own, in a
 dedicated db number. Nothing is FLUSHDB'd.
 
@@ -169,6 +171,25 @@ class CelerySystem:
         )
         self._reset()
         return {f"prefork -c {processes}": result}
+
+    # -- Celery-shaped cells (the same calls celery_compat is measured with) ------------------
+    def delay_one(self, n: int) -> dict[str, float]:
+        return {".delay()": self.enqueue_one_by_one(n)[".delay()"]}
+
+    def delay_tx(self, n: int) -> dict[str, float]:
+        for _ in range(cells.WARMUP_ENQUEUES):
+            self.noop.delay()
+        self._reset()
+        t0 = time.perf_counter()
+        for start in range(0, n, cells.TX_SIZE):
+            for _ in range(min(cells.TX_SIZE, n - start)):
+                self.noop.delay()
+        rate = n / (time.perf_counter() - t0)
+        self._reset()
+        return {f"{cells.TX_SIZE:,} x .delay() (a broker has no transaction)": rate}
+
+    def drain_shared(self, n: int) -> dict[str, cells.DrainResult]:
+        return self.drain(n, cells.CELERY_PREFORK)
 
     def idle_latency(self) -> list[float]:
         self._reset()

@@ -14,6 +14,13 @@ measured the same way. So the clock placement lives here, once:
 - the step-overhead cell (ujobs-bridge only, ``StepCells``): two ``timed_drain`` runs back to
   back on the same worker settings, N plain no-op jobs and N jobs of 5 no-op ``step.run``
   calls; the figure that matters is the ratio of the two rates within one round.
+- the Celery-shaped cells (``CeleryShaped``: real Celery and celery_compat on the bridge, the
+  same procedure on both sides): ``.delay()`` of a no-op one by one (on the bridge each one a
+  durable commit); ``.delay()`` in blocks of ``TX_SIZE`` (on the bridge inside
+  ``celery_compat.enqueue_in(conn)`` and one commit per block; Celery has no transaction, so
+  its figure is its plain rate for the same calls); a ``timed_drain`` of N pre-enqueued no-op
+  ``@shared_task`` messages (the bridge: ONE worker process; Celery: ``prefork -c 2``). Results
+  are ignored on both sides (``task_ignore_result=True``).
 
 What it is not: any system's code. Systems pass in how to spawn, count, send and receive.
 """
@@ -39,7 +46,13 @@ LATENCY = "idle pick-up latency"
 RSS_1 = "worker RSS, 1-process drain"
 RSS_CORE = "worker RSS, per-core drain"
 STEPS = "step overhead: drain, plain job vs 5 no-op steps"
-CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS)
+TX_SIZE = 1000
+DELAY_ONE = "Celery-shaped: .delay() one by one"
+DELAY_TX = f"Celery-shaped: {TX_SIZE:,} .delay() in one transaction"
+DRAIN_SHARED = "Celery-shaped: drain no-op @shared_task"
+CELERY_SHAPED = (DELAY_ONE, DELAY_TX, DRAIN_SHARED)
+CELERY_PREFORK = 2  # the Celery drain the bridge's one-process drain is held against
+CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED)
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
     "enqueue-one": ENQ_ONE,
@@ -48,6 +61,9 @@ SELECTABLE = {
     "drain-core": DRAIN_CORE,
     "latency": LATENCY,
     "steps": STEPS,
+    "delay-one": DELAY_ONE,
+    "delay-tx": DELAY_TX,
+    "drain-shared": DRAIN_SHARED,
 }
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
@@ -89,7 +105,8 @@ class DrainResult:
 
 
 class System(Protocol):
-    """What ``runner`` calls on each system; every figure is computed from these."""
+    """What ``runner`` calls on each system: its lifecycle. The cells a system is measured in
+    are the protocols below it implements (``GenericCells``, ``StepCells``, ``CeleryShaped``)."""
 
     name: str
 
@@ -98,6 +115,11 @@ class System(Protocol):
     def teardown(self) -> None: ...
 
     def describe(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class GenericCells(Protocol):
+    """The cells every engine is measured in (not celery_compat: it has only Celery's shapes)."""
 
     def enqueue_one_by_one(self, n: int) -> dict[str, float]:
         """Label -> jobs/s, one producer call per job. Leaves nothing enqueued."""
@@ -122,6 +144,24 @@ class StepCells(Protocol):
 
     def step_overhead(self, n: int, rnd: int) -> dict[str, DrainResult]:
         """``PLAIN_LABEL`` and ``STEPS_LABEL`` -> drain of ``n`` such jobs, same workers."""
+        ...
+
+
+@runtime_checkable
+class CeleryShaped(Protocol):
+    """Celery's own API measured the same way on a real broker and on the bridge."""
+
+    def delay_one(self, n: int) -> dict[str, float]:
+        """Label -> tasks/s for ``n`` calls of ``noop.delay()``. Leaves nothing enqueued."""
+        ...
+
+    def delay_tx(self, n: int) -> dict[str, float]:
+        """Label -> tasks/s for ``n`` ``noop.delay()`` in blocks of ``TX_SIZE`` (one transaction
+        per block where the system has transactions). Leaves nothing enqueued."""
+        ...
+
+    def drain_shared(self, n: int) -> dict[str, DrainResult]:
+        """Label -> drain of ``n`` pre-enqueued no-op shared-task messages."""
         ...
 
 

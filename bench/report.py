@@ -229,7 +229,36 @@ def targets(results: Results) -> list[Target]:
     for cell in (cells.RSS_1, cells.RSS_CORE):
         out.append(_rss_target(results, cell))
     out.append(_steps_target(results))
+    out.extend(celery_shaped_targets(results))
     return out
+
+
+def celery_shaped_targets(results: Results) -> list[Target]:
+    """celery_compat vs real Celery, the same calls in the same run."""
+    r = results
+    compat = "celery-compat"
+    return [
+        _ratio_target(
+            "celery_compat .delay() one by one (each a commit) ÷ Celery+Redis .delay()",
+            r.first(compat, cells.DELAY_ONE, "rate"),
+            r.find("celery-redis", cells.DELAY_ONE, "rate"),
+            0.8,
+        ),
+        _ratio_target(
+            f"celery_compat {cells.TX_SIZE:,} .delay() in one transaction ÷ Celery+Redis "
+            f"{cells.TX_SIZE:,} .delay()",
+            r.first(compat, cells.DELAY_TX, "rate"),
+            r.find("celery-redis", cells.DELAY_TX, "rate"),
+            2,
+        ),
+        _ratio_target(
+            f"celery_compat drain, 1 worker process ÷ faster Celery prefork -c "
+            f"{cells.CELERY_PREFORK} (Redis, RabbitMQ)",
+            r.first(compat, cells.DRAIN_SHARED, "rate"),
+            [row for system in CELERY for row in r.find(system, cells.DRAIN_SHARED, "rate")],
+            2,
+        ),
+    ]
 
 
 def _steps_target(results: Results) -> Target:

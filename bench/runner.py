@@ -50,6 +50,10 @@ def build(name: str, settings: Settings, log_dir: Path) -> System:
         from .ujobs_system import UjobsSystem
 
         return UjobsSystem(settings, log_dir)
+    if name == "celery-compat":
+        from .compat_system import CompatSystem
+
+        return CompatSystem(settings, log_dir)
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -124,25 +128,58 @@ class Runner:
         self.say(None, name, f"ready: {escape(str(self.results.systems[name]))}")
         return system
 
+    def rates(self, rnd: int, name: str, cell: str, fn: Callable[[int], dict[str, float]]) -> None:
+        """Run one rate cell (if asked for) and record each of its figures."""
+        if not self.settings.wants(cell):
+            return
+        t0 = time.perf_counter()
+        got = self.attempt(rnd, name, cell, lambda: fn(self.settings.jobs))
+        if got is None:
+            return
+        for label, value in got.items():
+            self.results.add(name, cell, label, "rate", rnd, value)
+        shown = escape(", ".join(f"{k}: {v:,.0f} jobs/s" for k, v in got.items()))
+        self.say(rnd, name, f"{cell}: {shown} [dim]({time.perf_counter() - t0:.1f}s)[/dim]")
+
     def round(self, rnd: int, name: str, system: System) -> None:
+        core_drains: dict[str, cells.DrainResult] | None = None
+        if isinstance(system, cells.GenericCells):
+            core_drains = self.generic(rnd, name, system)
+        if isinstance(system, cells.CeleryShaped):
+            self.celery_shaped(rnd, name, system, core_drains)
+
+    def celery_shaped(
+        self,
+        rnd: int,
+        name: str,
+        system: cells.CeleryShaped,
+        core_drains: dict[str, cells.DrainResult] | None,
+    ) -> None:
+        """The Celery-shaped cells. A Celery system's ``prefork -c 2`` drain is the per-core drain
+        of this same round when that one ran with 2 processes (one drain, not two)."""
+        self.rates(rnd, name, cells.DELAY_ONE, system.delay_one)
+        self.rates(rnd, name, cells.DELAY_TX, system.delay_tx)
+        if not self.settings.wants(cells.DRAIN_SHARED):
+            return
+        if core_drains and self.settings.per_core == cells.CELERY_PREFORK:
+            reused = {f"{k} (this round's per-core drain)": d for k, d in core_drains.items()}
+            self.drains(rnd, name, cells.DRAIN_SHARED, None, reused)
+            return
+        drains = self.attempt(
+            rnd, name, cells.DRAIN_SHARED, partial(system.drain_shared, self.settings.jobs)
+        )
+        self.drains(rnd, name, cells.DRAIN_SHARED, None, drains)
+
+    def generic(
+        self, rnd: int, name: str, system: cells.GenericCells
+    ) -> dict[str, cells.DrainResult] | None:
+        """The engine cells; returns the per-core drain (the Celery-shaped cell may reuse it)."""
         n = self.settings.jobs
         add = self.results.add
         wants = self.settings.wants
-
-        def rates(cell: str, fn: Callable[[int], dict[str, float]]) -> None:
-            if not wants(cell):
-                return
-            t0 = time.perf_counter()
-            got = self.attempt(rnd, name, cell, lambda: fn(n))
-            if got is None:
-                return
-            for label, value in got.items():
-                add(name, cell, label, "rate", rnd, value)
-            shown = escape(", ".join(f"{k}: {v:,.0f} jobs/s" for k, v in got.items()))
-            self.say(rnd, name, f"{cell}: {shown} [dim]({time.perf_counter() - t0:.1f}s)[/dim]")
-
-        rates(cells.ENQ_ONE, system.enqueue_one_by_one)
-        rates(cells.ENQ_BATCH, system.enqueue_batched)
+        self.rates(rnd, name, cells.ENQ_ONE, system.enqueue_one_by_one)
+        self.rates(rnd, name, cells.ENQ_BATCH, system.enqueue_batched)
+        core_drains: dict[str, cells.DrainResult] | None = None
         for cell, rss_cell, processes in (
             (cells.DRAIN_1, cells.RSS_1, 1),
             (cells.DRAIN_CORE, cells.RSS_CORE, self.settings.per_core),
@@ -150,6 +187,8 @@ class Runner:
             if wants(cell):
                 drains = self.attempt(rnd, name, cell, partial(system.drain, n, processes))
                 self.drains(rnd, name, cell, rss_cell, drains)
+                if cell == cells.DRAIN_CORE:
+                    core_drains = drains
         if wants(cells.STEPS) and isinstance(system, cells.StepCells):
             drains = self.attempt(rnd, name, cells.STEPS, partial(system.step_overhead, n, rnd))
             self.drains(rnd, name, cells.STEPS, None, drains)
@@ -157,7 +196,7 @@ class Runner:
                 plain, stepped = drains[cells.PLAIN_LABEL].rate, drains[cells.STEPS_LABEL].rate
                 self.say(rnd, name, f"{cells.STEPS}: x{stepped / plain:.2f} of the plain rate")
         if not wants(cells.LATENCY):
-            return
+            return core_drains
         got = self.attempt(rnd, name, cells.LATENCY, system.idle_latency)
         if got:
             p50, p99 = cells.percentile(got, 50), cells.percentile(got, 99)
@@ -169,6 +208,7 @@ class Runner:
             self.say(
                 rnd, name, f"{cells.LATENCY}: p50 {p50:.2f} ms, p99 {p99:.2f} ms (n={len(got)})"
             )
+        return core_drains
 
     def drains(
         self,

@@ -17,9 +17,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SYSTEMS = ("ujobs", "celery-redis", "celery-rabbitmq", "raw")
+SYSTEMS = ("ujobs", "celery-compat", "celery-redis", "celery-rabbitmq", "raw")
 TITLES = {
     "ujobs": "ujobs-bridge",
+    "celery-compat": "celery_compat (bridge)",
     "celery-redis": "Celery+Redis",
     "celery-rabbitmq": "Celery+RabbitMQ",
     "raw": "raw SKIP LOCKED",

@@ -57,6 +57,11 @@ BRIDGE_PRODUCER = BridgeProducer()
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    try:
+        json.dumps(properties)
+        return dict(properties)  # the usual case: every value is JSON, one encode says so
+    except (TypeError, ValueError):
+        pass
     out: dict[str, Any] = {}
     for key, value in properties.items():
         try:
@@ -96,7 +101,8 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
     def _create_task_sender(self) -> Any:
         broker_send = super()._create_task_sender()
         amqp = self
-        send_before_publish = signals.before_task_publish.send
+        before_publish = signals.before_task_publish
+        send_before_publish = before_publish.send
         send_after_publish = signals.after_task_publish.send
 
         def send_task_message(
@@ -150,17 +156,18 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             routing_key = routing_key or qname
             if declare is None and isinstance(queue, Queue):
                 declare = [queue]
-            policy = dict(amqp.app.conf.task_publish_retry_policy, **(retry_policy or {}))
-            send_before_publish(
-                sender=name,
-                body=body,
-                exchange=exchange_name,
-                routing_key=routing_key,
-                declare=declare,
-                headers=headers2,
-                properties=properties,
-                retry_policy=policy,
-            )
+            if before_publish.receivers:  # the policy is built for receivers only
+                policy = dict(amqp.app.conf.task_publish_retry_policy, **(retry_policy or {}))
+                send_before_publish(
+                    sender=name,
+                    body=body,
+                    exchange=exchange_name,
+                    routing_key=routing_key,
+                    declare=declare,
+                    headers=headers2,
+                    properties=properties,
+                    retry_policy=policy,
+                )
             args, kwargs_, embed = body
             row = CeleryMessage(
                 headers=dict(headers2),

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from datetime import datetime
 
 import psycopg
 
@@ -59,3 +60,55 @@ def test_demo_refuses_bad_flags_with_usage_errors(pg_dsn: str) -> None:
         )
         assert result.returncode == 2, (args, result.stderr)
         assert "hint:" in result.stderr
+
+
+def test_demo_runs_the_celery_style_app_through_the_bridge(pg_dsn: str) -> None:
+    """The Celery part: chain, group, a task that retries once, a beat entry; the printed results
+    are Celery's own (AsyncResult.get) and the rows behind them are in x_jobs."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ujobs_bridge", "demo", "--jobs", "20", "--dsn", pg_dsn, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    printed = json.loads(result.stdout)["celery"]
+    assert printed["error"] is None
+    assert printed["chain"] == (2 + 3) * 10 + 7
+    assert printed["group"] == [0, 1, 4, 9, 16]
+    assert printed["retry"]["result"] == {"url": "https://example.com/feed.xml", "retries": 1}
+    assert [(r["retries"], r["celery_state"]) for r in printed["retry"]["rows"]] == [
+        (0, "RETRY"),
+        (1, "SUCCESS"),
+    ]
+    assert printed["beat"]["fired"] >= 1
+    occurrence = printed["beat"]["result"]["occurrence"]
+    assert datetime.fromisoformat(occurrence).tzinfo is not None
+
+    queue = printed["queue"]
+    assert queue == json.loads(result.stdout)["queue"] + "-celery"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select name, state, input -> 'headers' ->> 'ujobs_occurrence' from x_jobs"
+            " where queue = %s",
+            (queue,),
+        ).fetchall()
+    names = Counter(r[0] for r in rows)
+    assert names["demo.add"] == 2 and names["demo.mul"] == 1  # the chain's three links
+    assert names["demo.square"] == 5 and names["demo.flaky_fetch"] == 2
+    assert names["demo.heartbeat"] >= 1
+    assert {r[1] for r in rows} == {"done"}
+    assert occurrence in {r[2] for r in rows if r[0] == "demo.heartbeat"}
+    assert printed["states"] == {"done": len(rows)}
+
+
+def test_demo_without_the_celery_part_prints_no_celery_results(pg_dsn: str) -> None:
+    args = ["demo", "--jobs", "5", "--no-celery", "--dsn", pg_dsn, "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ujobs_bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "celery" not in json.loads(result.stdout)

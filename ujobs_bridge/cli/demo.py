@@ -7,6 +7,8 @@ to this run (``demo-<hex>``, so reruns never mix), enqueues a few thousand jobs 
 exactly one of which always fails and dead-letters, shows a progress bar, then reads the outcome
 back FROM THE DATABASE: states, attempts, the dead letter and its last error, elapsed time and
 throughput on the database clock. Nothing in the summary is a number the demo merely believes.
+Then (unless ``--no-celery``) it runs a Celery-style app through the bridge: a chain, a group, a
+task that retries once and a beat entry (``celery_demo.py``, app in ``demo_celery.py``).
 
 What it is not: a benchmark (``python -m bench``) or a test. The jobs are in ``demo_jobs.py``.
 """
@@ -19,6 +21,7 @@ import shlex
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +52,7 @@ from ..job import EnqueueRequest
 from ..records import LIVE_STATES, JobRecord, JobState
 from ..worker import Worker
 from ..worker_config import WorkerConfig
+from . import celery_demo
 from .options import database, dsn_option, json_option, print_json
 
 DEFAULT_JOBS = 3000
@@ -171,6 +175,7 @@ def _render(
     plan: Plan,
     resolved: ResolvedDatabase,
     next_commands: list[str],
+    more: Callable[[], None] | None = None,
 ) -> None:
     outcome = Table(
         title=f"queue {summary.queue}: what the database shows",
@@ -210,6 +215,8 @@ def _render(
         console.print(
             Panel(body, title="dead letter", title_align="left", border_style="red", expand=False)
         )
+    if more is not None:
+        more()
     console.print("[bold]try next[/bold]")
     for cmd in next_commands:
         console.print(f"  [cyan]{escape(cmd)}[/cyan]", soft_wrap=True, highlight=False)
@@ -277,10 +284,25 @@ def _live_in_queue(introspector: Introspector, queue: str) -> int:
     type=float,
     help="Give up (exit 1) if the jobs have not all finished after this many seconds.",
 )
+@click.option(
+    "--celery/--no-celery",
+    "with_celery",
+    default=True,
+    show_default=True,
+    help="Then run a Celery-style app (chain, group, retry, beat entry) through the bridge.",
+)
 @dsn_option
 @json_option
-def demo(total: int, concurrency: int, timeout_s: float, dsn: str | None, as_json: bool) -> None:
-    """Enqueue jobs (some flaky, one hopeless), run a worker, and show what the database says."""
+def demo(
+    total: int,
+    concurrency: int,
+    timeout_s: float,
+    with_celery: bool,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
+    """Enqueue jobs (some flaky, one hopeless), run a worker, and show what the database says;
+    then run a Celery-style app through the bridge."""
     try:
         validation.positive_int("--jobs", total, minimum=2, maximum=MAX_JOBS)
         validation.seconds("--timeout", timeout_s)
@@ -354,11 +376,25 @@ def demo(total: int, concurrency: int, timeout_s: float, dsn: str | None, as_jso
     summary = _summarise(queue, records)
     dead_id = str(summary.dead[0].id) if summary.dead else None
     next_commands = _next_commands(resolved, queue, dead_id)
+    celery_part = None
+    if with_celery:
+        if not as_json:
+            err.print("celery: running ujobs_bridge.demo_celery (chain, group, retry, beat entry)")
+        celery_part = celery_demo.run(
+            resolved, f"{queue}-celery", concurrency=concurrency, timeout_s=timeout_s
+        )
     if as_json:
-        print_json(_as_json(summary, plan, resolved, next_commands))
+        doc = _as_json(summary, plan, resolved, next_commands)
+        if celery_part is not None:
+            doc["celery"] = celery_part.as_json()
+        print_json(doc)
     else:
-        _render(Console(), summary, plan, resolved, next_commands)
+        console = Console()
+        more = None if celery_part is None else (lambda: celery_demo.render(console, celery_part))
+        _render(console, summary, plan, resolved, next_commands, more)
     problems = _problems(summary, total, plan)
+    if celery_part is not None:
+        problems += celery_part.problems()
     if problems:
         raise click.ClickException(
             "the database does not show the expected outcome: " + "; ".join(problems)

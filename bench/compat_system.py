@@ -1,0 +1,183 @@
+"""celery_compat on the bridge, measured in the Celery-shaped cells next to real Celery.
+
+Why it exists: the cutover claim is "same Celery code, durable, and not slower". So this system
+drives the bridge only through Celery's API, as an unchanged codebase would
+(``bench.compat_tasks``: a ``celery_compat.Celery`` app and a ``@shared_task`` no-op, results
+ignored as in ``bench.celery_app``)::
+
+    noop.delay()                                      # one by one: each one a durable commit
+    with celery_compat.enqueue_in(conn):              # 1,000 per block, then ONE commit
+        for _ in range(1000): noop.delay()
+    conn.commit()
+    ujobs-bridge worker --dsn DSN -A bench.compat_tasks -Q bench_compat -c 8   # ONE process
+
+One-by-one sends go through the app's own pool (``app.use_ujobs_client``: a ``Client`` with
+the default pool size), in autocommit, so each ``delay()`` returns after its row committed.
+The transaction cell uses a plain psycopg connection of the bench (not autocommit), as a web
+request's connection would be. The drain's messages are enqueued the transaction way before the
+clock starts; completion is ``count(*)`` of ``done`` rows, polled every ~20 ms.
+
+What it is not: the engine's own cells (``ujobs_system``) or a test of celery_compat's
+behaviour (``tests/test_celery_*``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import cells, pg
+from .procs import Group, spawn
+from .settings import PROJECT_ROOT, Settings
+from .ujobs_system import CONCURRENCY, UPGRADE_TIMEOUT_S, _cli
+
+
+class CompatSystem:
+    name = "celery-compat"
+
+    def __init__(self, settings: Settings, log_dir: Path) -> None:
+        self.settings = settings
+        self.log_dir = log_dir
+        self.dbname = settings.database_name(self.name)
+        self.dsn = ""
+        self.client: Any = None
+        self._admin: psycopg.Connection[Any] | None = None  # autocommit: resets, counting
+        self._tx: psycopg.Connection[Any] | None = None  # the "application" connection
+        self._created = False
+
+    # -- plumbing -------------------------------------------------------------------------
+    @property
+    def admin(self) -> psycopg.Connection[Any]:
+        if self._admin is None:
+            self._admin = pg.connect(self.dsn)
+        return self._admin
+
+    @property
+    def tx(self) -> psycopg.Connection[Any]:
+        if self._tx is None:
+            self._tx = pg.connect(self.dsn, autocommit=False)
+        return self._tx
+
+    def _reset(self) -> None:
+        self.admin.execute("truncate x_jobs, x_celery_tasks, x_celery_results cascade")
+
+    def _done(self) -> int:
+        from .compat_tasks import QUEUE
+
+        row = self.admin.execute(
+            "select count(*) from x_jobs where queue = %s and state = 'done'", (QUEUE,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _send_in_blocks(self, n: int) -> None:
+        """``n`` delays, ``TX_SIZE`` per ``enqueue_in`` block, one commit per block."""
+        from celery_compat import enqueue_in
+
+        from .compat_tasks import noop
+
+        conn = self.tx
+        for start in range(0, n, cells.TX_SIZE):
+            with enqueue_in(conn):
+                for _ in range(min(cells.TX_SIZE, n - start)):
+                    noop.delay()
+            conn.commit()
+
+    def _spawn_worker(self) -> Group:
+        from .compat_tasks import QUEUE
+
+        argv = [
+            *_cli(), "worker", "--dsn", self.dsn, "-A", "bench.compat_tasks",
+            "-Q", QUEUE, "-c", str(CONCURRENCY), "--loglevel", "WARNING",
+        ]  # fmt: skip
+        env = {"PYTHONPATH": str(PROJECT_ROOT)}
+        return spawn("compat-worker", argv, log_dir=self.log_dir, env=env, cwd=PROJECT_ROOT)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def setup(self) -> None:
+        from ujobs_bridge import connect
+
+        from . import compat_tasks
+
+        assert compat_tasks.app.conf.task_ignore_result is True
+        pg.create(self.dbname)
+        self._created = True
+        self.dsn = pg.url_for(self.dbname)
+        done = subprocess.run(
+            [*_cli(), "db", "upgrade", "--dsn", self.dsn],
+            capture_output=True,
+            text=True,
+            timeout=UPGRADE_TIMEOUT_S,
+            cwd=PROJECT_ROOT,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
+        self.client = connect(self.dsn, upgrade=False)
+        compat_tasks.app.use_ujobs_client(self.client)
+        compat_tasks.app.set_current()  # shared_task proxies resolve to this app
+
+    def teardown(self) -> None:
+        from . import compat_tasks
+
+        try:
+            compat_tasks.app.use_ujobs_client(None)
+            if self.client is not None:
+                self.client.close()
+            for conn in (self._admin, self._tx):
+                if conn is not None:
+                    conn.close()
+            self._admin = self._tx = None
+        finally:
+            if self._created:
+                pg.drop(self.dbname)
+
+    def describe(self) -> dict[str, str]:
+        import celery
+
+        try:
+            version = metadata.version("ujobs-bridge")
+        except metadata.PackageNotFoundError:
+            version = "?"
+        return {
+            "ujobs-bridge": version,
+            "celery": celery.__version__,
+            "app": "celery_compat.Celery, @shared_task noop, task_ignore_result=True",
+            "worker": f"ONE ujobs-bridge worker -A bench.compat_tasks -c {CONCURRENCY}",
+        }
+
+    # -- Celery-shaped cells --------------------------------------------------------------
+    def delay_one(self, n: int) -> dict[str, float]:
+        from .compat_tasks import noop
+
+        for _ in range(cells.WARMUP_ENQUEUES):
+            noop.delay()
+        self._reset()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            noop.delay()
+        rate = n / (time.perf_counter() - t0)
+        self._reset()
+        return {".delay() (each one a commit)": rate}
+
+    def delay_tx(self, n: int) -> dict[str, float]:
+        self._send_in_blocks(cells.WARMUP_ENQUEUES)
+        self._reset()
+        t0 = time.perf_counter()
+        self._send_in_blocks(n)
+        rate = n / (time.perf_counter() - t0)
+        self._reset()
+        return {f"{cells.TX_SIZE:,} x .delay() in enqueue_in(conn), one commit": rate}
+
+    def drain_shared(self, n: int) -> dict[str, cells.DrainResult]:
+        self._reset()
+        self._send_in_blocks(n)
+        self.admin.execute("analyze x_jobs")
+        result = cells.timed_drain(
+            n=n, spawn=lambda: [self._spawn_worker()], done_count=self._done, settings=self.settings
+        )
+        self._reset()
+        return {f"1 process x ujobs-bridge worker -c {CONCURRENCY}": result}
