@@ -6,7 +6,7 @@ drives the bridge only through Celery's API, as an unchanged codebase would
 ignored as in ``bench.celery_app``)::
 
     noop.delay()                                      # one by one: each one a durable commit
-    with celery_compat.enqueue_in(conn):              # 1,000 per block, then ONE commit
+    with celery_compat.enqueue_in(conn, batch=True):  # 1,000 per block (one INSERT), ONE commit
         for _ in range(1000): noop.delay()
     conn.commit()
     ujobs-bridge worker --dsn DSN -A bench.compat_tasks -Q bench_compat -c 8   # ONE process
@@ -82,7 +82,7 @@ class CompatSystem:
 
         conn = self.tx
         for start in range(0, n, cells.TX_SIZE):
-            with enqueue_in(conn):
+            with enqueue_in(conn, batch=True):
                 for _ in range(min(cells.TX_SIZE, n - start)):
                     noop.delay()
             conn.commit()

@@ -29,7 +29,7 @@ from kombu.exceptions import EncodeError
 
 from . import store
 from .message_row import CeleryMessage
-from .transaction import current_connection
+from .transaction import batch_hold, current_connection
 
 
 class _NoBrokerConnection:
@@ -213,7 +213,12 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         if conn is None and held is not None and row.task_id == held[0]:
             held[1].append(row)  # this task's own retry: sent once RETRY is stored
             return
+        if conn is not None and batch_hold(row, payload, self.max_attempts()):
+            return  # enqueue_in(batch=True): written in one statement when the block exits
         self.insert_now(row, conn, payload=payload)
+
+    def max_attempts(self) -> int:
+        return int(self.app.conf.get("ujobs_max_deliveries") or 3)
 
     def insert_now(
         self, row: CeleryMessage, conn: Any = None, *, payload: str | None = None

@@ -42,7 +42,12 @@ def enqueue(
 
 
 def enqueue_many(
-    conn: Conn, messages: Sequence[CeleryMessage], *, max_attempts: int, now: datetime | None = None
+    conn: Conn,
+    messages: Sequence[CeleryMessage],
+    *,
+    max_attempts: int,
+    now: datetime | None = None,
+    inputs: Sequence[str] | None = None,
 ) -> list[UUID]:
     """Insert many messages in one statement; duplicates are skipped. Returns the new job ids."""
     params: dict[str, Any] = {
@@ -52,7 +57,7 @@ def enqueue_many(
         "ids": [m.job_id for m in messages],
         "names": [m.task for m in messages],
         "queues": [m.queue for m in messages],
-        "inputs": [m.input_json() for m in messages],
+        "inputs": list(inputs) if inputs is not None else [m.input_json() for m in messages],
         "priorities": [m.priority for m in messages],
         "run_ats": [m.eta for m in messages],
         "max_attempts": max_attempts,

@@ -60,6 +60,23 @@ def test_enqueue_in_commits_with_the_callers_transaction_and_runs(app: Any, dsn:
     assert t.RAN["add"] == 1
 
 
+def test_enqueue_in_batch_writes_once_at_block_exit_and_nothing_on_error(app: Any, dsn: str) -> None:
+    with worker(app, dsn), psycopg.connect(dsn) as conn:
+        with enqueue_in(conn, batch=True):
+            results = [t.add.delay(i, i) for i in range(3)]
+            t.add.apply_async((0, 0), task_id=results[0].id)  # a duplicate message: absorbed
+            in_tx = conn.execute("select count(*) from x_jobs").fetchone()
+            assert in_tx == (0,)  # held until the block exits
+        assert conn.execute("select count(*) from x_jobs").fetchone() == (3,)
+        conn.commit()
+        assert [r.get(timeout=10) for r in results] == [0, 2, 4]
+        with pytest.raises(RuntimeError), enqueue_in(conn, batch=True):
+            t.add.delay(9, 9)
+            raise RuntimeError("the caller's work failed")
+        conn.commit()
+    assert len(jobs(dsn)) == 3 and t.RAN["add"] == 3
+
+
 def test_enqueue_in_refuses_what_is_not_a_psycopg3_connection() -> None:
     with pytest.raises(TypeError, match="psycopg 3 Connection"), enqueue_in(object()):  # type: ignore[arg-type]
         pass

@@ -46,10 +46,10 @@ select u.id, u.name, u.queue, u.input::jsonb, u.idempotency_key, u.max_attempts,
        coalesce(u.expires_at, coalesce(u.run_at, coalesce(%(now)s, now()) + make_interval(secs => u.delay_s))
                               + make_interval(secs => u.expires_in_s)),
        u.tenant_id, u.traceparent, u.enqueued_by, now(), now()
-  from unnest(%(ids)s::uuid[], %(names)s::text[], %(queues)s::text[], %(inputs)s::text[],
-              %(idempotency_keys)s::text[], %(max_attempts)s::int[], %(priorities)s::smallint[],
-              %(run_ats)s::timestamptz[], %(delays)s::float8[], %(expires_ats)s::timestamptz[], %(expires_ins)s::float8[],
-              %(tenant_ids)s::text[], %(traceparents)s::text[], %(enqueued_bys)s::text[])
+  from unnest(%(ids)b::uuid[], %(names)b::text[], %(queues)b::text[], %(inputs)b::text[],
+              %(idempotency_keys)b::text[], %(max_attempts)b::int[], %(priorities)b::smallint[],
+              %(run_ats)b::timestamptz[], %(delays)b::float8[], %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
+              %(tenant_ids)b::text[], %(traceparents)b::text[], %(enqueued_bys)b::text[])
        as u(id, name, queue, input, idempotency_key, max_attempts, priority, run_at, delay_s,
             expires_at, expires_in_s, tenant_id, traceparent, enqueued_by)
 on conflict (idempotency_key)
@@ -487,9 +487,9 @@ returning id
 -- celery_enqueue_many --
 with u as (
     select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at
-      from unnest(%(task_ids)s::text[], %(retries)s::int[], %(nestings)s::int[],
-                         %(ids)s::uuid[], %(names)s::text[], %(queues)s::text[],
-                         %(inputs)s::text[], %(priorities)s::smallint[], %(run_ats)s::timestamptz[])
+      from unnest(%(task_ids)b::text[], %(retries)b::int[], %(nestings)b::int[],
+                         %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
+                         %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[])
         as u(task_id, retries, nesting, id, name, queue, input, priority, run_at)
 ),
 ledger as (
