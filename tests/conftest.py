@@ -60,7 +60,7 @@ def pg_dsn() -> Iterator[str]:
 def dsn(pg_dsn: str) -> str:
     """The session database, emptied for this test."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("truncate x_jobs, x_job_steps, x_job_events")
+        conn.execute("truncate x_jobs, x_job_steps, x_job_events, x_migrate_quarantine")
         conn.execute(  # celery_compat's tables (ledger, results, chord counters, revokes)
             "truncate x_celery_tasks, x_celery_results, x_celery_counters, x_celery_chord_parts, x_celery_revoked, x_rate_limits"
         )

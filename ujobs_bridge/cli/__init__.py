@@ -22,6 +22,7 @@ from .db import db
 from .demo import demo
 from .events import events
 from .jobs import jobs
+from .migrate import migrate
 from .outbox import outbox
 from .purge import purge
 from .scheduler import scheduler, tasks
@@ -66,6 +67,7 @@ cli.add_command(purge)
 cli.add_command(outbox)
 cli.add_command(scheduler)
 cli.add_command(tasks)
+cli.add_command(migrate)
 cli.add_command(beat)
 
 

@@ -1,0 +1,222 @@
+"""Drain RabbitMQ (py-amqp): manual acks, sent only after the batch is committed.
+
+Why it exists: on RabbitMQ the broker itself keeps a delivered message until it is acked, so
+the contract is simple and exact: consume with ``no_ack=False`` (one consumer per queue,
+``basic_qos`` prefetch = a batch, which quorum queues support), insert + COMMIT the batch, then
+``basic_ack`` each delivery. A drainer killed in between loses its connection, RabbitMQ requeues
+the deliveries (``redelivered``), and the ledger absorbs them on the next run. A poison message
+is quarantined and ACKED, never ``nack(requeue=True)`` (that is a redelivery loop).
+
+Native delayed delivery (Celery ≥ 5.5 on quorum queues): countdown/ETA messages wait in the
+``celery_delayed_0..27`` queues, routed by ``<28 bits>.<routing key>``. They are read with
+``basic_get`` passes; a message whose destination queue (the routing key after the 28 bits) is
+one being drained becomes a row of THAT queue (its ``eta`` header still holds the absolute
+time); a message for another queue is held unacked until the pass ends, then returned with
+``basic_reject(requeue=True)``, so it is seen once per pass and never looped on.
+
+Limits, said plainly: messages a live Celery worker holds unacked (prefetch, classic-queue ETA
+messages) are invisible until that worker's channel closes; stop or drain Celery workers first.
+AMQP cannot list queues: ``--all-queues`` means the app's queues plus the delayed ones.
+
+What it is not: kombu's consumer (no ``Message.decode()``: bodies go to ``decoding.py`` raw).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+import amqp
+from kombu.connection import Connection as _Connection
+
+from .appinfo import AppInfo
+from .batch import Taken
+
+DELAYED_LEVELS = 28
+DELAYED_QUEUES = tuple(f"celery_delayed_{level}" for level in range(DELAYED_LEVELS - 1, -1, -1))
+_DELAY_PREFIX = re.compile(r"^(?:[01]\.){" + str(DELAYED_LEVELS) + "}")
+Connection: Any = _Connection  # kombu is untyped here
+_PROPERTY_KEYS = (
+    "correlation_id",
+    "reply_to",
+    "delivery_mode",
+    "priority",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+)
+
+
+def _envelope_meta(msg: Any) -> dict[str, Any]:
+    props = dict(msg.properties or {})
+    info = dict(msg.delivery_info or {})
+    properties = {k: props[k] for k in _PROPERTY_KEYS if props.get(k) is not None}
+    properties["delivery_info"] = {
+        "exchange": info.get("exchange") or "",
+        "routing_key": info.get("routing_key") or "",
+        "redelivered": bool(info.get("redelivered")),
+    }
+    return {  # AMQP values as py-amqp decoded them; made JSON-safe only if quarantined
+        "content_type": props.get("content_type") or "application/data",
+        "content_encoding": props.get("content_encoding") or "utf-8",
+        "headers": dict(props.get("application_headers") or {}),
+        "properties": properties,
+    }
+
+
+def _taken(msg: Any, queue: str) -> Taken:
+    body = msg.body if isinstance(msg.body, bytes | bytearray) else str(msg.body).encode("utf-8")
+    return Taken(bytes(body), "amqp", queue, meta=_envelope_meta(msg), token=msg.delivery_tag)
+
+
+class AmqpSource:
+    kind = "amqp"
+
+    def __init__(
+        self, url: str, app: AppInfo, queues: list[str] | None, *, prefetch: int = 500
+    ) -> None:
+        self.app = app
+        self.connection = Connection(url, transport_options=app.transport_options)
+        self.connection.connect()
+        self.raw: amqp.Connection = self.connection.connection
+        self.channel = self._channel()
+        self.queues = [
+            q for q in (queues if queues is not None else list(app.queues)) if self._exists(q)
+        ]
+        self.delayed = [q for q in DELAYED_QUEUES if self._exists(q)]
+        self.prefetch = prefetch
+        self._buffer: deque[Taken] = deque()
+        self._consuming = False
+        self._acked_upto = 0  # every delivery tag up to this one is acked or returned
+        self._settled: set[int] = set()  # tags above it already acked or returned
+
+    def _channel(self) -> Any:
+        channel = self.raw.channel()
+        channel.auto_decode = False  # bodies stay bytes: decoding.py reads them
+        return channel
+
+    def _exists(self, queue: str) -> bool:
+        probe = self.raw.channel()
+        try:
+            probe.queue_declare(queue, passive=True)
+        except amqp.exceptions.NotFound:
+            return False
+        probe.close()
+        return True
+
+    def _on_message(self, queue: str) -> Any:
+        def on_message(msg: Any) -> None:
+            self._buffer.append(_taken(msg, queue))
+
+        return on_message
+
+    def _consume(self) -> None:
+        if self._consuming:
+            return
+        self.channel.basic_qos(0, self.prefetch, False)
+        for queue in self.queues:
+            self.channel.basic_consume(queue, callback=self._on_message(queue), no_ack=False)
+        self._consuming = True
+
+    def recover(self, n: int) -> list[Taken]:
+        """Nothing to do: RabbitMQ requeued whatever a dead drainer held."""
+        return []
+
+    def _pump(self, n: int, timeout: float) -> None:
+        while len(self._buffer) < n:
+            try:
+                self.raw.drain_events(timeout=timeout)
+            except TimeoutError:
+                return
+            timeout = min(timeout, 0.01)  # more may be in flight: read on briefly
+
+    def take(self, n: int) -> list[Taken]:
+        self._consume()
+        self._pump(n, 0.05)
+        out = [self._buffer.popleft() for _ in range(min(n, len(self._buffer)))]
+        if len(out) < n and self.delayed:
+            out.extend(self._delayed_pass(n - len(out)))
+        return out
+
+    def destination(self, routing_key: str) -> str:
+        return self.app.queue_for_routing_key(_DELAY_PREFIX.sub("", routing_key))
+
+    def _delayed_pass(self, n: int) -> list[Taken]:
+        out: list[Taken] = []
+        foreign: list[int] = []
+        wanted = set(self.queues)
+        for delayed in self.delayed:
+            while len(out) < n:
+                msg = self.channel.basic_get(delayed, no_ack=False)
+                if msg is None:
+                    break
+                queue = self.destination(str((msg.delivery_info or {}).get("routing_key") or ""))
+                if queue in wanted:
+                    out.append(_taken(msg, queue))
+                else:
+                    foreign.append(msg.delivery_tag)
+        for tag in foreign:  # another queue's delayed message: back, untouched (seen once per pass)
+            self.channel.basic_reject(tag, requeue=True)
+        self._mark_settled(foreign)
+        return out
+
+    def settle(self, items: list[Taken]) -> None:
+        """Ack a committed batch: one ``multiple`` ack when it is every delivery up to its last
+        tag (the usual case), else one ack per delivery, so a delivery not yet committed (still
+        in the prefetch buffer) is never acked along."""
+        tags = sorted(int(t.token) for t in items)
+        if not tags:
+            return
+        top = tags[-1]
+        gaps = set(range(self._acked_upto + 1, top + 1)) - set(tags) - self._settled
+        if not gaps:
+            self.channel.basic_ack(top, multiple=True)
+            self._acked_upto = top
+            self._settled = {t for t in self._settled if t > top}
+            return
+        for tag in tags:
+            self.channel.basic_ack(tag)
+        self._mark_settled(tags)
+
+    def _mark_settled(self, tags: list[int]) -> None:
+        self._settled.update(tags)
+        while self._acked_upto + 1 in self._settled:
+            self._acked_upto += 1
+            self._settled.discard(self._acked_upto)
+
+    def remaining(self) -> int:
+        total = 0
+        for queue in self.queues:
+            total += int(self.channel.queue_declare(queue, passive=True).message_count)
+        return total + len(self._buffer)
+
+    def idle(self, timeout: float) -> None:
+        """Wait for deliveries (they wake this at once), at most ``timeout`` seconds."""
+        if self._consuming:
+            self._pump(1, timeout)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, amqp.exceptions.AMQPError):
+            self.connection.release()
+
+    def peek(self) -> Iterator[Taken]:
+        """Every ready message, taken unacked and returned when the channel closes (RabbitMQ
+        marks them redelivered; the content is unchanged)."""
+        channel = self._channel()
+        try:
+            for queue in self.queues:
+                while (msg := channel.basic_get(queue, no_ack=False)) is not None:
+                    yield _taken(msg, queue)
+            for delayed in self.delayed:
+                while (msg := channel.basic_get(delayed, no_ack=False)) is not None:
+                    dest = self.destination(str((msg.delivery_info or {}).get("routing_key") or ""))
+                    if dest in self.queues:
+                        yield _taken(msg, dest)
+        finally:
+            channel.close()  # every delivery goes back to its queue

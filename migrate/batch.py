@@ -1,0 +1,281 @@
+"""One batch of broker messages → job rows and quarantine entries, in ONE transaction.
+
+Why it exists: the drainers (Redis, RabbitMQ, any kombu transport) differ only in how they take
+a message and how they let go of it; what happens in between is the same and lives here:
+decode every message (``decoding`` → ``protocol``), insert the good ones exactly as
+celery_compat's sender does (``celery_compat.store.enqueue_many``: one row per (task id,
+retries, replaced_task_nesting), for good, through the ``x_celery_tasks`` ledger), quarantine
+the rest with their raw bytes, and COMMIT (``prepare`` then ``commit_prepared``: decoding needs
+no database, so the loop decodes one batch while the previous one commits). Only after the
+commit returns may a drainer remove or ack the batch on the broker; a crash in between replays the batch and the ledger (and the
+quarantine's fingerprint) absorbs the replay; a message under an existing key but with other
+arguments is quarantined (``duplicate_conflict``), not silently absorbed. ``retry_entry`` runs a quarantined message
+through the same path again.
+
+What it is not: a transport (``redis_drain``/``amqp_drain``/``kombu_drain``) or the loop
+(``runner.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from celery_compat import store
+from celery_compat.message_row import CeleryMessage
+from ujobs_bridge.drivers.postgres.sql import q
+
+from . import quarantine
+from .appinfo import AppInfo
+from .decoding import (
+    CHORD_UNRECOVERABLE,
+    DUPLICATE_CONFLICT,
+    JSON,
+    Accept,
+    Envelope,
+    Poison,
+    deserialize,
+    redis_envelope,
+)
+from .protocol import Decoded, to_message
+
+Conn = psycopg.Connection[Any]
+
+# What became of one message (the report counts these).
+MOVED = "moved"
+EXPIRED = "expired"  # moved, but already expired: the worker records REVOKED and never runs it
+DUPLICATE = "duplicate"  # the ledger already held this (task id, retries, nesting)
+QUARANTINED = "quarantined"
+QUARANTINE_SEEN = "quarantine_seen"  # these bytes were quarantined before
+
+
+@dataclass(slots=True)
+class Taken:
+    """A message a drainer holds: its raw bytes, where it came from, how to let it go."""
+
+    raw: bytes  # exactly what the broker gave: what quarantine keeps
+    fmt: str  # 'redis' | 'amqp' | 'kombu'
+    queue: str  # the queue whose row this becomes
+    envelope: Envelope | None = None  # amqp/kombu: given; redis: parsed from raw
+    meta: dict[str, Any] | None = None  # amqp/kombu: content type, encoding, headers, properties
+    token: Any = None  # the drainer's handle (list key, delivery tag, kombu message)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    taken: Taken
+    outcome: str
+    task: str | None = None
+    reason: str | None = None
+    eta: datetime | None = None
+    redelivered: bool = False
+
+
+@dataclass(slots=True)
+class Context:
+    app: AppInfo
+    accept: Accept
+    broker: str  # the broker URL, password masked: recorded with quarantine entries
+    kind: str  # 'redis' | 'amqp' | 'kombu'
+    now: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+
+def envelope_of(fmt: str, raw: bytes, meta: dict[str, Any] | None, max_bytes: int) -> Envelope:
+    """Rebuild the envelope of a stored message (for a quarantine retry)."""
+    if fmt == "redis":
+        return redis_envelope(raw, max_bytes)
+    meta = meta or {}
+    return Envelope(
+        raw,
+        str(meta.get("content_type") or "application/data"),
+        str(meta.get("content_encoding") or "utf-8"),
+        dict(meta.get("headers") or {}),
+        dict(meta.get("properties") or {}),
+    )
+
+
+def decode(taken: Taken, ctx: Context) -> Decoded:
+    """The row for one taken message, or :class:`Poison`."""
+    envelope = taken.envelope
+    if envelope is None:
+        envelope = envelope_of(taken.fmt, taken.raw, taken.meta, ctx.accept.max_bytes)
+    payload = deserialize(envelope, ctx.accept)
+    from_json = envelope.content_type.lower() == JSON
+    return to_message(
+        envelope,
+        payload,
+        queue=taken.queue,
+        broker=ctx.kind,
+        app=ctx.app,
+        now=ctx.now(),
+        check_json=not from_json,
+    )
+
+
+def _chord_group(decoded: Decoded) -> str | None:
+    if decoded.chord_group:
+        return decoded.chord_group
+    message = decoded.message
+    if message.task == "celery.chord_unlock":  # polls a chord's parts in the old result store
+        value = message.kwargs.get("group_id") or (message.args[0] if message.args else None)
+        return str(value) if value else None
+    return None
+
+
+def _poison_of(decoded: Decoded, group: str) -> Poison:
+    return Poison(
+        CHORD_UNRECOVERABLE,
+        f"chord {group}: its state (group meta, part counter) is not in the bridge's result store",
+        task=decoded.message.task,
+        task_id=decoded.message.task_id,
+    )
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A batch decoded (no database yet): what will be inserted, what quarantined."""
+
+    items: list[Taken]
+    good: list[tuple[Taken, Decoded]]
+    bad: list[tuple[Taken, Poison]]
+
+
+def prepare(items: list[Taken], ctx: Context) -> Prepared:
+    """Decode a batch: pure CPU, so a drainer may do it while the previous batch commits."""
+    good: list[tuple[Taken, Decoded]] = []
+    bad: list[tuple[Taken, Poison]] = []
+    for taken in items:
+        try:
+            good.append((taken, decode(taken, ctx)))
+        except Poison as exc:
+            bad.append((taken, exc))
+    return Prepared(items, good, bad)
+
+
+def commit_prepared(conn: Conn, batch: Prepared, ctx: Context) -> list[Result]:
+    """Insert and quarantine a decoded batch in one transaction; returns each one's outcome."""
+    good, bad = list(batch.good), list(batch.bad)
+    results: list[Result] = []
+    with conn.transaction():
+        groups = {g for _, d in good if (g := _chord_group(d))}
+        if groups:
+            known = quarantine.known_chord_groups(conn, groups)
+            keep: list[tuple[Taken, Decoded]] = []
+            for taken, decoded in good:
+                group = _chord_group(decoded)
+                if group is not None and group not in known:
+                    bad.append((taken, _poison_of(decoded, group)))
+                else:
+                    keep.append((taken, decoded))
+            good = keep
+        if good:
+            results.extend(_insert(conn, good, bad, ctx))
+        for taken, poisoned in bad:
+            fresh = quarantine.put(
+                conn,
+                broker=ctx.broker,
+                queue=taken.queue,
+                fmt=taken.fmt,
+                raw=taken.raw,
+                meta=taken.meta,
+                poison=poisoned,
+            )
+            results.append(
+                Result(
+                    taken, QUARANTINED if fresh else QUARANTINE_SEEN, poisoned.task, poisoned.reason
+                )
+            )
+    return results
+
+
+def _insert(
+    conn: Conn, good: list[tuple[Taken, Decoded]], bad: list[tuple[Taken, Poison]], ctx: Context
+) -> list[Result]:
+    """Insert through the ledger; a message the ledger already holds is a DUPLICATE when its
+    arguments match the job's, and goes to ``bad`` (``duplicate_conflict``) when they do not."""
+    messages = [d.message for _, d in good]
+    new = set(store.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts))
+    absorbed = [m for m in messages if m.job_id not in new]
+    stored = _stored_arguments(conn, absorbed) if absorbed else {}
+    results: list[Result] = []
+    for taken, decoded in good:
+        m = decoded.message
+        if m.job_id in new:
+            outcome = EXPIRED if decoded.expired else MOVED
+        else:
+            existing = stored.get((m.task_id, m.retries, m.nesting))
+            ours = json.loads(m.input_json())
+            if existing is not None and existing != (ours["args"], ours["kwargs"]):
+                detail = (
+                    f"task {m.task_id} (retries {m.retries}) is already a job with other arguments"
+                )
+                bad.append(
+                    (taken, Poison(DUPLICATE_CONFLICT, detail, task=m.task, task_id=m.task_id))
+                )
+                continue
+            outcome = DUPLICATE
+        results.append(Result(taken, outcome, m.task, None, m.eta, decoded.redelivered))
+    return results
+
+
+def _stored_arguments(
+    conn: Conn, messages: list[CeleryMessage]
+) -> dict[tuple[str, int, int], tuple[Any, Any]]:
+    """(task id, retries, nesting) → (args, kwargs) of the job the ledger points at (if it is
+    still there: the retention sweep may have removed the job and kept nothing to compare)."""
+    rows = conn.execute(
+        q("migrate_ledger_arguments"),
+        {
+            "task_ids": [m.task_id for m in messages],
+            "retries": [m.retries for m in messages],
+            "nestings": [m.nesting for m in messages],
+        },
+    ).fetchall()
+    return {(str(r[0]), int(r[1]), int(r[2])): (r[3], r[4]) for r in rows}
+
+
+def classify(taken: Taken, ctx: Context) -> Result:
+    """What a drain WOULD do with one message, with no write (``--dry-run``)."""
+    try:
+        decoded = decode(taken, ctx)
+    except Poison as poison:
+        return Result(taken, QUARANTINED, poison.task, poison.reason)
+    m = decoded.message
+    return Result(
+        taken, EXPIRED if decoded.expired else MOVED, m.task, None, m.eta, decoded.redelivered
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOutcome:
+    ok: bool
+    job_id: UUID | None = None
+    duplicate: bool = False
+    poison: Poison | None = None
+
+
+def retry_entry(conn: Conn, entry_id: int, ctx: Context) -> RetryOutcome | None:
+    """Decode a quarantined message again and, if it now makes a row, insert it and mark the
+    entry ``retried`` in one transaction. ``None``: no open entry with that id."""
+    with conn.transaction():
+        stored = quarantine.get(conn, entry_id)
+        if stored is None or stored.entry.resolution is not None:
+            return None
+        taken = Taken(stored.raw, stored.entry.format, stored.entry.queue, meta=stored.meta)
+        try:
+            decoded = decode(taken, ctx)
+            group = _chord_group(decoded)
+            if group is not None and not quarantine.known_chord_groups(conn, {group}):
+                raise _poison_of(decoded, group)
+        except Poison as poison:
+            quarantine.update_reason(conn, entry_id, poison)
+            return RetryOutcome(False, poison=poison)
+        job_id = store.enqueue(conn, decoded.message, max_attempts=ctx.app.max_attempts)
+        quarantine.resolve(conn, entry_id, "retried", job_id)
+        return RetryOutcome(True, job_id, duplicate=job_id is None)

@@ -1,0 +1,212 @@
+"""A decoded Celery body + headers → the ``CeleryMessage`` celery_compat's sender would have made.
+
+Why it exists: a drained message and a facade-enqueued task must be the same row, so the worker
+runs both through one path (``celery_compat.execution``). This module reads protocol v2
+(``task`` in the headers, body ``[args, kwargs, embed]``) and converts protocol v1 (everything
+in a dict body) to the v2 shape, as Celery's own ``hybrid_to_proto2`` does. It validates what
+the row needs (a task id, a task name the ``-A`` app registers, well-formed times, values JSON
+can hold) and maps the broker's priority to the bridge's scale: higher runs first, as on
+RabbitMQ, so a Redis priority ``p`` (0 = most urgent there) becomes ``9 - p``.
+
+Expired messages: the row is inserted due now (its ``eta`` dropped) and the bridge worker
+cancels it at claim time, storing REVOKED (reason ``expired``) and firing ``task_revoked``
+exactly as a Celery worker does on receipt; the body never runs.
+
+What it is not: byte-level decoding (``decoding.py``) or the database write (``batch.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from celery_compat.message_row import CeleryMessage, parse_instant
+
+from .appinfo import AppInfo
+from .decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
+
+REDIS_MAX_PRIORITY = 9
+# Transport plumbing, not task headers: dropped from the row.
+_DROP_HEADERS = (
+    "compression",
+    "x-death",
+    "x-first-death-exchange",
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-last-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+    "x-delivery-count",
+)
+_DROP_PROPERTIES = ("body_encoding", "application_headers", "content_type", "content_encoding")
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A message ready to insert, with what the report and the batch need to know about it."""
+
+    message: CeleryMessage
+    expired: bool
+    chord_group: str | None  # set for a chord header part: its chord state must be here
+    redelivered: bool
+
+
+def _v1_to_v2(body: dict[str, Any], headers: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    """Protocol v1 (``task``/``id``/``args``/``kwargs`` in a dict body) → v2 headers + body."""
+    task_id = body.get("id")
+    new_headers: dict[str, Any] = {
+        "lang": body.get("lang") or "py",
+        "task": body.get("task"),
+        "id": task_id,
+        "shadow": body.get("shadow"),
+        "eta": body.get("eta"),
+        "expires": body.get("expires"),
+        "group": body.get("group") or body.get("taskset"),
+        "group_index": body.get("group_index"),
+        "retries": body.get("retries") or 0,
+        "timelimit": list(body.get("timelimit") or (None, None)),
+        "root_id": body.get("root_id") or task_id,
+        "parent_id": body.get("parent_id"),
+        "argsrepr": body.get("argsrepr"),
+        "kwargsrepr": body.get("kwargsrepr"),
+        "origin": body.get("origin"),
+        "ignore_result": body.get("ignore_result", False),
+        "replaced_task_nesting": body.get("replaced_task_nesting") or 0,
+    }
+    if body.get("utc") is False:  # v1 without utc: times are the producer's local time
+        for key in ("eta", "expires"):
+            new_headers[key] = _local_to_aware(new_headers[key])
+    new_headers.update({k: v for k, v in headers.items() if k not in new_headers})
+    embed = {
+        "callbacks": body.get("callbacks"),
+        "errbacks": body.get("errbacks"),
+        "chord": body.get("chord"),
+        "chain": None,  # v1 has no chain field: chains nest as callbacks
+    }
+    return new_headers, [body.get("args") or [], body.get("kwargs") or {}, embed]
+
+
+def _local_to_aware(value: Any) -> Any:
+    if value is None or value == "":
+        return value
+    instant = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return (instant if instant.tzinfo is not None else instant.astimezone()).isoformat()
+
+
+def _shape(
+    envelope: Envelope, payload: Any
+) -> tuple[dict[str, Any], list[Any], dict[str, Any], dict[str, Any]]:
+    headers = dict(envelope.headers)
+    if "task" not in headers:
+        if not isinstance(payload, dict) or "task" not in payload or "id" not in payload:
+            raise Poison(
+                MALFORMED, "neither protocol v2 (no task header) nor v1 (no task/id in the body)"
+            )
+        headers, payload = _v1_to_v2(payload, headers)
+    if not isinstance(payload, list | tuple) or len(payload) != 3:
+        raise Poison(
+            MALFORMED,
+            "a protocol v2 body must be [args, kwargs, embed]",
+            task=_text(headers.get("task")),
+            task_id=_text(headers.get("id")),
+        )
+    args, kwargs, embed = payload
+    if (
+        not isinstance(args, list | tuple)
+        or not isinstance(kwargs, dict)
+        or not isinstance(embed, dict | None)
+    ):
+        raise Poison(
+            MALFORMED,
+            "args must be a list, kwargs and embed objects",
+            task=_text(headers.get("task")),
+            task_id=_text(headers.get("id")),
+        )
+    return headers, list(args), dict(kwargs), dict(embed or {})
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _properties(envelope: Envelope, queue: str, broker: str) -> dict[str, Any]:
+    props = {k: v for k, v in envelope.properties.items() if k not in _DROP_PROPERTIES}
+    info = dict(props.get("delivery_info") or {})
+    info.setdefault("routing_key", queue)
+    info.setdefault("exchange", "")
+    props["delivery_info"] = info
+    if broker == "redis":
+        raw = props.get("priority")
+        try:
+            source = max(0, min(REDIS_MAX_PRIORITY, int(raw))) if raw is not None else 0
+        except (TypeError, ValueError):
+            source = 0
+        props["ujobs_source_priority"] = raw
+        props["priority"] = REDIS_MAX_PRIORITY - source
+    return props
+
+
+def to_message(
+    envelope: Envelope,
+    payload: Any,
+    *,
+    queue: str,
+    broker: str,
+    app: AppInfo,
+    now: datetime,
+    check_json: bool = True,
+) -> Decoded:
+    """The row for one decoded message, or :class:`Poison` saying why there can be none.
+
+    ``check_json=False`` skips the JSON round-trip check for a body that came from JSON (kombu's
+    JSON decoder only makes values its encoder writes back)."""
+    headers, args, kwargs, embed = _shape(envelope, payload)
+    task, task_id = _text(headers.get("task")), _text(headers.get("id"))
+    if task is None or task_id is None:
+        raise Poison(
+            MALFORMED, "the task name and id must be non-empty strings", task=task, task_id=task_id
+        )
+    try:
+        int(headers.get("retries") or 0)
+        int(headers.get("replaced_task_nesting") or 0)
+        parse_instant(headers.get("eta"))
+        expires = parse_instant(headers.get("expires"))
+    except (TypeError, ValueError) as exc:
+        raise Poison(
+            MALFORMED, f"bad retries/eta/expires header: {exc}", task=task, task_id=task_id
+        ) from None
+    if task not in app.tasks:
+        raise Poison(
+            UNKNOWN_TASK,
+            f"task {task!r} is not registered in the -A app",
+            task=task,
+            task_id=task_id,
+        )
+    redelivered = bool(
+        headers.get("redelivered")
+        or envelope.properties.get("redelivered")
+        or (envelope.properties.get("delivery_info") or {}).get("redelivered")
+    )
+    for key in _DROP_HEADERS:
+        headers.pop(key, None)
+    expired = expires is not None and expires <= now
+    if expired:
+        headers["eta"] = None  # due now: the worker cancels it at claim (REVOKED, expired)
+    message = CeleryMessage(
+        headers=headers,
+        args=args,
+        kwargs=kwargs,
+        embed=embed,
+        queue=queue,
+        properties=_properties(envelope, queue, broker),
+    )
+    try:
+        if check_json:
+            message.input_json()
+    except (TypeError, ValueError) as exc:
+        raise Poison(
+            NOT_JSON_SAFE, f"a value cannot be stored as JSON: {exc}", task=task, task_id=task_id
+        ) from None
+    chord_group = _text(headers.get("group")) if embed.get("chord") else None
+    return Decoded(message, expired, chord_group, redelivered)

@@ -1,0 +1,284 @@
+"""Drain kombu's Redis transport: every queue list and its priority sub-lists, crash-safe.
+
+Why it exists: kombu's own ``basic_get`` is ``RPOP`` then ``HSET unacked``; a crash between the
+two loses the message. The drainer never holds a message that Redis does not also hold:
+
+1. a Lua script ``LMOVE``\\ s up to a batch of the OLDEST messages (right end) from the queue's
+   lists, base list first and then each priority sub-list ``<queue><sep><step>`` in kombu's
+   consumption order, onto a processing list owned by this drainer
+   (``<prefix>_ujobs.migrate<sep><drainer id><sep><queue>``);
+2. the batch is inserted and COMMITTED (``batch.commit_prepared``);
+3. only then is each message ``LREM``\\ ed from the processing list.
+
+A drainer that restarts first finishes its own processing lists (the ledger absorbs whatever
+was committed before the crash), and adopts the lists of a drainer whose heartbeat key has
+expired. ``global_keyprefix``, ``sep`` and ``priority_steps`` come from the app's
+``broker_transport_options``. kombu's ``unacked`` hash belongs to live Celery workers and is left
+alone unless ``--restore-unacked`` (only with every Celery worker stopped): then its entries are
+inserted, committed, and only then deleted from ``unacked``/``unacked_index``.
+
+What it is not: a kombu consumer (nothing here registers with kombu or acks through it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from .appinfo import PIDBOX_SUFFIXES, AppInfo
+from .batch import Taken
+
+DEFAULT_SEP = "\x06\x16"
+DEFAULT_STEPS = (0, 3, 6, 9)
+HEARTBEAT_S = 60
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+
+# KEYS[1] = processing list, KEYS[2..] = source lists in order; ARGV = max count, max bytes.
+# Each LMOVE is atomic; the script as a whole is too. Always moves at least one if any exists.
+_MOVE = """
+local out = {}
+local n = tonumber(ARGV[1])
+local budget = tonumber(ARGV[2])
+local used = 0
+for i = 2, #KEYS do
+  while #out < n and used < budget do
+    local v = redis.call('LMOVE', KEYS[i], KEYS[1], 'RIGHT', 'LEFT')
+    if not v then break end
+    out[#out + 1] = v
+    used = used + string.len(v)
+  end
+  if #out >= n or used >= budget then break end
+end
+return out
+"""
+# KEYS[1] = processing list; ARGV = the messages to remove (each once, oldest end first).
+_REMOVE = """
+for i = 1, #ARGV do redis.call('LREM', KEYS[1], -1, ARGV[i]) end
+return #ARGV
+"""
+# KEYS[1] = from, KEYS[2] = to: move everything, order kept (oldest stays at the right end).
+_ADOPT = """
+local moved = 0
+while redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT') do moved = moved + 1 end
+return moved
+"""
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class RedisSource:
+    kind = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        app: AppInfo,
+        queues: list[str] | None,
+        *,
+        drainer_id: str,
+        restore_unacked: bool = False,
+    ) -> None:
+        opts = app.transport_options
+        self.app = app
+        self.prefix = str(opts.get("global_keyprefix") or "")
+        self.sep = str(opts.get("sep") or DEFAULT_SEP)
+        self.steps = sorted(int(s) for s in (opts.get("priority_steps") or DEFAULT_STEPS))
+        self.unacked_key = self.prefix + str(opts.get("unacked_key") or "unacked")
+        self.unacked_index_key = self.prefix + str(opts.get("unacked_index_key") or "unacked_index")
+        self.drainer_id = drainer_id
+        self.restore_unacked = restore_unacked
+        self.client: Any = redis.Redis.from_url(url)  # bytes replies (no decode_responses)
+        self.client.ping()
+        self._move = self.client.register_script(_MOVE)
+        self._adopt = self.client.register_script(_ADOPT)
+        self._remove = self.client.register_script(_REMOVE)
+        self._base = f"{self.prefix}_ujobs.migrate{self.sep}"
+        self.queues = list(queues) if queues is not None else self.discover()
+        self._turn = 0
+        self._recovering: list[str] | None = None
+        self._unacked_cursor: int | None = 0 if restore_unacked else None
+        self._bindings: dict[str, list[tuple[str, str]]] = {}
+        self.beat()
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def keys_of(self, queue: str) -> list[str]:
+        """The queue's lists in kombu's consumption order: base, then each priority step."""
+        base = self.prefix + queue
+        return [base] + [f"{base}{self.sep}{step}" for step in self.steps if step]
+
+    def processing_key(self, queue: str, drainer_id: str | None = None) -> str:
+        return f"{self._base}{drainer_id or self.drainer_id}{self.sep}{queue}"
+
+    def heartbeat_key(self, drainer_id: str) -> str:
+        return f"{self.prefix}_ujobs.migrate.alive{self.sep}{drainer_id}"
+
+    def beat(self) -> None:
+        self.client.set(self.heartbeat_key(self.drainer_id), "1", ex=HEARTBEAT_S)
+
+    def _binding_sets(self) -> Iterator[tuple[str, str]]:
+        pattern = _glob_escape(self.prefix + "_kombu.binding.") + "*"
+        for key in self.client.scan_iter(match=pattern, count=500):
+            exchange = _text(key)[len(self.prefix) + len("_kombu.binding.") :]
+            for member in self.client.smembers(key):
+                parts = _text(member).split(self.sep)
+                if len(parts) == 3:
+                    yield exchange, parts[2]
+
+    def discover(self) -> list[str]:
+        """Every queue a kombu binding names (``_kombu.binding.*``), plus the app's queues."""
+        found: dict[str, None] = dict.fromkeys(self.app.queues)
+        for exchange, queue in self._binding_sets():
+            if exchange in ("celeryev", "celery.pidbox", "reply.celery.pidbox"):
+                continue
+            if queue.startswith("celeryev") or queue.endswith(PIDBOX_SUFFIXES):
+                continue
+            found[queue] = None
+        return sorted(found)
+
+    # -- drain --------------------------------------------------------------------------------
+
+    def _own_processing(self) -> list[str]:
+        pattern = _glob_escape(self._base) + "*"
+        own, stale = [], []
+        for raw in self.client.scan_iter(match=pattern, count=500):
+            key = _text(raw)
+            drainer, _, queue = key[len(self._base) :].partition(self.sep)
+            if drainer == self.drainer_id:
+                own.append(key)
+            elif not self.client.exists(self.heartbeat_key(drainer)):
+                stale.append((key, queue))
+        for key, queue in stale:  # a drainer that died for good: its lists become ours
+            target = self.processing_key(queue)
+            self._adopt(keys=[key, target])
+            own.append(target)
+        return sorted(set(own))
+
+    def recover(self, n: int) -> list[Taken]:
+        """Messages an earlier run took but may not have committed: oldest first."""
+        if self._recovering is None:
+            self._recovering = self._own_processing()
+        out: list[Taken] = []
+        for key in list(self._recovering):
+            queue = key[len(self._base) :].partition(self.sep)[2]
+            items = self.client.lrange(key, -(n - len(out)), -1)
+            if not items:
+                self._recovering.remove(key)
+                continue
+            out.extend(Taken(bytes(raw), "redis", queue, token=key) for raw in reversed(items))
+            if len(out) >= n:
+                break
+        return out
+
+    def take(self, n: int) -> list[Taken]:
+        out: list[Taken] = []
+        if self._unacked_cursor is not None:
+            out.extend(self._take_unacked(n))
+            if out:
+                return out
+        count = len(self.queues)
+        for i in range(count):
+            queue = self.queues[(self._turn + i) % count]
+            key = self.processing_key(queue)
+            moved = self._move(
+                keys=[key, *self.keys_of(queue)], args=[n - len(out), MAX_BATCH_BYTES]
+            )
+            out.extend(Taken(bytes(raw), "redis", queue, token=key) for raw in moved)
+            if len(out) >= n:
+                break
+        self._turn += 1
+        return out
+
+    def settle(self, items: list[Taken]) -> None:
+        """After commit: remove each message from wherever this drainer held it."""
+        by_list: dict[str, list[bytes]] = {}
+        with self.client.pipeline(transaction=False) as pipe:
+            for t in items:
+                if isinstance(t.token, tuple):  # ("unacked", tag)
+                    pipe.hdel(self.unacked_key, t.token[1])
+                    pipe.zrem(self.unacked_index_key, t.token[1])
+                else:
+                    by_list.setdefault(t.token, []).append(t.raw)
+            for key, raws in by_list.items():  # one script call per list, not one LREM each
+                self._remove(keys=[key], args=raws, client=pipe)
+            pipe.set(self.heartbeat_key(self.drainer_id), "1", ex=HEARTBEAT_S)
+            pipe.execute()
+
+    def remaining(self) -> int:
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in self.queues:
+                for key in self.keys_of(queue):
+                    pipe.llen(key)
+            if self._unacked_cursor is not None:
+                pipe.hlen(self.unacked_key)
+            return int(sum(pipe.execute()))
+
+    def idle(self, timeout: float) -> None:
+        """Nothing to take: the runner waits (Redis has no cheap multi-list wake-up)."""
+
+    def close(self) -> None:
+        self.client.delete(self.heartbeat_key(self.drainer_id))
+        self.client.close()
+
+    # -- unacked (only with --restore-unacked) ------------------------------------------------
+
+    def _queue_for(self, exchange: str, routing_key: str) -> str:
+        if exchange not in self._bindings:
+            members = self.client.smembers(f"{self.prefix}_kombu.binding.{exchange}")
+            table = [tuple(_text(m).split(self.sep)) for m in members]
+            self._bindings[exchange] = [(t[0], t[2]) for t in table if len(t) == 3]
+        for key, queue in self._bindings[exchange]:
+            if key == routing_key:
+                return queue
+        return routing_key or exchange
+
+    def _unacked_item(self, tag: bytes, value: bytes) -> Taken | None:
+        try:
+            envelope, exchange, routing_key = json.loads(value)
+            queue = self._queue_for(str(exchange or ""), str(routing_key or ""))
+            raw = json.dumps(envelope).encode("utf-8")
+        except (ValueError, TypeError):
+            return Taken(bytes(value), "redis", "unacked", token=("unacked", tag))
+        if queue not in self.queues:
+            return None
+        return Taken(raw, "redis", queue, token=("unacked", tag))
+
+    def _take_unacked(self, n: int) -> list[Taken]:
+        out: list[Taken] = []
+        while self._unacked_cursor is not None and len(out) < n:
+            cursor, chunk = self.client.hscan(self.unacked_key, self._unacked_cursor, count=n)
+            self._unacked_cursor = None if cursor == 0 else cursor
+            for tag, value in chunk.items():
+                item = self._unacked_item(tag, value)
+                if item is not None:
+                    out.append(item)
+        return out
+
+    # -- dry run ------------------------------------------------------------------------------
+
+    def peek(self, chunk: int = 1000) -> Iterator[Taken]:
+        """Every waiting message, oldest first, read with LRANGE: the broker is not changed."""
+        if self.restore_unacked:
+            for tag, value in self.client.hscan_iter(self.unacked_key, count=chunk):
+                item = self._unacked_item(tag, value)
+                if item is not None:
+                    yield item
+        for queue in self.queues:
+            for key in self.keys_of(queue):
+                end = -1
+                while True:
+                    items = self.client.lrange(key, end - chunk + 1, end)
+                    for raw in reversed(items):
+                        yield Taken(bytes(raw), "redis", queue)
+                    if len(items) < chunk:
+                        break
+                    end -= chunk

@@ -1,0 +1,175 @@
+"""The drain loop: take a batch, commit it, let it go on the broker; stop cleanly on a signal.
+
+Why it exists: one loop for every broker. Order per batch: ``take`` (the broker still holds the
+messages: a processing list, unacked deliveries) → ``prepare`` (decode) → ``commit_prepared``
+(rows and quarantine entries, one transaction, on a helper thread while the next batch is taken
+and decoded) → fault point ``migrate.after_commit`` → ``settle`` (LREM / ack). A restart first
+``recover``\\ s what an earlier run took (Redis processing lists). The stop event (SIGTERM) is
+checked between batches, so every batch taken is committed and settled before the exit.
+``--follow`` keeps polling every ``poll_s`` (bounded latency from publish to row); otherwise
+the run ends when the selected queues are empty. ``--limit`` caps the messages taken.
+
+What it is not: the CLI (``ujobs_bridge/cli/migrate.py``) or a transport.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg.types.array import ListBinaryDumper
+from psycopg.types.string import StrBinaryDumper
+
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.faults import fault
+
+from .appinfo import AppInfo
+from .batch import Context, Prepared, Result, Taken, classify, commit_prepared, prepare
+from .defaults import DEFAULT_BATCH, DEFAULT_POLL_S
+from .report import Stats
+
+
+class Source(Protocol):
+    kind: str
+    queues: list[str]
+
+    def recover(self, n: int) -> list[Taken]: ...
+    def take(self, n: int) -> list[Taken]: ...
+    def settle(self, items: list[Taken]) -> None: ...
+    def remaining(self) -> int | None: ...
+    def idle(self, timeout: float) -> None: ...
+    def peek(self) -> Iterator[Taken]: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    queues: list[str] | None  # None: the app's queues (or every discovered one with all_queues)
+    all_queues: bool = False
+    drainer_id: str = "drainer"
+    restore_unacked: bool = False
+    batch: int = DEFAULT_BATCH
+
+
+def broker_kind(url: str) -> str:
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("redis", "rediss"):
+        return "redis"
+    if scheme in ("amqp", "amqps", "pyamqp"):
+        return "amqp"
+    return "kombu"
+
+
+def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
+    kind = broker_kind(url)
+    if kind == "redis":
+        from .redis_drain import RedisSource
+
+        queues = None if options.all_queues else (options.queues or list(app.queues))
+        return RedisSource(
+            url, app, queues, drainer_id=options.drainer_id, restore_unacked=options.restore_unacked
+        )
+    queues = options.queues if options.queues and not options.all_queues else None
+    if kind == "amqp":
+        from .amqp_drain import AmqpSource
+
+        # Prefetch two batches: one committing, the next one arriving meanwhile.
+        url = url.replace("pyamqp://", "amqp://", 1)
+        return AmqpSource(url, app, queues, prefetch=2 * options.batch)
+    from .kombu_drain import KombuSource
+
+    return KombuSource(url, app, queues)
+
+
+def masked(url: str) -> str:
+    return mask_dsn(url)
+
+
+@dataclass
+class DrainLoop:
+    source: Source
+    conn: psycopg.Connection[Any]
+    ctx: Context
+    stop: threading.Event
+    batch: int = DEFAULT_BATCH
+    follow: bool = False
+    limit: int | None = None
+    poll_s: float = DEFAULT_POLL_S
+    on_batch: Callable[[Stats], None] | None = None
+
+    def __post_init__(self) -> None:
+        # Lists and strings go to Postgres in binary on this connection: celery_enqueue_many
+        # takes the batch as arrays, and psycopg's TEXT array dumper escapes every element with
+        # a regex (most of the drain's CPU for JSON inputs full of quotes). Only this connection.
+        self.conn.adapters.register_dumper(str, StrBinaryDumper)
+        self.conn.adapters.register_dumper(list, ListBinaryDumper)
+
+    def _room(self, stats: Stats, pending: int = 0) -> int:
+        if self.limit is None:
+            return self.batch
+        return max(0, min(self.batch, self.limit - stats.taken - pending))
+
+    def _commit(self, batch: Prepared) -> list[Result]:
+        fault("migrate.after_take")
+        return commit_prepared(self.conn, batch, self.ctx)
+
+    def _settle(self, items: list[Taken], results: list[Result], stats: Stats) -> None:
+        fault("migrate.after_commit")
+        self.source.settle(items)
+        stats.add(results)
+        if self.on_batch is not None:
+            self.on_batch(stats)
+
+    def run(self, stats: Stats) -> Stats:
+        while not self.stop.is_set() and (room := self._room(stats)):
+            items = self.source.recover(room)
+            if not items:
+                break
+            self._settle(items, self._commit(prepare(items, self.ctx)), stats)
+        self._run(stats)
+        stats.stopped_by_signal = self.stop.is_set()
+        stats.remaining = self.source.remaining()
+        return stats
+
+    def _run(self, stats: Stats) -> None:
+        """Take and decode batch N+1 while batch N commits on a helper thread; settle N (LREM /
+        ack) only once its commit returned. Every broker call stays on this thread (py-amqp and
+        kombu channels are not thread-safe); the database connection is used by the helper
+        alone, whose wait for Postgres releases the GIL for the decoding here. A stop lets the
+        batch in flight finish and settle."""
+        inflight: tuple[list[Taken], Future[list[Result]]] | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix="migrate-commit") as pool:
+            while True:
+                pending = len(inflight[0]) if inflight is not None else 0
+                room = 0 if self.stop.is_set() else self._room(stats, pending)
+                items = self.source.take(room) if room else []
+                batch = prepare(items, self.ctx) if items else None
+                if inflight is not None:
+                    done, future = inflight
+                    inflight = None
+                    self._settle(done, future.result(), stats)
+                if batch is not None:
+                    inflight = (items, pool.submit(self._commit, batch))
+                    continue
+                if self.stop.is_set() or not self._room(stats):
+                    break
+                if not self.follow and not self.source.remaining():
+                    break
+                self.source.idle(self.poll_s)
+                if self.source.kind != "amqp":
+                    self.stop.wait(self.poll_s)
+
+
+def dry_run(source: Source, ctx: Context, stats: Stats, limit: int | None = None) -> Stats:
+    """Classify every waiting message without writing anything or consuming from the broker."""
+    for count, taken in enumerate(source.peek(), start=1):
+        stats.add([classify(taken, ctx)])
+        if limit is not None and count >= limit:
+            break
+    stats.remaining = source.remaining()
+    return stats

@@ -1,0 +1,306 @@
+"""``ujobs-bridge migrate``: move what waits in a Celery broker into ``x_jobs``; and its quarantine.
+
+Why it exists: at cutover (or continuously with ``--follow`` while Celery and the bridge run side
+by side) the backlog in Redis / RabbitMQ / any kombu broker must become job rows, each exactly
+once, with nothing lost: ``migrate -A proj`` drains it (see ``migrate/`` for how), and
+``migrate quarantine ls|show|retry|discard`` deals with what could not be moved. SIGTERM or
+Ctrl-C finishes the batch in hand and exits 0 with the report.
+
+What it is not: the drainer (``migrate/runner.py`` and the transports).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
+
+from .migrate_quarantine import quarantine
+from .options import database, dsn_option, json_option, print_json
+
+if TYPE_CHECKING:
+    from migrate.appinfo import AppInfo
+    from migrate.batch import Context
+    from migrate.decoding import Accept
+    from migrate.report import Stats
+    from migrate.runner import Source
+
+
+def load_app(app_spec: str) -> Any:
+    from .. import registry
+
+    app = registry.celery_app_of(registry.load_target(app_spec))
+    if app is None:
+        raise click.UsageError(
+            f"-A {app_spec!r} is not a Celery app (a module with `app`/`celery`, or MODULE:ATTR)"
+        )
+    return app
+
+
+def accept_from(
+    info: AppInfo, accept_content: str | None, accept_pickle: bool, max_bytes: int
+) -> Accept:
+    from migrate.decoding import Accept
+
+    from_app = accept_content is None
+    names = ",".join(info.accept_content) if from_app else str(accept_content)
+    if (
+        not from_app
+        and not accept_pickle
+        and "pickle" in names.lower().replace("python-serialize", "pickle")
+    ):
+        raise click.UsageError("pickle is accepted only with --accept-pickle (read its warning)")
+    try:
+        return Accept.parse(names, pickle=accept_pickle, max_bytes=max_bytes, strict=not from_app)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _restoring(previous: dict[signal.Signals, Any]) -> Iterator[None]:
+    """Put back the signal handlers the drain replaced (the CLI can run inside a host process)."""
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _warn_unworkable_queues(queues: list[str], err: Console) -> None:
+    from .. import validation
+    from ..errors import ConfigError
+
+    for name in queues:
+        try:
+            validation.queue_name(name)
+        except ConfigError:
+            err.print(
+                f"note: queue {name!r} is not a valid bridge queue name: its rows are kept under "
+                "that name, but `ujobs-bridge worker -Q` cannot name it; route the tasks to a "
+                "queue with a plain name before running them on the bridge",
+                highlight=False,
+            )
+
+
+def _queues(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [q.strip() for q in value.split(",") if q.strip()]
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "-A",
+    "--app",
+    "app_spec",
+    default=None,
+    metavar="MODULE[:ATTR]",
+    help="The Celery app: its task names are the only ones accepted.",
+)
+@click.option(
+    "--broker", default=None, metavar="URL", help="Broker to drain. Default: the app's broker_url."
+)
+@click.option(
+    "-Q",
+    "--queues",
+    default=None,
+    metavar="Q1,Q2",
+    help="Queues to drain. Default: the app's queues.",
+)
+@click.option(
+    "--all-queues", is_flag=True, help="Every queue the broker knows (Redis: kombu bindings)."
+)
+@click.option("--dry-run", "dry_run_flag", is_flag=True, help="Count and classify; change nothing.")
+@click.option("--follow", is_flag=True, help="Keep draining until SIGTERM.")
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="Stop after N messages.")
+@click.option(
+    "--accept-content",
+    default=None,
+    metavar="json,msgpack,yaml",
+    help="Serializers to decode. Default: the app's accept_content.",
+)
+@click.option(
+    "--accept-pickle",
+    is_flag=True,
+    help="Also unpickle pickle bodies (trusts the broker with code execution).",
+)
+@click.option(
+    "--restore-unacked",
+    is_flag=True,
+    help="Redis: also take kombu's `unacked` messages. ONLY with every Celery worker stopped.",
+)
+@click.option(
+    "--max-bytes",
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    type=click.IntRange(min=1024),
+    help="Largest message (and decompressed body) accepted.",
+)
+@click.option(
+    "--batch",
+    default=DEFAULT_BATCH,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Messages per transaction.",
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    default=DEFAULT_POLL_S,
+    show_default=True,
+    type=float,
+    help="Seconds between polls of empty queues (--follow).",
+)
+@click.option(
+    "--drainer-id",
+    default=None,
+    help="Names this drainer's Redis processing lists. Default: the host name.",
+)
+@dsn_option
+@json_option
+@click.pass_context
+def migrate(
+    ctx: click.Context,
+    /,
+    app_spec: str | None,
+    broker: str | None,
+    queues: str | None,
+    all_queues: bool,
+    **kwargs: Any,
+) -> None:
+    """Drain a Celery broker into x_jobs: each message exactly once, poison quarantined.
+
+    Each batch is committed before the broker lets go of it (Redis: LMOVE to this drainer's
+    processing list, LREM after commit; RabbitMQ and other kombu brokers: ack after commit).
+    Messages already expired become rows the worker cancels at claim (REVOKED, never run).
+    SIGTERM finishes the batch in hand and exits 0 with the report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not app_spec:
+        raise click.UsageError("-A/--app is required to drain (it says which task names are known)")
+    if queues is not None and all_queues:
+        raise click.UsageError("-Q and --all-queues exclude each other")
+    run_drain(app_spec, broker, _queues(queues), all_queues, **kwargs)
+
+
+def run_drain(
+    app_spec: str,
+    broker: str | None,
+    queues: list[str] | None,
+    all_queues: bool,
+    *,
+    follow: bool,
+    limit: int | None,
+    accept_content: str | None,
+    accept_pickle: bool,
+    restore_unacked: bool,
+    max_bytes: int,
+    batch: int,
+    poll_s: float,
+    drainer_id: str | None,
+    dsn: str | None,
+    as_json: bool,
+    dry_run_flag: bool = False,
+) -> None:
+    from migrate.appinfo import AppInfo
+    from migrate.batch import Context
+    from migrate.report import Stats, print_report
+    from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
+
+    err = Console(stderr=True)
+    info = AppInfo.from_app(load_app(app_spec))
+    url = broker or info.broker_url
+    if not url:
+        raise click.UsageError("the app has no broker_url: pass --broker URL")
+    accept = accept_from(info, accept_content, accept_pickle, max_bytes)
+    if accept_pickle:
+        err.print(f"[bold red]{PICKLE_WARNING}")
+    elif "pickle" in info.accept_content:
+        err.print(
+            "note: the app accepts pickle; pickle bodies are quarantined (pickle_refused) unless --accept-pickle"
+        )
+    ctx = Context(info, accept, masked(url), broker_kind(url))
+    options = SourceOptions(
+        queues, all_queues, drainer_id or socket.gethostname(), restore_unacked, batch
+    )
+    source = open_source(url, info, options)
+    stats = Stats(broker=masked(url), queues=list(source.queues), dry_run=dry_run_flag)
+    _warn_unworkable_queues(source.queues, err)
+    try:
+        if getattr(source, "crash_safe", True) is False and not dry_run_flag:
+            err.print(
+                f"note: {ctx.broker} keeps unacked messages only in this process: a drainer killed between commit and ack loses nothing already committed, but kombu cannot return what it held"
+            )
+        if dry_run_flag:
+            dry_run(source, ctx, stats, limit)
+        else:
+            _drain(source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err)
+    finally:
+        source.close()
+    if as_json:
+        print_json(stats.as_json())
+    else:
+        print_report(Console(), stats)
+
+
+def _drain(
+    source: Source,
+    ctx: Context,
+    stats: Stats,
+    dsn: str | None,
+    app_spec: str,
+    follow: bool,
+    limit: int | None,
+    batch: int,
+    poll_s: float,
+    as_json: bool,
+    err: Console,
+) -> None:
+    import psycopg
+
+    from migrate.report import LiveProgress
+    from migrate.runner import DrainLoop
+
+    from .. import registry
+    from ..drivers.postgres import schema
+
+    resolved = database(dsn, quiet=as_json, config_dsn=registry.app_database_url(app_spec))
+    schema.upgrade(resolved.dsn)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    last = [0.0]
+    with (
+        psycopg.connect(resolved.dsn, autocommit=True) as conn,
+        LiveProgress(err, enabled=not as_json and err.is_terminal) as bar,
+        _restoring(previous),
+    ):
+
+        def on_batch(s: Stats) -> None:
+            now = time.monotonic()
+            if bar.enabled and now - last[0] > 0.5:
+                last[0] = now
+                bar.update(s, source.remaining())
+
+        if not as_json:
+            err.print(
+                f"draining {', '.join(source.queues) or '(no queues)'} from {ctx.broker}"
+                + (" (follow)" if follow else "")
+            )
+        DrainLoop(source, conn, ctx, stop, batch, follow, limit, poll_s, on_batch).run(stats)
+
+
+migrate.add_command(quarantine)
