@@ -104,7 +104,4 @@ class Celery(celery.Celery):  # type: ignore[misc]
         backend = self._local.__dict__.get("backend") or self._backend_cache
         if backend is not None and hasattr(backend, "close"):
             backend.close()
-        pool = self.__dict__.get("_pool")
-        if pool is not None:  # broker connections of ujobs_broker_tasks sends: close, not GC
-            pool.force_close_all()
         super().close()

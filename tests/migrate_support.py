@@ -75,8 +75,6 @@ def producer(broker_url: str, queue: str, **conf: Any) -> Iterator[SimpleNamespa
     try:
         yield SimpleNamespace(app=app, add=add, mul=mul, record=record)
     finally:
-        if app._pool is not None:  # close the broker sockets now; GC would warn mid-suite
-            app._pool.force_close_all()
         app.close()
 
 
