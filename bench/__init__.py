@@ -14,6 +14,9 @@ Layout (one module per concern, one per system):
 - ``compat_system`` (+ ``compat_tasks``): celery_compat on the bridge, measured only in the
   Celery-shaped cells (``.delay()`` one by one, 1,000 in one transaction, a one-process drain of
   ``@shared_task`` no-ops), beside the Celery systems measured the same way.
+- ``migrate_system`` (+ ``migrate_app``): ``ujobs-bridge migrate`` (the CLI, a subprocess)
+  draining 20,000 messages real Celery published to Redis and to RabbitMQ (``--cells
+  drain-broker``; ``--only migrate``).
 - ``runner``: rounds, cleanup; ``report``: tables, targets, JSON.
 
 What it is not: a test suite (nothing here asserts; targets are reported, not enforced), nor part

@@ -9,6 +9,7 @@ README can always be re-checked on the machine at hand::
     python -m bench --only ujobs --cells steps --jobs 5000   # step overhead only
     python -m bench --only celery-compat,celery-redis,celery-rabbitmq \
         --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
+    python -m bench --only migrate --cells drain-broker     # migrate: Redis/RabbitMQ -> Postgres
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when

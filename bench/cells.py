@@ -21,6 +21,9 @@ measured the same way. So the clock placement lives here, once:
   its figure is its plain rate for the same calls); a ``timed_drain`` of N pre-enqueued no-op
   ``@shared_task`` messages (the bridge: ONE worker process; Celery: ``prefork -c 2``). Results
   are ignored on both sides (``task_ignore_result=True``).
+- the migrate cell (``BrokerDrain``, ``migrate_system``): N messages real Celery published to
+  Redis and to RabbitMQ, each backlog drained by the ``ujobs-bridge migrate`` CLI (a
+  subprocess) into a fresh database; spawn -> exit, the drainer's own clock, and its RSS.
 
 What it is not: any system's code. Systems pass in how to spawn, count, send and receive.
 """
@@ -52,7 +55,12 @@ DELAY_TX = f"Celery-shaped: {TX_SIZE:,} .delay() in one transaction"
 DRAIN_SHARED = "Celery-shaped: drain no-op @shared_task"
 CELERY_SHAPED = (DELAY_ONE, DELAY_TX, DRAIN_SHARED)
 CELERY_PREFORK = 2  # the Celery drain the bridge's one-process drain is held against
-CELLS = (ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED)
+MIGRATE = "migrate: drain a Celery backlog into Postgres"
+RSS_MIGRATE = "migrate: drainer RSS"
+CELLS = (
+    ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED,
+    MIGRATE, RSS_MIGRATE,
+)  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
     "enqueue-one": ENQ_ONE,
@@ -64,6 +72,7 @@ SELECTABLE = {
     "delay-one": DELAY_ONE,
     "delay-tx": DELAY_TX,
     "drain-shared": DRAIN_SHARED,
+    "drain-broker": MIGRATE,
 }
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
@@ -101,6 +110,26 @@ class DrainResult:
             f"{self.rate:,.0f} jobs/s ({self.seconds:.2f}s, first done at "
             f"{self.first_seconds:.2f}s; RSS {self.rss_start / MIB:.0f}->"
             f"{self.rss_end / MIB:.0f} MiB, peak {self.rss_peak / MIB:.0f})"
+        )
+
+
+@dataclass(frozen=True)
+class MigrateResult(DrainResult):
+    """A ``ujobs-bridge migrate`` run: ``seconds`` is spawn -> exit, ``first_seconds`` spawn ->
+    first row visible, ``own_seconds`` the drainer's own clock (its ``--json`` ``elapsed_s``)."""
+
+    own_seconds: float = float("nan")
+
+    @property
+    def own_rate(self) -> float:
+        return self.jobs / self.own_seconds if self.own_seconds > 0 else float("nan")
+
+    def summary(self) -> str:
+        return (
+            f"{self.rate:,.0f} msgs/s spawn->exit ({self.seconds:.2f}s, first row at "
+            f"{self.first_seconds:.2f}s); {self.own_rate:,.0f} msgs/s on the drainer's clock "
+            f"({self.own_seconds:.2f}s); RSS {self.rss_start / MIB:.0f}->"
+            f"{self.rss_end / MIB:.0f} MiB, peak {self.rss_peak / MIB:.0f}"
         )
 
 
@@ -162,6 +191,15 @@ class CeleryShaped(Protocol):
 
     def drain_shared(self, n: int) -> dict[str, DrainResult]:
         """Label -> drain of ``n`` pre-enqueued no-op shared-task messages."""
+        ...
+
+
+@runtime_checkable
+class BrokerDrain(Protocol):
+    """``ujobs-bridge migrate``: a backlog real Celery published, drained into Postgres."""
+
+    def drain_broker(self, n: int) -> dict[str, MigrateResult]:
+        """Label (the broker) -> the CLI's drain of ``n`` messages published by Celery."""
         ...
 
 

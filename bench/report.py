@@ -230,6 +230,39 @@ def targets(results: Results) -> list[Target]:
         out.append(_rss_target(results, cell))
     out.append(_steps_target(results))
     out.extend(celery_shaped_targets(results))
+    out.extend(migrate_targets(results))
+    return out
+
+
+MIGRATE_GOALS = (("Redis", 10_000.0), ("RabbitMQ", 5_000.0))  # messages/s into Postgres
+MIGRATE_GOAL_JOBS = 20_000  # the goals are for a backlog this size (start-up is amortised over it)
+
+
+def migrate_targets(results: Results) -> list[Target]:
+    """``ujobs-bridge migrate``: drain rate per broker (spawn -> exit, and on the drainer's own
+    clock, which leaves out CLI start-up) and the drainer's RSS across the run."""
+    out: list[Target] = []
+    jobs = results.settings.get("jobs", 0)
+    for broker, goal in MIGRATE_GOALS:
+        prefix = f"{broker} -> Postgres · "
+        for suffix in ("spawn→exit", "drainer's clock"):
+            row = results.rows.get(("migrate", cells.MIGRATE, prefix + suffix))
+            name = f"migrate {broker} -> Postgres, {jobs:,} Celery messages ({suffix})"
+            if row is None or math.isnan(row.median):
+                out.append(Target(name, "not measured", "", f"≥ {goal:,.0f}/s", None))
+                continue
+            judged = jobs >= MIGRATE_GOAL_JOBS  # a smaller backlog is mostly start-up
+            out.append(
+                Target(
+                    name,
+                    f"{row.median:,.0f} msgs/s",
+                    f"{fmt(row.low, 'jobs/s')} - {fmt(row.high, 'jobs/s')}",
+                    f"≥ {goal:,.0f}/s" + ("" if judged else f" at N ≥ {MIGRATE_GOAL_JOBS:,}"),
+                    _verdict(row.median, goal, None) if judged else None,
+                    row.median,
+                )
+            )
+        out.append(_flat_target(results, "migrate", cells.RSS_MIGRATE, f"{broker} -> Postgres · "))
     return out
 
 
@@ -283,10 +316,16 @@ FLAT_GROWTH = 0.10  # end within 10 % of start counts as flat
 
 
 def _rss_target(results: Results, cell: str) -> Target:
+    return _flat_target(results, "ujobs", cell, "")
+
+
+def _flat_target(results: Results, system: str, cell: str, prefix: str) -> Target:
     start, peak, end = (
-        results.first("ujobs", cell, k) for k in ("rss_start", "rss_peak", "rss_end")
+        next((r for r in results.find(system, cell, k) if r.label.startswith(prefix)), None)
+        for k in ("rss_start", "rss_peak", "rss_end")
     )
-    name = f"ujobs {cell}: start → peak → end"
+    where = f" ({prefix.removesuffix(' · ')})" if prefix else ""
+    name = f"{cell if system == 'migrate' else f'{system} {cell}'}{where}: start → peak → end"
     if start is None or peak is None or end is None:
         return Target(name, "not measured", "", "flat", None)
     growth = end.median / start.median - 1 if start.median else float("nan")

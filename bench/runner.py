@@ -54,6 +54,10 @@ def build(name: str, settings: Settings, log_dir: Path) -> System:
         from .compat_system import CompatSystem
 
         return CompatSystem(settings, log_dir)
+    if name == "migrate":
+        from .migrate_system import MigrateSystem
+
+        return MigrateSystem(settings, log_dir)
     raise ValueError(f"unknown system {name!r}")
 
 
@@ -147,6 +151,35 @@ class Runner:
             core_drains = self.generic(rnd, name, system)
         if isinstance(system, cells.CeleryShaped):
             self.celery_shaped(rnd, name, system, core_drains)
+        if isinstance(system, cells.BrokerDrain) and self.settings.wants(cells.MIGRATE):
+            got = self.attempt(
+                rnd, name, cells.MIGRATE, partial(system.drain_broker, self.settings.jobs)
+            )
+            self.broker_drains(rnd, name, got)
+
+    def broker_drains(
+        self, rnd: int, name: str, got: dict[str, cells.MigrateResult] | None
+    ) -> None:
+        """Record each broker's drain: spawn -> exit, the drainer's clock, and its RSS."""
+        add, mib = self.results.add, procs.MIB
+        for label, d in (got or {}).items():
+            add(name, cells.MIGRATE, f"{label} · spawn→exit", "rate", rnd, d.rate)
+            add(name, cells.MIGRATE, f"{label} · drainer's clock", "rate_steady", rnd, d.own_rate)
+            add(
+                name,
+                cells.RSS_MIGRATE,
+                f"{label} · at 1st row",
+                "rss_start",
+                rnd,
+                d.rss_start / mib,
+            )
+            add(name, cells.RSS_MIGRATE, f"{label} · peak", "rss_peak", rnd, d.rss_peak / mib)
+            add(name, cells.RSS_MIGRATE, f"{label} · before exit", "rss_end", rnd, d.rss_end / mib)
+            self.results.detail.append(
+                {"system": name, "cell": cells.MIGRATE, "round": rnd, "label": label,
+                 "drain": d.__dict__}
+            )  # fmt: skip
+            self.say(rnd, name, f"{cells.MIGRATE} {escape(f'[{label}]')}: {d.summary()}")
 
     def celery_shaped(
         self,

@@ -17,13 +17,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SYSTEMS = ("ujobs", "celery-compat", "celery-redis", "celery-rabbitmq", "raw")
+SYSTEMS = ("ujobs", "celery-compat", "celery-redis", "celery-rabbitmq", "raw", "migrate")
 TITLES = {
     "ujobs": "ujobs-bridge",
     "celery-compat": "celery_compat (bridge)",
     "celery-redis": "Celery+Redis",
     "celery-rabbitmq": "Celery+RabbitMQ",
     "raw": "raw SKIP LOCKED",
+    "migrate": "ujobs-bridge migrate",
 }
 BASELINE = "celery-redis"
 

@@ -30,6 +30,7 @@ import psycopg
 from celery_compat import store
 from celery_compat.message_row import CeleryMessage
 from ujobs_bridge.drivers.postgres.sql import q
+from ujobs_bridge.ids import new_job_ids
 
 from . import quarantine
 from .appinfo import AppInfo
@@ -64,10 +65,10 @@ class Taken:
     queue: str  # the queue whose row this becomes
     envelope: Envelope | None = None  # amqp/kombu: given; redis: parsed from raw
     meta: dict[str, Any] | None = None  # amqp/kombu: content type, encoding, headers, properties
-    token: Any = None  # the drainer's handle (list key, delivery tag, kombu message)
+    token: Any = None  # the drainer's handle: ("batch", list key), list key, tag, message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made once per message, never changed
 class Result:
     taken: Taken
     outcome: str
@@ -100,21 +101,25 @@ def envelope_of(fmt: str, raw: bytes, meta: dict[str, Any] | None, max_bytes: in
     )
 
 
-def decode(taken: Taken, ctx: Context) -> Decoded:
-    """The row for one taken message, or :class:`Poison`."""
+def decode(
+    taken: Taken, ctx: Context, now: datetime | None = None, job_id: UUID | None = None
+) -> Decoded:
+    """The row for one taken message, or :class:`Poison`. ``now``: the batch's clock reading
+    (expiry is judged against it), read from ``ctx`` when not given; ``job_id``: the row's id
+    (drawn when not given)."""
     envelope = taken.envelope
     if envelope is None:
         envelope = envelope_of(taken.fmt, taken.raw, taken.meta, ctx.accept.max_bytes)
     payload = deserialize(envelope, ctx.accept)
-    from_json = envelope.content_type.lower() == JSON
     return to_message(
         envelope,
         payload,
         queue=taken.queue,
         broker=ctx.kind,
         app=ctx.app,
-        now=ctx.now(),
-        check_json=not from_json,
+        now=ctx.now() if now is None else now,
+        from_json=envelope.content_type.lower() == JSON,
+        job_id=job_id,
     )
 
 
@@ -150,9 +155,10 @@ def prepare(items: list[Taken], ctx: Context) -> Prepared:
     """Decode a batch: pure CPU, so a drainer may do it while the previous batch commits."""
     good: list[tuple[Taken, Decoded]] = []
     bad: list[tuple[Taken, Poison]] = []
-    for taken in items:
+    now = ctx.now()  # one clock reading and one draw of row ids per batch
+    for taken, job_id in zip(items, new_job_ids(len(items)), strict=True):
         try:
-            good.append((taken, decode(taken, ctx)))
+            good.append((taken, decode(taken, ctx, now, job_id)))
         except Poison as exc:
             bad.append((taken, exc))
     return Prepared(items, good, bad)
@@ -200,7 +206,8 @@ def _insert(
     """Insert through the ledger; a message the ledger already holds is a DUPLICATE when its
     arguments match the job's, and goes to ``bad`` (``duplicate_conflict``) when they do not."""
     messages = [d.message for _, d in good]
-    new = set(store.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts))
+    inputs = [d.input for _, d in good]
+    new = set(store.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs))
     absorbed = [m for m in messages if m.job_id not in new]
     stored = _stored_arguments(conn, absorbed) if absorbed else {}
     results: list[Result] = []
@@ -210,7 +217,7 @@ def _insert(
             outcome = EXPIRED if decoded.expired else MOVED
         else:
             existing = stored.get((m.task_id, m.retries, m.nesting))
-            ours = json.loads(m.input_json())
+            ours = json.loads(decoded.input)
             if existing is not None and existing != (ours["args"], ours["kwargs"]):
                 detail = (
                     f"task {m.task_id} (retries {m.retries}) is already a job with other arguments"
@@ -276,6 +283,8 @@ def retry_entry(conn: Conn, entry_id: int, ctx: Context) -> RetryOutcome | None:
         except Poison as poison:
             quarantine.update_reason(conn, entry_id, poison)
             return RetryOutcome(False, poison=poison)
-        job_id = store.enqueue(conn, decoded.message, max_attempts=ctx.app.max_attempts)
+        job_id = store.enqueue(
+            conn, decoded.message, max_attempts=ctx.app.max_attempts, input_json=decoded.input
+        )
         quarantine.resolve(conn, entry_id, "retried", job_id)
         return RetryOutcome(True, job_id, duplicate=job_id is None)

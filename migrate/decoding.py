@@ -142,7 +142,7 @@ def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
     if len(raw) > max_bytes * 4 // 3 + 65536:  # base64 inflates the body by 4/3
         raise Poison(TOO_LARGE, f"{len(raw)} bytes in the broker, limit {max_bytes}")
     try:
-        data = json.loads(raw)
+        data = loads_json(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise Poison(MALFORMED, f"the kombu envelope is not JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -207,10 +207,31 @@ def decompress(envelope: Envelope, limit: int) -> bytes:
     return _inflate(envelope.body, method, limit)
 
 
+_DECODER = json.JSONDecoder()
+_JSON_WS = " \t\n\r"
+
+
+def loads_json(data: bytes) -> Any:
+    """``json.loads(data)``, faster for the usual case (UTF-8 text starting with ``{`` or ``[``):
+    the bytes are decoded as ``json.loads`` would decode them (UTF-8, ``surrogatepass``) and
+    parsed by the decoder directly, skipping the per-call encoding sniffing and whitespace
+    regexes; anything else (a BOM, UTF-16/32, leading whitespace) takes ``json.loads``."""
+    if data[:1] not in (b"{", b"[") or data[1:2] == b"\x00":  # json.loads: UTF-16-LE
+        return json.loads(data)
+    text = data.decode("utf-8", "surrogatepass")
+    value, end = _DECODER.raw_decode(text)
+    if end != len(text):
+        rest = text[end:]
+        extra = rest.lstrip(_JSON_WS)
+        if extra:
+            raise json.JSONDecodeError("Extra data", text, end + len(rest) - len(extra))
+    return value
+
+
 def _json(data: bytes) -> Any:
     # Plain json: kombu's typed values ({"__type__": "datetime", ...}) stay as those objects,
     # are written back unchanged into the row, and kombu's decoder restores them at run time.
-    return json.loads(data)
+    return loads_json(data)
 
 
 def _msgpack(data: bytes) -> Any:

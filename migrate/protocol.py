@@ -17,11 +17,17 @@ What it is not: byte-level decoding (``decoding.py``) or the database write (``b
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
+
+from kombu.utils.json import JSONEncoder
 
 from celery_compat.message_row import CeleryMessage, parse_instant
+from ujobs_bridge.ids import new_job_id
 
 from .appinfo import AppInfo
 from .decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
@@ -39,14 +45,47 @@ _DROP_HEADERS = (
     "x-last-death-reason",
     "x-delivery-count",
 )
+_DROP_HEADER_SET = frozenset(_DROP_HEADERS)
 _DROP_PROPERTIES = ("body_encoding", "application_headers", "content_type", "content_encoding")
+_DROP_PROPERTY_SET = frozenset(_DROP_PROPERTIES)
 
 
-@dataclass(frozen=True, slots=True)
+# kombu's JSON encoder (datetime, UUID, Decimal, bytes), compact, refusing NaN/Infinity.
+_ROW_ANY: Any = JSONEncoder(allow_nan=False, separators=(",", ":"))
+_ROW_FROM_JSON: Any = JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
+
+
+def _reused_encoder(encoder: Any) -> Callable[[Any], str]:
+    """``encoder.encode`` for a dict, with the C encoder built once instead of on every call
+    (what ``JSONEncoder.iterencode`` does). Only for an encoder without the cycle check: that
+    one keeps per-call state."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None or encoder.check_circular:
+        return cast(Callable[[Any], str], encoder.encode)
+    iterencode = make(
+        None,
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_ENCODE_ANY = _reused_encoder(_ROW_ANY)
+_ENCODE_FROM_JSON = _reused_encoder(_ROW_FROM_JSON)
+
+
+@dataclass(slots=True)  # not frozen: made once per message, never changed
 class Decoded:
     """A message ready to insert, with what the report and the batch need to know about it."""
 
     message: CeleryMessage
+    input: str  # the row's ``input`` (the message in kombu's JSON), already encoded
     expired: bool
     chord_group: str | None  # set for a chord header part: its chord state must be here
     redelivered: bool
@@ -131,7 +170,10 @@ def _text(value: Any) -> str | None:
 
 
 def _properties(envelope: Envelope, queue: str, broker: str) -> dict[str, Any]:
-    props = {k: v for k, v in envelope.properties.items() if k not in _DROP_PROPERTIES}
+    props = dict(envelope.properties)
+    if not _DROP_PROPERTY_SET.isdisjoint(props):
+        for key in _DROP_PROPERTIES:
+            props.pop(key, None)
     info = dict(props.get("delivery_info") or {})
     info.setdefault("routing_key", queue)
     info.setdefault("exchange", "")
@@ -155,12 +197,14 @@ def to_message(
     broker: str,
     app: AppInfo,
     now: datetime,
-    check_json: bool = True,
+    from_json: bool = False,
+    job_id: UUID | None = None,
 ) -> Decoded:
     """The row for one decoded message, or :class:`Poison` saying why there can be none.
 
-    ``check_json=False`` skips the JSON round-trip check for a body that came from JSON (kombu's
-    JSON decoder only makes values its encoder writes back)."""
+    ``from_json``: the body came out of the JSON parser. Only YAML (aliases) and pickle bodies
+    can hold a cycle (headers are trees on every transport), so the encoder checks for cycles
+    only for those. ``job_id``: the row's id (drawn here when not given)."""
     headers, args, kwargs, embed = _shape(envelope, payload)
     task, task_id = _text(headers.get("task")), _text(headers.get("id"))
     if task is None or task_id is None:
@@ -183,30 +227,44 @@ def to_message(
             task=task,
             task_id=task_id,
         )
+    properties = envelope.properties
     redelivered = bool(
         headers.get("redelivered")
-        or envelope.properties.get("redelivered")
-        or (envelope.properties.get("delivery_info") or {}).get("redelivered")
+        or properties.get("redelivered")
+        or (properties.get("delivery_info") or {}).get("redelivered")
     )
-    for key in _DROP_HEADERS:
-        headers.pop(key, None)
+    if not _DROP_HEADER_SET.isdisjoint(headers):
+        for key in _DROP_HEADERS:
+            headers.pop(key, None)
     expired = expires is not None and expires <= now
     if expired:
         headers["eta"] = None  # due now: the worker cancels it at claim (REVOKED, expired)
+    props = _properties(envelope, queue, broker)
+    encode = _ENCODE_FROM_JSON if from_json else _ENCODE_ANY
+    try:
+        # The row's input, as ``CeleryMessage.input_json`` writes it (kombu's JSON), except that
+        # NaN/Infinity (which jsonb cannot hold) are refused here rather than by the INSERT.
+        input_text = encode(
+            {
+                "args": args,
+                "kwargs": kwargs,
+                "embed": embed,
+                "headers": headers,
+                "properties": props,
+            }
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise Poison(
+            NOT_JSON_SAFE, f"a value cannot be stored as JSON: {exc}", task=task, task_id=task_id
+        ) from None
     message = CeleryMessage(
         headers=headers,
         args=args,
         kwargs=kwargs,
         embed=embed,
         queue=queue,
-        properties=_properties(envelope, queue, broker),
+        properties=props,
+        job_id=new_job_id() if job_id is None else job_id,
     )
-    try:
-        if check_json:
-            message.input_json()
-    except (TypeError, ValueError) as exc:
-        raise Poison(
-            NOT_JSON_SAFE, f"a value cannot be stored as JSON: {exc}", task=task, task_id=task_id
-        ) from None
     chord_group = _text(headers.get("group")) if embed.get("chord") else None
-    return Decoded(message, expired, chord_group, redelivered)
+    return Decoded(message, input_text, expired, chord_group, redelivered)

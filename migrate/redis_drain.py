@@ -5,14 +5,16 @@ two loses the message. The drainer never holds a message that Redis does not als
 
 1. a Lua script ``LMOVE``\\ s up to a batch of the OLDEST messages (right end) from the queue's
    lists, base list first and then each priority sub-list ``<queue><sep><step>`` in kombu's
-   consumption order, onto a processing list owned by this drainer
-   (``<prefix>_ujobs.migrate<sep><drainer id><sep><queue>``);
+   consumption order, onto a processing list of this drainer that holds that batch and
+   nothing else (``<prefix>_ujobs.migrate<sep><drainer id><sep><queue><sep><run>.<n>``);
 2. the batch is inserted and COMMITTED (``batch.commit_prepared``);
-3. only then is each message ``LREM``\\ ed from the processing list.
+3. only then is the batch's processing list deleted: one ``DEL``, no message sent back.
 
 A drainer that restarts first finishes its own processing lists (the ledger absorbs whatever
-was committed before the crash), and adopts the lists of a drainer whose heartbeat key has
-expired. ``global_keyprefix``, ``sep`` and ``priority_steps`` come from the app's
+was committed before the crash; a recovered message is ``LREM``\\ ed from its list after its
+commit), and adopts the lists of a drainer whose heartbeat key has expired. Batch lists carry a
+token of the run, so two drainers started with the same id never share one.
+``global_keyprefix``, ``sep`` and ``priority_steps`` come from the app's
 ``broker_transport_options``. kombu's ``unacked`` hash belongs to live Celery workers and is left
 alone unless ``--restore-unacked`` (only with every Celery worker stopped): then its entries are
 inserted, committed, and only then deleted from ``unacked``/``unacked_index``.
@@ -23,6 +25,7 @@ What it is not: a kombu consumer (nothing here registers with kombu or acks thro
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,6 +80,7 @@ def _text(value: Any) -> str:
 
 class RedisSource:
     kind = "redis"
+    settle_anywhere = True  # redis-py clients are thread-safe: the loop settles off its thread
 
     def __init__(
         self,
@@ -102,6 +106,8 @@ class RedisSource:
         self._adopt = self.client.register_script(_ADOPT)
         self._remove = self.client.register_script(_REMOVE)
         self._base = f"{self.prefix}_ujobs.migrate{self.sep}"
+        self._run_id = secrets.token_hex(4)  # batch lists of two same-id drainers never meet
+        self._batches = 0
         self.queues = list(queues) if queues is not None else self.discover()
         self._turn = 0
         self._recovering: list[str] | None = None
@@ -118,6 +124,17 @@ class RedisSource:
 
     def processing_key(self, queue: str, drainer_id: str | None = None) -> str:
         return f"{self._base}{drainer_id or self.drainer_id}{self.sep}{queue}"
+
+    def batch_key(self, queue: str) -> str:
+        """A new processing list for one batch of ``queue``: holding that batch alone, it can
+        be let go with one ``DEL`` once the batch is committed."""
+        self._batches += 1
+        return f"{self.processing_key(queue)}{self.sep}{self._run_id}.{self._batches}"
+
+    def _owner_and_queue(self, key: str) -> tuple[str, str]:
+        """(drainer id, queue) of a processing list (a batch's or an adopting one)."""
+        drainer, _, rest = key[len(self._base) :].partition(self.sep)
+        return drainer, rest.partition(self.sep)[0]
 
     def heartbeat_key(self, drainer_id: str) -> str:
         return f"{self.prefix}_ujobs.migrate.alive{self.sep}{drainer_id}"
@@ -152,7 +169,7 @@ class RedisSource:
         own, stale = [], []
         for raw in self.client.scan_iter(match=pattern, count=500):
             key = _text(raw)
-            drainer, _, queue = key[len(self._base) :].partition(self.sep)
+            drainer, queue = self._owner_and_queue(key)
             if drainer == self.drainer_id:
                 own.append(key)
             elif not self.client.exists(self.heartbeat_key(drainer)):
@@ -169,7 +186,7 @@ class RedisSource:
             self._recovering = self._own_processing()
         out: list[Taken] = []
         for key in list(self._recovering):
-            queue = key[len(self._base) :].partition(self.sep)[2]
+            queue = self._owner_and_queue(key)[1]
             items = self.client.lrange(key, -(n - len(out)), -1)
             if not items:
                 self._recovering.remove(key)
@@ -188,26 +205,33 @@ class RedisSource:
         count = len(self.queues)
         for i in range(count):
             queue = self.queues[(self._turn + i) % count]
-            key = self.processing_key(queue)
+            key = self.batch_key(queue)
             moved = self._move(
                 keys=[key, *self.keys_of(queue)], args=[n - len(out), MAX_BATCH_BYTES]
             )
-            out.extend(Taken(bytes(raw), "redis", queue, token=key) for raw in moved)
+            token = ("batch", key)
+            out.extend(Taken(bytes(raw), "redis", queue, token=token) for raw in moved)
             if len(out) >= n:
                 break
         self._turn += 1
         return out
 
     def settle(self, items: list[Taken]) -> None:
-        """After commit: remove each message from wherever this drainer held it."""
+        """After commit: remove each message from wherever this drainer held it (a batch's own
+        list goes as a whole)."""
         by_list: dict[str, list[bytes]] = {}
+        batches: set[str] = set()
         with self.client.pipeline(transaction=False) as pipe:
             for t in items:
-                if isinstance(t.token, tuple):  # ("unacked", tag)
+                if not isinstance(t.token, tuple):  # a recovered message: its list's key
+                    by_list.setdefault(t.token, []).append(t.raw)
+                elif t.token[0] == "batch":
+                    batches.add(t.token[1])
+                else:  # ("unacked", tag)
                     pipe.hdel(self.unacked_key, t.token[1])
                     pipe.zrem(self.unacked_index_key, t.token[1])
-                else:
-                    by_list.setdefault(t.token, []).append(t.raw)
+            if batches:
+                pipe.delete(*sorted(batches))
             for key, raws in by_list.items():  # one script call per list, not one LREM each
                 self._remove(keys=[key], args=raws, client=pipe)
             pipe.set(self.heartbeat_key(self.drainer_id), "1", ex=HEARTBEAT_S)

@@ -4,10 +4,13 @@ against the rows it left behind (not against what it printed)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from collections import Counter
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 
@@ -112,3 +115,65 @@ def test_demo_without_the_celery_part_prints_no_celery_results(pg_dsn: str) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "celery" not in json.loads(result.stdout)
+
+
+def test_demo_drains_a_backlog_real_celery_published_to_a_filesystem_broker_and_runs_it(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    """The migrate part: plain Celery publishes 101 messages to kombu's filesystem transport;
+    the drain makes 100 rows and quarantines the one whose task the app no longer has; the
+    bridge runs the 100 with the right results. kombu's folders live in a temporary directory:
+    nothing is left in the working directory."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ujobs_bridge", "demo", "--jobs", "5", "--dsn", pg_dsn, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    printed = doc["migrate"]
+    assert printed["error"] is None
+    assert (printed["published"], printed["drained"], printed["quarantined"], printed["ran"]) == (
+        101,
+        100,
+        1,
+        100,
+    )
+    assert printed["quarantined_by_reason"] == {"unknown_task": 1}
+    assert printed["results_ok"] == 100
+    assert printed["left_in_broker"] == 0
+    assert printed["queue"] == doc["queue"] + "-migrate"
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select name, state, input -> 'args' from x_jobs where queue = %s", (printed["queue"],)
+        ).fetchall()
+        kept = conn.execute(
+            "select task, reason from x_migrate_quarantine where queue = %s", (printed["queue"],)
+        ).fetchall()
+    assert Counter((r[0], r[1]) for r in rows) == {
+        ("demo.add", "done"): 60,
+        ("demo.square", "done"): 40,
+    }
+    assert sorted(r[2] for r in rows if r[0] == "demo.add") == sorted([i, i] for i in range(60))
+    assert kept == [("legacy.cleanup", "unknown_task")]
+    assert printed["states"] == {"done": 100}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_prints_the_migrate_table(pg_dsn: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ujobs_bridge", "demo", "--jobs", "2", "--dsn", pg_dsn],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = result.stdout[result.stdout.index("a Celery backlog moved onto the bridge") :]
+    shown = dict(re.findall(r"│ (published|drained|quarantined|ran)\s*│\s*([\d,]+) │", table))
+    assert shown == {"published": "101", "drained": "100", "quarantined": "1", "ran": "100"}
+    assert "legacy.cleanup" in table

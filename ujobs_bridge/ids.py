@@ -23,3 +23,17 @@ def new_job_id() -> uuid.UUID:
     rand_b = rand & ((1 << 62) - 1)  # 62 bits
     value = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
     return uuid.UUID(int=value)
+
+
+def new_job_ids(n: int) -> list[uuid.UUID]:
+    """``n`` ids laid out as ``new_job_id`` lays one out, from one clock reading and one read of
+    the OS's randomness (a batch of rows: one syscall instead of ``n``)."""
+    millis = time.time_ns() // 1_000_000
+    head = (millis & ((1 << 48) - 1)) << 80 | 0x7 << 76 | 0b10 << 62
+    rand = os.urandom(10 * n)
+    low = (1 << 62) - 1
+    ids = []
+    for start in range(0, 10 * n, 10):
+        value = int.from_bytes(rand[start : start + 10], "big")
+        ids.append(uuid.UUID(int=head | (value >> 68) << 64 | (value & low)))
+    return ids

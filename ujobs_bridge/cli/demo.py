@@ -8,7 +8,9 @@ exactly one of which always fails and dead-letters, shows a progress bar, then r
 back FROM THE DATABASE: states, attempts, the dead letter and its last error, elapsed time and
 throughput on the database clock. Nothing in the summary is a number the demo merely believes.
 Then (unless ``--no-celery``) it runs a Celery-style app through the bridge: a chain, a group, a
-task that retries once and a beat entry (``celery_demo.py``, app in ``demo_celery.py``).
+task that retries once and a beat entry (``celery_demo.py``, app in ``demo_celery.py``); and it
+moves a backlog real Celery published to a serverless kombu broker onto the bridge and runs it
+(``migrate_demo.py``).
 
 What it is not: a benchmark (``python -m bench``) or a test. The jobs are in ``demo_jobs.py``.
 """
@@ -52,7 +54,7 @@ from ..job import EnqueueRequest
 from ..records import LIVE_STATES, JobRecord, JobState
 from ..worker import Worker
 from ..worker_config import WorkerConfig
-from . import celery_demo
+from . import celery_demo, migrate_demo
 from .options import database, dsn_option, json_option, print_json
 
 DEFAULT_JOBS = 3000
@@ -289,7 +291,8 @@ def _live_in_queue(introspector: Introspector, queue: str) -> int:
     "with_celery",
     default=True,
     show_default=True,
-    help="Then run a Celery-style app (chain, group, retry, beat entry) through the bridge.",
+    help="Then run a Celery-style app (chain, group, retry, beat entry) through the bridge, and "
+    "drain a backlog Celery published to a filesystem broker onto it.",
 )
 @dsn_option
 @json_option
@@ -376,25 +379,39 @@ def demo(
     summary = _summarise(queue, records)
     dead_id = str(summary.dead[0].id) if summary.dead else None
     next_commands = _next_commands(resolved, queue, dead_id)
-    celery_part = None
+    celery_part = migrate_part = None
     if with_celery:
         if not as_json:
             err.print("celery: running ujobs_bridge.demo_celery (chain, group, retry, beat entry)")
         celery_part = celery_demo.run(
             resolved, f"{queue}-celery", concurrency=concurrency, timeout_s=timeout_s
         )
+        if not as_json:
+            err.print("migrate: Celery publishes to a filesystem broker; drained, then run")
+        migrate_part = migrate_demo.run(
+            resolved, f"{queue}-migrate", concurrency=concurrency, timeout_s=timeout_s
+        )
     if as_json:
         doc = _as_json(summary, plan, resolved, next_commands)
-        if celery_part is not None:
+        if celery_part is not None and migrate_part is not None:
             doc["celery"] = celery_part.as_json()
+            doc["migrate"] = migrate_part.as_json()
         print_json(doc)
     else:
         console = Console()
-        more = None if celery_part is None else (lambda: celery_demo.render(console, celery_part))
+        more: Callable[[], None] | None = None
+        if celery_part is not None and migrate_part is not None:
+            shown = (celery_part, migrate_part)
+
+            def more_parts() -> None:
+                celery_demo.render(console, shown[0])
+                migrate_demo.render(console, shown[1])
+
+            more = more_parts
         _render(console, summary, plan, resolved, next_commands, more)
     problems = _problems(summary, total, plan)
-    if celery_part is not None:
-        problems += celery_part.problems()
+    if celery_part is not None and migrate_part is not None:
+        problems += celery_part.problems() + migrate_part.problems()
     if problems:
         raise click.ClickException(
             "the database does not show the expected outcome: " + "; ".join(problems)
