@@ -108,9 +108,20 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             with self.client.pool.connection() as conn:
                 store.result_expire(conn, bytes_to_str(key), float(value))
 
+    def set_chord_size(self, group_id: Any, chord_size: int) -> None:
+        """Keep the header's size as Celery counts it (a chain ending in a group counts that
+        group's tasks); the base key/value backend would fall back to the number of header
+        entries and join a nested group early (as the Redis backend does, kept by group id)."""
+        self.set(self.get_key_for_group(group_id, ".s"), str(int(chord_size)))
+
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> Any:
         self._local.chord_part = request.id
         try:
+            chord = request.chord
+            if isinstance(chord, dict) and chord.get("chord_size") is None and request.group:
+                size = self.get(self.get_key_for_group(request.group, ".s"))
+                if size is not None:
+                    request.chord = dict(chord, chord_size=int(size))
             return super().on_chord_part_return(request, state, result, **kwargs)
         finally:
             self._local.chord_part = None
@@ -188,10 +199,10 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             while True:
                 event.clear()
                 meta: dict[str, Any] = self.get_task_meta(task_id, cache=False)
+                if on_interval:  # before returning, as Celery's async drain loop does: a
+                    on_interval()  # failed parent (chord header, chain link) raises first
                 if meta["status"] in states.READY_STATES:
                     return meta
-                if on_interval:
-                    on_interval()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("The operation timed out.")

@@ -25,6 +25,7 @@ from ujobs_bridge.drivers.postgres import driver
 from . import store
 
 LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
+REVOCABLE_STATES = (states.PENDING, states.RECEIVED, states.RETRY, states.REJECTED)
 
 
 class BridgeControl(Control):  # type: ignore[misc]
@@ -35,26 +36,36 @@ class BridgeControl(Control):  # type: ignore[misc]
         terminate: bool = False,
         signal: str = "SIGTERM",
         **kwargs: Any,
-    ) -> None:
+    ) -> list[dict[str, Any]] | None:
         ids = [str(t) for t in maybe_list(task_id) or []]
         backend = self.app.backend
         with self.app.ujobs_client.pool.connection() as conn:
             for tid in ids:
                 store.revoke(conn, tid, terminate=terminate)
+                running = False
                 for job_id, state, _error, _at in store.jobs_of_task(conn, tid):
                     if state in LIVE_NOT_RUNNING:
                         driver.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
-                        self._mark_revoked(backend, tid)
-                    elif state == "running" and terminate:
-                        # The worker drops it if its body has not started yet, and interrupts
-                        # the body if it has (execution._terminates). Without terminate a
-                        # claimed message runs: its row stays as it is, as in Celery for a
-                        # started task (a prefetched one is the documented difference).
-                        driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
+                    elif state == "running":
+                        running = True
+                        if terminate:
+                            # The worker drops it if its body has not started yet, and
+                            # interrupts the body if it has (execution._terminates), then
+                            # stores REVOKED. Without terminate a claimed message runs: its
+                            # row stays as it is, as in Celery for a started task (a
+                            # prefetched one is the documented difference).
+                            driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
+                if not running:
+                    self._mark_revoked(backend, tid)
+        if kwargs.get("reply"):  # Celery: one reply per worker that handled the broadcast
+            return [{"ujobs-bridge": {"ok": f"tasks {set(ids)} flagged as revoked"}}]
+        return None
 
     def _mark_revoked(self, backend: Any, task_id: str) -> None:
+        """Store REVOKED as Celery 5.7's worker does: only over a state no worker owns yet (a
+        result, or STARTED/a custom state set by a running task, is left alone)."""
         meta = backend.get_task_meta(task_id, cache=False)
-        if meta.get("status") not in states.READY_STATES:
+        if meta.get("status") in REVOCABLE_STATES:
             backend.store_result(task_id, TaskRevokedError("revoked"), states.REVOKED)
 
     def ping(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> list[Any]:

@@ -264,6 +264,36 @@ def _terminates(app: Any, task_id: str) -> bool:
     return flag is None or flag
 
 
+def _received(app: Any, task: Any, message: Any, request: dict[str, Any]) -> None:
+    """``task_received`` as a Celery worker sends it once a message is accepted (not expired,
+    not revoked), with Celery's own ``Request`` built from the row (``.id``, ``.stamps``,
+    ``.errbacks``, ``.replaced_task_nesting`` ... read as they do on a Celery worker)."""
+    if not signals.task_received.receivers:
+        return
+    from types import SimpleNamespace
+
+    from celery.app.task import Context
+    from celery.worker.request import Request
+
+    body = (message.args, message.kwargs, message.embed or {})
+    carrier = SimpleNamespace(
+        headers=dict(message.headers),
+        body=body,
+        payload=body,
+        delivery_info=request["delivery_info"],
+        properties=request["properties"],
+        content_type="application/json",
+        content_encoding="utf-8",
+    )
+    try:
+        received: Any = Request(
+            carrier, app=app, task=task, hostname=HOSTNAME, body=body, decoded=True
+        )
+    except Exception:  # a message Celery's Request cannot parse: handlers still get the fields
+        received = Context(request)
+    signals.task_received.send(sender=None, request=received)
+
+
 def run_message(
     app: Any, name: str, value: Any, limits: tuple[Any, Any] | None = None
 ) -> dict[str, str]:
@@ -281,6 +311,7 @@ def run_message(
         _revoke(task, message.task_id, request, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
     rate_limit.take_or_snooze(app, task, ctx)
+    _received(app, task, message, request)
     soft, hard = _limits(task, message.headers, limits)
     watched = INTERRUPTER.watch(
         ctx.signal, soft, hard, should_terminate=lambda: _terminates(app, message.task_id)

@@ -1,0 +1,241 @@
+"""Testing helpers a Celery user reaches for, on the bridge: ``start_worker`` runs a real bridge
+worker in-process (the app's queues, signals, waits for in-flight work on exit), the
+``celery_compat.contrib.pytest`` fixtures give a working app and worker on a database of their
+own (dropped after the session), and ``DjangoTask.delay_on_commit`` sends only after a commit.
+
+The fixture and Django tests run pytest in a subprocess (``pytester``): the plugin is loaded
+there with ``-p`` exactly as a user would, and Django's settings stay out of this process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from celery import states
+from celery.contrib.testing.worker import test_worker_started, test_worker_stopped
+
+from celery_compat import Celery
+from celery_compat.contrib.testing.worker import start_worker
+from conftest import ADMIN_DSN
+from ujobs_bridge import connect
+
+pytest_plugins = ["pytester"]
+
+STARTED = threading.Event()
+GATE = threading.Event()
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[Any]:
+    app = Celery("contrib_app")
+    app.conf.update(task_routes={"contrib.mul": {"queue": "math"}})
+
+    @app.task(name="contrib.add", shared=False)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(name="contrib.mul", shared=False)
+    def mul(x: int, y: int) -> int:
+        return x * y
+
+    @app.task(name="contrib.held", shared=False)
+    def held() -> str:
+        STARTED.set()
+        assert GATE.wait(10)
+        return "released"
+
+    STARTED.clear()
+    GATE.clear()
+    client = connect(dsn, upgrade=False)
+    app.use_ujobs_client(client)
+    try:
+        yield app
+    finally:
+        GATE.set()
+        app.close()
+        app.use_ujobs_client(None)
+        client.close()
+
+
+def job_states(dsn: str, name: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("select state from x_jobs where name = %s order by created_at", (name,))
+        return [r[0] for r in rows.fetchall()]
+
+
+def test_start_worker_runs_the_apps_tasks_on_its_queues_until_the_block_ends(
+    app: Any, dsn: str
+) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def started(sender: Any, worker: Any, **_: Any) -> None:
+        seen.append(("started", worker))
+
+    def stopped(sender: Any, worker: Any, **_: Any) -> None:
+        seen.append(("stopped", worker))
+
+    test_worker_started.connect(started, weak=False)
+    test_worker_stopped.connect(stopped, weak=False)
+    try:
+        with start_worker(app) as w:  # the ping round trip has run by now
+            assert set(w.queues) == {"celery", "math"}  # default queue + the routed one
+            assert app.tasks["contrib.add"].delay(2, 3).get(timeout=10) == 5
+            assert app.tasks["contrib.mul"].delay(2, 3).get(timeout=10) == 6  # task_routes → math
+            assert app.tasks["contrib.add"].apply_async((1, 1), queue="math").get(timeout=10) == 2
+    finally:
+        test_worker_started.disconnect(started)
+        test_worker_stopped.disconnect(stopped)
+    assert job_states(dsn, "contrib.mul") == ["done"]
+    assert [kind for kind, _ in seen] == ["started", "stopped"]
+    assert seen[0][1] is seen[1][1] is w
+    late = app.tasks["contrib.add"].delay(5, 5)  # no worker any more: it waits, durably
+    assert late.state == states.PENDING
+    assert job_states(dsn, "contrib.add") == ["done", "done", "ready"]  # 2 run, 1 waiting
+    assert job_states(dsn, "celery.ping") == ["done"]
+
+
+def test_leaving_start_worker_waits_for_the_task_in_flight(app: Any, dsn: str) -> None:
+    with start_worker(app, perform_ping_check=False) as w:
+        r = app.tasks["contrib.held"].delay()
+        assert STARTED.wait(10)
+
+        def release_once_stopping() -> None:
+            while not w.worker.stopping:
+                threading.Event().wait(0.01)
+            GATE.set()
+
+        threading.Thread(target=release_once_stopping, daemon=True).start()
+    assert r.state == states.SUCCESS and r.result == "released"
+    assert job_states(dsn, "contrib.held") == ["done"]
+
+
+FIXTURE_TESTS = """
+import psycopg
+import pytest
+from celery import shared_task
+
+import celery_compat
+
+
+@shared_task(name="fx.mul")
+def mul(x, y):
+    return x * y
+
+
+@pytest.fixture(scope="session")
+def celery_config():
+    return {"task_default_queue": "work"}
+
+
+def test_function_app_and_worker(celery_app, celery_worker, celery_ujobs_dsn):
+    assert isinstance(celery_app, celery_compat.Celery)
+    assert celery_app.conf.ujobs_database_url == celery_ujobs_dsn
+    assert celery_worker.queues == ("work",)
+    assert mul.delay(4, 5).get(timeout=10) == 20
+    with open("dbname.txt", "w") as f:
+        f.write(psycopg.conninfo.conninfo_to_dict(celery_ujobs_dsn)["dbname"])
+
+
+def test_session_app_and_worker(celery_session_app, celery_session_worker):
+    assert celery_session_worker.app is celery_session_app
+    assert mul.delay(6, 7).get(timeout=10) == 42
+
+
+@pytest.mark.celery(result_expires=60)
+def test_marker_overrides_config(celery_app):
+    assert celery_app.conf.result_expires == 60
+"""
+
+
+def test_pytest_fixtures_give_an_app_and_a_worker_on_a_session_database(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_fixtures=FIXTURE_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "celery_compat.contrib.pytest", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=3)
+    dbname = (pytester.path / "dbname.txt").read_text()
+    assert dbname.startswith("ujobs_celery_test_")
+    with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:  # dropped when the session ended
+        row = admin.execute(
+            "select count(*) from pg_database where datname = %s", (dbname,)
+        ).fetchone()
+        assert row == (0,)
+
+
+DJANGO_TESTS = """
+import threading
+
+import django
+import psycopg
+import pytest
+from celery import shared_task
+
+from celery_compat.contrib.django import DjangoTask
+
+RAN = []
+DONE = threading.Event()
+
+
+@shared_task(name="dj.record")
+def record(label):
+    RAN.append(label)
+    if label == "kept":
+        DONE.set()
+
+
+@pytest.fixture(scope="session")
+def celery_parameters():
+    return {"task_cls": "celery_compat.contrib.django:DjangoTask"}
+
+
+def jobs_with(dsn, label):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("select input from x_jobs where name = 'dj.record'").fetchall()
+    return [r for r in rows if r[0]["args"] == [label]]
+
+
+def test_delay_on_commit(celery_app, celery_worker, celery_ujobs_dsn):
+    from django.conf import settings
+
+    info = psycopg.conninfo.conninfo_to_dict(celery_ujobs_dsn)
+    settings.configure(DATABASES={"default": {
+        "ENGINE": "django.db.backends.postgresql", "NAME": info["dbname"],
+        "USER": info.get("user", ""), "HOST": info.get("host", ""), "PORT": info.get("port", ""),
+    }})
+    django.setup()
+    from django.db import transaction
+
+    task = celery_app.tasks["dj.record"]
+    assert isinstance(task, DjangoTask)
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            task.delay_on_commit("dropped")
+            raise RuntimeError("roll back")
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            task.delay("rolled back with the transaction")  # the jobs DB is Django's DB
+            raise RuntimeError("roll back")
+    with transaction.atomic():
+        assert task.delay_on_commit("kept") is None
+        assert jobs_with(celery_ujobs_dsn, "kept") == []  # not sent before the commit
+    assert DONE.wait(10)
+    assert RAN == ["kept"]
+    assert jobs_with(celery_ujobs_dsn, "dropped") == []
+    assert jobs_with(celery_ujobs_dsn, "rolled back with the transaction") == []
+    from django.db import connections
+
+    connections.close_all()
+"""
+
+
+def test_django_task_delay_on_commit_sends_only_after_the_commit(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_django_task=DJANGO_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "celery_compat.contrib.pytest", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)
