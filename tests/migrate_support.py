@@ -169,3 +169,26 @@ def quarantined(dsn: str) -> list[dict[str, Any]]:
             "select id, queue, reason, detail, task, task_id, format, size, seen, resolution, job_id,"
             " raw from x_migrate_quarantine order by id"
         ).fetchall()
+
+
+@pytest.fixture
+def r() -> Iterator[redis.Redis]:
+    """A Redis client for the test (skips locally when Redis is down; fails under CI)."""
+    client = redis_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue(r: redis.Redis) -> Iterator[str]:
+    """A queue name unique to the test; its keys are deleted afterwards."""
+    name = unique()
+    yield name
+    clean_redis(r, name)
+
+
+@pytest.fixture
+def qdsn(dsn: str) -> str:
+    """The test database with the quarantine emptied."""
+    ensure_quarantine(dsn)
+    return dsn

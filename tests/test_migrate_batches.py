@@ -10,33 +10,12 @@ from __future__ import annotations
 import gc
 import json
 from collections import Counter
-from collections.abc import Iterator
 
 import migrate_support as ms
-import pytest
 import redis
+from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from migrate.redis_drain import RedisSource
-
-
-@pytest.fixture
-def r() -> Iterator[redis.Redis]:
-    client = ms.redis_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(r: redis.Redis) -> Iterator[str]:
-    name = ms.unique("batches")
-    yield name
-    ms.clean_redis(r, name)
-
-
-@pytest.fixture
-def qdsn(dsn: str) -> str:
-    ms.ensure_quarantine(dsn)
-    return dsn
 
 
 def _processing(r: redis.Redis, queue: str) -> dict[bytes, list[bytes]]:

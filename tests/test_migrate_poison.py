@@ -12,7 +12,6 @@ import json
 import pickle
 import uuid
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import redis
 import yaml
 from click.testing import CliRunner
 from kombu import Connection
+from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from ujobs_bridge.cli import cli
 
@@ -53,26 +53,6 @@ def _no_unsafe_loaders(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(yaml, "full_load", _refuse)
     for loader in (yaml.Loader, yaml.UnsafeLoader, yaml.FullLoader):  # safe_load uses SafeLoader
         monkeypatch.setattr(loader, "__init__", _refuse)
-
-
-@pytest.fixture
-def r() -> Iterator[redis.Redis]:
-    client = ms.redis_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(r: redis.Redis) -> Iterator[str]:
-    name = ms.unique("poison")
-    yield name
-    ms.clean_redis(r, name)
-
-
-@pytest.fixture
-def qdsn(dsn: str) -> str:
-    ms.ensure_quarantine(dsn)
-    return dsn
 
 
 def _raw(queue: str, body: bytes, content_type: str, headers: dict[str, Any]) -> None:

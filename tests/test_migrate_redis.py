@@ -14,38 +14,17 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import migrate_support as ms
-import pytest
 import redis
 from celery import chain
 from cli_proc import CliProc
+from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from conftest import wait_for
-
-
-@pytest.fixture
-def r() -> Iterator[redis.Redis]:
-    client = ms.redis_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(r: redis.Redis) -> Iterator[str]:
-    name = ms.unique()
-    yield name
-    ms.clean_redis(r, name)
-
-
-@pytest.fixture
-def qdsn(dsn: str) -> str:
-    ms.ensure_quarantine(dsn)
-    return dsn
 
 
 def broker_keys(r: redis.Redis, queue: str) -> dict[str, int]:

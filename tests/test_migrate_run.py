@@ -16,6 +16,7 @@ import pytest
 import redis
 from celery import chain, chord, states
 from celery.result import AsyncResult
+from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from apps import migrate_proj
 from conftest import wait_for
@@ -25,26 +26,6 @@ from conftest import wait_for
 def _close_backend() -> Iterator[None]:
     yield
     migrate_proj.app.backend.close()  # its LISTEN connection must not outlive the database
-
-
-@pytest.fixture
-def r() -> Iterator[redis.Redis]:
-    client = ms.redis_client()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def queue(r: redis.Redis) -> Iterator[str]:
-    name = ms.unique("run")
-    yield name
-    ms.clean_redis(r, name)
-
-
-@pytest.fixture
-def qdsn(dsn: str) -> str:
-    ms.ensure_quarantine(dsn)
-    return dsn
 
 
 def states_of(dsn: str) -> dict[str, str]:
