@@ -6,6 +6,7 @@ commit runs it (the order row and its task commit or vanish together)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,7 +30,8 @@ START = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
 
 @pytest.fixture(scope="module")
 def proj(pg_dsn: str) -> Iterator[tuple[Any, Any]]:
-    from apps.celery_proj import settings
+    had_settings_module = "DJANGO_SETTINGS_MODULE" in os.environ
+    from apps.celery_proj import settings  # the package sets DJANGO_SETTINGS_MODULE, as projects do
 
     settings.configure(pg_dsn)
     from django.db import connection
@@ -46,6 +48,8 @@ def proj(pg_dsn: str) -> Iterator[tuple[Any, Any]]:
     from django.db import connections
 
     connections.close_all()
+    if not had_settings_module:  # later subprocesses (worker, demo) must not inherit it
+        os.environ.pop("DJANGO_SETTINGS_MODULE", None)
 
 
 @pytest.fixture
