@@ -24,6 +24,7 @@ from kombu.transport.native_delayed_delivery import (
     declare_native_delayed_delivery_exchanges_and_queues,
 )
 
+from conftest import wait_for
 from migrate.amqp_drain import DELAYED_QUEUES
 from migrate.batch import Context
 from migrate.decoding import Accept
@@ -204,6 +205,8 @@ def test_native_delayed_delivery_queues_are_drained_into_the_destination_queue(
     queues.append(other)
     with ms.producer(ms.AMQP_URL, other, task_queues=[quorum(other, "topic")]) as p:
         foreign = p.record.apply_async(("foreign",), countdown=40).id
+    # RabbitMQ counts a queue's messages asynchronously: wait until the two immediate ones show.
+    wait_for(lambda: ready(queue) >= 2, timeout=10, what="the two immediate messages queued")
     assert ready(queue) == 2, "countdown messages wait in celery_delayed_*, not in the queue"
 
     stats = ms.drain(qdsn, ms.AMQP_URL, [queue])

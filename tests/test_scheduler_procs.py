@@ -41,8 +41,19 @@ def schedulers(dsn: str, sdb: Db, tmp_path: Path) -> Iterator[Callable[..., CliP
 
     def start(faults: str = "") -> CliProc:
         log = tmp_path / f"scheduler{len(started)}.log"
-        args = ["scheduler", "-A", "apps.sched_tasks", "--no-purge", "--no-outbox",
-                "--lease", "2", "--interval", "0.25", "--dsn", dsn]
+        args = [
+            "scheduler",
+            "-A",
+            "apps.sched_tasks",
+            "--no-purge",
+            "--no-outbox",
+            "--lease",
+            "2",
+            "--interval",
+            "0.25",
+            "--dsn",
+            dsn,
+        ]
         proc = CliProc(args, log, faults=faults)
         started.append(proc)
         return proc
@@ -51,7 +62,9 @@ def schedulers(dsn: str, sdb: Db, tmp_path: Path) -> Iterator[Callable[..., CliP
     for proc in started:
         proc.close()
     for proc in started:
-        print(f"--- scheduler {proc.pid} (exit {proc.proc.returncode}) ---\n{proc.output()[-3000:]}")
+        print(
+            f"--- scheduler {proc.pid} (exit {proc.proc.returncode}) ---\n{proc.output()[-3000:]}"
+        )
 
 
 def leader(db: Db) -> tuple[int, int, bool] | None:
@@ -93,9 +106,12 @@ def assert_each_occurrence_enqueued_once(db: Db) -> None:
     ).fetchone()
     assert orphans == (0,)
     # catch_up="all": the seconds fired have no gap, whoever was leading
-    seconds = [r[0] for r in db.execute(
-        "select occurrence_at from x_scheduler_fires where task = 'race-all' order by occurrence_at"
-    ).fetchall()]
+    seconds = [
+        r[0]
+        for r in db.execute(
+            "select occurrence_at from x_scheduler_fires where task = 'race-all' order by occurrence_at"
+        ).fetchall()
+    ]
     gaps = [(a, b) for a, b in itertools.pairwise(seconds) if b - a != timedelta(seconds=1)]
     assert not gaps, gaps[:5]
 
@@ -120,12 +136,22 @@ def test_three_schedulers_one_paused_past_its_lease_fire_each_occurrence_once(
     lost_before = paused.output().count("lost term")
 
     paused.pause()
-    wait_for(lambda: live_leader_other_than(sdb, paused_pid, paused_term), timeout=20, what="a new leader")
+    wait_for(
+        lambda: live_leader_other_than(sdb, paused_pid, paused_term),
+        timeout=20,
+        what="a new leader",
+    )
     after_takeover = fire_count(sdb)
-    wait_for(lambda: fire_count(sdb) >= after_takeover + 3, timeout=20, what="the new leader firing")
+    wait_for(
+        lambda: fire_count(sdb) >= after_takeover + 3, timeout=20, what="the new leader firing"
+    )
 
     paused.resume()  # wakes up believing it leads, possibly mid-round
-    wait_for(lambda: paused.output().count("lost term") > lost_before, timeout=20, what="the paused leader to demote")
+    wait_for(
+        lambda: paused.output().count("lost term") > lost_before,
+        timeout=20,
+        what="the paused leader to demote",
+    )
     now_leading = leader(sdb)
     assert now_leading is not None and now_leading[1] > paused_term  # terms only go up
     settled = fire_count(sdb)
@@ -143,7 +169,9 @@ def test_a_leader_paused_right_after_it_acquired_stands_down_when_resumed(
     info = leader(sdb)
     assert info is not None and info[0] == first.pid
     others = [schedulers(), schedulers()]
-    wait_for(lambda: live_leader_other_than(sdb, first.pid, info[1]), timeout=20, what="a new leader")
+    wait_for(
+        lambda: live_leader_other_than(sdb, first.pid, info[1]), timeout=20, what="a new leader"
+    )
     wait_for(lambda: fire_count(sdb) >= 3, timeout=20, what="the new leader firing")
 
     first.resume()
@@ -168,12 +196,24 @@ def test_a_leader_paused_before_a_fire_finds_it_taken_when_it_wakes(
     info = leader(sdb)
     assert info is not None and info[0] == first.pid
     others = [schedulers(), schedulers()]
-    wait_for(lambda: live_leader_other_than(sdb, first.pid, info[1]), timeout=20, what="a new leader")
-    wait_for(lambda: fire_count(sdb) >= paused_at + 3, timeout=20, what="the planned occurrence fired by the new leader")
+    wait_for(
+        lambda: live_leader_other_than(sdb, first.pid, info[1]), timeout=20, what="a new leader"
+    )
+    wait_for(
+        lambda: fire_count(sdb) >= paused_at + 3,
+        timeout=20,
+        what="the planned occurrence fired by the new leader",
+    )
 
     first.resume()  # it goes on with the fire it had planned
     wait_for(lambda: "lost term" in first.output(), timeout=20, what="the stale leader to demote")
     stop_all([first, *others])
     absorbed = re.search(r"duplicates=(\d+)", first.output())
-    assert absorbed is not None and int(absorbed.group(1)) >= 1, first.output()[-2000:]
+    assert absorbed is not None, first.output()[-2000:]
+    # The stale fire is absorbed by the ledger (duplicates >= 1) -- unless the SIGSTOP froze
+    # another thread of that process mid-transaction, in which case the server ends the session
+    # after the lease (idle_in_transaction_session_timeout) and the stale fire never lands.
+    # Either way no occurrence is enqueued twice, which is what is asserted next.
+    killed = "server closed the connection" in first.output()
+    assert int(absorbed.group(1)) >= 1 or killed, first.output()[-2000:]
     assert_each_occurrence_enqueued_once(sdb)
