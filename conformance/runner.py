@@ -190,7 +190,7 @@ def outcomes(path: Path) -> dict[str, dict[str, Any]]:
         if when == "collect":
             entry.update(status="error", message=r.get("message", ""))
         elif r.get("subtest"):
-            if outcome == "failed" and entry["status"] in ("passed", "not run"):
+            if outcome == "failed" and entry["status"] in ("passed", "running", "not run"):
                 entry.update(status="failed", message="subtest: " + r.get("message", ""))
         elif when == "setup":
             if outcome == "failed":
