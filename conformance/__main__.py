@@ -64,6 +64,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--version", help="celery version to fetch tests for (default: the installed one)"
     )
+    p.add_argument(
+        "--keep-trees", action="store_true", help="keep the run's test trees (for debugging)"
+    )
     return p.parse_args(argv)
 
 

@@ -14,8 +14,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from celery import states
+from celery import chain, group, states
 from celery.contrib.testing.worker import test_worker_started, test_worker_stopped
+from celery.signals import task_received
+from celery.worker import state as worker_state
+from celery.worker.request import Request
 
 from celery_compat import Celery
 from celery_compat.contrib.testing.worker import start_worker
@@ -110,6 +113,49 @@ def test_leaving_start_worker_waits_for_the_task_in_flight(app: Any, dsn: str) -
         threading.Thread(target=release_once_stopping, daemon=True).start()
     assert r.state == states.SUCCESS and r.result == "released"
     assert job_states(dsn, "contrib.held") == ["done"]
+
+
+def test_the_test_worker_keeps_celery_worker_state_and_sends_task_received(app: Any) -> None:
+    received: list[Any] = []
+
+    def on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+        received.append(request)
+
+    task_received.connect(on_received, weak=False)
+    try:
+        with start_worker(app, perform_ping_check=False):
+            r = app.tasks["contrib.add"].apply_async((2, 2), headers={"tenant": "t1"})
+            assert r.get(timeout=10) == 4
+    finally:
+        task_received.disconnect(on_received)
+    assert r.id in worker_state.successful_requests  # what Celery's integration tests poll
+    (request,) = [q for q in received if q.id == r.id]
+    assert isinstance(request, Request)  # Celery's own Request, as on a Celery worker
+    assert request.name == "contrib.add" and request.replaced_task_nesting == 0
+
+
+def test_a_chord_whose_header_ends_in_a_group_waits_for_that_group(app: Any) -> None:
+    """The header's size counts the nested group's tasks (set_chord_size); counting header
+    entries instead joined early and, with one worker thread, waited for itself forever."""
+    add = app.tasks["contrib.add"]
+    flow = chain(
+        add.si(1, 0),
+        group(add.si(1, 100), chain(add.si(1, 200), group(add.si(1, 1000), add.si(1, 2000)))),
+        add.si(1, 10),
+    )
+    with start_worker(app, concurrency=1, perform_ping_check=False):
+        assert flow.apply_async().get(timeout=20) == 11
+
+
+def test_revoke_marks_an_unstarted_id_revoked_and_replies_like_a_worker(app: Any) -> None:
+    backend = app.backend
+    started, not_started = "started-elsewhere", "never-sent"
+    backend.store_result(started, {"hostname": "other@host"}, states.STARTED)
+    reply = app.control.revoke([started, not_started], reply=True)
+    assert reply and "ok" in next(iter(reply[0].values()))
+    assert backend.get_state(started) == states.STARTED  # another worker owns that state
+    assert backend.get_state(not_started) == states.REVOKED
+    assert app.control.revoke("another") is None  # no reply asked, none given
 
 
 FIXTURE_TESTS = """
