@@ -7,6 +7,7 @@ with ``timeout(300)``, and one Redis side channel per run so the two runs can go
 * every report is appended to ``$UJOBS_CONFORMANCE_OUT`` (JSON lines) as it happens, and the
   collected node ids once collection ends;
 * ``$UJOBS_CONFORMANCE_CAP`` seconds caps every test's ``timeout`` marker;
+* SIGTERM (the runner's budget) unwinds like Ctrl-C, so the run's database is still dropped;
 * the per-test alarm keeps working through subtests: pytest-timeout cancels it when a subtest
   fails (its pdb guard) and a timeout raised inside ``subtests.test()`` is swallowed by the
   subtest, so without this the next un-timed ``get()`` of that test would block the whole run.
@@ -61,9 +62,16 @@ def _patch_side_channel() -> None:
     tasks.get_redis_connection = get_redis_connection
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: Any, args: Any) -> None:
     _patch_side_channel()
+    # The runner ends a run past its budget with SIGTERM: unwind as for Ctrl-C, so session
+    # fixtures still stop the worker and drop the run's database.
+    signal.signal(signal.SIGTERM, _interrupted)
     if OUT:  # `kill -USR1 <pytest pid>` writes every thread's stack next to the outcomes
         global _STACKS
         _STACKS = open(OUT + ".stacks", "w")  # noqa: SIM115 - lives as long as the process

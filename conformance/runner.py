@@ -147,7 +147,7 @@ def wait(targets: list[Target], budget_s: float) -> None:
                 t.cut = True
                 os.killpg(t.proc.pid, signal.SIGTERM)
                 try:
-                    code = t.proc.wait(10)
+                    code = t.proc.wait(60)  # teardown: stop the worker, drop the DB
                 except subprocess.TimeoutExpired:
                     os.killpg(t.proc.pid, signal.SIGKILL)
                     code = t.proc.wait()

@@ -136,13 +136,15 @@ class Manager(CeleryManager):  # type: ignore[misc]
         return purged
 
     def wait_until_idle(self, timeout: float = IDLE_WAIT_S) -> None:
-        """Purge what is queued, then wait (at most ``timeout``) until nothing runs."""
-        while self.purge():
-            pass
+        """Purge what is queued and wait (at most ``timeout``) until nothing runs; purging again
+        on each look, so a message that goes back to the queue (``Reject(requeue=True)``, a
+        retry) cannot keep the worker busy."""
         inspect = self.inspect()
         pause = threading.Event()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            while self.purge():
+                pass
             active = inspect.active() or {}
             if not any(active.values()):
                 return
