@@ -16,7 +16,7 @@ time); a message for another queue is held unacked until the pass ends, then ret
 
 Limits, said plainly: messages a live Celery worker holds unacked (prefetch, classic-queue ETA
 messages) are invisible until that worker's channel closes; stop or drain Celery workers first.
-AMQP cannot list queues: ``--all-queues`` means the app's queues plus the delayed ones.
+AMQP cannot list queues: ``--all-queues`` asks the management API (``amqp_queues.py``).
 
 What it is not: kombu's consumer (no ``Message.decode()``: bodies go to ``decoding.py`` raw).
 """

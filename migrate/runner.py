@@ -57,6 +57,7 @@ class SourceOptions:
     drainer_id: str = "drainer"
     restore_unacked: bool = False
     batch: int = DEFAULT_BATCH
+    management_url: str | None = None  # RabbitMQ --all-queues: the management API to ask
 
 
 GC_YOUNG_THRESHOLD = 50_000
@@ -109,6 +110,10 @@ def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
     if kind == "amqp":
         from .amqp_drain import AmqpSource
 
+        if options.all_queues:  # AMQP cannot list queues: the management API can
+            from .amqp_queues import discover_queues
+
+            queues = discover_queues(url, options.management_url)
         # Prefetch two batches: one committing, the next one arriving meanwhile.
         url = url.replace("pyamqp://", "amqp://", 1)
         return AmqpSource(url, app, queues, prefetch=2 * options.batch)

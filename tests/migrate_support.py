@@ -102,6 +102,7 @@ def drain(
     batch: int = 500,
     drainer_id: str | None = None,
     limit: int | None = None,
+    management_url: str | None = None,
 ) -> Stats:
     """One in-process drain, as ``ujobs-bridge migrate`` runs it (without the CLI)."""
     info = info or app_info()
@@ -109,7 +110,12 @@ def drain(
         ["json", "msgpack", "yaml"], pickle=False, max_bytes=8 * 1024 * 1024
     )
     options = SourceOptions(
-        queues, all_queues, drainer_id or unique("drainer"), restore_unacked, batch
+        queues,
+        all_queues,
+        drainer_id or unique("drainer"),
+        restore_unacked,
+        batch,
+        management_url=management_url,
     )
     source = open_source(url, info, options)
     from migrate.runner import broker_kind, masked

@@ -118,7 +118,15 @@ def _queues(value: str | None) -> list[str] | None:
     help="Queues to drain. Default: the app's queues.",
 )
 @click.option(
-    "--all-queues", is_flag=True, help="Every queue the broker knows (Redis: kombu bindings)."
+    "--all-queues",
+    is_flag=True,
+    help="Every queue the broker knows (Redis: kombu bindings; RabbitMQ: the management API).",
+)
+@click.option(
+    "--management-url",
+    default=None,
+    metavar="URL",
+    help="RabbitMQ --all-queues: the management API. Default: the broker's host, port 15672.",
 )
 @click.option("--dry-run", "dry_run_flag", is_flag=True, help="Count and classify; change nothing.")
 @click.option("--follow", is_flag=True, help="Keep draining until SIGTERM.")
@@ -208,6 +216,7 @@ def run_drain(
     batch: int,
     poll_s: float,
     drainer_id: str | None,
+    management_url: str | None,
     dsn: str | None,
     as_json: bool,
     dry_run_flag: bool = False,
@@ -231,7 +240,12 @@ def run_drain(
         )
     ctx = Context(info, accept, masked(url), broker_kind(url))
     options = SourceOptions(
-        queues, all_queues, drainer_id or socket.gethostname(), restore_unacked, batch
+        queues,
+        all_queues,
+        drainer_id or socket.gethostname(),
+        restore_unacked,
+        batch,
+        management_url=management_url,
     )
     source = open_source(url, info, options)
     stats = Stats(broker=masked(url), queues=list(source.queues), dry_run=dry_run_flag)
