@@ -17,19 +17,67 @@ import psycopg
 
 from ..dsn import mask_dsn
 from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
-from .beat import beat
-from .db import db
-from .demo import demo
-from .events import events
-from .jobs import jobs
-from .migrate import migrate
-from .outbox import outbox
-from .purge import purge
-from .scheduler import scheduler, tasks
-from .worker import worker
+
+# Each command's module is imported only when that command runs (or --help lists them): a
+# `worker` never pays for the demo's or migrate's imports, and a broken optional command cannot
+# stop the others from starting. Static imports, so no module is ever named by data.
+COMMANDS = (
+    "db", "worker", "jobs", "demo", "events", "purge", "outbox", "scheduler", "tasks", "migrate",
+    "beat",
+)  # fmt: skip
+
+
+def _load(name: str) -> click.Command | None:
+    if name == "db":
+        from .db import db
+
+        return db
+    if name == "worker":
+        from .worker import worker
+
+        return worker
+    if name == "jobs":
+        from .jobs import jobs
+
+        return jobs
+    if name == "demo":
+        from .demo import demo
+
+        return demo
+    if name == "events":
+        from .events import events
+
+        return events
+    if name == "purge":
+        from .purge import purge
+
+        return purge
+    if name == "outbox":
+        from .outbox import outbox
+
+        return outbox
+    if name in ("scheduler", "tasks"):
+        from .scheduler import scheduler, tasks
+
+        return scheduler if name == "scheduler" else tasks
+    if name == "migrate":
+        from .migrate import migrate
+
+        return migrate
+    if name == "beat":
+        from .beat import beat
+
+        return beat
+    return None
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return _load(cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -56,19 +104,6 @@ class _Group(click.Group):
 @click.version_option(package_name="ujobs-bridge")
 def cli() -> None:
     """Durable jobs in Postgres, and the road off Celery."""
-
-
-cli.add_command(db)
-cli.add_command(worker)
-cli.add_command(jobs)
-cli.add_command(demo)
-cli.add_command(events)
-cli.add_command(purge)
-cli.add_command(outbox)
-cli.add_command(scheduler)
-cli.add_command(tasks)
-cli.add_command(migrate)
-cli.add_command(beat)
 
 
 def main() -> None:
