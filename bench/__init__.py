@@ -8,7 +8,9 @@ Layout (one module per concern, one per system):
 
 - ``procs``: worker subprocesses in their own process groups, RSS sampling, deadlines.
 - ``settings`` / ``pg`` / ``cells``: run parameters, bench-only databases, the shared cell
-  procedures (timed drain, idle pick-up latency loop).
+  procedures (timed enqueue, timed drain, idle pick-up latency loop).
+- ``bridge_cli``: the ``ujobs-bridge`` CLI as the bridge-side systems drive it (``db upgrade``
+  on a fresh database, ``worker`` subprocesses, the count of done rows).
 - ``celery_system`` (+ ``celery_app``), ``raw_system`` (+ ``raw_consumer``), ``ujobs_system``
   (+ ``ujobs_tasks``): the systems, each with the same cell functions.
 - ``compat_system`` (+ ``compat_tasks``): celery_compat on the bridge, measured only in the

@@ -19,7 +19,6 @@ What it is not: a Celery tuning exercise (see ``celery_app``), or a result-backe
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import celery
@@ -141,23 +140,14 @@ class CelerySystem:
 
     # -- cells ----------------------------------------------------------------------------
     def enqueue_one_by_one(self, n: int) -> dict[str, float]:
-        for _ in range(cells.WARMUP_ENQUEUES):
-            self.noop.delay()
-        self._reset()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            self.noop.delay()
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
-        return {".delay()": rate}
+        def send(count: int) -> None:
+            for _ in range(count):
+                self.noop.delay()
+
+        return {".delay()": cells.enqueue_rate(send, n, self._reset)}
 
     def enqueue_batched(self, n: int) -> dict[str, float]:
-        self._publish(cells.WARMUP_ENQUEUES)
-        self._reset()
-        t0 = time.perf_counter()
-        self._publish(n)
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
+        rate = cells.enqueue_rate(self._publish, n, self._reset)
         return {"apply_async, one shared producer": rate}
 
     def drain(self, n: int, processes: int) -> dict[str, cells.DrainResult]:
@@ -177,15 +167,12 @@ class CelerySystem:
         return {".delay()": self.enqueue_one_by_one(n)[".delay()"]}
 
     def delay_tx(self, n: int) -> dict[str, float]:
-        for _ in range(cells.WARMUP_ENQUEUES):
-            self.noop.delay()
-        self._reset()
-        t0 = time.perf_counter()
-        for start in range(0, n, cells.TX_SIZE):
-            for _ in range(min(cells.TX_SIZE, n - start)):
-                self.noop.delay()
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
+        def send(count: int) -> None:  # the blocks of the bridge's transactions, without them
+            for start in range(0, count, cells.TX_SIZE):
+                for _ in range(min(cells.TX_SIZE, count - start)):
+                    self.noop.delay()
+
+        rate = cells.enqueue_rate(send, n, self._reset)
         return {f"{cells.TX_SIZE:,} x .delay() (a broker has no transaction)": rate}
 
     def drain_shared(self, n: int) -> dict[str, cells.DrainResult]:

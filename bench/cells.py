@@ -1,8 +1,10 @@
-"""The cells every system is measured in, and the two procedures they share.
+"""The cells every system is measured in, and the three procedures they share.
 
-Why it exists: a drain rate or a pick-up latency is only comparable across systems if it is
-measured the same way. So the clock placement lives here, once:
+Why it exists: an enqueue rate, a drain rate or a pick-up latency is only comparable across
+systems if it is measured the same way. So the clock placement lives here, once:
 
+- ``enqueue_rate``: ``WARMUP_ENQUEUES`` sent and cleared away first; the clock runs around the
+  ``n`` sends only; what they enqueued is cleared afterwards (every enqueue-shaped cell).
 - ``timed_drain``: jobs are already enqueued; the clock starts just before the worker
   process(es) are spawned and stops when the bench sees the N-th completion (polled every
   ~20 ms). Worker start-up is therefore part of the figure; the rate from the first completion
@@ -201,6 +203,17 @@ class BrokerDrain(Protocol):
     def drain_broker(self, n: int) -> dict[str, MigrateResult]:
         """Label (the broker) -> the CLI's drain of ``n`` messages published by Celery."""
         ...
+
+
+def enqueue_rate(send: Callable[[int], object], n: int, reset: Callable[[], object]) -> float:
+    """Jobs/s of ``send(n)``, after ``send(WARMUP_ENQUEUES)``; ``reset()`` clears each away."""
+    send(WARMUP_ENQUEUES)
+    reset()
+    t0 = time.perf_counter()
+    send(n)
+    rate = n / (time.perf_counter() - t0)
+    reset()
+    return rate
 
 
 def timed_drain(

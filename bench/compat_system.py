@@ -23,18 +23,15 @@ behaviour (``tests/test_celery_*``).
 
 from __future__ import annotations
 
-import subprocess
-import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from . import cells, pg
-from .procs import Group, spawn
-from .settings import PROJECT_ROOT, Settings
-from .ujobs_system import CONCURRENCY, UPGRADE_TIMEOUT_S, _cli
+from . import bridge_cli, cells, pg
+from .bridge_cli import CONCURRENCY
+from .procs import Group
+from .settings import Settings
 
 
 class CompatSystem:
@@ -48,7 +45,6 @@ class CompatSystem:
         self.client: Any = None
         self._admin: psycopg.Connection[Any] | None = None  # autocommit: resets, counting
         self._tx: psycopg.Connection[Any] | None = None  # the "application" connection
-        self._created = False
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -69,10 +65,7 @@ class CompatSystem:
     def _done(self) -> int:
         from .compat_tasks import QUEUE
 
-        row = self.admin.execute(
-            "select count(*) from x_jobs where queue = %s and state = 'done'", (QUEUE,)
-        ).fetchone()
-        return int(row[0]) if row else 0
+        return bridge_cli.done_count(self.admin, QUEUE)
 
     def _send_in_blocks(self, n: int) -> None:
         """``n`` delays, ``TX_SIZE`` per ``enqueue_in`` block, one commit per block."""
@@ -90,12 +83,14 @@ class CompatSystem:
     def _spawn_worker(self) -> Group:
         from .compat_tasks import QUEUE
 
-        argv = [
-            *_cli(), "worker", "--dsn", self.dsn, "-A", "bench.compat_tasks",
-            "-Q", QUEUE, "-c", str(CONCURRENCY), "--loglevel", "WARNING",
-        ]  # fmt: skip
-        env = {"PYTHONPATH": str(PROJECT_ROOT)}
-        return spawn("compat-worker", argv, log_dir=self.log_dir, env=env, cwd=PROJECT_ROOT)
+        return bridge_cli.spawn_worker(
+            "compat-worker",
+            dsn=self.dsn,
+            tasks="bench.compat_tasks",
+            queue=QUEUE,
+            log_dir=self.log_dir,
+            extra=("--loglevel", "WARNING"),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     def setup(self) -> None:
@@ -104,18 +99,7 @@ class CompatSystem:
         from . import compat_tasks
 
         assert compat_tasks.app.conf.task_ignore_result is True
-        pg.create(self.dbname)
-        self._created = True
-        self.dsn = pg.url_for(self.dbname)
-        done = subprocess.run(
-            [*_cli(), "db", "upgrade", "--dsn", self.dsn],
-            capture_output=True,
-            text=True,
-            timeout=UPGRADE_TIMEOUT_S,
-            cwd=PROJECT_ROOT,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
+        self.dsn = bridge_cli.fresh_database(self.dbname)
         self.client = connect(self.dsn, upgrade=False)
         compat_tasks.app.use_ujobs_client(self.client)
         compat_tasks.app.set_current()  # shared_task proxies resolve to this app
@@ -132,18 +116,14 @@ class CompatSystem:
                     conn.close()
             self._admin = self._tx = None
         finally:
-            if self._created:
+            if self.dsn:
                 pg.drop(self.dbname)
 
     def describe(self) -> dict[str, str]:
         import celery
 
-        try:
-            version = metadata.version("ujobs-bridge")
-        except metadata.PackageNotFoundError:
-            version = "?"
         return {
-            "ujobs-bridge": version,
+            "ujobs-bridge": bridge_cli.version(),
             "celery": celery.__version__,
             "app": "celery_compat.Celery, @shared_task noop, task_ignore_result=True",
             "worker": f"ONE ujobs-bridge worker -A bench.compat_tasks -c {CONCURRENCY}",
@@ -153,23 +133,14 @@ class CompatSystem:
     def delay_one(self, n: int) -> dict[str, float]:
         from .compat_tasks import noop
 
-        for _ in range(cells.WARMUP_ENQUEUES):
-            noop.delay()
-        self._reset()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            noop.delay()
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
-        return {".delay() (each one a commit)": rate}
+        def send(count: int) -> None:
+            for _ in range(count):
+                noop.delay()
+
+        return {".delay() (each one a commit)": cells.enqueue_rate(send, n, self._reset)}
 
     def delay_tx(self, n: int) -> dict[str, float]:
-        self._send_in_blocks(cells.WARMUP_ENQUEUES)
-        self._reset()
-        t0 = time.perf_counter()
-        self._send_in_blocks(n)
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
+        rate = cells.enqueue_rate(self._send_in_blocks, n, self._reset)
         return {f"{cells.TX_SIZE:,} x .delay() in enqueue_in(conn), one commit": rate}
 
     def drain_shared(self, n: int) -> dict[str, cells.DrainResult]:

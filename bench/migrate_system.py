@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -38,11 +37,10 @@ import kombu
 import redis
 from kombu import Connection, Exchange, Queue
 
-from . import cells, pg
+from . import bridge_cli, cells, pg
 from .migrate_app import NOOP, make_app
 from .procs import Group, RssSampler, spawn, wait_until
 from .settings import AMQP_URL, PROJECT_ROOT, Settings
-from .ujobs_system import UPGRADE_TIMEOUT_S, _cli
 
 # A db number nobody else here uses (tests: 6 and 9-13); BENCH_MIGRATE_REDIS_URL overrides it.
 MIGRATE_REDIS_URL = os.environ.get("BENCH_MIGRATE_REDIS_URL", "redis://127.0.0.1:6379/7")
@@ -129,29 +127,16 @@ class MigrateSystem:
     def _drain(self, label: str, url: str, n: int) -> cells.MigrateResult:
         self._drains += 1
         dbname = f"{self.settings.database_name(self.name)}_{self._drains}"
-        pg.create(dbname)
+        dsn = bridge_cli.fresh_database(dbname)
         try:
-            dsn = pg.url_for(dbname)
-            self._upgrade(dsn)
             return self._timed(label, url, dsn, n)
         finally:
             pg.drop(dbname)
 
-    def _upgrade(self, dsn: str) -> None:
-        done = subprocess.run(
-            [*_cli(), "db", "upgrade", "--dsn", dsn],
-            capture_output=True,
-            text=True,
-            timeout=UPGRADE_TIMEOUT_S,
-            cwd=PROJECT_ROOT,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
-
     def _timed(self, label: str, url: str, dsn: str, n: int) -> cells.MigrateResult:
         argv = [
-            *_cli(), "migrate", "-A", "bench.migrate_app", "--broker", url, "-Q", self.queue,
-            "--dsn", dsn, "--json", "--drainer-id", self.drainer_id,
+            *bridge_cli.command(), "migrate", "-A", "bench.migrate_app", "--broker", url,
+            "-Q", self.queue, "--dsn", dsn, "--json", "--drainer-id", self.drainer_id,
         ]  # fmt: skip
         env = {
             "PYTHONPATH": str(PROJECT_ROOT),

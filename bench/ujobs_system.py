@@ -10,10 +10,11 @@ that the engine can change under it: everything it uses is the documented surfac
     ujobs-bridge worker --dsn DSN -A bench.ujobs_tasks -Q bench -c 8
 
 Drain completion is ``select count(*) from x_jobs where queue='bench' and state='done'`` polled
-every ~20 ms on the bench's own connection. "1 worker process" is one ``worker -c 8``; "per
-core" is one such process per core. The step-overhead cell drains N ``noop`` jobs and N
-``five_steps`` jobs with that same one ``worker -c 8``, back to back (which one goes first
-alternates by round, so drift within a round does not always favour the same one).
+every ~20 ms on the bench's own connection (the CLI calls and that count are ``bridge_cli``'s).
+"1 worker process" is one ``worker -c 8``; "per core" is one such process per core. The
+step-overhead cell drains N ``noop`` jobs and N ``five_steps`` jobs with that same one
+``worker -c 8``, back to back (which one goes first alternates by round, so drift within a round
+does not always favour the same one).
 
 What it is not: a test of the engine's guarantees (that is ``tests/``), nor a tuned setup: the
 worker runs with its defaults apart from ``-c 8``.
@@ -21,31 +22,16 @@ worker runs with its defaults apart from ``-c 8``.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import redis
 
-from . import cells, pg
-from .procs import Group, spawn
-from .settings import PROJECT_ROOT, REDIS_URL, Settings
-
-CONCURRENCY = 8
-UPGRADE_TIMEOUT_S = 120
-
-
-def _cli() -> list[str]:
-    script = Path(sys.executable).parent / "ujobs-bridge"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("ujobs-bridge")
-    return [found] if found else [sys.executable, "-m", "ujobs_bridge"]
+from . import bridge_cli, cells, pg
+from .bridge_cli import CONCURRENCY
+from .procs import Group
+from .settings import REDIS_URL, Settings
 
 
 class UjobsSystem:
@@ -60,7 +46,6 @@ class UjobsSystem:
         self.redis = redis.Redis.from_url(REDIS_URL, socket_timeout=10)
         self.client: Any = None
         self._conn: psycopg.Connection[Any] | None = None
-        self._created = False
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -73,10 +58,7 @@ class UjobsSystem:
         self.conn.execute("truncate x_jobs cascade")  # steps etc. reference it
 
     def _done(self) -> int:
-        row = self.conn.execute(
-            "select count(*) from x_jobs where queue = 'bench' and state = 'done'"
-        ).fetchone()
-        return int(row[0]) if row else 0
+        return bridge_cli.done_count(self.conn, "bench")
 
     def _fill(self, n: int, body: Any = None) -> None:
         from .ujobs_tasks import noop
@@ -86,16 +68,14 @@ class UjobsSystem:
         self.conn.execute("analyze x_jobs")
 
     def _spawn_worker(self, index: int) -> Group:
-        argv = [
-            *_cli(), "worker", "--dsn", self.dsn, "-A", "bench.ujobs_tasks",
-            "-Q", "bench", "-c", str(CONCURRENCY),
-        ]  # fmt: skip
-        env = {
-            "PYTHONPATH": str(PROJECT_ROOT),
-            "BENCH_REDIS_URL": REDIS_URL,
-            "BENCH_LATENCY_KEY": self.latency_key,
-        }
-        return spawn(f"ujobs-worker-{index}", argv, log_dir=self.log_dir, env=env, cwd=PROJECT_ROOT)
+        return bridge_cli.spawn_worker(
+            f"ujobs-worker-{index}",
+            dsn=self.dsn,
+            tasks="bench.ujobs_tasks",
+            queue="bench",
+            log_dir=self.log_dir,
+            env={"BENCH_REDIS_URL": REDIS_URL, "BENCH_LATENCY_KEY": self.latency_key},
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     def setup(self) -> None:
@@ -105,18 +85,7 @@ class UjobsSystem:
 
         assert ujobs_tasks.noop.queue == ujobs_tasks.five_steps.queue == "bench"
         assert ujobs_tasks.STEPS == cells.STEP_COUNT
-        pg.create(self.dbname)
-        self._created = True
-        self.dsn = pg.url_for(self.dbname)
-        done = subprocess.run(
-            [*_cli(), "db", "upgrade", "--dsn", self.dsn],
-            capture_output=True,
-            text=True,
-            timeout=UPGRADE_TIMEOUT_S,
-            cwd=PROJECT_ROOT,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
+        self.dsn = bridge_cli.fresh_database(self.dbname)
         self.client = connect(self.dsn)
 
     def teardown(self) -> None:
@@ -128,16 +97,12 @@ class UjobsSystem:
                 self._conn = None
             self.redis.delete(self.latency_key)
         finally:
-            if self._created:
+            if self.dsn:
                 pg.drop(self.dbname)
 
     def describe(self) -> dict[str, str]:
-        try:
-            version = metadata.version("ujobs-bridge")
-        except metadata.PackageNotFoundError:
-            version = "?"
         return {
-            "ujobs-bridge": version,
+            "ujobs-bridge": bridge_cli.version(),
             "psycopg": psycopg.__version__,
             "worker": f"ujobs-bridge worker -c {CONCURRENCY} (defaults otherwise)",
         }
@@ -147,26 +112,20 @@ class UjobsSystem:
         from .ujobs_tasks import noop
 
         call = noop.configure(client=self.client)
-        for _ in range(cells.WARMUP_ENQUEUES):
-            call.enqueue()
-        self._reset()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            call.enqueue()
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
-        return {"configure(client=).enqueue()": rate}
+
+        def send(count: int) -> None:
+            for _ in range(count):
+                call.enqueue()
+
+        return {"configure(client=).enqueue()": cells.enqueue_rate(send, n, self._reset)}
 
     def enqueue_batched(self, n: int) -> dict[str, float]:
         from .ujobs_tasks import noop
 
-        self.client.enqueue_many([noop.call() for _ in range(cells.WARMUP_ENQUEUES)])
-        self._reset()
-        t0 = time.perf_counter()
-        self.client.enqueue_many([noop.call() for _ in range(n)])
-        rate = n / (time.perf_counter() - t0)
-        self._reset()
-        return {"client.enqueue_many([...])": rate}
+        def send(count: int) -> None:
+            self.client.enqueue_many([noop.call() for _ in range(count)])
+
+        return {"client.enqueue_many([...])": cells.enqueue_rate(send, n, self._reset)}
 
     def drain(self, n: int, processes: int) -> dict[str, cells.DrainResult]:
         self._fill(n)

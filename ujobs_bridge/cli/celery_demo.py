@@ -11,15 +11,14 @@ sends a chain, a group and a task that retries once, waits for their results wit
 ``AsyncResult.get``, waits for the beat entry's first fire, then reads the run's rows back from
 ``x_jobs``: each figure shown is one Celery returned or one the database holds.
 
-What it is not: the engine demo (``demo.py``), or a test: ``demo.py`` turns what this returns
-into an exit code.
+What it is not: the engine demo (``engine_demo.py``), or a test: ``demo.py`` turns what this
+returns into an exit code.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import registry
-from ..client import Client
 from ..dsn import ResolvedDatabase
 from ..introspect import Introspector
 from ..records import JobRecord
 from ..scheduler import Scheduler
-from ..worker import Worker
-from ..worker_config import WorkerConfig
+from . import demo_tables
+from .demo_app_worker import app_worker, row_states
 
 CHAIN_CODE = "(add.s(2, 3) | mul.s(10) | add.s(7))()"
 CHAIN_EXPECTED = 57
@@ -101,7 +98,6 @@ def run(
     from celery import group
 
     from celery_compat.beat import periodic_tasks_for_app
-    from celery_compat.execution import jobs_for_app
 
     from .. import demo_celery as demo
 
@@ -112,38 +108,28 @@ def run(
         part.beat_entry: {"task": "demo.heartbeat", "schedule": demo.HEARTBEAT_EVERY}
     }
     app.set_current()
-    client = Client(resolved, max_size=4)
-    app.use_ujobs_client(client)
-    worker = Worker(
-        resolved.dsn,
-        registry.build(jobs_for_app(app)),
-        WorkerConfig(queues=(queue,), concurrency=concurrency, poll_s=0.1, shutdown_timeout_s=5),
-    )
-    tasks = {p.name: p for p in periodic_tasks_for_app(app)}
-    scheduler = Scheduler(resolved.dsn, tasks, interval_s=SCHEDULER_ROUND_S, group=queue)
     introspector = Introspector(resolved.dsn)
-    try:
-        worker.start()
-        scheduler.start()
-        chained = (demo.add.s(2, 3) | demo.mul.s(10) | demo.add.s(7))()
-        grouped = group(demo.square.s(i) for i in range(5))()
-        fetched = demo.flaky_fetch.delay(FEED_URL)
-        part.chain = chained.get(timeout=timeout_s)
-        part.group = grouped.get(timeout=timeout_s)
-        part.retry = fetched.get(timeout=timeout_s)
-        beat_row = _first_beat_run(introspector, queue, timeout_s)
-        part.beat_fired = scheduler.counts.fired
-        part.beat_result = app.AsyncResult(_task_id(beat_row)).get(timeout=timeout_s)
-    except Exception as exc:  # shown, and turned into the demo's exit code by the caller
-        part.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        scheduler.stop()
-        worker.stop(timeout_s=5.0)
-        app.use_ujobs_client(None)
-        app.close()
-        client.close()
+    with app_worker(resolved, queue, concurrency=concurrency) as worker:
+        tasks = {p.name: p for p in periodic_tasks_for_app(app)}
+        scheduler = Scheduler(resolved.dsn, tasks, interval_s=SCHEDULER_ROUND_S, group=queue)
+        try:
+            worker.start()
+            scheduler.start()
+            chained = (demo.add.s(2, 3) | demo.mul.s(10) | demo.add.s(7))()
+            grouped = group(demo.square.s(i) for i in range(5))()
+            fetched = demo.flaky_fetch.delay(FEED_URL)
+            part.chain = chained.get(timeout=timeout_s)
+            part.group = grouped.get(timeout=timeout_s)
+            part.retry = fetched.get(timeout=timeout_s)
+            beat_row = _first_beat_run(introspector, queue, timeout_s)
+            part.beat_fired = scheduler.counts.fired
+            part.beat_result = app.AsyncResult(_task_id(beat_row)).get(timeout=timeout_s)
+        except Exception as exc:  # shown, and turned into the demo's exit code by the caller
+            part.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            scheduler.stop()
     rows = introspector.jobs(queue=queue, limit=1000)
-    part.states = dict(sorted(Counter(r.state.value for r in rows).items()))
+    part.states = row_states(rows)
     part.retry_rows = [
         {
             "retries": (r.input.get("headers") or {}).get("retries"),
@@ -195,13 +181,12 @@ def render(console: Console, part: CeleryPart) -> None:
     )
     console.print(table)
     states_all = ", ".join(f"{k} {v}" for k, v in part.states.items())
-    console.print(
-        f"[dim]results read back with Celery's AsyncResult.get(); the beat entry ran on the "
-        f"ujobs scheduler; rows of queue {part.queue}: {states_all}[/dim]",
-        highlight=False,
+    demo_tables.footnote(
+        console,
+        f"results read back with Celery's AsyncResult.get(); the beat entry ran on the "
+        f"ujobs scheduler; rows of queue {part.queue}: {states_all}",
     )
-    if part.error is not None:
-        console.print(f"[red]Celery part failed: {escape(part.error)}[/red]")
+    demo_tables.failure(console, "Celery", part.error)
 
 
 def _ok(value: Any, suffix: str = "", prefix: str = "") -> str:

@@ -21,22 +21,17 @@ import dataclasses
 import tempfile
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from .. import registry
-from ..client import Client
 from ..dsn import ResolvedDatabase
 from ..introspect import Introspector
-from ..records import LIVE_STATES
-from ..worker import Worker
-from ..worker_config import WorkerConfig
+from . import demo_tables
+from .demo_app_worker import app_worker, row_states
+from .engine_demo import live_in_queue
 
 BROKER = "filesystem://"
 ADDS = 60  # demo.add(i, i)
@@ -149,9 +144,7 @@ def _wait_done(introspector: Introspector, queue: str, timeout_s: float) -> None
     pause = threading.Event()
     deadline = time.monotonic() + timeout_s
     while True:
-        live = sum(
-            s.jobs for s in introspector.stats() if s.queue == queue and s.state in LIVE_STATES
-        )
+        live = live_in_queue(introspector, queue)
         if live == 0:
             return
         if time.monotonic() > deadline:
@@ -163,62 +156,44 @@ def run(
     resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
 ) -> MigratePart:
     """Publish with Celery to a filesystem broker, drain it into ``queue``, run it."""
-    from celery_compat.execution import jobs_for_app
-
     from .. import demo_celery
 
     app = demo_celery.app
     part = MigratePart(queue=queue)
     introspector = Introspector(resolved.dsn)
-    client = Client(resolved, max_size=4)
-    app.use_ujobs_client(client)
-    worker = Worker(
-        resolved.dsn,
-        registry.build(jobs_for_app(app)),
-        WorkerConfig(queues=(queue,), concurrency=concurrency, poll_s=0.1, shutdown_timeout_s=5),
-    )
-    try:
-        with tempfile.TemporaryDirectory(prefix="ujobs-demo-broker-") as tmp:
-            folder = Path(tmp) / "messages"
-            folder.mkdir()
-            options = {
-                "data_folder_in": str(folder),
-                "data_folder_out": str(folder),
-                "control_folder": str(Path(tmp) / "control"),
-            }
-            producer = _producer(options, queue)
-            try:
-                expected = _publish(producer)
-            finally:
-                producer.close()
-            part.published = len(expected) + 1
-            _drain(resolved, app, options, part)
-        worker.start()
-        _wait_done(introspector, queue, timeout_s)
-        results = {tid: app.AsyncResult(tid).get(timeout=timeout_s) for tid in expected}
-        part.results_ok = sum(1 for tid, value in results.items() if value == expected[tid])
-    except Exception as exc:  # shown, and turned into the demo's exit code by the caller
-        part.error = f"{type(exc).__name__}: {exc}"
-    finally:
-        worker.stop(timeout_s=5.0)
-        app.use_ujobs_client(None)
-        app.close()
-        client.close()
+    with app_worker(resolved, queue, concurrency=concurrency) as worker:
+        try:
+            with tempfile.TemporaryDirectory(prefix="ujobs-demo-broker-") as tmp:
+                folder = Path(tmp) / "messages"
+                folder.mkdir()
+                options = {
+                    "data_folder_in": str(folder),
+                    "data_folder_out": str(folder),
+                    "control_folder": str(Path(tmp) / "control"),
+                }
+                producer = _producer(options, queue)
+                try:
+                    expected = _publish(producer)
+                finally:
+                    producer.close()
+                part.published = len(expected) + 1
+                _drain(resolved, app, options, part)
+            worker.start()
+            _wait_done(introspector, queue, timeout_s)
+            results = {tid: app.AsyncResult(tid).get(timeout=timeout_s) for tid in expected}
+            part.results_ok = sum(1 for tid, value in results.items() if value == expected[tid])
+        except Exception as exc:  # shown, and turned into the demo's exit code by the caller
+            part.error = f"{type(exc).__name__}: {exc}"
     rows = introspector.jobs(queue=queue, limit=1000)
-    part.states = dict(sorted(Counter(r.state.value for r in rows).items()))
+    part.states = row_states(rows)
     part.ran = sum(1 for r in rows if (r.output or {}).get("state") == "SUCCESS")
     return part
 
 
 def render(console: Console, part: MigratePart) -> None:
-    table = Table(
-        title=f"a Celery backlog moved onto the bridge: {BROKER} -> queue {part.queue}",
-        title_justify="left",
-        show_header=False,
+    table = demo_tables.figures_table(
+        f"a Celery backlog moved onto the bridge: {BROKER} -> queue {part.queue}"
     )
-    table.add_column(style="bold")
-    table.add_column(justify="right")
-    table.add_column(style="dim")
     table.add_row("published", f"{part.published:,}", "by plain celery.Celery send_task()")
     table.add_row("drained", f"{part.drained:,}", "rows in x_jobs, each message once")
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(part.reasons.items()))
@@ -233,10 +208,9 @@ def render(console: Console, part: MigratePart) -> None:
         f"on a bridge worker; {part.results_ok:,} results as Celery's AsyncResult.get() expected",
     )
     console.print(table)
-    console.print(
-        "[dim]from a live broker: ujobs-bridge migrate -A proj [--broker URL]; what it kept "
-        "aside: ujobs-bridge migrate quarantine ls[/dim]",
-        highlight=False,
+    demo_tables.footnote(
+        console,
+        "from a live broker: ujobs-bridge migrate -A proj [--broker URL]; what it kept "
+        "aside: ujobs-bridge migrate quarantine ls",
     )
-    if part.error is not None:
-        console.print(f"[red]migrate part failed: {escape(part.error)}[/red]")
+    demo_tables.failure(console, "migrate", part.error)

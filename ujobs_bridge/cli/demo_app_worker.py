@@ -1,0 +1,65 @@
+"""The demo's Celery app wired to the bridge, as the Celery and migrate parts of the demo run it.
+
+Why it exists: both Celery-side parts of ``ujobs-bridge demo`` (``celery_demo.py``,
+``migrate_demo.py``) run ``ujobs_bridge.demo_celery``'s app the way a cut-over project does: the
+app sends and reads results through a bridge ``Client`` (``app.use_ujobs_client``) and an
+in-process bridge ``Worker`` runs its tasks on the part's own queue (built with
+``celery_compat.execution.jobs_for_app``, as ``worker -A`` does). ``app_worker`` sets that up and
+always takes it down again (worker stopped, app unbound and closed, client closed), so the two
+parts cannot leave a worker running or an app bound to a closed client; ``row_states`` is how
+each part sums up the rows its queue holds afterwards.
+
+What it is not: the parts themselves (what they send and check) or the app
+(``ujobs_bridge/demo_celery.py``, plain Celery code).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from .. import registry
+from ..client import Client
+from ..dsn import ResolvedDatabase
+from ..records import JobRecord
+from ..worker import Worker
+from ..worker_config import WorkerConfig
+
+CLIENT_POOL = 4
+POLL_S = 0.1
+STOP_TIMEOUT_S = 5.0
+
+
+@contextmanager
+def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> Iterator[Worker]:
+    """``demo_celery.app`` bound to a bridge client, and a Worker (not started) for ``queue``."""
+    from celery_compat.execution import jobs_for_app
+
+    from .. import demo_celery
+
+    app = demo_celery.app
+    client = Client(resolved, max_size=CLIENT_POOL)
+    app.use_ujobs_client(client)
+    worker = Worker(
+        resolved.dsn,
+        registry.build(jobs_for_app(app)),
+        WorkerConfig(
+            queues=(queue,),
+            concurrency=concurrency,
+            poll_s=POLL_S,
+            shutdown_timeout_s=STOP_TIMEOUT_S,
+        ),
+    )
+    try:
+        yield worker
+    finally:
+        worker.stop(timeout_s=STOP_TIMEOUT_S)
+        app.use_ujobs_client(None)
+        app.close()
+        client.close()
+
+
+def row_states(rows: Iterable[JobRecord]) -> dict[str, int]:
+    """State -> how many of ``rows`` are in it, by state name."""
+    return dict(sorted(Counter(r.state.value for r in rows).items()))
