@@ -12,7 +12,9 @@ to the outside is swapped:
 
 Configuration added: ``ujobs_database_url`` (else ``UJOBS_DATABASE_URL``, else the embedded
 Postgres), ``ujobs_broker_tasks`` (globs), ``ujobs_max_deliveries`` (claims before a message
-whose workers keep dying is dead-lettered; default 3).
+whose workers keep dying is dead-lettered; default 3). Changed default: ``beat_scheduler`` is
+``celery_compat.beat_scheduler:BeatScheduler`` (``celery beat`` sends the bridge scheduler's
+occurrence ids) unless you set one.
 
 What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
 (``execution.py``).
@@ -34,6 +36,16 @@ from ujobs_bridge.client import Client, connect
 from .sending import BRIDGE_PRODUCER, BridgeProducer
 
 _client_lock = threading.Lock()
+BEAT_SCHEDULER = "celery_compat.beat_scheduler:BeatScheduler"
+
+
+def _default_beat_scheduler(sender: Any, source: Any, **_: Any) -> None:
+    """Celery's built-in defaults are the last layer of ``conf`` (a copy per app): naming our beat
+    scheduler there changes only what an unset ``beat_scheduler`` reads."""
+    builtin = source.defaults[-1]
+    for key in ("beat_scheduler", "CELERYBEAT_SCHEDULER"):
+        if key in builtin:
+            builtin[key] = BEAT_SCHEDULER
 
 
 class Celery(celery.Celery):  # type: ignore[misc]
@@ -48,6 +60,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
         self._ujobs_dsn_cache: tuple[str, dict[str, Any]] | None = None
         kwargs.setdefault("broker", None)
         super().__init__(main, *args, **kwargs)
+        self.on_after_configure.connect(_default_beat_scheduler, weak=False)
 
     # -- the jobs database ----------------------------------------------------------------------
 
