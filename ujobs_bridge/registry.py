@@ -129,6 +129,33 @@ def app_database_url(spec: str) -> str | None:
     return str(value) if value else None
 
 
+def celery_worker_settings(spec: str) -> dict[str, int]:
+    """The worker settings a Celery app ``-A`` names has set: ``worker_concurrency`` (→
+    ``concurrency``) and ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), each only
+    when the app sets it (Celery's own defaults, CPU count and 4, do not override the bridge's)."""
+    app = celery_app_of(load_target(spec))
+    if app is None:
+        return {}
+    conf = app.conf
+    builtin = conf.maps[-1] if getattr(conf, "maps", None) else {}
+    out: dict[str, int] = {}
+    for key, name in (
+        ("worker_concurrency", "concurrency"),
+        ("worker_prefetch_multiplier", "prefetch_multiplier"),
+    ):
+        value = conf.get(key)
+        explicit = key in conf.maps[0] if getattr(conf, "maps", None) else False
+        if value is None or (not explicit and value == builtin.get(key)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"the Celery app's {key}={value!r} is not a positive integer",
+                hint=f"set {key} to a whole number of at least 1, or pass the worker flag",
+            )
+        out[name] = value
+    return out
+
+
 def bind_database(spec: str, dsn: str) -> None:
     """Point a celery_compat app's results and sends at the database the worker runs on (and,
     through the environment, the app in any child process of ``--pool processes``)."""
@@ -140,4 +167,3 @@ def bind_database(spec: str, dsn: str) -> None:
 
     os.environ[ENV_DATABASE_URL] = dsn
     app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
-

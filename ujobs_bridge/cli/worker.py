@@ -10,6 +10,7 @@ What it is not: the worker (``worker.py`` in the package root).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -54,20 +55,19 @@ from .options import database, dsn_option
 @click.option(
     "-c",
     "--concurrency",
-    default=DEFAULT_CONCURRENCY,
+    default=None,
     type=int,
-    show_default=True,
-    help="Bodies running at once.",
+    help=f"Bodies running at once. Default: a Celery app's worker_concurrency, else {DEFAULT_CONCURRENCY}.",
 )
 @click.option(
     "--pool", default="threads", show_default=True, help=f"Where bodies run: {', '.join(POOLS)}."
 )
 @click.option(
     "--prefetch-multiplier",
-    default=DEFAULT_PREFETCH_MULTIPLIER,
+    default=None,
     type=int,
-    show_default=True,
-    help="Jobs held per slot (claimed ahead, leased).",
+    help="Jobs held per slot (claimed ahead, leased). Default: a Celery app's "
+    f"worker_prefetch_multiplier, else {DEFAULT_PREFETCH_MULTIPLIER}.",
 )
 @click.option(
     "--lease",
@@ -103,9 +103,9 @@ from .options import database, dsn_option
 def worker(
     app_spec: str,
     queues: str | None,
-    concurrency: int,
+    concurrency: int | None,
     pool: str,
-    prefetch_multiplier: int,
+    prefetch_multiplier: int | None,
     lease_s: float,
     poll_s: float,
     shutdown_s: float,
@@ -116,12 +116,14 @@ def worker(
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:
+    try:  # the flags are checked before -A is imported
         config = WorkerConfig(
             queues=tuple(validation.queue_list(queues)) if queues is not None else None,
-            concurrency=concurrency,
+            concurrency=DEFAULT_CONCURRENCY if concurrency is None else concurrency,
             pool=pool,
-            prefetch_multiplier=prefetch_multiplier,
+            prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
+            if prefetch_multiplier is None
+            else prefetch_multiplier,
             lease_s=lease_s,
             poll_s=poll_s,
             shutdown_timeout_s=shutdown_s,
@@ -129,6 +131,16 @@ def worker(
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     jobs = registry.load(app_spec)
+    try:  # a Celery app's worker_concurrency / worker_prefetch_multiplier, where no flag was given
+        from_app = registry.celery_worker_settings(app_spec)
+        if concurrency is None and "concurrency" in from_app:
+            config = dataclasses.replace(config, concurrency=from_app["concurrency"])
+        if prefetch_multiplier is None and "prefetch_multiplier" in from_app:
+            config = dataclasses.replace(
+                config, prefetch_multiplier=from_app["prefetch_multiplier"]
+            )
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
     resolved = database(dsn, config_dsn=registry.app_database_url(app_spec))
     schema.upgrade(resolved.dsn)
     registry.bind_database(app_spec, resolved.dsn)
@@ -148,7 +160,7 @@ def worker(
     runner.start()
     click.echo(
         f"worker {runner.id} ready: queues={','.join(runner.queues)} jobs={len(jobs)} "
-        f"concurrency={config.concurrency} pool={config.pool}",
+        f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
         err=True,
     )
     while not stop_requested.wait(0.5):
