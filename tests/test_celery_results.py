@@ -242,3 +242,21 @@ def test_one_backend_and_one_listen_connection_per_app(app: Any, dsn: str) -> No
             assert chord(t.add.s(i, i) for i in range(8))(t.tsum.s()).get(timeout=10) == 56
         # not one more per worker thread (Celery's per-thread backend default)
         assert listen_connections(dsn) == before
+
+
+def test_result_extended_stores_name_args_kwargs_queue_and_worker(app: Any, dsn: str) -> None:
+    app.conf.result_extended = True
+    try:
+        with worker(app, dsn):
+            r = t.add.apply_async((2, 3), queue="celery")
+            assert r.get(timeout=10) == 5
+    finally:
+        app.conf.result_extended = False
+    fresh = AsyncResult(r.id, app=app)  # read back from Postgres, as another process would
+    assert (fresh.name, fresh.args, fresh.kwargs) == (t.add.name, [2, 3], {})
+    assert (fresh.queue, fresh.retries) == ("celery", 0)
+    assert fresh.worker and isinstance(fresh.date_done, datetime)
+    plain = t.add.apply_async((1, 1), queue="celery")
+    with worker(app, dsn):
+        assert plain.get(timeout=10) == 2
+    assert AsyncResult(plain.id, app=app).name is None  # not extended: as in Celery
