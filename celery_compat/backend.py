@@ -3,12 +3,16 @@
 Why it exists: results are the half of Celery that needs a store beside the queue. This is
 Celery's own key/value backend logic (meta encoding, group save/restore, chord joins) with the
 storage swapped for ``x_celery_results``, so every behaviour Celery's tests pin comes from
-Celery itself. Three things are ours:
+Celery itself. What is ours:
 
 * ``get()``/``join`` wake on a NOTIFY sent with the write (``result_listener.py``), not on a
   half-second poll;
 * the chord counter counts each header part ONCE, by child task id, in one atomic statement, so
   a redelivered part can never fire the body twice or early;
+* chords behave as on Celery's Redis backend where its key/value path differs: the expected size
+  is the header's size (``set_chord_size``) plus the parts ``Task.add_to_chord`` added (appended
+  atomically, joined in their adder's place), and a header given as a generator is sent as it
+  is consumed (no GroupResult saved up front: its parts are listed as they return);
 * an id whose stored meta is not final (none, STARTED, RETRY) is answered from its job rows: a
   message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
   (including a retry sent after its task id was revoked) REVOKED.
@@ -18,15 +22,24 @@ What it is not: the sender or the executor. Results are JSON only (``result_seri
 
 from __future__ import annotations
 
-import sys
+import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from celery import states
-from celery.backends.base import KeyValueStoreBackend
-from celery.exceptions import ImproperlyConfigured, TaskRevokedError, TimeoutError, WorkerLostError
+from celery import maybe_signature, states
+from celery.backends.base import KeyValueStoreBackend, _create_chord_error_with_cause
+from celery.exceptions import (
+    ChordError,
+    ImproperlyConfigured,
+    TaskRevokedError,
+    TimeoutError,
+    WorkerLostError,
+)
+from celery.result import GroupResult, allow_join_result
+from celery.utils.functional import _regen
 
 from ujobs_bridge.client import Client
 
@@ -34,6 +47,7 @@ from . import store
 from .result_listener import ResultListener
 
 SAFETY_RECHECK_S = 2.0
+logger = logging.getLogger(__name__)
 
 
 def bytes_to_str(value: Any) -> str:
@@ -94,37 +108,151 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             store.result_delete(conn, bytes_to_str(key))
 
     def incr(self, key: Any) -> int:
-        part = getattr(self._local, "chord_part", None)
         with self.client.pool.connection() as conn:
-            if part is None:
-                return store.counter_incr(conn, bytes_to_str(key))
-            value = store.chord_part_incr(conn, bytes_to_str(key), part)
-        # A part counted before (a redelivered message) must not move the counter: report it as
-        # past the chord size, which Celery treats as "nothing to do".
-        return sys.maxsize if value is None else value
+            return store.counter_incr(conn, bytes_to_str(key))
 
     def expire(self, key: Any, value: Any) -> None:
         if value:
             with self.client.pool.connection() as conn:
                 store.result_expire(conn, bytes_to_str(key), float(value))
 
+    # -- chords -------------------------------------------------------------------------------
+
+    def _apply_chord_incr(self, header_result_args: Any, body: Any, **kwargs: Any) -> None:
+        """Save the header's GroupResult for the last part to join, as Celery's key/value path
+        does; but not for a header given as a generator: saving it would consume the generator
+        before its first task is sent (celery #3021). As on Celery's Redis backend, such a
+        chord lists its parts as they return (``.j``, created here, before any is sent)."""
+        if not isinstance(header_result_args[1], _regen):
+            super()._apply_chord_incr(header_result_args, body, **kwargs)
+            return
+        self.ensure_chords_allowed()
+        listed = self.get_key_for_group(header_result_args[0], ".j")
+        self.set(listed, "[]")
+        self.expire(listed, self._chord_result_expires)
+
     def set_chord_size(self, group_id: Any, chord_size: int) -> None:
         """Keep the header's size as Celery counts it (a chain ending in a group counts that
         group's tasks); the base key/value backend would fall back to the number of header
-        entries and join a nested group early (as the Redis backend does, kept by group id)."""
+        entries and join a nested group early (as the Redis backend does, kept by group id).
+        Celery calls this just before it sends the header's last task."""
         self.set(self.get_key_for_group(group_id, ".s"), str(int(chord_size)))
 
+    def add_to_chord(self, group_id: Any, result: Any) -> None:
+        """``Task.add_to_chord``: one more part for the running chord ``group_id``, appended to
+        the chord's added list (``.t``) in one statement before Celery sends it, so the body
+        waits for it. It joins in its adder's place (as on Redis: group index, then task id)."""
+        request = getattr(self.app.current_task, "request", None)
+        index = request.group_index if request is not None and request.group == group_id else None
+        ttl = float(self.chord_expires) if self.chord_expires else None
+        with self.client.pool.connection() as conn:
+            key = bytes_to_str(self.get_key_for_group(group_id, ".t"))
+            store.chord_add(conn, key, str(result.id), index, ttl)
+
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> Any:
-        self._local.chord_part = request.id
+        """Count this part once (by task id, atomically: a redelivered part counts nothing), then
+        send the body when the count reaches the header's size plus the parts added. Size and
+        added list are read after the count, so an add committed before another part's count is
+        always seen. Before ``set_chord_size`` (a generator header still being sent) the size
+        is unknown, and no part can be the last."""
+        gid = request.group
+        if not gid or not request.id:
+            return None
+        key = self.get_key_for_chord(gid)
+        keys = [self.get_key_for_group(gid, suffix) for suffix in (".s", ".t", ".j")]
+        with self.client.pool.connection() as conn:
+            val = store.chord_part_incr(
+                conn, bytes_to_str(key), request.id, bytes_to_str(keys[2]), request.group_index
+            )
+        if val is None:
+            return None
+        size_raw, added_raw = self.mget(keys[:2])
+        chord = request.chord if isinstance(request.chord, dict) else {}
+        size = chord.get("chord_size")
+        if size is None and size_raw is not None:
+            size = int(size_raw)
+        added: list[list[Any]] = json.loads(added_raw) if added_raw else []
+        deps = None
+        if size is None or val >= int(size) + len(added):
+            try:
+                deps = GroupResult.restore(gid, backend=self)
+            except Exception as exc:
+                return self._chord_failed(request, ChordError(f"Cannot restore group: {exc!r}"))
+            if size is None:
+                if deps is None:  # a generator header: its size is set before its last task
+                    return None
+                size = len(deps)  # a chord sent before sizes were kept (migrated)
+        total = int(size) + len(added)
+        if val < total:
+            for part_key in (key, keys[2], *(keys[1:2] if added else ())):
+                self.expire(part_key, self.chord_expires)
+            # The last part joins every header result, so keep this one too.
+            self.expire(self.get_key_for_group(gid), self._chord_result_expires)
+            self.expire(self.get_key_for_task(request.id), self._chord_result_expires)
+            return None
+        if val > total:
+            logger.warning("Chord counter incremented too many times for %r", gid)
+            return None
+        joined = self._chord_parts(gid, deps, added, keys[2])
+        if joined is None:
+            return self._chord_failed(request, ChordError(f"GroupResult {gid} no longer exists"))
         try:
-            chord = request.chord
-            if isinstance(chord, dict) and chord.get("chord_size") is None and request.group:
-                size = self.get(self.get_key_for_group(request.group, ".s"))
-                if size is not None:
-                    request.chord = dict(chord, chord_size=int(size))
-            return super().on_chord_part_return(request, state, result, **kwargs)
+            return self._chord_join(request, gid, joined)
         finally:
-            self._local.chord_part = None
+            if deps is not None:
+                deps.delete()
+            for part_key in (key, *keys[1:]):
+                self.delete(part_key)
+            # The chord is done: give the header results back their normal lifetime.
+            for dep in joined.results:
+                self.expire(self.get_key_for_task(dep.id), self.expires)
+
+    def _chord_parts(self, gid: str, deps: Any, added: list[list[Any]], listed_key: Any) -> Any:
+        """The results the body gets, ordered as Celery's Redis backend orders them: by group
+        index (a part added by ``add_to_chord`` takes its adder's), then task id. A saved header
+        GroupResult keeps its structure (nested groups) with the added parts put in place."""
+        app = self.app
+        if deps is None:
+            raw = self.get(listed_key)
+            if raw is None:
+                return None
+            listed = [(index, tid, app.AsyncResult(tid)) for index, tid in json.loads(raw)]
+        elif not added:
+            return deps
+        else:
+            listed = [(i, dep.id, dep) for i, dep in enumerate(deps.results)]
+            listed += [(index, tid, app.AsyncResult(tid)) for index, tid in added]
+        inf = float("inf")
+        listed.sort(key=lambda part: (inf if part[0] is None else part[0], part[1]))
+        return app.GroupResult(gid, [part[2] for part in listed])
+
+    def _chord_failed(self, request: Any, error: ChordError) -> Any:
+        logger.error("Chord %r raised: %r", request.group, error)
+        return self.chord_error_from_stack(maybe_signature(request.chord, app=self.app), error)
+
+    def _chord_join(self, request: Any, gid: str, joined: Any) -> None:
+        """Join the header's results and send the body, as Celery's key/value path does."""
+        app = self.app
+        callback = maybe_signature(request.chord, app=app)
+        join = joined.join_native if joined.supports_native_join else joined.join
+        try:
+            with allow_join_result():
+                ret = join(timeout=app.conf.result_chord_join_timeout, propagate=True)
+        except Exception as exc:
+            try:
+                culprit = next(joined._failed_join_report())
+                reason = f"Dependency {culprit.id} raised {exc!r}"
+            except StopIteration:
+                reason = repr(exc)
+            logger.exception("Chord %r raised: %r", gid, reason)
+            self.chord_error_from_stack(callback, _create_chord_error_with_cause(reason, exc))
+            return
+        try:
+            app.amqp._retry_publish(callback.delay, ret)
+        except Exception as exc:
+            logger.exception("Chord %r raised: %r", gid, exc)
+            error = _create_chord_error_with_cause(f"Callback error: {exc!r}", exc)
+            self.chord_error_from_stack(callback, error)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 Why it exists: Celery's ``revoke`` broadcasts to the workers alive at that moment and lives in
 their memory (a restarted worker forgets it). Here a revoke is written to ``x_celery_revoked``
 and applied to the task's job rows: a job that has not started is cancelled and never runs, a
-message sent later for the same id is born cancelled, and ``terminate=True`` cancels a running
-job, whose worker interrupts the body (``execution.py``) and records REVOKED.
+message sent later for the same id is born cancelled, a message a worker already claimed is
+dropped by that worker before its body starts (the revoke is NOTIFYed with its insert,
+``revoked_ids.py``), and ``terminate=True`` cancels a running job, whose worker interrupts the
+body (``execution.py``) and records REVOKED.
 
 What it is not: a remote-control channel. ``inspect()``/``broadcast`` keep Celery's behaviour
 (they need a broker and answer only for Celery workers); ``ping()`` answers here from nothing
@@ -51,9 +53,10 @@ class BridgeControl(Control):  # type: ignore[misc]
                         if terminate:
                             # The worker drops it if its body has not started yet, and
                             # interrupts the body if it has (execution._terminates), then
-                            # stores REVOKED. Without terminate a claimed message runs: its
-                            # row stays as it is, as in Celery for a started task (a
-                            # prefetched one is the documented difference).
+                            # stores REVOKED. Without terminate the row stays as it is: a
+                            # started body finishes, as in Celery, and a claimed one whose
+                            # body has not started is dropped by its worker, which stores
+                            # REVOKED (revoked_ids.py, execution.run_message).
                             driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
                 if not running:
                     self._mark_revoked(backend, tid)

@@ -7,7 +7,9 @@ headers, embed (chain, callbacks, errbacks, chord), delivery info, properties. T
 ``task_prerun``/``postrun``/``success``/``failure``/``retry``, stores results, runs callbacks
 and continues chains, exactly as in a Celery worker. What a Celery worker does *around* the
 tracer is done here, as ``celery.worker.request.Request`` does it: expiry (REVOKED,
-``task_revoked(expired=True)``); the hard time limit (FAILURE ``TimeLimitExceeded``,
+``task_revoked(expired=True)``); a revoke that arrived after the claim but before the body
+(REVOKED, ``task_revoked``; ``revoked_ids.py``); ``delivery_info['redelivered']`` for a row
+claimed before (``JobContext.redelivered``); the hard time limit (FAILURE ``TimeLimitExceeded``,
 ``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED, ``task_revoked``, no
 ``task_failure``), both as for a killed child (``interrupts.py``); ``Reject``; ``result.get()``
 refused inside a body (``allow_join_result()`` still works); and a task's own retry message is
@@ -43,7 +45,7 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from . import rate_limit, store
+from . import rate_limit, revoked_ids, store
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
 from .sending import retries_held
@@ -123,7 +125,7 @@ def joins_will_block() -> Iterator[None]:
 _install_join_guard()
 
 
-def _request(message: Any, attempt: int) -> dict[str, Any]:
+def _request(message: Any, redelivered: bool) -> dict[str, Any]:
     headers = dict(message.headers)
     props = dict(message.properties)
     request: dict[str, Any] = dict(headers)
@@ -140,7 +142,7 @@ def _request(message: Any, attempt: int) -> dict[str, Any]:
                 "exchange": "",
                 "routing_key": message.queue,
                 "priority": props.get("priority"),
-                "redelivered": attempt > 1,
+                "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
             },
             "headers": {k: v for k, v in headers.items() if k not in PROTOCOL_HEADERS},
         }
@@ -305,11 +307,14 @@ def run_message(
     app.set_current()  # shared_task proxies called from this body resolve to this app
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
     task = app.tasks[name]
-    request = _request(message, ctx.attempt)
+    request = _request(message, ctx.redelivered)
     expires = message.expires
     if expires is not None and expires <= ctx.clock.now():
         _revoke(task, message.task_id, request, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
+    if revoked_ids.REVOKED.is_revoked(app, message.task_id):  # claimed, then revoked: never runs
+        _revoke(task, message.task_id, request, expired=False, terminated=False)
+        raise Cancel(f"task {message.task_id} revoked before it started")
     rate_limit.take_or_snooze(app, task, ctx)
     _received(app, task, message, request)
     soft, hard = _limits(task, message.headers, limits)
@@ -379,7 +384,9 @@ def _queue_of(app: Any, name: str, task: Any) -> str:
 
 
 def jobs_for_app(app: Any) -> list[JobDefinition[Any, Any]]:
-    """One job definition per task of ``app`` (its modules imported, the app finalized)."""
+    """One job definition per task of ``app`` (its modules imported, the app finalized); the
+    worker's listener of this process keeps the revoked ids current from now on."""
+    revoked_ids.install()
     app.loader.import_default_modules()
     app.finalize(auto=True)
     max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)

@@ -83,6 +83,19 @@ def revoked_terminate(conn: Conn, task_id: str) -> bool | None:
     return None if row is None else bool(row[0])
 
 
+def listen_revoked(conn: Conn) -> None:
+    conn.execute(q("listen_celery_revoked"))
+
+
+def revoked_recent(
+    conn: Conn, window_s: float, now: datetime | None = None
+) -> list[tuple[str, float]]:
+    """``(task id, age in seconds)`` of the ids revoked within ``window_s``, oldest first."""
+    params = {"window_s": window_s, "now": now}
+    rows = conn.execute(q("celery_revoked_recent"), params).fetchall()
+    return [(str(r[0]), float(r[1])) for r in rows]
+
+
 def result_get(conn: Conn, key: str, now: datetime | None = None) -> str | None:
     row = conn.execute(q("celery_result_get"), {"key": key, "now": now}).fetchone()
     return None if row is None else str(row[0])
@@ -113,9 +126,40 @@ def counter_incr(conn: Conn, key: str) -> int:
     return int(row[0])
 
 
-def chord_part_incr(conn: Conn, key: str, task_id: str) -> int | None:
-    """Count ``task_id`` as one finished part of chord ``key``; ``None`` if it was counted before."""
-    row = conn.execute(q("celery_chord_part_incr"), {"key": key, "task_id": task_id}).fetchone()
+def chord_part_incr(
+    conn: Conn, key: str, task_id: str, listed_key: str, group_index: int | None
+) -> int | None:
+    """Count ``task_id`` as one finished part of chord ``key``; ``None`` if it was counted before.
+    A first count also appends ``[group_index, task_id]`` to the list ``listed_key`` if that list
+    exists (a chord whose header was a generator keeps one)."""
+    params = {
+        "key": key,
+        "task_id": task_id,
+        "listed_key": listed_key,
+        "group_index": group_index,
+    }
+    row = conn.execute(q("celery_chord_part_incr"), params).fetchone()
+    return None if row is None else int(row[0])
+
+
+def chord_add(
+    conn: Conn,
+    key: str,
+    task_id: str,
+    group_index: int | None,
+    ttl_s: float | None,
+    now: datetime | None = None,
+) -> int | None:
+    """Append ``[group_index, task_id]`` to the added-parts list ``key`` of a running chord, in one
+    statement; the list's new length, or ``None`` if ``task_id`` was added before."""
+    params = {
+        "key": key,
+        "task_id": task_id,
+        "group_index": group_index,
+        "ttl_s": ttl_s,
+        "now": now,
+    }
+    row = conn.execute(q("celery_chord_add"), params).fetchone()
     return None if row is None else int(row[0])
 
 

@@ -30,11 +30,6 @@ REASONS: dict[str, str] = {
         "task-sent event buffer: a real broker producer sends to the broker (nobody consumes "
         "it in this run) and task events are not part of celery_compat"
     ),
-    "test_reject_with_requeue_redelivers_and_succeeds": (
-        "Reject(requeue=True) snoozes the row without counting the attempt, so the redelivery "
-        "still reads delivery_info['redelivered'] == False and the task rejects forever; needs "
-        "the engine to tell a redelivery (see the report: ujobs_bridge change)"
-    ),
     "test_revoked_by_headers_simple_canvas": STAMP_REVOKE,
     "test_revoked_by_headers_complex_canvas": STAMP_REVOKE,
     "test_revoke_by_stamped_headers_no_match": STAMP_REVOKE,
@@ -44,19 +39,6 @@ REASONS: dict[str, str] = {
     "test_mutable_errback_called_by_chord_from_chain[": DEDUP,
     "test_mutable_errback_called_by_chord_from_chain_tail[": DEDUP,
     "test_mutable_errback_called_by_chord_from_group[": DEDUP,
-    "test_add_to_chord": (
-        "Task.add_to_chord is a Redis-backend-only API ('Currently only supported by the Redis "
-        "result backend'); celery_compat's backend does not implement add_to_chord"
-    ),
-    "test_add_chord_to_chord": (
-        "Task.add_to_chord is a Redis-backend-only API; celery_compat's backend does not "
-        "implement add_to_chord"
-    ),
-    "test_generator[": (
-        "a chord header given as a generator is unrolled before the first header task is sent: "
-        "the key/value chord path saves the header GroupResult up front (the Redis backend "
-        "alone defers it, issue #3021); the chord result itself is right"
-    ),
 }
 
 

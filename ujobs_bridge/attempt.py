@@ -51,7 +51,13 @@ def context_for(
 ) -> JobContext:
     if runner is None:
         return JobContext(
-            claimed.id, claimed.name, claimed.queue, claimed.attempt, claimed.max_attempts, signal
+            claimed.id,
+            claimed.name,
+            claimed.queue,
+            claimed.attempt,
+            claimed.max_attempts,
+            signal,
+            deliveries=claimed.deliveries,
         )
     return JobContext(
         id=claimed.id,
@@ -62,6 +68,7 @@ def context_for(
         signal=signal,
         clock=runner.clock,
         database=runner.connection,
+        deliveries=claimed.deliveries,
     )
 
 

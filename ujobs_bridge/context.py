@@ -56,6 +56,13 @@ class JobContext:
     signal: AttemptSignal
     clock: Clock = SYSTEM_CLOCK
     database: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None
+    deliveries: int = 1
+
+    @property
+    def redelivered(self) -> bool:
+        """True when the row was claimed before this attempt: a snooze, a rescue after a lost
+        lease or a drain's hand-back (which, unlike failures, do not all count an attempt)."""
+        return self.deliveries > 1
 
     def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
         """A connection to the jobs database (autocommit), for work that belongs next to the

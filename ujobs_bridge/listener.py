@@ -4,7 +4,9 @@ Why it exists: polling alone makes pick-up latency the poll interval; a notifica
 insert trigger at commit wakes the claim loop within a millisecond. Polling stays the floor, so a
 lost notification (connection drop, restart) costs at most one poll interval, never a job.
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
-once instead of at the next heartbeat.
+once instead of at the next heartbeat, and any channel another part of the process registered
+with ``register_channel`` (celery_compat's revoked task ids), so that part needs no connection of
+its own and lives exactly as long as the worker's listening does.
 
 A ``Service`` (``service.py``): ``stop()`` lets the wait in flight end (at most 0.2 s), then
 closes the connection.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -28,6 +31,32 @@ log = logging.getLogger("ujobs.listener")
 
 READY_CHANNEL = "x_jobs_ready"
 CANCEL_CHANNEL = "x_jobs_cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraChannel:
+    """A channel listened on through every ``Listener`` of the process. All three hooks run on
+    the listener's thread. ``on_connect(conn)``, on each fresh connection: issue its own LISTEN,
+    then catch up on what was sent while nobody listened (notifications are not queued for
+    absent listeners). ``on_notify(payload)``: one notification. ``on_closed()``: that
+    connection is gone (dropped or stopped); notifications may be missed until the next
+    ``on_connect``. A hook that raises is logged and skipped: it never stops the wake-ups."""
+
+    channel: str
+    on_connect: Callable[[psycopg.Connection[Any]], None]
+    on_notify: Callable[[str], None]
+    on_closed: Callable[[], None]
+
+
+_extra: dict[str, ExtraChannel] = {}
+_extra_lock = threading.Lock()
+
+
+def register_channel(extra: ExtraChannel) -> None:
+    """Listen on ``extra.channel`` in every ``Listener`` of this process from its next
+    connection on; registering the same channel again replaces the hooks."""
+    with _extra_lock:
+        _extra[extra.channel] = extra
 
 
 class Listener(Service):
@@ -52,6 +81,7 @@ class Listener(Service):
         self.application_name = application_name
         self.reconnect_s = reconnect_s
         self._conn: psycopg.Connection[Any] | None = None
+        self._joined: dict[str, ExtraChannel] = {}  # extra channels told about this connection
         self.listening = threading.Event()
         super().__init__("listener", interval_s=reconnect_s)
 
@@ -65,6 +95,7 @@ class Listener(Service):
             )
             self._conn.execute(q("listen_ready"))
             self._conn.execute(q("listen_cancel"))
+            self._join_extra(self._conn)
             self.listening.set()
             self.on_ready()  # anything committed while we were not listening
         return self._conn
@@ -79,7 +110,27 @@ class Listener(Service):
                     self.on_ready()
             elif note.channel == CANCEL_CHANNEL:
                 self.on_cancel(note.payload)
+            elif note.channel in self._joined:
+                self._hook(self._joined[note.channel].on_notify, note.payload)
         return seen
+
+    def _join_extra(self, conn: psycopg.Connection[Any]) -> None:
+        with _extra_lock:
+            extras = list(_extra.values())
+        for extra in extras:
+            if self._hook(extra.on_connect, conn):
+                self._joined[extra.channel] = extra
+
+    def _hook(self, fn: Callable[..., None], *args: Any) -> bool:
+        try:
+            fn(*args)
+        except Exception as exc:  # an extra channel must never stop the worker's wake-ups
+            if isinstance(exc, psycopg.Error):
+                log.warning("ujobs.listener.extra_channel: %s", exc)
+            else:
+                log.exception("ujobs.listener.extra_channel")
+            return False
+        return True
 
     def _pass(self) -> float:
         self.tick()
@@ -98,6 +149,9 @@ class Listener(Service):
 
     def _close(self) -> None:
         self.listening.clear()
+        joined, self._joined = self._joined, {}
+        for extra in joined.values():
+            self._hook(extra.on_closed)
         if self._conn is not None:
             self._conn.close()
             self._conn = None

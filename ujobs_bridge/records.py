@@ -41,7 +41,8 @@ class JobRef:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
-    """One row a worker holds a lease on."""
+    """One row a worker holds a lease on. ``deliveries`` counts every claim of the row, this
+    one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery."""
 
     id: UUID
     name: str
@@ -51,6 +52,7 @@ class ClaimedJob:
     max_attempts: int
     lease_token: UUID
     expired: bool
+    deliveries: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,13 +74,15 @@ with picked as materialized (
      for update skip locked
 )
 update x_jobs as j
-   set state = 'running', attempt = j.attempt + 1, lease_token = %(token)s,
+   set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
+       lease_token = %(token)s,
        lease_expires_at = now() + make_interval(secs => %(lease_s)s),
        claimed_by = %(worker)s, updated_at = now()
   from picked
  where j.id = picked.id
 returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
-          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired
+          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+          j.deliveries
 
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
@@ -517,10 +519,15 @@ select t.job_id, j.state, j.last_error, j.updated_at
  order by t.retries desc, t.nesting desc
 
 -- celery_revoke --
-insert into x_celery_revoked (task_id, terminate, created_at)
-values (%(task_id)s, %(terminate)s, now())
-on conflict (task_id) do update set terminate = x_celery_revoked.terminate or excluded.terminate
-returning task_id
+-- Record the revoke and NOTIFY it in the same statement (so at the same commit): a worker that
+-- holds a claimed message of this id drops it before its body starts (revoked_ids.py).
+with saved as (
+    insert into x_celery_revoked (task_id, terminate, created_at)
+    values (%(task_id)s, %(terminate)s, now())
+    on conflict (task_id) do update set terminate = x_celery_revoked.terminate or excluded.terminate
+    returning task_id
+)
+select pg_notify('x_celery_revoked', task_id) from saved
 
 -- celery_result_get --
 select value from x_celery_results
@@ -571,17 +578,44 @@ returning value
 
 -- celery_chord_part_incr --
 -- Count one header part of a chord, once per child task id, atomically: a redelivered part
--- inserts nothing and increments nothing (no row returned).
+-- inserts nothing and increments nothing (no row returned). A chord whose header was a generator
+-- lists its parts as they return (`listed_key`: [group_index, task_id], as Celery's Redis backend
+-- does; no GroupResult is saved up front): a first count appends to that list if it exists.
 with part as (
     insert into x_celery_chord_parts (key, task_id, created_at)
     values (%(key)s, %(task_id)s, now())
     on conflict (key, task_id) do nothing
     returning key
+), listed as (
+    update x_celery_results as r
+       set value = (r.value::jsonb || jsonb_build_array(
+                        jsonb_build_array(%(group_index)s::int, %(task_id)s::text)))::text,
+           updated_at = now()
+     where r.key = %(listed_key)s and exists (select 1 from part)
+    returning r.key
 )
 insert into x_celery_counters (key, value)
 select key, 1 from part
 on conflict (key) do update set value = x_celery_counters.value + 1
 returning value
+
+-- celery_chord_add --
+-- Task.add_to_chord: grow a running chord by one part. The chord's added parts are one JSON list
+-- of [group_index, task_id] under the group's `.t` key; appending under the row lock of the
+-- upsert means concurrent adds are never lost. A task id already in the list is not added again
+-- (no row back). Returns the number of parts added so far.
+insert into x_celery_results as r (key, value, expires_at, updated_at)
+values (%(key)s,
+        jsonb_build_array(jsonb_build_array(%(group_index)s::int, %(task_id)s::text))::text,
+        case when %(ttl_s)s::float8 is null then null
+             else coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8) end,
+        now())
+on conflict (key) do update
+    set value = (r.value::jsonb || excluded.value::jsonb)::text,
+        expires_at = excluded.expires_at, updated_at = now()
+  where not exists (select 1 from jsonb_array_elements(r.value::jsonb) as e(part)
+                     where e.part ->> 1 = %(task_id)s::text)
+returning jsonb_array_length(r.value::jsonb)
 
 -- listen_celery_results --
 listen x_celery_results
@@ -675,6 +709,18 @@ returning tokens
 
 -- celery_revoked_terminate --
 select terminate from x_celery_revoked where task_id = %(task_id)s
+
+-- listen_celery_revoked --
+listen x_celery_revoked
+
+-- celery_revoked_recent --
+-- What a worker's listener loads once it LISTENs on x_celery_revoked (revoked_ids.py): the ids
+-- revoked within the window (the purge deletes older ones anyway), oldest first, with their age
+-- in seconds. created_at is the database's clock, so the age is taken on it too.
+select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::float8 as age_s
+  from x_celery_revoked
+ where created_at > coalesce(%(now)s, now()) - make_interval(secs => %(window_s)s)
+ order by created_at, task_id
 
 -- migrate_ledger_arguments --
 -- For messages the ledger already held: the arguments of the job it points at, so a redelivery

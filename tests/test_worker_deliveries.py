@@ -1,0 +1,90 @@
+"""The job context tells a body whether its row was claimed before (``redelivered``), whatever
+gave the claim back: a snooze, a rescue after a lost lease, a drain's hand-back. ``attempt``
+cannot tell: those paths give theirs back."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from apps import delivery_jobs
+from ujobs_bridge import FrozenClock, Worker, WorkerConfig
+from ujobs_bridge.client import Client
+from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.records import JobState, Settlement
+from ujobs_bridge.registry import from_module
+
+
+@pytest.fixture
+def worker(dsn: str, clock: FrozenClock) -> Iterator[Worker]:
+    delivery_jobs.SEEN.clear()
+    w = Worker(dsn, from_module(delivery_jobs), WorkerConfig(queues=("deliveries",)), clock=clock)
+    yield w
+    w.stop(timeout_s=2)
+
+
+def state_of(db: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[Any, ...]:
+    row = db.execute(
+        "select state, attempt, deliveries, output from x_jobs where id = %s", (job_id,)
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_a_first_claim_is_not_redelivered_and_the_claim_after_a_snooze_is(
+    frozen_client: Client, worker: Worker, db: Any
+) -> None:
+    ref = delivery_jobs.snooze_once.configure(client=frozen_client).enqueue()
+    assert worker.tick() == 1
+    assert state_of(db, ref.id) == ("ready", 0, 1, None)  # the snooze gave the attempt back
+    assert worker.tick() == 1
+    assert state_of(db, ref.id) == ("done", 1, 2, True)
+    assert delivery_jobs.SEEN == [(1, False), (1, True)]  # same attempt number, told apart
+
+
+def test_a_job_rescued_after_its_worker_died_is_redelivered(
+    frozen_client: Client, worker: Worker, db: Any
+) -> None:
+    ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
+    (lost,) = driver.job_claim(  # a worker that claims it, then dies: its lease runs out at once
+        db,
+        queue="deliveries",
+        names=["apps.delivery_jobs.report"],
+        limit=1,
+        token=uuid.uuid4(),
+        lease_s=0,
+        worker="died",
+        now=None,
+    )
+    assert (lost.attempt, lost.deliveries) == (1, 1)
+    assert worker.tick() == 1  # sweep (rescue), claim, run
+    assert state_of(db, ref.id) == ("done", 2, 2, True)
+    assert delivery_jobs.SEEN == [(2, True)]
+
+
+def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client, db: Any) -> None:
+    ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
+
+    def claim() -> Any:
+        (got,) = driver.job_claim(
+            db,
+            queue="deliveries",
+            names=["apps.delivery_jobs.report"],
+            limit=1,
+            token=uuid.uuid4(),
+            lease_s=30,
+            worker="test",
+            now=None,
+        )
+        return got
+
+    first = claim()
+    back = Settlement(ref.id, first.lease_token, JobState.READY, uncount=1, error="handed back")
+    assert driver.job_settle(db, [back], None) == {ref.id}  # what a drain writes
+    second = claim()
+    assert (first.attempt, first.deliveries) == (1, 1)
+    assert (second.attempt, second.deliveries) == (1, 2)
