@@ -3,6 +3,7 @@ job rows (done, retried with backoff, dead-lettered, expired, cancelled, timed o
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -186,12 +187,17 @@ def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client
     from ujobs_bridge import registry
 
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
+    where = basic_jobs.whereami.configure(client=client).enqueue()
     worker = Worker(dsn, registry.load("apps.basic_jobs"), WorkerConfig(queues=("basic",), pool="processes", concurrency=1), app_spec="apps.basic_jobs")
     try:
-        assert worker.tick() == 1
+        assert worker.tick() == 2
     finally:
         worker.stop(timeout_s=2)
     assert row(db, ref.id)["output"] == 42
+    # current_job() works in the child as in a thread body
+    seen = row(db, where.id)["output"]
+    assert seen["pid"] != os.getpid()
+    assert (seen["queue"], seen["attempt"], seen["id"]) == ("basic", 1, str(where.id))
 
 
 def test_two_jobs_under_one_name_are_refused() -> None:

@@ -55,14 +55,7 @@ class BodyRunning:
         definition = entry.definition
         if self.config.pool == "processes":
             assert self._executor is not None
-            future = self._executor.submit(
-                child_run,
-                entry.claimed.name,
-                entry.claimed.input,
-                entry.claimed.id,
-                entry.claimed.lease_token,
-                entry.claimed.attempt,
-            )
+            future = self._executor.submit(child_run, entry.claimed)
             if definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + definition.timeout_s
             future.add_done_callback(functools.partial(self._process_done, entry))

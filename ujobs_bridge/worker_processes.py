@@ -19,7 +19,6 @@ import threading
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -32,6 +31,7 @@ from .drivers.postgres.steps import Lease
 from .errors import StepError, StepSuspended
 from .job import JobDefinition
 from .outcomes import Cancel, Discard, Outcome, Snooze
+from .records import ClaimedJob
 
 _registry: dict[str, JobDefinition[Any, Any]] = {}
 _dsn: list[str] = []
@@ -62,16 +62,21 @@ def _connection() -> AbstractContextManager[psycopg.Connection[Any]]:
     return _pool[0].connection()
 
 
-def child_run(name: str, job_input: Any, run_id: UUID, token: UUID, attempt: int) -> Reply:
-    from . import steps
+def child_run(claimed: ClaimedJob) -> Reply:
+    """Run one claimed job's body here, with the same ``current_job()`` and ``step`` a thread
+    body gets (its signal never fires: a cancel is fenced when the child answers)."""
+    from . import context, steps
+    from .attempt import context_for
 
+    name, job_input = claimed.name, claimed.input
     definition = _registry[name]
     runner = steps.StepRunner(
-        lease=Lease(run_id, token, attempt),
+        lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),
         connection=_connection,
         signal=AttemptSignal(),
         clock=SYSTEM_CLOCK,
     )
+    job_token = context.bind(context_for(claimed, runner.signal, runner))
     step_token = steps.bind(runner)
     try:
         args, kwargs = payload.decode_input(job_input)
@@ -96,6 +101,7 @@ def child_run(name: str, job_input: Any, run_id: UUID, token: UUID, attempt: int
         return ("error", error_text(exc), definition.retry.retries(exc))
     finally:
         steps.unbind(step_token)
+        context.unbind(job_token)
 
 
 def body_result_from_child(reply: Reply) -> BodyResult:

@@ -82,3 +82,12 @@ def returns_object() -> Any:
 def other_queue() -> str:
     CALLS["other_queue"] += 1
     return "other"
+
+
+@job(queue="basic")
+def whereami() -> dict[str, object]:
+    """What ``current_job()`` tells a body (in a thread, or a ``--pool processes`` child)."""
+    import os
+
+    ctx = current_job()
+    return {"pid": os.getpid(), "queue": ctx.queue, "attempt": ctx.attempt, "id": str(ctx.id)}
