@@ -54,3 +54,32 @@ def test_a_plain_module_app_runs_end_to_end_on_a_worker_process(proc: WorkerProc
     assert {j["state"] for j in jobs(dsn)} == {"done"}
     proc.term()
     assert proc.wait(timeout=20) == 0
+
+
+def test_a_celery_app_runs_on_the_process_pool_with_its_request_and_retries(
+    dsn: str, tmp_path: Path
+) -> None:
+    """``--pool processes`` (Celery's prefork): the body runs in a child process, with the same
+    ``self.request``, retries and results as on threads."""
+    worker = WorkerProc(
+        dsn,
+        "apps.celery_plain",
+        "plain",
+        tmp_path / "worker.log",
+        extra=["--pool", "processes", "-c", "2"],
+    )
+    try:
+        with bound(p.app, dsn):
+            assert p.add.delay(2, 3).get(timeout=30) == 5
+            me = p.whoami.delay().get(timeout=10)
+            assert me["pid"] not in (os.getpid(), worker.pid)  # a pool child, not the worker
+            assert me["retries"] == 0 and "@" in me["hostname"]
+            retried: Any = p.flaky.delay(2).get(timeout=20)
+            assert retried["retries"] == 2
+            assert chord(p.add.s(i, 1) for i in range(3))(p.tsum.s()).get(timeout=20) == 6
+        assert {j["state"] for j in jobs(dsn)} == {"done"}
+    except BaseException:
+        print(worker.output())
+        raise
+    finally:
+        worker.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import socket
 import threading
@@ -232,8 +233,11 @@ class Worker(BodyRunning, AttemptStopping):
             self._conn.execute(q("session_claims_async"))
         if self._executor is None and self._threads is None:
             if self.config.pool == "processes":
+                # spawn, not fork: a forked child would share this process's sockets (the
+                # claim connection, an app's result pool) and copy locks held by its threads.
                 self._executor = ProcessPoolExecutor(
                     max_workers=self.config.concurrency,
+                    mp_context=multiprocessing.get_context("spawn"),
                     initializer=child_init,
                     initargs=(self.app_spec, self.dsn),
                 )
