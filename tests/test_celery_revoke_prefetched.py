@@ -1,7 +1,11 @@
 """``revoke()`` without ``terminate`` as Celery's worker honours it: a message the bridge worker
 already claimed (its prefetch) but whose body has not started never runs and reads REVOKED,
 while a started body finishes. Revoked ids reach the worker by NOTIFY and are loaded when its
-listener connects, so a row re-claimed after a worker died is not run either."""
+listener connects, so a row re-claimed after a worker died is not run either.
+
+Also ``Reject(requeue=True)`` as Celery's integration test pins it: the message comes back and
+reads ``delivery_info['redelivered'] == True``, so a task that rejects only a first delivery
+ends SUCCESS."""
 
 from __future__ import annotations
 
@@ -155,3 +159,12 @@ def test_the_set_forgets_ids_older_than_its_window() -> None:
     now[0] += 30
     ids.add([("later", 0.0)])
     assert "old" not in ids and "young" in ids and "later" in ids and len(ids) == 2
+
+
+def test_reject_with_requeue_is_redelivered_flagged_and_succeeds(app: Any, dsn: str) -> None:
+    with worker(app, dsn):
+        r = rt.requeue_until_redelivered.delay()
+        assert r.get(timeout=10) == "redelivered"
+    assert rt.DELIVERIES == [False, True]
+    assert r.state == states.SUCCESS
+    assert [j["state"] for j in jobs(dsn)] == ["done"]
