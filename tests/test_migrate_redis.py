@@ -233,7 +233,10 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
     celery_q, bridge_q = ms.unique("cw"), ms.unique("dq")
     ran = tmp_path / "celery-ran.txt"
     ran.touch()
-    env = dict(os.environ, MIGRATE_TEST_BROKER=ms.REDIS_URL, MIGRATE_TEST_OUT=str(ran))
+    gate = ms.unique("gate")  # the Celery worker waits in its first task until this is pushed
+    env = dict(
+        os.environ, MIGRATE_TEST_BROKER=ms.REDIS_URL, MIGRATE_TEST_OUT=str(ran), MIGRATE_TEST_GATE=gate
+    )
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     log = (tmp_path / "celery.log").open("w")
     worker = subprocess.Popen(
@@ -268,8 +271,9 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
                 for_celery.append(p.record.delay(f"c{i}").id)
                 for_bridge.append(p.record.apply_async((f"b{i}",), queue=bridge_q).id)
         wait_for(lambda: ran.read_text(), timeout=30, what="the Celery worker to start consuming")
-        stats = ms.drain(qdsn, ms.REDIS_URL, [bridge_q])
+        stats = ms.drain(qdsn, ms.REDIS_URL, [bridge_q])  # while Celery holds its first task
         busy = len(ran.read_text().split())
+        r.rpush(gate, "go")
         wait_for(
             lambda: len(ran.read_text().split()) >= 300, timeout=30, what="Celery to run its queue"
         )
@@ -279,6 +283,7 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
         log.close()
         ms.clean_redis(r, celery_q)
         ms.clean_redis(r, bridge_q)
+        r.delete(gate)
         for pattern in (
             "_kombu.binding*pidbox*",
             "_kombu.binding*celeryev*",
@@ -286,7 +291,7 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
         ):
             ms.clean_redis(r, pattern)  # what the Celery worker declared for its control/events
     assert stats.outcomes["moved"] == 300
-    assert busy < 300, "the Celery worker was still consuming when the drain finished"
+    assert busy == 1, "the Celery worker was inside its first task while the drain ran"
     assert Counter(ms.ledger_ids(qdsn)) == Counter(for_bridge), "the drainer took only its queue"
     assert Counter(ran.read_text().split()) == Counter(for_celery), (
         "Celery ran only its queue, once each"
