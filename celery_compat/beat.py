@@ -19,7 +19,7 @@ Per entry, ``options={"ujobs_catch_up": "skip" | "run-once" | "all", "ujobs_max_
 chooses what an outage leaves behind; the default ``skip`` matches beat (one run after an
 outage, for the latest missed occurrence). Those keys never reach the message.
 
-What it is not: the scheduler (``ujobs_bridge.scheduler``; leader election, the fire ledger and
+What it is not: the scheduler (``ujobs_bridge.scheduling``; leader election, the fire ledger and
 watermarks live there) or the schedule arithmetic (``beat_convert``). ``solar`` entries are
 refused with the reason, never approximated.
 """
@@ -38,11 +38,16 @@ from typing import Any
 
 from celery.beat import BeatLazyFunc, ScheduleEntry
 
-from ujobs_bridge.cron import CATCH_UP_POLICIES, CatchUpPolicy
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import EnqueueRequest
-from ujobs_bridge.scheduler import current_fire_connection
-from ujobs_bridge.task import DEFAULT_MAX_CATCH_UP, Occurrence, PeriodicTask, tasks_from_module
+from ujobs_bridge.scheduling.cron import CATCH_UP_POLICIES, CatchUpPolicy
+from ujobs_bridge.scheduling.scheduler import current_fire_connection
+from ujobs_bridge.scheduling.task import (
+    DEFAULT_MAX_CATCH_UP,
+    Occurrence,
+    PeriodicTask,
+    tasks_from_module,
+)
 
 from .beat_convert import Mapped, Unmappable, celery_schedule, convert_schedule
 from .transaction import enqueue_in
@@ -258,7 +263,7 @@ def _deadline_note(app: Any) -> tuple[str, ...]:
 
 
 def periodic_tasks_for_app(app: Any, *, strict: bool = True) -> list[PeriodicTask]:
-    """The app's beat entries as periodic tasks for ``ujobs_bridge.scheduler.Scheduler``.
+    """The app's beat entries as periodic tasks for ``ujobs_bridge.Scheduler``.
 
     An entry that cannot map (``solar``, a bad option) is refused: with ``strict`` (the default)
     the whole call raises ``ConfigError`` naming every such entry and why, so a scheduler never

@@ -1,7 +1,7 @@
 """Celery beat schedules as engine schedules: crontab → cron (exact), intervals → interval trigger.
 
 Why it exists: ``beat_schedule`` entries carry Celery schedule objects, and the engine's
-scheduler needs a ``Schedule`` (``ujobs_bridge.cron``). The conversion must fire on exactly the
+scheduler needs a ``Schedule`` (``ujobs_bridge.scheduling.cron``). The conversion must fire on exactly the
 instants Celery computes, so it never re-parses a crontab's text: it reads Celery's OWN expanded
 integer sets (``c.minute``, ``c.hour``, ``c.day_of_month``, ``c.month_of_year``,
 ``c.day_of_week``, after Celery's parser handled names, ranges and steps) and writes them back as
@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 from celery.schedules import BaseSchedule, crontab, maybe_schedule, schedule, solar
 
-from ujobs_bridge.cron import DEFAULT_ANCHOR, CronSchedule, IntervalSchedule
 from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.scheduling.cron import DEFAULT_ANCHOR, CronSchedule, IntervalSchedule
 
 # (field attribute on crontab, lowest value, highest value), in cron's field order.
 _FIELDS: tuple[tuple[str, int, int], ...] = (

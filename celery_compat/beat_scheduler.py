@@ -41,10 +41,10 @@ from celery.beat import PersistentScheduler, SchedulingError, event_t
 from celery.schedules import schedstate
 from celery.utils.time import maybe_make_aware
 
-from ujobs_bridge.cron import CatchUpPolicy, missed
 from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.scheduler import DEFAULT_INTERVAL_S
-from ujobs_bridge.task import Occurrence
+from ujobs_bridge.scheduling.cron import CatchUpPolicy, missed
+from ujobs_bridge.scheduling.scheduler import DEFAULT_INTERVAL_S
+from ujobs_bridge.scheduling.task import Occurrence
 
 from .beat import BeatEntry, _entry, _policy, engine_task_name, send_occurrence
 from .beat_convert import Mapped, Unmappable, convert_schedule

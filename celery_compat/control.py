@@ -22,7 +22,7 @@ from celery.app.control import Control
 from celery.exceptions import TaskRevokedError
 from celery.utils.functional import maybe_list
 
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
 
 from . import store
 

@@ -19,8 +19,9 @@ from typing import Any
 from celery.utils.time import rate as parse_rate
 
 from ujobs_bridge.context import JobContext
-from ujobs_bridge.drivers.postgres.sql import q
 from ujobs_bridge.outcomes import Snooze
+
+from .db import q
 
 CAPACITY = 1.0
 

@@ -5,7 +5,7 @@ Why it exists: ``control.revoke`` cancels a task's rows that no worker holds, bu
 claims messages ahead of its free body slots (its prefetch) and holds them in state
 ``running``. Celery's worker keeps revoked ids in memory and checks each request just before
 running it: a revoked task that has not started never runs. This module is that set for the
-bridge worker. It rides on the worker's own LISTEN connection (``ujobs_bridge.listener``,
+bridge worker. It rides on the worker's own LISTEN connection (``ujobs_bridge.worker.listener``,
 ``register_channel``): on every (re)connection it LISTENs on ``x_celery_revoked`` and then loads
 the ids revoked within the window (the purge's retention; older revoke rows are deleted anyway),
 so nothing revoked while nobody listened is missed; after that, ``revoke()`` NOTIFYs each id in
@@ -31,8 +31,8 @@ from typing import Any
 
 import psycopg
 
-from ujobs_bridge.listener import ExtraChannel, register_channel
 from ujobs_bridge.purge import DEFAULT_OLDER_THAN_S
+from ujobs_bridge.worker.listener import ExtraChannel, register_channel
 
 from . import store
 

@@ -1,7 +1,7 @@
 """celery_compat's database calls: Celery messages as jobs, results, chord counters, revokes.
 
 Why it exists: the facade's Postgres access goes through this one module, so the statements it
-runs are the named blocks of ``ujobs_bridge/drivers/postgres/queries.sql`` (``celery_*``) and
+runs are the named blocks of ``celery_compat/db/sql/celery.sql`` and
 nothing else. Each function takes the connection to use, so an enqueue can join a caller's
 transaction while results go through the pool.
 
@@ -18,8 +18,7 @@ from uuid import UUID
 
 import psycopg
 
-from ujobs_bridge.drivers.postgres.sql import q
-
+from .db import q
 from .message_row import CeleryMessage
 
 Conn = psycopg.Connection[Any]

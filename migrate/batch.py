@@ -29,11 +29,11 @@ import psycopg
 
 from celery_compat import store
 from celery_compat.message_row import CeleryMessage
-from ujobs_bridge.drivers.postgres.sql import q
 from ujobs_bridge.ids import new_job_ids
 
 from . import quarantine
 from .appinfo import AppInfo
+from .db import q
 from .decoding import (
     CHORD_UNRECOVERABLE,
     DUPLICATE_CONFLICT,

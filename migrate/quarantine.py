@@ -26,8 +26,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from ujobs_bridge.drivers.postgres.sql import q
-
+from .db import q
 from .decoding import Poison
 
 Conn = psycopg.Connection[Any]

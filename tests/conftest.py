@@ -19,7 +19,7 @@ import pytest
 
 from ujobs_bridge import FrozenClock, connect
 from ujobs_bridge.client import Client
-from ujobs_bridge.drivers.postgres import schema
+from ujobs_bridge.db import schema
 
 ADMIN_DSN = os.environ.get("UJOBS_TEST_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

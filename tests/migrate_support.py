@@ -29,7 +29,8 @@ from migrate.batch import Context
 from migrate.decoding import Accept
 from migrate.report import Stats
 from migrate.runner import DrainLoop, SourceOptions, open_source
-from ujobs_bridge import Worker, WorkerConfig, connect, registry
+from ujobs_bridge import Worker, WorkerConfig, connect
+from ujobs_bridge import loading as registry
 
 REDIS_DB = 6  # not 9 (celery_compat tests), 10-13 (conformance FLUSHDBs them), 13 (bench)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"

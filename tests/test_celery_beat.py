@@ -30,8 +30,8 @@ from celery_compat.beat import convert_app, engine_task_name, periodic_tasks_for
 from celery_compat.beat_convert import Unmappable, convert_schedule
 from conftest import TESTS_DIR
 from ujobs_bridge.cli import cli
-from ujobs_bridge.cron import CronSchedule
 from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.scheduling.cron import CronSchedule
 
 START = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)  # off a boundary, like beat's first check
 

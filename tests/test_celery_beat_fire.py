@@ -26,8 +26,8 @@ from celery_compat.beat import (
     send_occurrence,
 )
 from ujobs_bridge import FrozenClock
-from ujobs_bridge.scheduler import Scheduler
-from ujobs_bridge.task import Occurrence, PeriodicTask
+from ujobs_bridge.scheduling.scheduler import Scheduler
+from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask
 
 Db = psycopg.Connection[Any]
 

@@ -35,7 +35,7 @@ from celery_compat import Celery
 from celery_compat.beat import convert_app, engine_task_name, occurrence_task_id, send_occurrence
 from celery_compat.beat_scheduler import BeatScheduler
 from conftest import TESTS_DIR, wait_for
-from ujobs_bridge.task import Occurrence
+from ujobs_bridge.scheduling.task import Occurrence
 
 Db = psycopg.Connection[Any]
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)

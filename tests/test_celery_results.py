@@ -23,7 +23,7 @@ from apps.celery_harness import (
     worker,
 )
 from conftest import wait_for
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from apps.celery_harness import (
 )
 from celery_compat.revoked_ids import REVOKED, RevokedIds
 from conftest import wait_for
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from cli_proc import CliProc
 
 from celery_compat import Celery
 from conftest import wait_for
-from ujobs_bridge import registry
+from ujobs_bridge import loading as registry
 from ujobs_bridge.errors import ConfigError
 
 

@@ -18,10 +18,17 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ujobs_bridge import job
-from ujobs_bridge.cron import CatchUp, CronSchedule, Fire, IntervalSchedule, Schedule, missed
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.job import EnqueueRequest
-from ujobs_bridge.task import Occurrence, PeriodicTask, task, tasks_from_module
+from ujobs_bridge.scheduling.cron import (
+    CatchUp,
+    CronSchedule,
+    Fire,
+    IntervalSchedule,
+    Schedule,
+    missed,
+)
+from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task, tasks_from_module
 
 NY, BERLIN = "America/New_York", "Europe/Berlin"
 MINUTE = timedelta(minutes=1)

@@ -15,7 +15,7 @@ import pytest
 
 from apps import basic_jobs
 from ujobs_bridge.client import Client
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.records import JobState, Settlement
 
 NAMES = ["apps.basic_jobs.add"]

@@ -26,8 +26,8 @@ from cli_proc import CliProc
 from apps.outbox_jobs import deliver
 from conftest import ADMIN_DSN, _dsn_for, wait_for
 from ujobs_bridge import faults, stage
-from ujobs_bridge.drivers.postgres import schema
-from ujobs_bridge.outbox_relay import OutboxRelay
+from ujobs_bridge.db import schema
+from ujobs_bridge.outbox.relay import OutboxRelay
 
 pytestmark = [pytest.mark.timeout(120)]
 Db = psycopg.Connection[Any]

@@ -15,7 +15,7 @@ import pytest
 from apps import basic_jobs
 from conftest import ADMIN_DSN, _dsn_for
 from ujobs_bridge.client import Client
-from ujobs_bridge.drivers.postgres import schema
+from ujobs_bridge.db import schema
 from ujobs_bridge.dsn import mask_dsn
 
 

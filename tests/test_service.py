@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 
 from conftest import wait_for
-from ujobs_bridge.heartbeat import Heartbeat
-from ujobs_bridge.listener import Listener
-from ujobs_bridge.outbox_relay import OutboxRelay
-from ujobs_bridge.scheduler import Scheduler
+from ujobs_bridge.outbox.relay import OutboxRelay
+from ujobs_bridge.scheduling.scheduler import Scheduler
 from ujobs_bridge.service import Service
+from ujobs_bridge.worker.heartbeat import Heartbeat
+from ujobs_bridge.worker.listener import Listener
 
 
 class Counting(Service):

@@ -16,7 +16,7 @@ from conftest import wait_for
 from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.introspect import Introspector
-from ujobs_bridge.registry import from_module
+from ujobs_bridge.loading import from_module
 
 
 @pytest.fixture(autouse=True)
@@ -184,7 +184,7 @@ def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
 
 
 def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client: Client, db: Any) -> None:
-    from ujobs_bridge import registry
+    from ujobs_bridge import loading as registry
 
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
     where = basic_jobs.whereami.configure(client=client).enqueue()
@@ -202,7 +202,7 @@ def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client
 
 def test_two_jobs_under_one_name_are_refused() -> None:
     from ujobs_bridge import ConfigError, job
-    from ujobs_bridge.registry import build
+    from ujobs_bridge.loading import build
 
     a = job(name="same.name")(lambda: None)
     b = job(name="same.name")(lambda: None)

@@ -14,9 +14,9 @@ import pytest
 from apps import delivery_jobs
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.loading import from_module
 from ujobs_bridge.records import JobState, Settlement
-from ujobs_bridge.registry import from_module
 
 
 @pytest.fixture

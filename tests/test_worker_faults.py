@@ -28,7 +28,7 @@ from apps import fault_jobs
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge.client import Client
-from ujobs_bridge.registry import from_module
+from ujobs_bridge.loading import from_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 APP = "apps.fault_jobs"

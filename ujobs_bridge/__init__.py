@@ -24,17 +24,17 @@ from .errors import (
 )
 from .events import EventSent, send_event
 from .job import EnqueueRequest, JobCall, JobDefinition, job
-from .outbox import Staged, stage
-from .outbox_relay import OutboxRelay
+from .outbox.relay import OutboxRelay
+from .outbox.staging import Staged, stage
 from .outcomes import Cancel, Discard, Snooze
 from .purge import PurgeTarget, purge, register_targets
 from .records import JobRecord, JobRef, JobState
 from .retry import RetryPolicy
-from .scheduler import Scheduler
+from .scheduling.scheduler import Scheduler
+from .scheduling.task import Occurrence, PeriodicTask, task
 from .steps import step
-from .task import Occurrence, PeriodicTask, task
-from .worker import Worker
-from .worker_config import WorkerConfig
+from .worker.config import WorkerConfig
+from .worker.loop import Worker
 
 __all__ = [
     "AttemptAborted",

@@ -20,8 +20,9 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from .clock import SYSTEM_CLOCK, Clock
-from .drivers.postgres import driver, schema
-from .drivers.postgres.driver import EnqueueSpec
+from .db import jobs as driver
+from .db import schema
+from .db.jobs import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
 from .records import JobRef
 

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-import psycopg
 
-from .drivers.postgres.sql import q
+from .db import connections, session
 from .errors import ErrorCode, UjobsError
 
 ENV_HOME = "UJOBS_HOME"
 DATABASE_NAME = "ujobs"
+
+EMBEDDED_SETUP = connections.Role("embedded-setup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +59,7 @@ def ensure_embedded() -> EmbeddedDatabase:
             code=ErrorCode.EMBEDDED_FAILED,
             hint=f"set --dsn or UJOBS_DATABASE_URL to a running Postgres, or remove {data_dir} and retry",
         ) from exc
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        row = conn.execute(q("database_exists"), {"name": DATABASE_NAME}).fetchone()
-        if row is None:
-            conn.execute(q("database_create_ujobs"))
+    with connections.connect(admin_dsn, EMBEDDED_SETUP) as conn:
+        session.ensure_ujobs_database(conn, DATABASE_NAME)
     dsn = admin_dsn.replace("/postgres?", f"/{DATABASE_NAME}?", 1)
     return EmbeddedDatabase(dsn=dsn, data_dir=data_dir, started=not already)

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from .client import Client, default_client
-from .drivers.postgres import steps as store
+from .db import steps as store
 from .errors import ConfigError
 from .payload import dumps
 from .validation import NAME_PATTERN

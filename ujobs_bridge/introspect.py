@@ -16,9 +16,9 @@ from uuid import UUID
 import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
-from .drivers.postgres import driver
-from .drivers.postgres import steps as step_store
-from .drivers.postgres.steps import StepRecord
+from .db import jobs as driver
+from .db import steps as step_store
+from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
 

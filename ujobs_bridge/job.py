@@ -12,7 +12,7 @@ import, so a NaN timeout or a bad queue name fails the deploy, not the first ret
     client.enqueue_many([send_welcome.call(i) for i in ids])   # one statement
 
 What it is not: a registry. Workers find jobs by scanning the module named with ``-A``
-(``registry.py``); nothing global is mutated by declaring one.
+(``loading.py``); nothing global is mutated by declaring one.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import psycopg
 
 from . import validation
-from .drivers.postgres import driver
-from .drivers.postgres.driver import EnqueueSpec
+from .db import jobs as driver
+from .db.jobs import EnqueueSpec
 from .errors import ConfigError, ErrorCode
 from .ids import new_job_id
 from .payload import encode_input

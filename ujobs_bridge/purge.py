@@ -1,7 +1,7 @@
 """Retention: delete what is finished and old, as a job with one durable step per table.
 
 Why it exists: every table that grows per job (jobs and their steps, events, outbox rows, the
-scheduler's fire ledger, later Celery results) needs a sweep, or every row written is a row
+scheduler's fire ledger, and what plugins add: celery_compat's results) needs a sweep, or every row written is a row
 kept. The sweep is a ``job``, so it gets retries, cancellation and ``jobs show`` for free. One
 step per table means a killed attempt resumes at the table it stopped on; the cutoff is read
 ONCE per pass and stored as the first step, so every table and every resumed attempt compares
@@ -28,10 +28,11 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from . import validation
+from . import plugins, validation
 from .clock import Clock
 from .context import current_job
-from .drivers.postgres.sql import q
+from .db import session
+from .db.sql import q
 from .errors import ConfigError, ErrorCode
 from .faults import fault
 from .job import job
@@ -68,16 +69,16 @@ def builtin_targets() -> list[PurgeTarget]:
         PurgeTarget("x_job_events", _batched(q("purge_events"))),
         PurgeTarget("x_outbox", _batched(q("purge_outbox"))),
         PurgeTarget("x_scheduler_fires", _batched(q("purge_fires"))),
-        PurgeTarget("x_celery", _celery_tables),
     ]
 
 
-def _celery_tables(conn: psycopg.Connection[Any], cutoff: datetime) -> int:
-    """celery_compat's tables: results past ``result_expires`` (already invisible to
-    ``AsyncResult``), chord parts, and ledger/revoke rows older than the cutoff whose jobs are
-    finished. The ledger is the dedup window of Celery task ids: it lasts as long as the jobs."""
-    row = conn.execute(q("purge_celery"), {"cutoff": cutoff}).fetchone()
-    return 0 if row is None else int(row[0])
+def plugin_targets() -> list[PurgeTarget]:
+    """Targets the packages above the engine contribute (entry-point group
+    ``ujobs_bridge.retention``; celery_compat's result, ledger and chord tables)."""
+    found: list[PurgeTarget] = []
+    for _name, source in plugins.load_all(plugins.RETENTION_GROUP):
+        found.extend(source())
+    return found
 
 
 _extra: list[Callable[[], Sequence[PurgeTarget]]] = []
@@ -91,7 +92,7 @@ def register_targets(source: Callable[[], Sequence[PurgeTarget]]) -> None:
 
 
 def targets() -> list[PurgeTarget]:
-    found = builtin_targets()
+    found = builtin_targets() + plugin_targets()
     with _extra_lock:
         sources = list(_extra)
     for source in sources:
@@ -111,9 +112,7 @@ def cutoff_for(conn: psycopg.Connection[Any], clock: Clock, older_than_s: float)
     """The one cutoff of a pass: the earlier of the injected clock and the database's clock,
     minus ``older_than_s`` (see the module docstring for why both)."""
     validation.seconds("older_than", older_than_s)
-    row = conn.execute(q("database_now")).fetchone()
-    assert row is not None
-    now: datetime = min(clock.now(), row[0])
+    now: datetime = min(clock.now(), session.database_now(conn))
     return now - timedelta(seconds=older_than_s)
 
 

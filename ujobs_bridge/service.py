@@ -32,6 +32,8 @@ class Service:
         self.interval_s = interval_s
         self.wait_first = wait_first
         self._stop = threading.Event()
+        self.started = threading.Event()  # set once start() has launched the loop
+        self.stopped = threading.Event()  # set once stop() has joined it and released what it held
         self._thread: threading.Thread | None = None
         self._lifecycle = threading.Lock()
 
@@ -76,11 +78,13 @@ class Service:
             if self._thread is not None:
                 return
             self._stop.clear()
+            self.stopped.clear()
             self._on_start()
             self._thread = threading.Thread(
                 target=self._run, name=f"ujobs-{self.service_name}", daemon=True
             )
             self._thread.start()
+            self.started.set()
 
     def request_stop(self) -> None:
         """Take no further pass (safe from a signal handler); ``stop()`` still has to be called."""
@@ -95,6 +99,8 @@ class Service:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         self._on_stop()
+        self.started.clear()
+        self.stopped.set()
 
     def _run(self) -> None:
         if self.wait_first and self._stop.wait(self.interval_s):

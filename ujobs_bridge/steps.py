@@ -8,7 +8,7 @@ differ from what was recorded (non-deterministic code) is dead-lettered with a c
 rather than silently re-running side effects. Sleeping and waiting park the job: it gives its
 worker slot and lease back and is claimed again when due, so sleeping a week holds nothing.
 
-What it is not: the SQL (``drivers/postgres/steps.py``) or a workflow language. Bodies are
+What it is not: the SQL (``db/steps.py``) or a workflow language. Bodies are
 plain Python; replay simply runs them again from the top.
 """
 
@@ -28,8 +28,8 @@ import psycopg
 from . import validation
 from .clock import Clock
 from .context import AttemptSignal
-from .drivers.postgres import steps as store
-from .drivers.postgres.steps import Lease, StepRecord
+from .db import steps as store
+from .db.steps import Lease, StepRecord
 from .errors import (
     AttemptAborted,
     ConfigError,
@@ -173,7 +173,7 @@ class StepRunner:
     def _record_failure(self, name: str, ordinal: int, exc: Exception, started: datetime) -> None:
         if self.signal.aborted:
             return
-        from .attempt import error_text
+        from .worker.attempt import error_text
 
         with self.connection() as conn:
             store.step_fail(conn, self.lease, name, ordinal, error_text(exc), started)

@@ -21,7 +21,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from celery_compat.execution import jobs_for_app
-from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect, registry
+from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect
+from ujobs_bridge import loading as registry
 from ujobs_bridge.client import Client
 from ujobs_bridge.clock import Clock, SystemClock
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ujobs_bridge import job
 from ujobs_bridge.job import EnqueueRequest
-from ujobs_bridge.task import Occurrence, task
+from ujobs_bridge.scheduling.task import Occurrence, task
 
 QUEUE = "sched-tests"
 

@@ -20,7 +20,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import registry
+from .. import loading as registry
 from ..errors import ConfigError
 from .options import json_option, print_json
 

@@ -29,7 +29,7 @@ from rich.table import Table
 from ..dsn import ResolvedDatabase
 from ..introspect import Introspector
 from ..records import JobRecord
-from ..scheduler import Scheduler
+from ..scheduling.scheduler import Scheduler
 from . import demo_tables
 from .demo_app_worker import app_worker, row_states
 

@@ -3,7 +3,7 @@
 Why it exists: the schema is versioned and forward-only; operators upgrade it explicitly in a
 deploy step (long-running commands also upgrade it themselves, safely under concurrency).
 
-What it is not: the migration runner (``drivers/postgres/schema.py``).
+What it is not: the migration runner (``db/schema.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from ..drivers.postgres import schema
+from ..db import schema
 from .options import database, dsn_option, json_option, print_json
 
 

@@ -29,11 +29,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import validation
-from ..drivers.postgres import schema
+from ..db import schema
 from ..dsn import ResolvedDatabase
 from ..embedded import ENV_HOME
 from ..errors import ConfigError
-from ..worker_config import WorkerConfig
+from ..worker.config import WorkerConfig
 from . import celery_demo, engine_demo, migrate_demo
 from .options import database, dsn_option, json_option, print_json
 

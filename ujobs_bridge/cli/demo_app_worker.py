@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from .. import registry
+from .. import loading as registry
 from ..client import Client
 from ..dsn import ResolvedDatabase
 from ..records import JobRecord
-from ..worker import Worker
-from ..worker_config import WorkerConfig
+from ..worker.config import WorkerConfig
+from ..worker.loop import Worker
 
 CLIENT_POOL = 4
 POLL_S = 0.1

@@ -36,14 +36,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .. import demo_jobs, registry
+from .. import demo_jobs
+from .. import loading as registry
 from ..client import Client
 from ..dsn import ResolvedDatabase
 from ..introspect import Introspector
 from ..job import EnqueueRequest
 from ..records import LIVE_STATES, JobRecord, JobState
-from ..worker import Worker
-from ..worker_config import WorkerConfig
+from ..worker.config import WorkerConfig
+from ..worker.loop import Worker
 from . import demo_tables
 
 BATCH = 500

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 def load_app(app_spec: str) -> Any:
-    from .. import registry
+    from .. import loading as registry
 
     app = registry.celery_app_of(registry.load_target(app_spec))
     if app is None:
@@ -285,8 +285,8 @@ def _drain(
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
 
-    from .. import registry
-    from ..drivers.postgres import schema
+    from .. import loading as registry
+    from ..db import schema
 
     resolved = database(dsn, quiet=as_json, config_dsn=registry.app_database_url(app_spec))
     schema.upgrade(resolved.dsn)

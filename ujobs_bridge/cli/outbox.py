@@ -6,7 +6,7 @@ database) need a relay that reads that database and writes the jobs one. Run one
 database (a second one waits its turn: the relay takes a lock per batch). SIGTERM finishes the
 batch in hand, marks it, and exits 0.
 
-What it is not: the relay (``outbox_relay.py``) or staging (``outbox.py``).
+What it is not: the relay (``outbox/relay.py``) or staging (``outbox/staging.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from types import FrameType
 
 import click
 
-from ..drivers.postgres import schema
+from ..db import schema
 from ..dsn import mask_dsn
 from ..errors import ConfigError
-from ..outbox_relay import DEFAULT_BATCH, OutboxRelay
+from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from .options import database, dsn_option
 
 

@@ -21,11 +21,11 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from .. import registry
-from ..drivers.postgres import schema
+from .. import loading as registry
+from ..db import schema
 from ..errors import ConfigError, ErrorCode
-from ..outbox_relay import OutboxRelay
-from ..scheduler import (
+from ..outbox.relay import OutboxRelay
+from ..scheduling.scheduler import (
     DEFAULT_INTERVAL_S,
     DEFAULT_TTL_S,
     Scheduler,
@@ -33,7 +33,7 @@ from ..scheduler import (
     purge_task,
     watermarks,
 )
-from ..task import PeriodicTask, tasks_from_module
+from ..scheduling.task import PeriodicTask, tasks_from_module
 from .options import database, dsn_option, json_option, print_json
 
 
@@ -193,6 +193,8 @@ def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> Non
         cells = [str(r[k]) for k in ("name", "schedule", "policy", "next")]
         last_text = "never"
         if r["last_occurrence"]:
-            last_text = str(r["last_occurrence"]) + (" (catch-up)" if r["last_was_catch_up"] else "")
+            last_text = str(r["last_occurrence"]) + (
+                " (catch-up)" if r["last_was_catch_up"] else ""
+            )
         table.add_row(*cells, last_text)
     Console().print(table)

@@ -5,7 +5,7 @@ Why it exists: it is the process operators deploy. It upgrades the schema, loads
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
 their attempt uncounted, exit 0. A second signal cuts the wait short.
 
-What it is not: the worker (``worker.py`` in the package root).
+What it is not: the worker (``ujobs_bridge.worker``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from types import FrameType
 
 import click
 
-from .. import registry, validation
-from ..drivers.postgres import schema
+from .. import loading as registry
+from .. import validation
+from ..db import schema
 from ..errors import ConfigError
-from ..worker import Worker
-from ..worker_config import (
+from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
     DEFAULT_POLL_S,
@@ -33,6 +33,7 @@ from ..worker_config import (
     POOLS,
     WorkerConfig,
 )
+from ..worker.loop import Worker
 from .options import database, dsn_option
 
 

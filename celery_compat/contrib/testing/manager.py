@@ -24,7 +24,7 @@ from typing import Any
 from celery.contrib.testing.manager import Manager as CeleryManager
 
 from celery_compat import store
-from ujobs_bridge.drivers.postgres import driver
+from ujobs_bridge.db import jobs as driver
 
 IDLE_WAIT_S = 30.0
 LIST_LIMIT = 10_000

@@ -41,7 +41,8 @@ from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 
 from celery_compat.execution import jobs_for_app
-from ujobs_bridge import Worker, WorkerConfig, registry
+from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge import loading as registry
 
 WORKER_LOGLEVEL = os.environ.get("WORKER_LOGLEVEL", "error")
 POOLS = ("solo", "prefork", "threads", "eventlet", "gevent")

@@ -1,0 +1,209 @@
+-- celery_compat: Celery messages as jobs, the result store, chord counters, revokes, rate limits.
+-- Named blocks: `-- name --` on its own line. Explicit column lists (no star projections), values
+-- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
+
+-- celery_enqueue --
+-- One Celery message → one job, deduplicated for good by (task id, retries, nesting) through the
+-- ledger. A message for a revoked task id is born cancelled (it never runs).
+with ledger as (
+    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
+    values (%(task_id)s, %(retries)s, %(nesting)s, %(id)s, now())
+    on conflict (task_id, retries, nesting) do nothing
+    returning job_id
+)
+insert into x_jobs
+    (id, name, queue, input, max_attempts, priority, run_at, state, last_error, finished_at,
+     traceparent, enqueued_by, created_at, updated_at)
+select ledger.job_id, %(name)s, %(queue)s, %(input)s::jsonb, %(max_attempts)s, %(priority)s,
+       coalesce(%(run_at)s, coalesce(%(now)s, now())),
+       case when r.task_id is null then 'ready' else 'cancelled' end,
+       case when r.task_id is null then null else 'UJ_JOB_CANCELLED: task id was revoked' end,
+       case when r.task_id is null then null else now() end,
+       %(traceparent)s, %(enqueued_by)s, now(), now()
+  from ledger
+  left join x_celery_revoked as r on r.task_id = %(task_id)s
+returning id
+
+-- celery_enqueue_many --
+with u as (
+    select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at
+      from unnest(%(task_ids)b::text[], %(retries)b::int[], %(nestings)b::int[],
+                         %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
+                         %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[])
+        as u(task_id, retries, nesting, id, name, queue, input, priority, run_at)
+),
+ledger as (
+    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
+    select task_id, retries, nesting, id, now() from u
+    on conflict (task_id, retries, nesting) do nothing
+    returning job_id
+)
+insert into x_jobs
+    (id, name, queue, input, max_attempts, priority, run_at, state, enqueued_by, created_at, updated_at)
+select u.id, u.name, u.queue, u.input::jsonb, %(max_attempts)s, u.priority,
+       coalesce(u.run_at, coalesce(%(now)s, now())),
+       case when r.task_id is null then 'ready' else 'cancelled' end,
+       %(enqueued_by)s, now(), now()
+  from u
+  join ledger on ledger.job_id = u.id
+  left join x_celery_revoked as r on r.task_id = u.task_id
+returning id
+
+-- celery_jobs_of_task --
+select t.job_id, j.state, j.last_error, j.updated_at
+  from x_celery_tasks as t
+  join x_jobs as j on j.id = t.job_id
+ where t.task_id = %(task_id)s
+ order by t.retries desc, t.nesting desc
+
+-- celery_revoke --
+-- Record the revoke and NOTIFY it in the same statement (so at the same commit): a worker that
+-- holds a claimed message of this id drops it before its body starts (revoked_ids.py).
+with saved as (
+    insert into x_celery_revoked (task_id, terminate, created_at)
+    values (%(task_id)s, %(terminate)s, now())
+    on conflict (task_id) do update set terminate = x_celery_revoked.terminate or excluded.terminate
+    returning task_id
+)
+select pg_notify('x_celery_revoked', task_id) from saved
+
+-- celery_result_get --
+select value from x_celery_results
+ where key = %(key)s and (expires_at is null or expires_at > coalesce(%(now)s, now()))
+
+-- celery_result_mget --
+select key, value from x_celery_results
+ where key = any(%(keys)s::text[]) and (expires_at is null or expires_at > coalesce(%(now)s, now()))
+
+-- celery_result_set --
+with saved as (
+    insert into x_celery_results (key, value, expires_at, updated_at)
+    values (%(key)s, %(value)s,
+            case when %(ttl_s)s::float8 is null then null
+                 else coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8) end,
+            now())
+    on conflict (key) do update
+        set value = excluded.value, expires_at = excluded.expires_at, updated_at = now()
+    returning key
+)
+select pg_notify('x_celery_results', key) from saved
+
+-- celery_result_delete --
+with gone as (
+    delete from x_celery_results where key = %(key)s returning key
+), counter as (
+    delete from x_celery_counters where key = %(key)s returning key
+), parts as (
+    delete from x_celery_chord_parts where key = %(key)s returning key
+)
+select (select count(*) from gone) + (select count(*) from counter) + (select count(*) from parts)
+
+-- celery_result_expire --
+with a as (
+    update x_celery_results
+       set expires_at = coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8)
+     where key = %(key)s
+    returning key
+)
+update x_celery_counters
+   set expires_at = coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8)
+ where key = %(key)s
+
+-- celery_counter_incr --
+insert into x_celery_counters (key, value) values (%(key)s, 1)
+on conflict (key) do update set value = x_celery_counters.value + 1
+returning value
+
+-- celery_chord_part_incr --
+-- Count one header part of a chord, once per child task id, atomically: a redelivered part
+-- inserts nothing and increments nothing (no row returned). A chord whose header was a generator
+-- lists its parts as they return (`listed_key`: [group_index, task_id], as Celery's Redis backend
+-- does; no GroupResult is saved up front): a first count appends to that list if it exists.
+with part as (
+    insert into x_celery_chord_parts (key, task_id, created_at)
+    values (%(key)s, %(task_id)s, now())
+    on conflict (key, task_id) do nothing
+    returning key
+), listed as (
+    update x_celery_results as r
+       set value = (r.value::jsonb || jsonb_build_array(
+                        jsonb_build_array(%(group_index)s::int, %(task_id)s::text)))::text,
+           updated_at = now()
+     where r.key = %(listed_key)s and exists (select 1 from part)
+    returning r.key
+)
+insert into x_celery_counters (key, value)
+select key, 1 from part
+on conflict (key) do update set value = x_celery_counters.value + 1
+returning value
+
+-- celery_chord_add --
+-- Task.add_to_chord: grow a running chord by one part. The chord's added parts are one JSON list
+-- of [group_index, task_id] under the group's `.t` key; appending under the row lock of the
+-- upsert means concurrent adds are never lost. A task id already in the list is not added again
+-- (no row back). Returns the number of parts added so far.
+insert into x_celery_results as r (key, value, expires_at, updated_at)
+values (%(key)s,
+        jsonb_build_array(jsonb_build_array(%(group_index)s::int, %(task_id)s::text))::text,
+        case when %(ttl_s)s::float8 is null then null
+             else coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8) end,
+        now())
+on conflict (key) do update
+    set value = (r.value::jsonb || excluded.value::jsonb)::text,
+        expires_at = excluded.expires_at, updated_at = now()
+  where not exists (select 1 from jsonb_array_elements(r.value::jsonb) as e(part)
+                     where e.part ->> 1 = %(task_id)s::text)
+returning jsonb_array_length(r.value::jsonb)
+
+-- listen_celery_results --
+listen x_celery_results
+
+-- purge_celery --
+-- Results past their expiry, and ledger/revoke rows older than the cutoff (their jobs are gone).
+with r as (
+    delete from x_celery_results where expires_at < %(cutoff)s returning 1
+), c as (
+    delete from x_celery_counters where expires_at < %(cutoff)s returning 1
+), p as (
+    delete from x_celery_chord_parts where created_at < %(cutoff)s returning 1
+), t as (
+    delete from x_celery_tasks as t
+     where t.created_at < %(cutoff)s
+       and not exists (select 1 from x_jobs as j where j.id = t.job_id
+                        and j.state in ('ready', 'running', 'sleeping', 'waiting'))
+    returning 1
+), v as (
+    delete from x_celery_revoked where created_at < %(cutoff)s returning 1
+)
+select (select count(*) from r) + (select count(*) from c) + (select count(*) from p)
+     + (select count(*) from t) + (select count(*) from v)
+
+-- rate_limit_take --
+-- Spend one token of bucket `key` (refilled at `rate` per second up to `capacity`) if one is
+-- there; no row back means none is: try again in about 1/rate seconds.
+insert into x_rate_limits as b (key, tokens, updated_at)
+values (%(key)s, %(capacity)s::float8 - 1, coalesce(%(now)s, now()))
+on conflict (key) do update
+    set tokens = least(%(capacity)s::float8,
+                       b.tokens + greatest(0, extract(epoch from (coalesce(%(now)s, now()) - b.updated_at)))
+                                  * %(rate)s::float8) - 1,
+        updated_at = greatest(b.updated_at, coalesce(%(now)s, now()))
+  where least(%(capacity)s::float8,
+              b.tokens + greatest(0, extract(epoch from (coalesce(%(now)s, now()) - b.updated_at)))
+                         * %(rate)s::float8) >= 1
+returning tokens
+
+-- celery_revoked_terminate --
+select terminate from x_celery_revoked where task_id = %(task_id)s
+
+-- listen_celery_revoked --
+listen x_celery_revoked
+
+-- celery_revoked_recent --
+-- What a worker's listener loads once it LISTENs on x_celery_revoked (revoked_ids.py): the ids
+-- revoked within the window (the purge deletes older ones anyway), oldest first, with their age
+-- in seconds. created_at is the database's clock, so the age is taken on it too.
+select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::float8 as age_s
+  from x_celery_revoked
+ where created_at > coalesce(%(now)s, now()) - make_interval(secs => %(window_s)s)
+ order by created_at, task_id

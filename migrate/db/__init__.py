@@ -1,0 +1,20 @@
+"""migrate's SQL seam: its statements (``sql/migrate.sql``) and the only code that runs them.
+
+Why it exists: the drain keeps its quarantine and its checks next to its own code; job rows go
+through celery_compat's insert so a drained message and a ``.delay()`` are the same row.
+
+What it is not: a connection owner; the drain passes its connection in.
+"""
+
+from __future__ import annotations
+
+from typing import LiteralString
+
+from ujobs_bridge.db.sql import load_folder
+
+QUERIES: dict[str, LiteralString] = load_folder(__name__)
+
+
+def q(name: str) -> LiteralString:
+    """The statement called ``name``; a KeyError names the missing block."""
+    return QUERIES[name]

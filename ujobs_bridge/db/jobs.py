@@ -1,0 +1,297 @@
+"""Jobs in SQL: each function runs one named statement from ``sql/jobs.sql`` or ``sql/session.sql``.
+
+Why it exists: it is the only code that turns engine intents (enqueue, claim a batch, settle a
+batch, renew leases, rescue) into SQL, so the worker and CLI never see psycopg rows and the SQL
+can be read in one file. Every method takes the connection to run on, because the caller decides
+the transaction: the caller's own (transactional enqueue), the worker's claim connection, or the
+heartbeat's dedicated one.
+
+What it is not: a pool or a lifecycle owner. ``client.py`` owns the pool; the worker owns its
+connections.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from ..errors import JobStateError
+from ..records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
+from .sql import q
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueSpec:
+    """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now."""
+
+    id: UUID
+    name: str
+    queue: str
+    input_json: str
+    max_attempts: int
+    priority: int = 0
+    idempotency_key: str | None = None
+    run_at: datetime | None = None
+    delay_s: float = 0.0
+    expires_at: datetime | None = None
+    expires_in_s: float | None = None
+    tenant_id: str | None = None
+    traceparent: str | None = None
+    enqueued_by: str | None = None
+
+    def params(self, now: datetime | None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "queue": self.queue,
+            "input": self.input_json,
+            "idempotency_key": self.idempotency_key,
+            "max_attempts": self.max_attempts,
+            "priority": self.priority,
+            "run_at": self.run_at,
+            "delay_s": self.delay_s,
+            "expires_at": self.expires_at,
+            "expires_in_s": self.expires_in_s,
+            "tenant_id": self.tenant_id,
+            "traceparent": self.traceparent,
+            "enqueued_by": self.enqueued_by,
+            "now": now,
+        }
+
+
+def job_enqueue(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> JobRef:
+    row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
+    if row is not None:
+        return JobRef(row[0], spec.name)
+    existing = conn.execute(
+        q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
+    ).fetchone()
+    if existing is None:  # the live holder finished between the two statements: try once more
+        row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
+        if row is not None:
+            return JobRef(row[0], spec.name)
+        existing = conn.execute(
+            q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
+        ).fetchone()
+        assert existing is not None
+    return JobRef(existing[0], spec.name, existing=True)
+
+
+async def job_enqueue_async(
+    conn: psycopg.AsyncConnection[Any], spec: EnqueueSpec, now: datetime | None
+) -> JobRef:
+    """``job_enqueue`` on an async connection (the caller's transaction)."""
+    cur = await conn.execute(q("job_enqueue"), spec.params(now))
+    row = await cur.fetchone()
+    if row is not None:
+        return JobRef(row[0], spec.name)
+    cur = await conn.execute(q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key})
+    existing = await cur.fetchone()
+    if existing is None:
+        raise JobStateError(
+            "the live job holding this idempotency key finished while enqueueing",
+            hint="retry the enqueue",
+        )
+    return JobRef(existing[0], spec.name, existing=True)
+
+
+def job_enqueue_many(
+    conn: Conn, specs: Sequence[EnqueueSpec], now: datetime | None
+) -> list[JobRef]:
+    """One statement for the whole batch; keys already live answer with their existing job."""
+    if not specs:
+        return []
+    params: dict[str, Any] = {
+        "ids": [s.id for s in specs],
+        "names": [s.name for s in specs],
+        "queues": [s.queue for s in specs],
+        "inputs": [s.input_json for s in specs],
+        "idempotency_keys": [s.idempotency_key for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [s.delay_s for s in specs],
+        "expires_ats": [s.expires_at for s in specs],
+        "expires_ins": [s.expires_in_s for s in specs],
+        "tenant_ids": [s.tenant_id for s in specs],
+        "traceparents": [s.traceparent for s in specs],
+        "enqueued_bys": [s.enqueued_by for s in specs],
+        "now": now,
+    }
+    inserted = {row[0] for row in conn.execute(q("job_enqueue_many"), params).fetchall()}
+    refs: list[JobRef] = []
+    for spec in specs:
+        if spec.id in inserted:
+            refs.append(JobRef(spec.id, spec.name))
+        elif spec.idempotency_key is None:
+            raise AssertionError(f"row {spec.id} was neither inserted nor deduplicated")
+        else:
+            refs.append(job_enqueue(conn, spec, now))
+    return refs
+
+
+def _claim_params(
+    *,
+    queue: str,
+    names: Sequence[str],
+    limit: int,
+    token: UUID,
+    lease_s: float,
+    worker: str,
+    now: datetime | None,
+) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "names": list(names),
+        "limit": limit,
+        "token": token,
+        "lease_s": lease_s,
+        "worker": worker,
+        "now": now,
+    }
+
+
+def job_claim(
+    conn: Conn,
+    *,
+    queue: str,
+    names: Sequence[str],
+    limit: int,
+    token: UUID,
+    lease_s: float,
+    worker: str,
+    now: datetime | None,
+) -> list[ClaimedJob]:
+    params = _claim_params(
+        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
+    )
+    rows = conn.execute(q("job_claim"), params).fetchall()
+    return [ClaimedJob(*row) for row in rows]
+
+
+def job_settle_then_claim(
+    conn: Conn,
+    settlements: Sequence[Settlement],
+    *,
+    durable: bool,
+    queue: str,
+    names: Sequence[str],
+    limit: int,
+    token: UUID,
+    lease_s: float,
+    worker: str,
+    now: datetime | None,
+) -> tuple[set[UUID], list[ClaimedJob]]:
+    """Write outcomes and claim the next batch in ONE transaction sent as ONE pipeline: a single
+    round trip and a single commit per worker cycle."""
+    claim = _claim_params(
+        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
+    )
+    with conn.pipeline(), conn.transaction():
+        if durable:
+            conn.execute(q("tx_outcomes_durable"))
+        settled = conn.execute(q("job_settle"), _settle_params(settlements, now))
+        claimed = conn.execute(q("job_claim"), claim)
+    matched = {row[0] for row in settled.fetchall()}
+    return matched, [ClaimedJob(*row) for row in claimed.fetchall()]
+
+
+def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:
+    batch = json.dumps(
+        [
+            {
+                "id": str(s.id),
+                "token": str(s.token),
+                "state": s.state.value,
+                "output": s.output_json,
+                "delay_s": s.delay_s,
+                "error": s.error,
+                "uncount": s.uncount,
+                "run_at": s.run_at.isoformat() if s.run_at is not None else None,
+            }
+            for s in settlements
+        ]
+    )
+    return {"batch": batch, "now": now}
+
+
+def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:
+    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing)."""
+    if not settlements:
+        return set()
+    rows = conn.execute(q("job_settle"), _settle_params(settlements, now)).fetchall()
+    return {row[0] for row in rows}
+
+
+def job_heartbeat(conn: Conn, leases: Sequence[tuple[UUID, UUID]], lease_s: float) -> set[UUID]:
+    if not leases:
+        return set()
+    payload = json.dumps([{"id": str(i), "token": str(t)} for i, t in leases])
+    rows = conn.execute(q("job_heartbeat"), {"leases": payload, "lease_s": lease_s}).fetchall()
+    return {row[0] for row in rows}
+
+
+def job_states(conn: Conn, ids: Sequence[UUID]) -> dict[UUID, tuple[JobState, UUID | None]]:
+    rows = conn.execute(q("job_states"), {"ids": list(ids)}).fetchall()
+    return {row[0]: (JobState(row[1]), row[2]) for row in rows}
+
+
+def job_rescue(
+    conn: Conn, *, limit: int, error: str, now: datetime | None
+) -> list[tuple[UUID, JobState]]:
+    rows = conn.execute(q("job_rescue"), {"limit": limit, "error": error, "now": now}).fetchall()
+    return [(row[0], JobState(row[1])) for row in rows]
+
+
+def job_expire(conn: Conn, *, limit: int, error: str, now: datetime | None) -> list[UUID]:
+    rows = conn.execute(q("job_expire"), {"limit": limit, "error": error, "now": now}).fetchall()
+    return [row[0] for row in rows]
+
+
+def job_cancel(conn: Conn, job_id: UUID, error: str) -> bool:
+    return conn.execute(q("job_cancel"), {"id": job_id, "error": error}).fetchone() is not None
+
+
+def job_requeue(conn: Conn, job_id: UUID, now: datetime | None) -> bool:
+    return conn.execute(q("job_requeue"), {"id": job_id, "now": now}).fetchone() is not None
+
+
+def _record(row: dict[str, Any]) -> JobRecord:
+    row["state"] = JobState(row["state"])
+    return JobRecord(**row)
+
+
+def job_get(conn: Conn, job_id: UUID) -> JobRecord | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(q("job_get"), {"id": job_id}).fetchone()
+    return None if row is None else _record(row)
+
+
+def job_list(
+    conn: Conn, *, state: str | None, queue: str | None, name: str | None, limit: int
+) -> list[JobRecord]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            q("job_list"), {"state": state, "queue": queue, "name": name, "limit": limit}
+        ).fetchall()
+    return [_record(r) for r in rows]
+
+
+def job_dead(conn: Conn, *, limit: int) -> list[JobRecord]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(q("job_dead"), {"limit": limit}).fetchall()
+    return [_record(r) for r in rows]
+
+
+def job_stats(conn: Conn) -> list[QueueStat]:
+    rows = conn.execute(q("job_stats")).fetchall()
+    return [QueueStat(row[0], JobState(row[1]), int(row[2]), row[3]) for row in rows]

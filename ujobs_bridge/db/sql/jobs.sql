@@ -1,0 +1,182 @@
+-- Jobs: enqueue, claim, settle, lease renewal, rescue, expiry, and the reads `jobs` shows.
+-- Named blocks: `-- name --` on its own line. Explicit column lists (no star projections), values
+-- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
+
+-- job_enqueue --
+insert into x_jobs
+    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+     tenant_id, traceparent, enqueued_by, created_at, updated_at)
+values
+    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s, %(priority)s,
+     coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s)),
+     coalesce(%(expires_at)s, coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s))
+                              + make_interval(secs => %(expires_in_s)s)),
+     %(tenant_id)s, %(traceparent)s, %(enqueued_by)s, now(), now())
+on conflict (idempotency_key)
+    where idempotency_key is not null and state in ('ready', 'running', 'sleeping', 'waiting')
+    do nothing
+returning id
+
+-- job_enqueue_many --
+insert into x_jobs
+    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+     tenant_id, traceparent, enqueued_by, created_at, updated_at)
+select u.id, u.name, u.queue, u.input::jsonb, u.idempotency_key, u.max_attempts, u.priority,
+       coalesce(u.run_at, coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)),
+       coalesce(u.expires_at, coalesce(u.run_at, coalesce(%(now)s, now()) + make_interval(secs => u.delay_s))
+                              + make_interval(secs => u.expires_in_s)),
+       u.tenant_id, u.traceparent, u.enqueued_by, now(), now()
+  from unnest(%(ids)b::uuid[], %(names)b::text[], %(queues)b::text[], %(inputs)b::text[],
+              %(idempotency_keys)b::text[], %(max_attempts)b::int[], %(priorities)b::smallint[],
+              %(run_ats)b::timestamptz[], %(delays)b::float8[], %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
+              %(tenant_ids)b::text[], %(traceparents)b::text[], %(enqueued_bys)b::text[])
+       as u(id, name, queue, input, idempotency_key, max_attempts, priority, run_at, delay_s,
+            expires_at, expires_in_s, tenant_id, traceparent, enqueued_by)
+on conflict (idempotency_key)
+    where idempotency_key is not null and state in ('ready', 'running', 'sleeping', 'waiting')
+    do nothing
+returning id
+
+-- job_get_live_by_key --
+select id from x_jobs
+ where idempotency_key = %(idempotency_key)s
+   and state in ('ready', 'running', 'sleeping', 'waiting')
+
+-- job_claim --
+with picked as materialized (
+    select id from x_jobs
+     where state in ('ready', 'sleeping', 'waiting')
+       and queue = %(queue)s
+       and name = any(%(names)s::text[])
+       and run_at <= coalesce(%(now)s, now())
+     order by priority desc, run_at, id
+     limit %(limit)s
+     for update skip locked
+)
+update x_jobs as j
+   set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
+       lease_token = %(token)s,
+       lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+       claimed_by = %(worker)s, updated_at = now()
+  from picked
+ where j.id = picked.id
+returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
+          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+          j.deliveries
+
+-- job_settle --
+-- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
+-- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
+-- "run_at" (when a suspended job is due again; null = never by time alone: year 9999, which
+-- Python can still read, unlike infinity)}].
+update x_jobs as j
+   set state = u.state,
+       output = case when u.state = 'done' then u.output::jsonb else j.output end,
+       attempt = j.attempt - u.uncount,
+       run_at = case when u.state = 'ready'
+                     then coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)
+                     when u.state in ('sleeping', 'waiting')
+                     then coalesce(u.run_at, '9999-12-31 00:00:00+00'::timestamptz)
+                     else j.run_at end,
+       last_error = coalesce(u.error, j.last_error),
+       lease_token = null, lease_expires_at = null, claimed_by = null,
+       updated_at = now(),
+       finished_at = case when u.state in ('done', 'dead', 'cancelled') then now() else null end
+  from jsonb_to_recordset(%(batch)s::jsonb)
+       as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
+             run_at timestamptz)
+ where j.id = u.id and j.lease_token = u.token and j.state = 'running'
+returning j.id
+
+-- job_heartbeat --
+update x_jobs as j
+   set lease_expires_at = now() + make_interval(secs => %(lease_s)s)
+  from jsonb_to_recordset(%(leases)s::jsonb) as u(id uuid, token uuid)
+ where j.id = u.id and j.lease_token = u.token and j.state = 'running'
+returning j.id
+
+-- job_states --
+select id, state, lease_token from x_jobs where id = any(%(ids)s::uuid[])
+
+-- job_rescue --
+with lost as materialized (
+    select id from x_jobs
+     where state = 'running' and lease_expires_at < now()
+     order by lease_expires_at
+     limit %(limit)s
+     for update skip locked
+)
+update x_jobs as j
+   set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+       last_error = %(error)s,
+       lease_token = null, lease_expires_at = null, claimed_by = null,
+       run_at = coalesce(%(now)s, now()),
+       updated_at = now(),
+       finished_at = case when j.attempt >= j.max_attempts then now() else null end
+  from lost
+ where j.id = lost.id
+returning j.id, j.state
+
+-- job_expire --
+with gone as materialized (
+    select id from x_jobs
+     where state = 'ready' and expires_at is not null and expires_at <= coalesce(%(now)s, now())
+     limit %(limit)s
+     for update skip locked
+)
+update x_jobs as j
+   set state = 'cancelled', last_error = %(error)s, updated_at = now(), finished_at = now()
+  from gone
+ where j.id = gone.id
+returning j.id
+
+-- job_cancel --
+with target as (
+    update x_jobs
+       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
+           last_error = %(error)s, updated_at = now(), finished_at = now()
+     where id = %(id)s and state in ('ready', 'running', 'sleeping', 'waiting')
+    returning id
+)
+select id, pg_notify('x_jobs_cancel', id::text) from target
+
+-- job_requeue --
+update x_jobs
+   set state = 'ready', attempt = 0, run_at = coalesce(%(now)s, now()), output = null,
+       lease_token = null, lease_expires_at = null, claimed_by = null,
+       updated_at = now(), finished_at = null
+ where id = %(id)s and state in ('dead', 'cancelled')
+returning id
+
+-- job_get --
+select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
+       run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
+       enqueued_by, created_at, updated_at, finished_at
+  from x_jobs
+ where id = %(id)s
+
+-- job_list --
+select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
+       run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
+       enqueued_by, created_at, updated_at, finished_at
+  from x_jobs
+ where (%(state)s::text is null or state = %(state)s)
+   and (%(queue)s::text is null or queue = %(queue)s)
+   and (%(name)s::text is null or name = %(name)s)
+ order by created_at desc, id
+ limit %(limit)s
+
+-- job_dead --
+select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
+       run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
+       enqueued_by, created_at, updated_at, finished_at
+  from x_jobs
+ where state = 'dead'
+ order by updated_at desc, id
+ limit %(limit)s
+
+-- job_stats --
+select queue, state, count(*) as jobs, min(run_at) as oldest_run_at
+  from x_jobs
+ group by queue, state
+ order by queue, state

@@ -1,0 +1,48 @@
+-- The transactional outbox: staging, the relay's lock, claim, mark and cross-database publish.
+-- Named blocks: `-- name --` on its own line. Explicit column lists (no star projections), values
+-- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
+
+-- outbox_stage --
+insert into x_outbox
+    (job_id, name, queue, input, idempotency_key, max_attempts, priority, run_at, delay_s,
+     expires_at, expires_in_s, tenant_id, traceparent, enqueued_by)
+values
+    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s,
+     %(priority)s, %(run_at)s, %(delay_s)s, %(expires_at)s, %(expires_in_s)s, %(tenant_id)s,
+     %(traceparent)s, %(enqueued_by)s)
+returning id
+
+-- outbox_relay_lock --
+-- One relay at a time per database, for the length of one batch: order needs a single reader.
+select pg_try_advisory_xact_lock(7283190442)
+
+-- outbox_claim --
+-- Rows whose inserting transaction is older than every transaction still running: no earlier
+-- row can still appear, so publishing in id order never lets a later row overtake an earlier one.
+select id, job_id, name, queue, input::text, idempotency_key, max_attempts, priority, run_at,
+       delay_s, expires_at, expires_in_s, tenant_id, traceparent, enqueued_by
+  from x_outbox
+ where published_at is null
+   and txid < pg_snapshot_xmin(pg_current_snapshot())
+ order by id
+ limit %(limit)s
+   for update
+
+-- outbox_mark --
+update x_outbox set published_at = now() where id = any(%(ids)s::bigint[])
+
+-- outbox_publish --
+-- One staged row into ANOTHER database's x_jobs. `on conflict do nothing` with no target covers
+-- the primary key too: a row published before a crash (same job id), even one whose job has
+-- finished since, is not inserted twice, and a live job holding the row's key absorbs it.
+insert into x_jobs
+    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+     tenant_id, traceparent, enqueued_by, created_at, updated_at)
+values
+    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s, %(priority)s,
+     coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s)),
+     coalesce(%(expires_at)s, coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s))
+                              + make_interval(secs => %(expires_in_s)s)),
+     %(tenant_id)s, %(traceparent)s, %(enqueued_by)s, now(), now())
+on conflict do nothing
+returning id

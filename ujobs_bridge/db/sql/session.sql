@@ -1,0 +1,28 @@
+-- Connection-level statements: LISTEN channels, commit modes, the database's clock, embedded setup.
+-- Named blocks: `-- name --` on its own line. Explicit column lists (no star projections), values
+-- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
+
+-- database_exists --
+select 1 from pg_database where datname = %(name)s
+
+-- database_create_ujobs --
+create database ujobs
+
+-- listen_ready --
+listen x_jobs_ready
+
+-- listen_cancel --
+listen x_jobs_cancel
+
+-- session_claims_async --
+-- The worker's claim connection commits claims without waiting for the WAL flush: a claim lost
+-- in a server crash only leaves the job ready again (a re-run the at-least-once contract covers),
+-- and any later synchronous commit (an outcome) flushes it anyway, since WAL is sequential.
+set synchronous_commit = off
+
+-- tx_outcomes_durable --
+set local synchronous_commit = on
+
+-- database_now --
+-- The database's clock, read once where a pass must compare against instants it wrote.
+select now()

@@ -1,0 +1,139 @@
+"""The outbox relay: publish staged rows as jobs, in order, and mark them published.
+
+Why it exists: rows staged in a caller's transaction must become jobs exactly once and in the
+order they were committed. In ONE database the relay inserts the jobs and marks the rows in one
+transaction: no window at all. Across databases it publishes row by row, in id order, then marks
+the batch (at least once): a row published but not marked (a crash between the two) is
+published again on restart with the SAME job id, and the insert does nothing when that id is
+already there, live or finished. Only a job that finished AND was purged before the restart
+can run twice; keep the purge age far above any relay outage. A failure stops the batch, so a
+later row never overtakes an earlier one. ``stop()`` finishes the batch in flight (the SIGTERM
+drain).
+
+What it is not: staging (``outbox.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+
+from .. import validation
+from ..clock import SYSTEM_CLOCK, Clock
+from ..db import jobs as driver
+from ..db.jobs import EnqueueSpec
+from ..db.sql import q
+from ..faults import fault
+from ..service import Service
+
+log = logging.getLogger("ujobs.outbox")
+
+DEFAULT_BATCH = 500
+
+
+def _spec(row: tuple[Any, ...]) -> EnqueueSpec:
+    (
+        _outbox_id,
+        job_id,
+        name,
+        queue,
+        input_json,
+        key,
+        max_attempts,
+        priority,
+        run_at,
+        delay_s,
+        expires_at,
+        expires_in_s,
+        tenant_id,
+        traceparent,
+        enqueued_by,
+    ) = row
+    return EnqueueSpec(
+        id=job_id,
+        name=name,
+        queue=queue,
+        input_json=input_json,
+        max_attempts=max_attempts,
+        priority=priority,
+        idempotency_key=key,
+        run_at=run_at,
+        delay_s=delay_s,
+        expires_at=expires_at,
+        expires_in_s=expires_in_s,
+        tenant_id=tenant_id,
+        traceparent=traceparent,
+        enqueued_by=enqueued_by,
+    )
+
+
+class OutboxRelay(Service):
+    """Publishes ``source_dsn``'s outbox into ``target_dsn`` (default: the same database)."""
+
+    def __init__(
+        self,
+        source_dsn: str,
+        *,
+        target_dsn: str | None = None,
+        batch: int = DEFAULT_BATCH,
+        interval_s: float = 0.5,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.source_dsn = source_dsn
+        self.target_dsn = target_dsn
+        self.batch = validation.positive_int("outbox relay batch", batch, maximum=100_000)
+        self.interval_s = validation.seconds("outbox relay interval", interval_s)
+        self.clock = clock
+        self.published = 0
+        super().__init__("outbox", interval_s=self.interval_s)
+
+    @property
+    def cross_database(self) -> bool:
+        return self.target_dsn is not None and self.target_dsn != self.source_dsn
+
+    def _pass(self) -> float:
+        # A full batch means more may be waiting: go on at once. ``stop()`` (the SIGTERM drain)
+        # lets the batch in hand finish and be marked, then returns.
+        return 0.0 if self.tick() >= self.batch else self.interval_s
+
+    def tick(self) -> int:
+        """Publish one batch; returns how many rows became jobs."""
+        with psycopg.connect(self.source_dsn, autocommit=False) as source:
+            with source.transaction():
+                locked = source.execute(q("outbox_relay_lock")).fetchone()
+                if not locked or not locked[0]:
+                    return 0  # another relay is publishing
+                rows = source.execute(q("outbox_claim"), {"limit": self.batch}).fetchall()
+                if not rows:
+                    return 0
+                if not self.cross_database:
+                    specs = [_spec(r) for r in rows]
+                    driver.job_enqueue_many(source, specs, self.clock.sql_now())
+                    fault("outbox.after_publish")
+                    source.execute(q("outbox_mark"), {"ids": [r[0] for r in rows]})
+                    published = len(rows)
+                else:
+                    published = self._publish_across(source, rows)
+            self.published += published
+            return published
+
+    def _publish_across(self, source: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
+        assert self.target_dsn is not None
+        done: list[int] = []
+        try:
+            with psycopg.connect(self.target_dsn, autocommit=True) as target:
+                for row in rows:
+                    target.execute(q("outbox_publish"), _spec(row).params(self.clock.sql_now()))
+                    fault("outbox.after_publish")
+                    done.append(row[0])
+        except psycopg.Error as exc:
+            log.warning(
+                "ujobs.outbox.stopped: row %s failed, the batch stops there: %s",
+                rows[len(done)][0],
+                exc,
+            )
+        if done:
+            source.execute(q("outbox_mark"), {"ids": done})
+        return len(done)

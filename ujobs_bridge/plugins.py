@@ -1,0 +1,50 @@
+"""The engine's plugin seam: what packages above it contribute, found by entry-point group.
+
+Why it exists: the engine must not import ``celery_compat`` or ``migrate`` (they build on it), yet
+its CLI lists their commands, its ``-A`` resolves their apps and its retention sweep deletes their
+rows. Each such contribution is declared in the contributing package's ``pyproject.toml`` under
+one of the groups below and loaded here by name from package metadata, which the operator
+installed: never from a database row or a message.
+
+    ujobs_bridge.cli        command name -> a ``click.Command``
+    ujobs_bridge.loaders    loader name  -> a ``Loader`` (how ``-A`` finds jobs; see loading.py)
+    ujobs_bridge.retention  target name  -> a callable returning ``PurgeTarget``s
+
+What it is not: a registry filled by import side effects. Nothing registers itself; a package is
+in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any
+
+log = logging.getLogger("ujobs.plugins")
+
+CLI_GROUP = "ujobs_bridge.cli"
+LOADER_GROUP = "ujobs_bridge.loaders"
+RETENTION_GROUP = "ujobs_bridge.retention"
+
+
+def entries(group: str) -> list[metadata.EntryPoint]:
+    """The installed entry points of ``group``, sorted by name (a stable order)."""
+    return sorted(metadata.entry_points(group=group), key=lambda e: e.name)
+
+
+def find(group: str, name: str) -> metadata.EntryPoint | None:
+    for entry in entries(group):
+        if entry.name == name:
+            return entry
+    return None
+
+
+def load_all(group: str) -> Iterator[tuple[str, Any]]:
+    """Each entry of ``group`` loaded; one whose package cannot be imported (its optional
+    dependencies are missing) is logged and left out rather than stopping the others."""
+    for entry in entries(group):
+        try:
+            yield entry.name, entry.load()
+        except ImportError as exc:
+            log.warning("ujobs.plugins.unavailable: %s %s (%s)", group, entry.name, exc)

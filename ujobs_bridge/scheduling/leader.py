@@ -1,0 +1,114 @@
+"""Leader election for the scheduler: an expiring lease ROW, renewed by holder and term.
+
+Why it exists: exactly one scheduler should dispatch at a time, across processes and machines.
+A session advisory lock dies with a pooled connection nobody can name; a lease row survives
+poolers, shows who leads, and expires on its own. Renewal matches holder AND term, so a node that
+lost its lease can never "renew" the winner's row; any error or a renewal that matches nothing
+concedes at once. Locally the leader trusts its term only until the start of its last good
+renewal + ttl - margin (monotonic clock): a paused or partitioned leader stops acting on its own.
+Expiry is written and compared with the database's ``now()`` only, so a node whose clock runs
+ahead cannot see a live lease as expired (no local time ever reaches the lease statements).
+
+What it is not: the guarantee against double fire. That is the (task, occurrence) unique key in
+``x_scheduler_fires``; leadership only keeps the work on one node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from ..db.sql import q
+from ..faults import fault
+
+log = logging.getLogger("ujobs.leader")
+
+DEFAULT_GROUP = "default"
+TRUST_MARGIN_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderInfo:
+    holder: str
+    term: int
+    live: bool
+
+
+class PgLeaseLeader:
+    def __init__(self, dsn: str, *, holder: str, ttl_s: float, group: str = DEFAULT_GROUP) -> None:
+        self.dsn = dsn
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self.group = group
+        self.term: int | None = None
+        self.margin_s = min(TRUST_MARGIN_S, ttl_s / 4)
+        self._trusted_until = 0.0
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                application_name=f"ujobs:scheduler:{self.holder}"[:63],
+                connect_timeout=5,
+            )
+        return self._conn
+
+    @property
+    def is_leader(self) -> bool:
+        """Leader, and still inside the local trust window."""
+        return self.term is not None and time.monotonic() < self._trusted_until
+
+    def tick(self) -> bool:
+        """Renew our term, or try to take an expired one. Any error concedes."""
+        started = time.monotonic()
+        params = {"name": self.group, "holder": self.holder, "ttl_s": self.ttl_s}
+        try:
+            conn = self._connection()
+            if self.term is not None:
+                row = conn.execute(q("leader_renew"), {**params, "term": self.term}).fetchone()
+                if row is None:
+                    log.warning("ujobs.leader.lost: %s lost term %s", self.holder, self.term)
+                    self.term = None
+            if self.term is None:
+                row = conn.execute(q("leader_elect"), params).fetchone()
+                if row is not None and row[0] == self.holder:
+                    self.term = int(row[1])
+                    log.info("ujobs.leader.elected: %s holds term %s", self.holder, self.term)
+                    fault("leader.after_acquire")
+        except psycopg.Error as exc:
+            log.warning("ujobs.leader.error: %s concedes: %s", self.holder, exc)
+            self.term = None
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return False
+        if self.term is not None:
+            self._trusted_until = started + self.ttl_s - self.margin_s
+        return self.is_leader
+
+    def resign(self) -> None:
+        if self.term is None:
+            return
+        try:
+            self._connection().execute(
+                q("leader_resign"), {"name": self.group, "holder": self.holder, "term": self.term}
+            )
+        except psycopg.Error as exc:
+            log.warning("ujobs.leader.resign_failed: %s", exc)
+        self.term = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def current(conn: psycopg.Connection[Any], group: str = DEFAULT_GROUP) -> LeaderInfo | None:
+    row = conn.execute(q("leader_get"), {"name": group}).fetchone()
+    return None if row is None else LeaderInfo(str(row[0]), int(row[1]), bool(row[4]))

@@ -1,0 +1,244 @@
+"""The scheduler: Celery beat's replacement. One leader fires periodic tasks; nothing fires twice.
+
+Why it exists: beat is a single point of failure that double-fires when two run and forgets what
+it missed while down. Here any number of scheduler processes run; one holds the lease row
+(``leader.py``) and dispatches. Each round reads the clock ONCE (the injected clock's SQL
+instant; with the system clock that is the database's ``now()``, so a host clock that runs ahead
+neither fires early nor moves a watermark past the database's time) and plans every task from
+its durable watermark (``cron.missed``: skip / run-once / all, bisection for the latest missed
+occurrence), and fires each occurrence in ONE transaction that inserts its (task, occurrence)
+row into ``x_scheduler_fires`` and its jobs: a second leader, a stale one, or a replayed round
+finds the row already there and enqueues nothing. ``stop()`` waits out the round in flight before
+giving the lease back, so a successor never races it. A task whose ``enqueue`` raises is logged
+and keeps its watermark (it catches up by its policy once fixed); the other tasks still fire.
+The scheduler's connection ends any transaction left idle past the lease (a paused leader's
+half-done fire), so a successor is never blocked behind its row lock. The same process relays
+the outbox.
+
+What it is not: a worker. Tasks only enqueue; workers run the jobs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..db import jobs as driver
+from ..db import session
+from ..db.sql import q
+from ..errors import ConfigError
+from ..faults import fault
+from ..service import Service
+from ..validation import seconds
+from .leader import DEFAULT_GROUP, PgLeaseLeader
+from .task import PeriodicTask, task
+
+_fire_connection: contextvars.ContextVar[psycopg.Connection[Any] | None] = contextvars.ContextVar(
+    "ujobs_fire_connection", default=None
+)
+
+
+def current_fire_connection() -> psycopg.Connection[Any] | None:
+    """Inside a task's ``enqueue=`` function: the connection of the transaction that records
+    this fire. Writing through it (celery_compat's beat does) makes the jobs and the fire row
+    commit together, and a duplicate fire roll back everything it wrote."""
+    return _fire_connection.get()
+
+
+log = logging.getLogger("ujobs.scheduler")
+
+DEFAULT_TTL_S = 15.0
+DEFAULT_INTERVAL_S = 1.0
+
+
+def purge_task() -> PeriodicTask:
+    """The built-in hourly retention sweep every scheduler fires."""
+    from ..purge import PURGE_TASK_CRON, purge
+
+    return task(
+        "ujobs.purge.hourly",
+        cron=PURGE_TASK_CRON,
+        enqueue=lambda occurrence: [purge.configure(idempotency_key=occurrence.key).call()],
+    )
+
+
+@dataclass(slots=True)
+class SchedulerCounts:
+    rounds: int = 0
+    fired: int = 0
+    duplicates: int = 0
+    jobs: int = 0
+    failed: int = 0
+
+
+class Scheduler(Service):
+    """Fires ``tasks`` while it holds the lease of ``group``; ``tick()`` is one round."""
+
+    def __init__(
+        self,
+        dsn: str,
+        tasks: Mapping[str, PeriodicTask],
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        ttl_s: float = DEFAULT_TTL_S,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        holder: str | None = None,
+        group: str = DEFAULT_GROUP,
+    ) -> None:
+        self.dsn = dsn
+        self.tasks = dict(tasks)
+        self.clock = clock
+        self.interval_s = seconds("scheduler interval", interval_s)
+        ttl = seconds("scheduler lease", ttl_s)
+        if ttl < 3 * self.interval_s:
+            raise ConfigError(
+                f"a {ttl}s lease cannot be renewed every {self.interval_s}s round reliably",
+                hint="make the lease at least three rounds long",
+            )
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.leader = PgLeaseLeader(dsn, holder=self.holder, ttl_s=ttl, group=group)
+        self.counts = SchedulerCounts()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._round_lock = threading.Lock()
+        super().__init__("scheduler", interval_s=self.interval_s)
+
+    # ------------------------------------------------------------------ lifecycle (``Service``)
+
+    def _on_stop(self) -> None:
+        """The round in flight has finished (``Service.stop`` joined it): now give the lease back."""
+        with self._round_lock:
+            self.leader.resign()
+            self.leader.close()
+            self._close()
+
+    def _on_error(self, exc: Exception) -> float:
+        self._close()
+        return super()._on_error(exc)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            idle_ms = max(1000, int(self.leader.ttl_s * 1000))
+            self._conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                application_name=f"ujobs:scheduler:{self.holder}"[:63],
+                connect_timeout=5,
+                options=f"-c idle_in_transaction_session_timeout={idle_ms}",
+            )
+        return self._conn
+
+    def _now(self, conn: psycopg.Connection[Any]) -> datetime:
+        """The round's one clock reading: the injected clock's SQL instant, else the database's."""
+        pinned = self.clock.sql_now()
+        if pinned is not None:
+            return pinned
+        return session.database_now(conn)
+
+    # ------------------------------------------------------------------ one round
+
+    def tick(self) -> int:
+        """One round: renew or take the lease, then fire what is due. Returns occurrences fired."""
+        with self._round_lock:
+            if not self.leader.tick():
+                return 0
+            self.counts.rounds += 1
+            conn = self._connection()
+            now = self._now(conn)  # ONE reading for the whole round
+            marks = watermarks(conn)
+            fired = 0
+            for periodic in self.tasks.values():
+                if not self.leader.is_leader:
+                    log.warning("ujobs.scheduler.trust_lapsed: stopping the round")
+                    break
+                try:
+                    fired += self._dispatch(conn, periodic, marks.get(periodic.name), now)
+                except psycopg.OperationalError:
+                    raise  # the connection is gone: the loop reconnects next round
+                except Exception:
+                    self.counts.failed += 1
+                    log.exception(
+                        "ujobs.scheduler.task_failed: %s keeps its watermark", periodic.name
+                    )
+            return fired
+
+    def _dispatch(
+        self,
+        conn: psycopg.Connection[Any],
+        periodic: PeriodicTask,
+        watermark: datetime | None,
+        now: datetime,
+    ) -> int:
+        plan = periodic.plan(watermark, now, grace=timedelta(seconds=2 * self.interval_s))
+        result = plan.result
+        if any(o.catch_up for o in plan.occurrences) or result.more:
+            log.info(
+                "ujobs.scheduler.catch_up: %s (%s) missed since %s: firing %d, more=%s, "
+                "resolver calls %d",
+                periodic.name,
+                periodic.catch_up,
+                result.oldest.isoformat() if result.oldest else "-",
+                len(plan.occurrences),
+                result.more,
+                result.resolver_calls,
+            )
+        fired = 0
+        for occurrence in plan.occurrences:
+            fault("scheduler.before_fire")
+            duplicate = False
+            with conn.transaction():
+                token = _fire_connection.set(conn)
+                try:
+                    specs = [request.spec() for request in periodic.requests(occurrence)]
+                finally:
+                    _fire_connection.reset(token)
+                row = conn.execute(
+                    q("scheduler_fire"),
+                    {
+                        "task": periodic.name,
+                        "occurrence_at": occurrence.at,
+                        "catch_up": occurrence.catch_up,
+                        "job_ids": [s.id for s in specs],
+                    },
+                ).fetchone()
+                if row is None:
+                    duplicate = True
+                    raise psycopg.Rollback()  # also undoes what enqueue= wrote through conn
+                driver.job_enqueue_many(conn, specs, self.clock.sql_now())
+            if duplicate:
+                self.counts.duplicates += 1
+                continue
+            fault("scheduler.after_enqueue")
+            fired += 1
+            self.counts.fired += 1
+            self.counts.jobs += len(specs)
+        conn.execute(
+            q("scheduler_watermark_set"),
+            {"task": periodic.name, "watermark": plan.result.watermark},
+        )
+        return fired
+
+
+def last_fires(conn: psycopg.Connection[Any]) -> dict[str, tuple[datetime, bool, datetime]]:
+    rows = conn.execute(q("scheduler_last_fires")).fetchall()
+    return {r[0]: (r[1], bool(r[2]), r[3]) for r in rows}
+
+
+def watermarks(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
+    """Each task's durable watermark: every occurrence at or before it has been decided."""
+    return {str(r[0]): r[1] for r in conn.execute(q("scheduler_watermarks")).fetchall()}

@@ -1,0 +1,87 @@
+"""The worker's settings, validated when built: refused, never clamped.
+
+Why it exists: a worker with ``-c 0`` runs nothing, one with a NaN poll interval spins, and one
+whose heartbeat is slower than its lease loses every job it holds. Each is refused here with a
+message naming the setting and the fix.
+
+What it is not: the CLI (which maps flags onto this) or the worker itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import validation
+from ..errors import ConfigError
+
+POOLS = ("threads", "processes")
+DEFAULT_CONCURRENCY = 8
+DEFAULT_PREFETCH_MULTIPLIER = 16
+DEFAULT_LEASE_S = 30.0
+DEFAULT_POLL_S = 1.0
+DEFAULT_SWEEP_S = 5.0
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
+DEFAULT_CLAIM_BATCH = 100
+DEFAULT_ACK_INTERVAL_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    queues: tuple[str, ...] | None = None  # None: every queue a registered job declares
+    concurrency: int = DEFAULT_CONCURRENCY
+    pool: str = "threads"
+    prefetch_multiplier: int = DEFAULT_PREFETCH_MULTIPLIER
+    lease_s: float = DEFAULT_LEASE_S
+    heartbeat_s: float | None = None  # default: lease / 3
+    poll_s: float = DEFAULT_POLL_S
+    sweep_s: float = DEFAULT_SWEEP_S
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    claim_batch: int = DEFAULT_CLAIM_BATCH
+    ack_interval_s: float = DEFAULT_ACK_INTERVAL_S
+    # Opt-in: outcomes commit without waiting for the WAL flush. A server crash can then lose the
+    # last few hundred ms of outcomes; those jobs run again (at-least-once still holds).
+    async_acks: bool = False
+
+    def __post_init__(self) -> None:
+        if self.queues is not None:
+            if not self.queues:
+                raise ConfigError(
+                    "the worker was given an empty queue list",
+                    hint="pass -Q with at least one queue, or omit it",
+                )
+            for name in self.queues:
+                validation.queue_name(name)
+        validation.positive_int("concurrency (-c)", self.concurrency, maximum=1024)
+        if self.pool not in POOLS:
+            raise ConfigError(
+                f"pool {self.pool!r} is not known", hint=f"use --pool {' or --pool '.join(POOLS)}"
+            )
+        validation.positive_int("prefetch_multiplier", self.prefetch_multiplier, maximum=1000)
+        validation.positive_int("claim_batch", self.claim_batch, maximum=10_000)
+        lease = validation.seconds("lease", self.lease_s)
+        if lease < 2:
+            raise ConfigError(
+                f"lease is {lease}s, too short to renew reliably",
+                hint="set the lease to at least 2 seconds",
+            )
+        beat = self.heartbeat_interval_s
+        if beat >= lease / 2:
+            raise ConfigError(
+                f"heartbeat every {beat}s cannot keep a {lease}s lease",
+                hint="set the heartbeat interval below half the lease (the default is lease / 3)",
+            )
+        validation.seconds("poll interval", self.poll_s)
+        validation.seconds("sweep interval", self.sweep_s)
+        validation.seconds("shutdown timeout", self.shutdown_timeout_s, allow_zero=True)
+        validation.seconds("ack interval", self.ack_interval_s)
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        if self.heartbeat_s is None:
+            return self.lease_s / 3
+        return validation.seconds("heartbeat interval", self.heartbeat_s)
+
+    @property
+    def capacity(self) -> int:
+        """Jobs held at once: running plus prefetched (leased, waiting for a free slot)."""
+        return self.concurrency * self.prefetch_multiplier
