@@ -384,9 +384,9 @@ def _queue_of(app: Any, name: str, task: Any) -> str:
 
 
 def jobs_for_app(app: Any) -> list[JobDefinition[Any, Any]]:
-    """One job definition per task of ``app`` (its modules imported, the app finalized); the
-    worker's listener of this process keeps the revoked ids current from now on."""
-    revoked_ids.install()
+    """One job definition per task of ``app`` (its modules imported, the app finalized). The
+    worker that runs them keeps the revoked ids current when given ``revoked_ids.channel()``
+    (``loading.py`` does); without it each request asks the table."""
     app.loader.import_default_modules()
     app.finalize(auto=True)
     max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)

@@ -5,8 +5,9 @@ Why it exists: ``control.revoke`` cancels a task's rows that no worker holds, bu
 claims messages ahead of its free body slots (its prefetch) and holds them in state
 ``running``. Celery's worker keeps revoked ids in memory and checks each request just before
 running it: a revoked task that has not started never runs. This module is that set for the
-bridge worker. It rides on the worker's own LISTEN connection (``ujobs_bridge.worker.listener``,
-``register_channel``): on every (re)connection it LISTENs on ``x_celery_revoked`` and then loads
+bridge worker. It rides on the worker's own LISTEN connection: the Celery loader
+(``loading.py``) hands ``channel()`` to the worker, whose listener (``ujobs_bridge.worker.listener``)
+carries it; on every (re)connection it LISTENs on ``x_celery_revoked`` and then loads
 the ids revoked within the window (the purge's retention; older revoke rows are deleted anyway),
 so nothing revoked while nobody listened is missed; after that, ``revoke()`` NOTIFYs each id in
 the statement that records it. A revoked id re-claimed later (rescued after a worker died,
@@ -32,7 +33,7 @@ from typing import Any
 import psycopg
 
 from ujobs_bridge.purge import DEFAULT_OLDER_THAN_S
-from ujobs_bridge.worker.listener import ExtraChannel, register_channel
+from ujobs_bridge.worker.listener import ExtraChannel
 
 from . import store
 
@@ -107,8 +108,7 @@ class RevokedIds:
 REVOKED = RevokedIds()
 
 
-def install() -> None:
-    """Have every worker listener of this process keep ``REVOKED`` current (idempotent)."""
-    register_channel(
-        ExtraChannel(CHANNEL, REVOKED.on_connect, REVOKED.on_notify, REVOKED.on_closed)
-    )
+def channel() -> ExtraChannel:
+    """The LISTEN channel that keeps ``REVOKED`` current, for a worker's listener to carry
+    (``Worker(..., channels=...)``)."""
+    return ExtraChannel(CHANNEL, REVOKED.on_connect, REVOKED.on_notify, REVOKED.on_closed)

@@ -12,7 +12,7 @@ from cli_proc import CliProc
 
 from celery_compat import Celery
 from conftest import wait_for
-from ujobs_bridge import loading as registry
+from ujobs_bridge import loading
 from ujobs_bridge.errors import ConfigError
 
 
@@ -49,10 +49,10 @@ def test_celery_defaults_do_not_override_the_bridge_and_bad_values_are_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     plain = Celery("plain_defaults")  # Celery's defaults: concurrency None (CPUs), prefetch 4
-    monkeypatch.setattr(registry, "load_target", lambda spec: plain)
-    assert registry.celery_worker_settings("x") == {}
+    monkeypatch.setattr(loading, "load_target", lambda spec: plain)
+    assert loading.resolve("x").worker_settings() == {}  # read through the Celery loader
     plain.conf.worker_prefetch_multiplier = 4  # set explicitly, even to Celery's default
-    assert registry.celery_worker_settings("x") == {"prefetch_multiplier": 4}
+    assert loading.resolve("x").worker_settings() == {"prefetch_multiplier": 4}
     plain.conf.worker_concurrency = "lots"
     with pytest.raises(ConfigError, match="worker_concurrency='lots'"):
-        registry.celery_worker_settings("x")
+        loading.resolve("x").worker_settings()

@@ -1,24 +1,35 @@
-"""Find the jobs a worker may run: import the module named by ``-A`` and collect its jobs.
+"""Find the jobs a worker may run: import what ``-A`` names and ask a ``Loader`` what it holds.
 
 Why it exists: the worker must know every job it claims by name, and it must never import code by
 a name taken from a database row. So the code comes from the operator's ``-A MODULE[:ATTR]`` only,
-like Celery's: a module holding ``app``/``celery``, a ``module:attr``, or a plain module whose
-``ujobs_bridge.job`` objects are collected. Two jobs under one name are refused.
+like Celery's. What the target holds is read by a ``Loader``: the engine's own (a module, a
+``JobDefinition`` or a list of them, whose ``ujobs_bridge.job`` objects and ``task()``s are
+collected) or one a package above the engine contributes through the ``ujobs_bridge.loaders``
+entry-point group (``celery_compat`` reads a Celery app that way). The first loader, in name
+order, that ``claims`` the target answers; the engine's own answers otherwise. What it answers is
+a ``LoadedApp``: the jobs, the periodic tasks, the database URL and worker settings the app
+declares, extra LISTEN channels for the worker, and ``bind(dsn)`` to point the app at the
+worker's database. Two jobs under one name are refused.
 
-What it is not: global state. Declaring a job registers nothing; this scan is the registry.
+What it is not: global state. Declaring a job registers nothing; this scan is the registry, and
+the engine imports no package above it (the loaders come from installed metadata).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from . import plugins
 from .errors import ConfigError, ErrorCode
 from .job import JobDefinition
+
+if TYPE_CHECKING:
+    from .scheduling.task import PeriodicTask
+    from .worker.listener import ExtraChannel
 
 Registry = Mapping[str, JobDefinition[Any, Any]]
 
@@ -75,43 +86,88 @@ def builtin() -> list[JobDefinition[Any, Any]]:
     return [purge]
 
 
-def is_celery_app(target: Any) -> bool:
-    """A Celery app (celery_compat's or plain Celery's), recognised without importing Celery."""
-    celery = sys.modules.get("celery")
-    return celery is not None and isinstance(target, celery.Celery)
+class LoadedApp:
+    """What ``-A`` named, as the engine uses it. This base reads a plain target: a module's
+    ``JobDefinition``s and ``task()``s, a ``JobDefinition``, or an iterable of them; it declares
+    no database, no worker settings and no channels, and has nothing to bind. A loader for
+    another kind of app returns a subclass."""
+
+    def __init__(self, spec: str, target: Any) -> None:
+        self.spec = spec
+        self.target = target
+
+    def jobs(self) -> list[JobDefinition[Any, Any]]:
+        target = self.target
+        if isinstance(target, ModuleType):
+            return list(from_module(target).values())
+        if isinstance(target, JobDefinition):
+            return [target]
+        if isinstance(target, Iterable):
+            return [t for t in target if isinstance(t, JobDefinition)]
+        return []
+
+    def periodic_tasks(self) -> dict[str, PeriodicTask]:
+        """What ``scheduler -A`` fires and ``tasks ls -A`` shows."""
+        from .scheduling.task import tasks_from_module
+
+        if not isinstance(self.target, ModuleType):
+            raise ConfigError(
+                f"-A {self.spec!r} is not a module",
+                code=ErrorCode.APP_NOT_FOUND,
+                hint="point -A at the module that declares the task()s",
+            )
+        return tasks_from_module(self.target)
+
+    def database_url(self) -> str | None:
+        """The database the app itself names (below ``--dsn``, above the environment)."""
+        return None
+
+    def worker_settings(self) -> dict[str, int]:
+        """``concurrency`` / ``prefetch_multiplier`` the app sets, used where no flag is given."""
+        return {}
+
+    def channels(self) -> tuple[ExtraChannel, ...]:
+        """Extra LISTEN channels the worker's listener should carry for this app."""
+        return ()
+
+    def bind(self, dsn: str) -> None:
+        """Point the app's own sends and results at the worker's database ``dsn``."""
 
 
-def celery_app_of(target: Any) -> Any | None:
-    """The Celery app ``-A`` names: the target itself, or a module's ``app``/``celery``."""
-    if is_celery_app(target):
-        return target
-    if isinstance(target, ModuleType):
-        for attr in ("app", "celery"):
-            candidate = getattr(target, attr, None)
-            if is_celery_app(candidate):
-                return candidate
+@runtime_checkable
+class Loader(Protocol):
+    """How ``-A`` reads one kind of app (an entry of the ``ujobs_bridge.loaders`` group)."""
+
+    def claims(self, target: Any) -> bool:
+        """Is ``target`` an app of this loader's kind? Must not import anything heavy."""
+        ...
+
+    def load(self, target: Any, spec: str) -> LoadedApp: ...
+
+
+def loader_for(target: Any) -> Loader | None:
+    """The first contributed loader, in name order, that claims ``target``."""
+    for _name, loader in plugins.load_all(plugins.LOADER_GROUP):
+        if loader.claims(target):
+            return loader  # type: ignore[no-any-return]
     return None
 
 
-def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:
-    """The jobs of ``-A spec``, plus the built-in ones unless asked not to."""
+def resolve(spec: str) -> LoadedApp:
+    """Import what ``-A spec`` names and read it with the loader that claims it."""
     target = load_target(spec)
-    app = celery_app_of(target)
-    if app is not None:
-        from celery_compat.execution import jobs_for_app
+    loader = loader_for(target)
+    if loader is None:
+        return LoadedApp(spec, target)
+    return loader.load(target, spec)
 
-        found = build(jobs_for_app(app))
-    elif isinstance(target, ModuleType):
-        found = from_module(target)
-    elif isinstance(target, JobDefinition):
-        found = build([target])
-    elif isinstance(target, Iterable):
-        found = build(t for t in target if isinstance(t, JobDefinition))
-    else:
-        found = {}
+
+def jobs_of(app: LoadedApp, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:
+    """The jobs of ``app``, plus the built-in ones unless asked not to; none is an error."""
+    found = build(app.jobs())
     if not found:
         raise ConfigError(
-            f"-A {spec!r} holds no ujobs_bridge jobs",
+            f"-A {app.spec!r} holds no ujobs_bridge jobs",
             code=ErrorCode.APP_NOT_FOUND,
             hint="decorate functions with @ujobs_bridge.job in that module, or point -A at the module that has them",
         )
@@ -120,50 +176,6 @@ def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any
     return found
 
 
-def app_database_url(spec: str) -> str | None:
-    """``ujobs_database_url`` from the Celery app ``-A`` names, if it is one and sets it."""
-    app = celery_app_of(load_target(spec))
-    if app is None:
-        return None
-    value = app.conf.get("ujobs_database_url")
-    return str(value) if value else None
-
-
-def celery_worker_settings(spec: str) -> dict[str, int]:
-    """The worker settings a Celery app ``-A`` names has set: ``worker_concurrency`` (→
-    ``concurrency``) and ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), each only
-    when the app sets it (Celery's own defaults, CPU count and 4, do not override the bridge's)."""
-    app = celery_app_of(load_target(spec))
-    if app is None:
-        return {}
-    conf = app.conf
-    builtin = conf.maps[-1] if getattr(conf, "maps", None) else {}
-    out: dict[str, int] = {}
-    for key, name in (
-        ("worker_concurrency", "concurrency"),
-        ("worker_prefetch_multiplier", "prefetch_multiplier"),
-    ):
-        value = conf.get(key)
-        explicit = key in conf.maps[0] if getattr(conf, "maps", None) else False
-        if value is None or (not explicit and value == builtin.get(key)):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"the Celery app's {key}={value!r} is not a positive integer",
-                hint=f"set {key} to a whole number of at least 1, or pass the worker flag",
-            )
-        out[name] = value
-    return out
-
-
-def bind_database(spec: str, dsn: str) -> None:
-    """Point a celery_compat app's results and sends at the database the worker runs on (and,
-    through the environment, the app in any child process of ``--pool processes``)."""
-    app = celery_app_of(load_target(spec))
-    if app is None or not hasattr(app, "use_ujobs_client"):
-        return
-    from .client import Client
-    from .dsn import ENV_DATABASE_URL, ResolvedDatabase
-
-    os.environ[ENV_DATABASE_URL] = dsn
-    app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:
+    """The jobs of ``-A spec``, plus the built-in ones unless asked not to."""
+    return jobs_of(resolve(spec), with_builtin=with_builtin)

@@ -1,14 +1,15 @@
 """The engine's plugin seam: what packages above it contribute, found by entry-point group.
 
 Why it exists: the engine must not import ``celery_compat`` or ``migrate`` (they build on it), yet
-its CLI lists their commands, its ``-A`` resolves their apps and its retention sweep deletes their
-rows. Each such contribution is declared in the contributing package's ``pyproject.toml`` under
+its CLI lists their commands (and its demo runs their parts), its ``-A`` resolves their apps and
+its retention sweep deletes their rows. Each such contribution is declared in the contributing package's ``pyproject.toml`` under
 one of the groups below and loaded here by name from package metadata, which the operator
 installed: never from a database row or a message.
 
     ujobs_bridge.cli        command name -> a ``click.Command``
     ujobs_bridge.loaders    loader name  -> a ``Loader`` (how ``-A`` finds jobs; see loading.py)
     ujobs_bridge.retention  target name  -> a callable returning ``PurgeTarget``s
+    ujobs_bridge.demo       part name    -> a demo part ``ujobs-bridge demo`` runs after its own
 
 What it is not: a registry filled by import side effects. Nothing registers itself; a package is
 in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
@@ -26,6 +27,7 @@ log = logging.getLogger("ujobs.plugins")
 CLI_GROUP = "ujobs_bridge.cli"
 LOADER_GROUP = "ujobs_bridge.loaders"
 RETENTION_GROUP = "ujobs_bridge.retention"
+DEMO_GROUP = "ujobs_bridge.demo"
 
 
 def entries(group: str) -> list[metadata.EntryPoint]:

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect
 from ujobs_bridge import loading as registry
@@ -73,6 +74,7 @@ def worker(
         registry.build(jobs_for_app(app)),
         WorkerConfig(queues=queues, concurrency=concurrency, poll_s=0.05, lease_s=5),
         clock=clock or SystemClock(),
+        channels=(revoked_ids.channel(),),
     )
     if start:
         w.start()

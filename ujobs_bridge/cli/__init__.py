@@ -4,6 +4,12 @@ Why it exists: operators and CI scripts drive the engine from a shell. Exit code
 (0 ok, 1 failure, 2 usage); every read command takes ``--json``; every error the library raises
 on purpose prints its code, message and hint, and no DSN is printed with its password.
 
+It is the composition root: the engine's own commands are listed here, and the packages above
+the engine (``celery_compat``: ``beat``; ``migrate``: ``migrate``) contribute theirs through the
+``ujobs_bridge.cli`` entry-point group (``plugins.py``), so the engine imports neither. A
+contributed command whose package cannot be imported (a dependency missing) is still listed, and
+invoking it prints which import failed and exits 1; the other commands are unaffected.
+
 What it is not: business logic. Commands parse flags, call the engine and print.
 """
 
@@ -15,15 +21,15 @@ from typing import Any
 import click
 import psycopg
 
+from .. import plugins
 from ..dsn import mask_dsn
 from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
 
 # Each command's module is imported only when that command runs (or --help lists them): a
-# `worker` never pays for the demo's or migrate's imports, and a broken optional command cannot
+# `worker` never pays for the demo's or a plugin's imports, and a broken optional command cannot
 # stop the others from starting. Static imports, so no module is ever named by data.
-COMMANDS = (
-    "db", "worker", "jobs", "demo", "events", "purge", "outbox", "scheduler", "tasks", "migrate",
-    "beat",
+ENGINE_COMMANDS = (
+    "db", "worker", "jobs", "demo", "events", "purge", "outbox", "scheduler", "tasks",
 )  # fmt: skip
 
 
@@ -60,20 +66,51 @@ def _load(name: str) -> click.Command | None:
         from .scheduler import scheduler, tasks
 
         return scheduler if name == "scheduler" else tasks
-    if name == "migrate":
-        from .migrate import migrate
+    return _load_plugin(name)
 
-        return migrate
-    if name == "beat":
-        from .beat import beat
 
-        return beat
-    return None
+def _plugin_names() -> list[str]:
+    """Contributed command names in declaration order, engine names excluded."""
+    return [e.name for e in plugins.entries(plugins.CLI_GROUP) if e.name not in ENGINE_COMMANDS]
+
+
+def _load_plugin(name: str) -> click.Command | None:
+    entry = plugins.find(plugins.CLI_GROUP, name)
+    if entry is None:
+        return None
+    try:
+        command = entry.load()
+    except ImportError as exc:
+        return _unavailable(name, entry.value, exc)
+    if not isinstance(command, click.Command):
+        raise TypeError(f"entry point {plugins.CLI_GROUP} {name} is not a click command")
+    return command
+
+
+def _unavailable(name: str, value: str, exc: ImportError) -> click.Command:
+    """Stands in for a contributed command that cannot be imported: says why, exits 1."""
+    missing = exc.name or str(exc)
+
+    def explain() -> None:
+        click.echo(
+            f"error: the `{name}` command ({value}) is unavailable: {exc}\n"
+            f"hint: install its missing dependency ({missing!r}), e.g. pip install 'ujobs-bridge'",
+            err=True,
+        )
+        sys.exit(1)
+
+    return click.Command(
+        name,
+        callback=explain,
+        help=f"(unavailable: cannot import {missing})",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+    )
 
 
 class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return [*ENGINE_COMMANDS, *_plugin_names()]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return _load(cmd_name)

@@ -9,12 +9,11 @@ What it is not: the migration runner (``db/schema.py``).
 from __future__ import annotations
 
 import click
-import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from ..db import schema
-from .options import database, dsn_option, json_option, print_json
+from ..db import connections, schema
+from .options import CLI_ROLE, database, dsn_option, json_option, print_json
 
 
 @click.group()
@@ -41,7 +40,7 @@ def upgrade(dsn: str | None) -> None:
 def status(dsn: str | None, as_json: bool) -> None:
     """Show applied and pending migrations."""
     resolved = database(dsn, quiet=as_json)
-    with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+    with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         done = schema.applied(conn)
     applied_versions = {m.version for m in done}
     pending = [m for m in schema.available() if m.version not in applied_versions]

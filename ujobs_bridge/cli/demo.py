@@ -7,13 +7,16 @@ to this run (``demo-<hex>``, so reruns never mix), enqueues a few thousand jobs 
 exactly one of which always fails and dead-letters, shows a progress bar, then reads the outcome
 back FROM THE DATABASE: states, attempts, the dead letter and its last error, elapsed time and
 throughput on the database clock. Nothing in the summary is a number the demo merely believes.
-Then (unless ``--no-celery``) it runs a Celery-style app through the bridge: a chain, a group, a
-task that retries once and a beat entry (``celery_demo.py``, app in ``demo_celery.py``); and it
-moves a backlog real Celery published to a serverless kombu broker onto the bridge and runs it
-(``migrate_demo.py``).
+Then (unless ``--no-celery``) it runs the parts the packages above the engine contribute through
+the ``ujobs_bridge.demo`` entry-point group, in name order: ``celery`` runs a Celery-style app
+through the bridge, a chain, a group, a task that retries once and a beat entry
+(``celery_compat/cli/demo.py``, app in ``celery_compat/demo_app.py``); ``migrate`` moves a
+backlog real Celery published to a serverless kombu broker onto the bridge and runs it
+(``migrate/cli/demo.py``). Each part runs on its own queue ``<demo queue>-<part name>``.
 
-This module is the command: flags, the schema, the three parts in turn (the engine part is
-``engine_demo.py``, the jobs ``demo_jobs.py``), what they print and the exit code they add up to.
+This module is the command: flags, the schema, the engine part (``engine_demo.py``, the jobs
+``demo_jobs.py``) and then the contributed parts, what they print and the exit code they add up
+to. The engine imports no part: they come from installed metadata.
 
 What it is not: a benchmark (``python -m bench``) or a test.
 """
@@ -23,23 +26,44 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
+from typing import Any, Protocol
 
 import click
 from rich.console import Console
 from rich.markup import escape
 
-from .. import validation
+from .. import plugins, validation
 from ..db import schema
 from ..dsn import ResolvedDatabase
 from ..embedded import ENV_HOME
 from ..errors import ConfigError
 from ..worker.config import WorkerConfig
-from . import celery_demo, engine_demo, migrate_demo
+from . import engine_demo
 from .options import database, dsn_option, json_option, print_json
 
 DEFAULT_JOBS = 3000
 MAX_JOBS = 100_000
 DEFAULT_TIMEOUT_S = 120.0
+
+
+class DemoOutcome(Protocol):
+    """What a contributed demo part saw."""
+
+    def problems(self) -> list[str]: ...
+
+    def as_json(self) -> dict[str, Any]: ...
+
+    def render(self, console: Console) -> None: ...
+
+
+class DemoPart(Protocol):
+    """An entry of the ``ujobs_bridge.demo`` group: a part run after the engine's own."""
+
+    intro: str  # the line printed before it runs
+
+    def run(
+        self, resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
+    ) -> DemoOutcome: ...
 
 
 def _next_commands(resolved: ResolvedDatabase, queue: str, dead_id: str | None) -> list[str]:
@@ -133,35 +157,31 @@ def demo(
     summary = engine_demo.run(resolved, config, plan, timeout_s=timeout_s, err=err, quiet=as_json)
     dead_id = str(summary.dead[0].id) if summary.dead else None
     next_commands = _next_commands(resolved, queue, dead_id)
-    celery_part = migrate_part = None
+    outcomes: list[tuple[str, DemoOutcome]] = []
     if with_celery:
-        if not as_json:
-            err.print("celery: running ujobs_bridge.demo_celery (chain, group, retry, beat entry)")
-        celery_part = celery_demo.run(
-            resolved, f"{queue}-celery", concurrency=concurrency, timeout_s=timeout_s
-        )
-        if not as_json:
-            err.print("migrate: Celery publishes to a filesystem broker; drained, then run")
-        migrate_part = migrate_demo.run(
-            resolved, f"{queue}-migrate", concurrency=concurrency, timeout_s=timeout_s
-        )
+        parts: list[tuple[str, DemoPart]] = list(plugins.load_all(plugins.DEMO_GROUP))
+        for name, part in parts:
+            if not as_json:
+                err.print(part.intro)
+            outcome = part.run(
+                resolved, f"{queue}-{name}", concurrency=concurrency, timeout_s=timeout_s
+            )
+            outcomes.append((name, outcome))
     if as_json:
         doc = {"database": resolved.masked, **engine_demo.as_json(summary, plan)}
         doc["next"] = next_commands
-        if celery_part is not None and migrate_part is not None:
-            doc["celery"] = celery_part.as_json()
-            doc["migrate"] = migrate_part.as_json()
+        for name, outcome in outcomes:
+            doc[name] = outcome.as_json()
         print_json(doc)
     else:
         console = Console()
         engine_demo.render(console, summary, plan)
-        if celery_part is not None and migrate_part is not None:
-            celery_demo.render(console, celery_part)
-            migrate_demo.render(console, migrate_part)
+        for _name, outcome in outcomes:
+            outcome.render(console)
         _render_next(console, resolved, next_commands)
     problems = engine_demo.problems(summary, total, plan)
-    if celery_part is not None and migrate_part is not None:
-        problems += celery_part.problems() + migrate_part.problems()
+    for _name, outcome in outcomes:
+        problems += outcome.problems()
     if problems:
         raise click.ClickException(
             "the database does not show the expected outcome: " + "; ".join(problems)

@@ -3,7 +3,7 @@
 Why it exists: each part of the demo ends with a table of what the database (or Celery) showed,
 a dim line saying where the figures come from, and, if the part failed, one red line saying
 why. Those shapes are defined here once, so the three parts (``engine_demo.py``,
-``celery_demo.py``, ``migrate_demo.py``) read alike and cannot drift apart:
+``celery_compat/cli/demo.py``, ``migrate/cli/demo.py``) read alike and cannot drift apart:
 
 - ``figures_table``: a headerless table of figure | value (right-aligned) | what it counts;
 - ``footnote``: the dim line under a table (printed without rich's number highlighting);

@@ -9,7 +9,7 @@ elapsed time and throughput on the database clock. Nothing in the summary is a n
 merely believes; ``problems`` says where the rows differ from the plan.
 
 What it is not: the command (``demo.py``: flags, the schema, the other parts, the exit code), or
-the Celery-side parts (``celery_demo.py``, ``migrate_demo.py``).
+the Celery-side parts (``celery_compat/cli/demo.py``, ``migrate/cli/demo.py``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,12 @@ from typing import Any, TypeVar
 
 import click
 
+from ..db.connections import Role
 from ..dsn import ResolvedDatabase, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+CLI_ROLE = Role("cli")  # every connection a command opens (``db.connections.connect``)
 
 
 def dsn_option(fn: F) -> F:

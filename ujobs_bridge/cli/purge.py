@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 
 import click
-import psycopg
 
 from ..clock import SYSTEM_CLOCK
+from ..db import connections
 from ..errors import ConfigError
 from ..purge import DEFAULT_OLDER_THAN_S, cutoff_for, run_pass
-from .options import database, dsn_option, json_option, print_json
+from .options import CLI_ROLE, database, dsn_option, json_option, print_json
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -52,7 +52,7 @@ def purge(older_than: str, dsn: str | None, as_json: bool) -> None:
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     resolved = database(dsn, quiet=as_json)
-    with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+    with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         cutoff = cutoff_for(conn, SYSTEM_CLOCK, seconds)
         report = run_pass(conn, cutoff)
     if as_json:

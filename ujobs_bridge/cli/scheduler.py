@@ -14,16 +14,15 @@ import logging
 import signal
 import threading
 from datetime import UTC, datetime
-from types import FrameType, ModuleType
+from types import FrameType
 
 import click
-import psycopg
 from rich.console import Console
 from rich.table import Table
 
-from .. import loading as registry
-from ..db import schema
-from ..errors import ConfigError, ErrorCode
+from .. import loading
+from ..db import connections, schema
+from ..errors import ConfigError
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import (
     DEFAULT_INTERVAL_S,
@@ -33,27 +32,14 @@ from ..scheduling.scheduler import (
     purge_task,
     watermarks,
 )
-from ..scheduling.task import PeriodicTask, tasks_from_module
-from .options import database, dsn_option, json_option, print_json
+from ..scheduling.task import PeriodicTask
+from .options import CLI_ROLE, database, dsn_option, json_option, print_json
 
 
-def load_tasks(app_spec: str | None, *, with_purge: bool) -> dict[str, PeriodicTask]:
+def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, PeriodicTask]:
     found: dict[str, PeriodicTask] = {}
-    if app_spec is not None:
-        target = registry.load_target(app_spec)
-        app = registry.celery_app_of(target)
-        if app is not None:  # a Celery app: its beat_schedule entries become task()s
-            from celery_compat.beat import scheduler_tasks
-
-            found = scheduler_tasks(target, app)
-        elif not isinstance(target, ModuleType):
-            raise ConfigError(
-                f"-A {app_spec!r} is not a module",
-                code=ErrorCode.APP_NOT_FOUND,
-                hint="point -A at the module that declares the task()s",
-            )
-        else:
-            found = tasks_from_module(target)
+    if app is not None:
+        found = app.periodic_tasks()
     if with_purge:
         builtin = purge_task()
         found.setdefault(builtin.name, builtin)
@@ -114,10 +100,11 @@ def scheduler(
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    tasks = load_tasks(app_spec, with_purge=purge)
-    resolved = database(dsn, config_dsn=registry.app_database_url(app_spec) if app_spec else None)
-    if app_spec is not None:
-        registry.bind_database(app_spec, resolved.dsn)
+    app = loading.resolve(app_spec) if app_spec is not None else None
+    tasks = load_tasks(app, with_purge=purge)
+    resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
+    if app is not None:
+        app.bind(resolved.dsn)
     schema.upgrade(resolved.dsn)
     try:
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
@@ -160,9 +147,11 @@ def tasks() -> None:
 @json_option
 def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> None:
     """Each task's schedule, policy, next fire time and last occurrence."""
-    found = load_tasks(app_spec, with_purge=purge)
+    found = load_tasks(
+        loading.resolve(app_spec) if app_spec is not None else None, with_purge=purge
+    )
     resolved = database(dsn, quiet=as_json)
-    with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+    with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         last = last_fires(conn)
         marks = watermarks(conn)
     now = datetime.now(UTC)

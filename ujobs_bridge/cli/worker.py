@@ -20,8 +20,7 @@ from types import FrameType
 
 import click
 
-from .. import loading as registry
-from .. import validation
+from .. import loading, validation
 from ..db import schema
 from ..errors import ConfigError
 from ..worker.config import (
@@ -131,9 +130,10 @@ def worker(
         )
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    jobs = registry.load(app_spec)
-    try:  # a Celery app's worker_concurrency / worker_prefetch_multiplier, where no flag was given
-        from_app = registry.celery_worker_settings(app_spec)
+    app = loading.resolve(app_spec)
+    jobs = loading.jobs_of(app)
+    try:  # the app's own worker settings (a Celery app's worker_concurrency ...), where no flag was given
+        from_app = app.worker_settings()
         if concurrency is None and "concurrency" in from_app:
             config = dataclasses.replace(config, concurrency=from_app["concurrency"])
         if prefetch_multiplier is None and "prefetch_multiplier" in from_app:
@@ -142,10 +142,10 @@ def worker(
             )
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    resolved = database(dsn, config_dsn=registry.app_database_url(app_spec))
+    resolved = database(dsn, config_dsn=app.database_url())
     schema.upgrade(resolved.dsn)
-    registry.bind_database(app_spec, resolved.dsn)
-    runner = Worker(resolved.dsn, jobs, config, app_spec=app_spec)
+    app.bind(resolved.dsn)
+    runner = Worker(resolved.dsn, jobs, config, app_spec=app_spec, channels=app.channels())
     stop_requested = threading.Event()
     hurry = threading.Event()
 

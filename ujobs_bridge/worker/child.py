@@ -42,13 +42,17 @@ Reply = tuple[Any, ...]
 
 
 def child_init(app_spec: str | None, dsn: str) -> None:
-    from .. import loading as registry
+    """Load ``-A`` in this child through its loader and bind the app to the parent's ``dsn``
+    (passed here, never through the environment)."""
+    from .. import loading
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _dsn.append(dsn)
     if app_spec is not None:
-        _registry.update(registry.load(app_spec))
+        app = loading.resolve(app_spec)
+        _registry.update(loading.jobs_of(app))
+        app.bind(dsn)
 
 
 def _connection() -> AbstractContextManager[psycopg.Connection[Any]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,7 @@ class Listener(Service):
         on_cancel: Callable[[str], None],
         application_name: str,
         reconnect_s: float = 1.0,
+        channels: Sequence[ExtraChannel] = (),
     ) -> None:
         self.dsn = dsn
         self.queues = frozenset(queues)
@@ -82,6 +83,7 @@ class Listener(Service):
         self.reconnect_s = reconnect_s
         self._conn: psycopg.Connection[Any] | None = None
         self._joined: dict[str, ExtraChannel] = {}  # extra channels told about this connection
+        self.channels = tuple(channels)  # this listener's own extra channels
         self.listening = threading.Event()
         super().__init__("listener", interval_s=reconnect_s)
 
@@ -115,8 +117,8 @@ class Listener(Service):
 
     def _join_extra(self, conn: psycopg.Connection[Any]) -> None:
         with _extra_lock:
-            extras = list(_extra.values())
-        for extra in extras:
+            extras = {**_extra, **{c.channel: c for c in self.channels}}
+        for extra in extras.values():
             if self._hook(extra.on_connect, conn):
                 self._joined[extra.channel] = extra
 

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 from uuid import UUID
@@ -45,7 +45,7 @@ from .body_threads import BodyThreads
 from .child import child_init
 from .config import WorkerConfig
 from .heartbeat import Heartbeat
-from .listener import Listener
+from .listener import ExtraChannel, Listener
 from .outcome_batch import AckBatch
 from .runtimes import BodyRunning
 from .stopping import AttemptStopping, InFlight
@@ -69,6 +69,7 @@ class Worker(BodyRunning, AttemptStopping):
         clock: Clock = SYSTEM_CLOCK,
         app_spec: str | None = None,
         worker_id: str | None = None,
+        channels: Sequence[ExtraChannel] = (),
     ) -> None:
         self.dsn = dsn
         self.registry = dict(registry)
@@ -122,6 +123,7 @@ class Worker(BodyRunning, AttemptStopping):
             on_ready=self._wake.set,
             on_cancel=self._cancel_notified,
             application_name=f"ujobs:worker:{self.id}:listen"[:63],
+            channels=channels,
         )
 
     # ------------------------------------------------------------------ lifecycle

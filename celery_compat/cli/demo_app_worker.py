@@ -1,7 +1,7 @@
 """The demo's Celery app wired to the bridge, as the Celery and migrate parts of the demo run it.
 
-Why it exists: both Celery-side parts of ``ujobs-bridge demo`` (``celery_demo.py``,
-``migrate_demo.py``) run ``ujobs_bridge.demo_celery``'s app the way a cut-over project does: the
+Why it exists: both Celery-side parts of ``ujobs-bridge demo`` (``celery_compat/cli/demo.py``,
+``migrate/cli/demo.py``) run ``celery_compat.demo_app``'s app the way a cut-over project does: the
 app sends and reads results through a bridge ``Client`` (``app.use_ujobs_client``) and an
 in-process bridge ``Worker`` runs its tasks on the part's own queue (built with
 ``celery_compat.execution.jobs_for_app``, as ``worker -A`` does). ``app_worker`` sets that up and
@@ -10,7 +10,7 @@ parts cannot leave a worker running or an app bound to a closed client; ``row_st
 each part sums up the rows its queue holds afterwards.
 
 What it is not: the parts themselves (what they send and check) or the app
-(``ujobs_bridge/demo_celery.py``, plain Celery code).
+(``celery_compat/demo_app.py``, plain Celery code).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from .. import loading as registry
-from ..client import Client
-from ..dsn import ResolvedDatabase
-from ..records import JobRecord
-from ..worker.config import WorkerConfig
-from ..worker.loop import Worker
+from ujobs_bridge import loading as registry
+from ujobs_bridge.client import Client
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.records import JobRecord
+from ujobs_bridge.worker.config import WorkerConfig
+from ujobs_bridge.worker.loop import Worker
 
 CLIENT_POOL = 4
 POLL_S = 0.1
@@ -33,12 +33,11 @@ STOP_TIMEOUT_S = 5.0
 
 @contextmanager
 def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> Iterator[Worker]:
-    """``demo_celery.app`` bound to a bridge client, and a Worker (not started) for ``queue``."""
+    """``demo_app.app`` bound to a bridge client, and a Worker (not started) for ``queue``."""
+    from celery_compat import demo_app, revoked_ids
     from celery_compat.execution import jobs_for_app
 
-    from .. import demo_celery
-
-    app = demo_celery.app
+    app = demo_app.app
     client = Client(resolved, max_size=CLIENT_POOL)
     app.use_ujobs_client(client)
     worker = Worker(
@@ -50,6 +49,7 @@ def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> I
             poll_s=POLL_S,
             shutdown_timeout_s=STOP_TIMEOUT_S,
         ),
+        channels=(revoked_ids.channel(),),
     )
     try:
         yield worker

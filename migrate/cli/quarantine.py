@@ -11,7 +11,6 @@ What it is not: the quarantine store (``migrate/quarantine.py``) or the decoder.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -19,17 +18,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from migrate.defaults import DEFAULT_MAX_BYTES, PICKLE_WARNING
-
-from .options import database, dsn_option, json_option, print_json
-
-if TYPE_CHECKING:
-    import psycopg
+from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.db import connections
 
 
-def _conn(dsn: str | None, as_json: bool) -> psycopg.Connection[Any]:
-    import psycopg
-
-    return psycopg.connect(database(dsn, quiet=as_json).dsn, autocommit=True)
+def _conn(dsn: str | None, as_json: bool) -> connections.Conn:
+    return connections.connect(database(dsn, quiet=as_json).dsn, CLI_ROLE)
 
 
 @click.group()

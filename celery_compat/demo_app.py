@@ -5,15 +5,15 @@ imports changed and nothing else. This module is written exactly as a Celery use
 (``celery_compat.Celery``, ``@shared_task``, ``bind=True`` and ``self.retry``, a
 ``beat_schedule``), so a real worker and scheduler run it too::
 
-    ujobs-bridge worker -A ujobs_bridge.demo_celery
-    ujobs-bridge scheduler -A ujobs_bridge.demo_celery
+    ujobs-bridge worker -A celery_compat.demo_app
+    ujobs-bridge scheduler -A celery_compat.demo_app
 
 ``flaky_fetch`` fails its first attempt with a retry (``self.retry(countdown=...)``) and then
 succeeds, returning how many retries it took; ``heartbeat`` is the beat entry's task and returns
 the occurrence the scheduler fired it for.
 
 What it is not: a test app (``tests/apps``) or a benchmark (``bench.compat_tasks``). The demo
-itself (queues unique to a run, a worker, a scheduler) is ``ujobs_bridge/cli/celery_demo.py``.
+itself (queues unique to a run, a worker, a scheduler) is ``celery_compat/cli/demo.py``.
 """
 
 from __future__ import annotations

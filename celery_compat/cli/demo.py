@@ -1,7 +1,7 @@
 """``ujobs-bridge demo``, second part: a Celery-style app run through the bridge.
 
 Why it exists: the demo's first part shows the engine; this one shows the cutover. The app in
-``ujobs_bridge/demo_celery.py`` is ordinary Celery code (``shared_task``, ``self.retry``, a
+``ujobs_bridge/demo_app.py`` is ordinary Celery code (``shared_task``, ``self.retry``, a
 ``beat_schedule``). Here it is routed to a queue unique to the run (``<demo queue>-celery``),
 given a beat entry unique to the run, and run by an in-process bridge ``Worker`` (built with
 ``celery_compat.execution.jobs_for_app``, as ``worker -A`` does) and an in-process
@@ -26,11 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..dsn import ResolvedDatabase
-from ..introspect import Introspector
-from ..records import JobRecord
-from ..scheduling.scheduler import Scheduler
-from . import demo_tables
+from ujobs_bridge.cli import demo_tables
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.introspect import Introspector
+from ujobs_bridge.records import JobRecord
+from ujobs_bridge.scheduling.scheduler import Scheduler
+
 from .demo_app_worker import app_worker, row_states
 
 CHAIN_CODE = "(add.s(2, 3) | mul.s(10) | add.s(7))()"
@@ -75,6 +76,9 @@ class CeleryPart:
             found.append(f"Celery-part rows not all done: {self.states}")
         return found
 
+    def render(self, console: Console) -> None:
+        render(console, self)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "queue": self.queue,
@@ -97,9 +101,8 @@ def run(
     """Run the Celery-style app's chain, group, retry and beat entry on ``queue``."""
     from celery import group
 
+    from celery_compat import demo_app as demo
     from celery_compat.beat import periodic_tasks_for_app
-
-    from .. import demo_celery as demo
 
     app = demo.app
     part = CeleryPart(queue=queue, beat_entry=f"demo heartbeat {queue}")
@@ -162,7 +165,7 @@ def _first_beat_run(introspector: Introspector, queue: str, timeout_s: float) ->
 
 def render(console: Console, part: CeleryPart) -> None:
     table = Table(
-        title=f"ujobs_bridge.demo_celery on the bridge: queue {part.queue}",
+        title=f"celery_compat.demo_app on the bridge: queue {part.queue}",
         title_justify="left",
     )
     table.add_column("Celery code")
@@ -196,6 +199,20 @@ def _ok(value: Any, suffix: str = "", prefix: str = "") -> str:
 
 
 def _seconds() -> str:
-    from .. import demo_celery
+    from celery_compat import demo_app
 
-    return f"{demo_celery.HEARTBEAT_EVERY.total_seconds():g}"
+    return f"{demo_app.HEARTBEAT_EVERY.total_seconds():g}"
+
+
+class DemoPart:
+    """This part as ``ujobs-bridge demo`` runs it (entry ``celery`` of ``ujobs_bridge.demo``)."""
+
+    intro = "celery: running celery_compat.demo_app (chain, group, retry, beat entry)"
+
+    def run(
+        self, resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
+    ) -> CeleryPart:
+        return run(resolved, queue, concurrency=concurrency, timeout_s=timeout_s)
+
+
+PART = DemoPart()

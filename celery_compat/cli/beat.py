@@ -20,9 +20,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import loading as registry
-from ..errors import ConfigError
-from .options import json_option, print_json
+from ujobs_bridge import loading as registry
+from ujobs_bridge.cli.options import json_option, print_json
+from ujobs_bridge.errors import ConfigError
+
+from ..loading import app_of
 
 
 @click.group()
@@ -35,7 +37,7 @@ def _app(app_spec: str) -> Any:
         target = registry.load_target(app_spec)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    app = registry.celery_app_of(target)
+    app = app_of(target)
     if app is None:
         raise click.UsageError(
             f"-A {app_spec!r} holds no Celery app\n"

@@ -7,11 +7,11 @@ batch (``send_task``) to kombu's filesystem transport, which needs no server (it
 control folders are in a temporary directory, removed afterwards, so nothing lands in the working
 directory). One message names a task the new code no longer has. ``migrate``'s drain loop (the
 one ``ujobs-bridge migrate`` runs) moves the batch into ``x_jobs`` and quarantines that one with
-its reason; a bridge ``Worker`` runs the rows with ``ujobs_bridge.demo_celery``'s tasks; the
+its reason; a bridge ``Worker`` runs the rows with ``celery_compat.demo_app``'s tasks; the
 results are read back with Celery's ``AsyncResult.get``. Every figure shown is one the database
 or Celery returned.
 
-What it is not: the drainer (``migrate/``) or the Celery-style app demo (``celery_demo.py``);
+What it is not: the drainer (``migrate/``) or the Celery-style app demo (``celery_compat/cli/demo.py``);
 ``demo.py`` turns what this returns into an exit code.
 """
 
@@ -27,11 +27,13 @@ from typing import Any
 
 from rich.console import Console
 
-from ..dsn import ResolvedDatabase
-from ..introspect import Introspector
-from . import demo_tables
-from .demo_app_worker import app_worker, row_states
-from .engine_demo import live_in_queue
+from celery_compat.cli.demo_app_worker import app_worker, row_states
+from ujobs_bridge.cli import demo_tables
+from ujobs_bridge.cli.engine_demo import live_in_queue
+from ujobs_bridge.cli.options import CLI_ROLE
+from ujobs_bridge.db import connections
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.introspect import Introspector
 
 BROKER = "filesystem://"
 ADDS = 60  # demo.add(i, i)
@@ -71,6 +73,9 @@ class MigratePart:
         if self.ran != self.drained or self.results_ok != self.drained:
             found.append(f"{self.ran} ran, {self.results_ok} results as expected")
         return found
+
+    def render(self, console: Console) -> None:
+        render(console, self)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -117,8 +122,6 @@ def _publish(app: Any) -> dict[str, int]:
 def _drain(
     resolved: ResolvedDatabase, app: Any, options: dict[str, str], part: MigratePart
 ) -> None:
-    import psycopg
-
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
     from migrate.decoding import Accept
@@ -129,7 +132,7 @@ def _drain(
     source = open_source(BROKER, info, SourceOptions([part.queue]))
     stats = Stats(broker=BROKER, queues=[part.queue])
     try:
-        with psycopg.connect(resolved.dsn, autocommit=True) as conn:
+        with connections.connect(resolved.dsn, CLI_ROLE) as conn:
             ctx = Context(info, Accept(), BROKER, "kombu")
             DrainLoop(source, conn, ctx, threading.Event()).run(stats)
     finally:
@@ -156,9 +159,9 @@ def run(
     resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
 ) -> MigratePart:
     """Publish with Celery to a filesystem broker, drain it into ``queue``, run it."""
-    from .. import demo_celery
+    from celery_compat import demo_app
 
-    app = demo_celery.app
+    app = demo_app.app
     part = MigratePart(queue=queue)
     introspector = Introspector(resolved.dsn)
     with app_worker(resolved, queue, concurrency=concurrency) as worker:
@@ -214,3 +217,17 @@ def render(console: Console, part: MigratePart) -> None:
         "aside: ujobs-bridge migrate quarantine ls",
     )
     demo_tables.failure(console, "migrate", part.error)
+
+
+class DemoPart:
+    """This part as ``ujobs-bridge demo`` runs it (entry ``migrate`` of ``ujobs_bridge.demo``)."""
+
+    intro = "migrate: Celery publishes to a filesystem broker; drained, then run"
+
+    def run(
+        self, resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
+    ) -> MigratePart:
+        return run(resolved, queue, concurrency=concurrency, timeout_s=timeout_s)
+
+
+PART = DemoPart()

@@ -24,9 +24,9 @@ import click
 from rich.console import Console
 
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
+from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
 
-from .migrate_quarantine import quarantine
-from .options import database, dsn_option, json_option, print_json
+from .quarantine import quarantine
 
 if TYPE_CHECKING:
     from migrate.appinfo import AppInfo
@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 
 
 def load_app(app_spec: str) -> Any:
-    from .. import loading as registry
+    from celery_compat.loading import app_of
+    from ujobs_bridge import loading
 
-    app = registry.celery_app_of(registry.load_target(app_spec))
+    app = app_of(loading.load_target(app_spec))
     if app is None:
         raise click.UsageError(
             f"-A {app_spec!r} is not a Celery app (a module with `app`/`celery`, or MODULE:ATTR)"
@@ -77,8 +78,8 @@ def _restoring(previous: dict[signal.Signals, Any]) -> Iterator[None]:
 
 
 def _warn_unworkable_queues(queues: list[str], err: Console) -> None:
-    from .. import validation
-    from ..errors import ConfigError
+    from ujobs_bridge import validation
+    from ujobs_bridge.errors import ConfigError
 
     for name in queues:
         try:
@@ -280,15 +281,12 @@ def _drain(
     as_json: bool,
     err: Console,
 ) -> None:
-    import psycopg
-
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
+    from ujobs_bridge import loading
+    from ujobs_bridge.db import connections, schema
 
-    from .. import loading as registry
-    from ..db import schema
-
-    resolved = database(dsn, quiet=as_json, config_dsn=registry.app_database_url(app_spec))
+    resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
     schema.upgrade(resolved.dsn)
     stop = threading.Event()
 
@@ -298,7 +296,7 @@ def _drain(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     last = [0.0]
     with (
-        psycopg.connect(resolved.dsn, autocommit=True) as conn,
+        connections.connect(resolved.dsn, CLI_ROLE) as conn,
         LiveProgress(err, enabled=not as_json and err.is_terminal) as bar,
         _restoring(previous),
     ):

@@ -1,0 +1,122 @@
+"""How ``ujobs-bridge ... -A proj`` reads a Celery app: the engine's ``Loader`` for Celery apps.
+
+Why it exists: the engine resolves ``-A`` through loaders found by entry point
+(``ujobs_bridge.loaders``; ``ujobs_bridge/loading.py``) and imports nothing of Celery. This is
+the loader for a Celery app (celery_compat's or plain Celery's), named by ``-A`` as Celery names
+it: the app itself (``proj.celery:app``) or a module holding ``app``/``celery``. It answers with
+what the worker and the scheduler need from the app: one job per task
+(``execution.jobs_for_app``), its beat entries as periodic tasks plus any native ``task()`` of
+the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker settings the app
+sets explicitly, the revoked-ids LISTEN channel (``revoked_ids.py``), and ``bind(dsn)`` that
+gives a celery_compat app a bridge client on the worker's database.
+
+What it is not: the execution of a task (``execution.py``) or the beat conversion (``beat.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import Any
+
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.loading import LoadedApp
+from ujobs_bridge.scheduling.task import PeriodicTask
+from ujobs_bridge.worker.listener import ExtraChannel
+
+
+def is_celery_app(target: Any) -> bool:
+    """A Celery app (celery_compat's or plain Celery's). No app exists unless Celery was
+    imported by the target, so this never imports Celery itself."""
+    celery = sys.modules.get("celery")
+    return celery is not None and isinstance(target, celery.Celery)
+
+
+def app_of(target: Any) -> Any | None:
+    """The Celery app ``-A`` names: the target itself, or a module's ``app``/``celery``."""
+    if is_celery_app(target):
+        return target
+    if isinstance(target, ModuleType):
+        for attr in ("app", "celery"):
+            candidate = getattr(target, attr, None)
+            if is_celery_app(candidate):
+                return candidate
+    return None
+
+
+def worker_settings(app: Any) -> dict[str, int]:
+    """The worker settings the app has set: ``worker_concurrency`` (→ ``concurrency``) and
+    ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), each only when the app sets it
+    (Celery's own defaults, CPU count and 4, do not override the bridge's)."""
+    conf = app.conf
+    builtin = conf.maps[-1] if getattr(conf, "maps", None) else {}
+    out: dict[str, int] = {}
+    for key, name in (
+        ("worker_concurrency", "concurrency"),
+        ("worker_prefetch_multiplier", "prefetch_multiplier"),
+    ):
+        value = conf.get(key)
+        explicit = key in conf.maps[0] if getattr(conf, "maps", None) else False
+        if value is None or (not explicit and value == builtin.get(key)):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"the Celery app's {key}={value!r} is not a positive integer",
+                hint=f"set {key} to a whole number of at least 1, or pass the worker flag",
+            )
+        out[name] = value
+    return out
+
+
+class CeleryApp(LoadedApp):
+    """A Celery app named by ``-A``, as the engine uses it."""
+
+    def __init__(self, spec: str, target: Any, app: Any) -> None:
+        super().__init__(spec, target)
+        self.app = app
+
+    def jobs(self) -> list[JobDefinition[Any, Any]]:
+        from .execution import jobs_for_app
+
+        return jobs_for_app(self.app)
+
+    def periodic_tasks(self) -> dict[str, PeriodicTask]:
+        from .beat import scheduler_tasks
+
+        return scheduler_tasks(self.target, self.app)
+
+    def database_url(self) -> str | None:
+        value = self.app.conf.get("ujobs_database_url")
+        return str(value) if value else None
+
+    def worker_settings(self) -> dict[str, int]:
+        return worker_settings(self.app)
+
+    def channels(self) -> tuple[ExtraChannel, ...]:
+        from . import revoked_ids
+
+        return (revoked_ids.channel(),)
+
+    def bind(self, dsn: str) -> None:
+        if not hasattr(self.app, "use_ujobs_client"):
+            return  # plain Celery: it sends through its own broker
+        from ujobs_bridge.client import Client
+        from ujobs_bridge.dsn import ResolvedDatabase
+
+        self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+
+
+class CeleryLoader:
+    """The ``ujobs_bridge.loaders`` entry ``celery``."""
+
+    def claims(self, target: Any) -> bool:
+        return app_of(target) is not None
+
+    def load(self, target: Any, spec: str) -> LoadedApp:
+        app = app_of(target)
+        assert app is not None
+        return CeleryApp(spec, target, app)
+
+
+LOADER = CeleryLoader()
