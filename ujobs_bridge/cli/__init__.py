@@ -121,6 +121,17 @@ class _Group(click.Group):
         except UjobsError as exc:
             click.echo(f"error: {exc.render()}", err=True)
             sys.exit(1)
+        except ImportError as exc:
+            command = ctx.invoked_subcommand
+            if command is None or command in ENGINE_COMMANDS:
+                raise
+            # a contributed command's dependency is missing (found only when it runs)
+            click.echo(
+                f"error: the `{command}` command is unavailable: {exc}\n"
+                f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'",
+                err=True,
+            )
+            sys.exit(1)
         except psycopg.errors.UndefinedTable as exc:
             schema_error = SchemaError(
                 f"the database has no ujobs-bridge schema, or an old one ({exc.diag.message_primary})",
