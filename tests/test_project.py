@@ -9,11 +9,18 @@ from __future__ import annotations
 import ast
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from apps import basic_jobs
+from conftest import wait_for
+from ujobs_bridge.client import Client
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.introspect import Introspector
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_COMMAND = (
@@ -233,3 +240,41 @@ def test_the_cli_without_celery_lists_every_command_and_explains_the_missing_one
         missing.stderr
     )
     assert "celery" in missing.stderr or "kombu" in missing.stderr, missing.stderr
+
+
+CLI_WORKER = """
+import runpy
+sys.argv = ["ujobs-bridge", *sys.argv[1:]]
+runpy.run_module("ujobs_bridge", run_name="__main__")
+"""
+
+
+def test_the_worker_command_runs_a_job_app_where_celery_cannot_be_imported(
+    dsn: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    env = {k: v for k, v in os.environ.items() if k != "UJOBS_DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    script = NO_CELERY.format(blocked=CELERY_LIBRARIES) + CLI_WORKER
+    args = ["worker", "-A", "apps.basic_jobs", "-Q", "basic", "--poll", "0.05", "--dsn", dsn]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args],
+            cwd=ROOT / "tests",
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: " ready: " in log.read_text(), timeout=30, what="the worker ready")
+        with Client(ResolvedDatabase(dsn, "flag", ""), max_size=1) as client:
+            ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
+        introspector = Introspector(dsn)
+        wait_for(lambda: introspector.get(ref.id).state.value == "done", what="the job done")
+        assert introspector.get(ref.id).output == 42
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
