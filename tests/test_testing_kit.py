@@ -140,21 +140,16 @@ def test_enqueued_finds_jobs_by_name_queue_state_and_args(
     assert enqueued(db, state="done") == []
 
 
-def test_the_temporary_database_is_created_emptied_and_dropped(admin_dsn: str) -> None:
-    with TemporaryDatabase(admin_dsn, prefix="ujb_kit") as database:
-        assert database.name.startswith("ujb_kit_")
-        with psycopg.connect(database.dsn, autocommit=True) as conn:
-            assert schema.pending(database.dsn) == []
-            add.configure(conn=conn).enqueue(1, 1)
-            assert len(enqueued(conn)) == 1
-            database.reset()
-            assert enqueued(conn) == []
-        assert schema.pending(database.dsn) == []  # the schema and its record stay
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        left = admin.execute(
-            "select count(*) from pg_database where datname = %s", (database.name,)
-        ).fetchone()
-    assert left == (0,)
+def test_reset_empties_every_ujobs_table_and_keeps_the_schema(
+    pg_database: TemporaryDatabase, frozen_client: Client, db: psycopg.Connection[Any]
+) -> None:
+    perform(charge.call(1), client=frozen_client)  # a job row and a step row
+    flaky.configure(client=frozen_client).enqueue("q")
+    pg_database.reset()
+    assert enqueued(db) == []
+    assert db.execute("select count(*) from x_job_steps").fetchone() == (0,)
+    assert schema.pending(pg_database.dsn) == []  # the schema and its record stay
+    assert perform(add.call(1, 1), client=frozen_client).state is JobState.DONE
 
 
 def test_a_missing_server_names_the_admin_dsn_to_set() -> None:
@@ -186,7 +181,9 @@ def test_the_pytest_plugin_gives_an_emptied_database_a_client_and_a_frozen_clock
         def hello(name):
             return "hello " + name
 
-        def test_one(ujobs_client, ujobs_clock):
+        def test_one(ujobs_client, ujobs_clock, ujobs_database):
+            with open("dbname.txt", "w") as f:
+                f.write(ujobs_database.name)
             done = perform(hello.call("a"), client=ujobs_client)
             assert done.output == "hello a"
             assert done.job.run_at == ujobs_clock.now()  # the frozen clock reached SQL
@@ -195,5 +192,12 @@ def test_the_pytest_plugin_gives_an_emptied_database_a_client_and_a_frozen_clock
             assert enqueued(ujobs_client) == []
         """
     )
-    result = pytester.runpytest_inprocess("-p", "ujobs_bridge.testing.pytest", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(
+        "-p", "ujobs_bridge.testing.pytest", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=2)
+    name = (pytester.path / "dbname.txt").read_text()
+    assert name.startswith("ujobs_test_")
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:  # dropped when the session ended
+        left = admin.execute("select count(*) from pg_database where datname = %s", (name,))
+        assert left.fetchone() == (0,)

@@ -18,7 +18,13 @@ Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
 
 from __future__ import annotations
 
-from .database import ADMIN_DSN_ENV, DEFAULT_ADMIN_DSN, TemporaryDatabase, admin_dsn_from_env, dsn_for
+from .database import (
+    ADMIN_DSN_ENV,
+    DEFAULT_ADMIN_DSN,
+    TemporaryDatabase,
+    admin_dsn_from_env,
+    dsn_for,
+)
 from .enqueued import enqueued
 from .idle import run_until_idle
 from .perform import Performed, perform, perform_again
