@@ -5,6 +5,8 @@ gives its fixtures."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -201,3 +203,13 @@ def test_the_pytest_plugin_gives_an_emptied_database_a_client_and_a_frozen_clock
     with psycopg.connect(admin_dsn, autocommit=True) as admin:  # dropped when the session ended
         left = admin.execute("select count(*) from pg_database where datname = %s", (name,))
         assert left.fetchone() == (0,)
+
+
+def test_the_kit_imports_without_celery_kombu_or_redis() -> None:
+    blocked = "; ".join(f"sys.modules[{m!r}] = None" for m in ("celery", "kombu", "redis"))
+    code = (
+        f"import sys; {blocked}; import ujobs_bridge.testing, ujobs_bridge.testing.pytest; "
+        "assert not any(m.startswith('celery_compat') for m in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
