@@ -8,8 +8,8 @@ steps bound, writes the outcome with the real fenced settle, and returns what ha
 injected: pass ``clock=FrozenClock()`` (or use a client made with one) to pin Python and SQL.
 
 What it is not: a worker. It runs the job now, whatever its delay, queue or priority; it does not
-enforce ``timeout=``, heartbeat the lease, rescue or expire other jobs. Run again with
-``perform_again(result)`` for the next attempt, or use ``run_until_idle`` with a real ``Worker``.
+enforce ``timeout=``, heartbeat the lease, rescue or expire other jobs. Run the next attempt with
+``perform_again(performed, my_job, client=client)``, or use ``run_until_idle`` with a ``Worker``.
 """
 
 from __future__ import annotations
