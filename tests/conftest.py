@@ -1,16 +1,15 @@
 """Test wiring: a private Postgres database per test session, emptied before each test.
 
-Why it exists: tests run against real PostgreSQL (no mocks of the database). Each session
-creates its own database (named with the pid and a random suffix, so parallel runs never
-collide), installs the schema with the real migration runner, and drops it at the end. A missing
-server skips locally with the reason, and fails under ``CI=true``.
+Why it exists: tests run against real PostgreSQL (no mocks of the database). The session's
+database is the test kit's ``TemporaryDatabase`` (``ujobs_bridge.testing``: named with the pid and
+a random suffix, schema installed by the real migration runner, emptied before each test, dropped
+at the end), so the project tests its own kit on every run. A missing server skips locally with
+the reason, and fails under ``CI=true``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,52 +18,36 @@ import pytest
 
 from ujobs_bridge import FrozenClock, connect
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import schema
+from ujobs_bridge.testing import TemporaryDatabase, admin_dsn_from_env, dsn_for
+from ujobs_bridge.testing.pytest import database_or_skip, in_ci
 
-ADMIN_DSN = os.environ.get("UJOBS_TEST_ADMIN_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+ADMIN_DSN = admin_dsn_from_env()
+CI = in_ci()
 TESTS_DIR = Path(__file__).parent
 
 sys.path.insert(0, str(TESTS_DIR))  # job modules for worker subprocesses live in tests/apps
 
 
 def _dsn_for(dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(ADMIN_DSN)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items()})
+    return dsn_for(ADMIN_DSN, dbname)
 
 
 @pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    try:
-        admin = psycopg.connect(ADMIN_DSN, autocommit=True, connect_timeout=3)
-    except psycopg.OperationalError as exc:
-        if CI:
-            raise
-        pytest.skip(f"PostgreSQL is not reachable at {ADMIN_DSN}: {exc}")
-    name = f"ujb_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    with admin:
-        admin.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(name)))
-    dsn = _dsn_for(name)
-    schema.upgrade(dsn)
-    try:
-        yield dsn
-    finally:
-        with psycopg.connect(ADMIN_DSN, autocommit=True) as admin2:
-            admin2.execute(
-                psycopg.sql.SQL("drop database if exists {} with (force)").format(psycopg.sql.Identifier(name))
-            )
+def pg_database() -> Iterator[TemporaryDatabase]:
+    with database_or_skip(prefix="ujb_test") as database:
+        yield database
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(pg_database: TemporaryDatabase) -> str:
+    return pg_database.dsn
 
 
 @pytest.fixture
-def dsn(pg_dsn: str) -> str:
+def dsn(pg_database: TemporaryDatabase) -> str:
     """The session database, emptied for this test."""
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("truncate x_jobs, x_job_steps, x_job_events, x_migrate_quarantine")
-        conn.execute(  # celery_compat's tables (ledger, results, chord counters, revokes)
-            "truncate x_celery_tasks, x_celery_results, x_celery_counters, x_celery_chord_parts, x_celery_revoked, x_rate_limits"
-        )
-    return pg_dsn
+    pg_database.reset()
+    return pg_database.dsn
 
 
 @pytest.fixture

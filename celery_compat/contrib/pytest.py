@@ -25,21 +25,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from copy import deepcopy
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from ujobs_bridge import connect
 from ujobs_bridge.client import Client
+from ujobs_bridge.testing import ADMIN_DSN_ENV, DEFAULT_ADMIN_DSN, TemporaryDatabase
 
 NO_WORKER = os.environ.get("NO_WORKER")
-ADMIN_DSN_ENV = "UJOBS_TEST_ADMIN_DSN"
-DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+__all__ = ["ADMIN_DSN_ENV", "DEFAULT_ADMIN_DSN", "create_app", "session_database"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,29 +48,13 @@ def pytest_configure(config: pytest.Config) -> None:
 # -- the session database ------------------------------------------------------------------------
 
 
-def _dsn_for(admin_dsn: str, dbname: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items()})
-
-
 @contextlib.contextmanager
 def session_database(
     admin_dsn: str | None = None, prefix: str = "ujobs_celery_test"
 ) -> Iterator[str]:
     """Create a private database (name from pid + random), install the schema, drop it after."""
-    admin_dsn = admin_dsn or os.environ.get(ADMIN_DSN_ENV, DEFAULT_ADMIN_DSN)
-    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    ident = sql.Identifier(name)
-    with psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("create database {}").format(ident))
-    try:
-        client = connect(_dsn_for(admin_dsn, name), upgrade=True)
-        client.close()
-        yield _dsn_for(admin_dsn, name)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(ident))
+    with TemporaryDatabase(admin_dsn, prefix=prefix) as database:
+        yield database.dsn
 
 
 @pytest.fixture(scope="session")

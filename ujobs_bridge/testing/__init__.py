@@ -1,0 +1,43 @@
+"""``ujobs_bridge.testing``: the test kit for code that declares and enqueues jobs.
+
+Why it exists: a job is tested like any function, but against the real engine: the real
+schema, the real insert, claim, attempt core and settle. The kit gives
+
+- ``TemporaryDatabase``: a private database (pid + random name) with the schema installed by the
+  real migration runner; ``reset()`` empties every ujobs table, ``drop()`` removes it;
+- ``perform(my_job.call(...), client=client)``: run ONE attempt now and get back a ``Performed``
+  (the row's state, output, error, attempt, the row itself); ``perform_again`` runs the next one;
+- ``run_until_idle(worker)``: tick a real ``Worker`` until nothing it can run is due;
+- ``enqueued(client, name=my_job, args=[...])``: the matching job rows, oldest first;
+- a pytest plugin, ``pytest -p ujobs_bridge.testing.pytest`` (fixtures ``ujobs_database``,
+  ``ujobs_dsn``, ``ujobs_client``, ``ujobs_clock``).
+
+What it is not: an in-memory fake. Every helper needs PostgreSQL (``UJOBS_TEST_ADMIN_DSN``).
+Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
+"""
+
+from __future__ import annotations
+
+from .database import (
+    ADMIN_DSN_ENV,
+    DEFAULT_ADMIN_DSN,
+    TemporaryDatabase,
+    admin_dsn_from_env,
+    dsn_for,
+)
+from .enqueued import enqueued
+from .idle import run_until_idle
+from .perform import Performed, perform, perform_again
+
+__all__ = [
+    "ADMIN_DSN_ENV",
+    "DEFAULT_ADMIN_DSN",
+    "Performed",
+    "TemporaryDatabase",
+    "admin_dsn_from_env",
+    "dsn_for",
+    "enqueued",
+    "perform",
+    "perform_again",
+    "run_until_idle",
+]
