@@ -160,9 +160,7 @@ def sql_calls(source: str) -> list[int]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if isinstance(func, ast.Name) and func.id == "q":
-            found.append(node.lineno)
-        elif isinstance(func, ast.Attribute) and func.attr in ("execute", "executemany") and node.args:
+        if (isinstance(func, ast.Name) and func.id == "q") or (isinstance(func, ast.Attribute) and func.attr in ("execute", "executemany") and node.args):
             found.append(node.lineno)
     return sorted(set(found))
 
@@ -180,9 +178,7 @@ def connection_opens(source: str) -> list[int]:
         elif isinstance(func, ast.Attribute):
             owner = func.value
             named = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
-            if func.attr == "connect" and named in ("psycopg", "Connection", "AsyncConnection"):
-                found.append(node.lineno)
-            elif func.attr in ("ConnectionPool", "AsyncConnectionPool"):
+            if (func.attr == "connect" and named in ("psycopg", "Connection", "AsyncConnection")) or func.attr in ("ConnectionPool", "AsyncConnectionPool"):
                 found.append(node.lineno)
     return found
 

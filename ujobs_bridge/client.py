@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
+
 from .clock import SYSTEM_CLOCK, Clock
-from .db import connections
+from .db import connections, schema
 from .db import jobs as driver
-from .db import schema
 from .db.jobs import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
 from .records import JobRef
