@@ -120,9 +120,9 @@ def test_the_result_listener_wakes_a_waiter_and_stops_idempotently(dsn: str) -> 
 
 class EmptySource:
     kind = "redis"
-    queues = ["celery"]
 
     def __init__(self) -> None:
+        self.queues = ["celery"]
         self.asked: list[str] = []
 
     def recover(self, n: int) -> list[Any]:
