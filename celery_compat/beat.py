@@ -4,11 +4,12 @@ Why it exists: ``ujobs-bridge scheduler -A proj`` replaces ``celery beat``. Each
 ``app.conf.beat_schedule`` (including those ``app.add_periodic_task`` adds in
 ``on_after_configure``/``on_after_finalize``, which are triggered here exactly as beat triggers
 them) becomes a ``PeriodicTask``: its schedule from ``beat_convert`` (crontab → exact cron with
-Celery's day AND, intervals → interval trigger, in ``app.conf.timezone``), and an ``enqueue``
-that sends the Celery message the way beat does (``task.apply_async`` when the task is
-registered, else ``app.send_task``, with the entry's args/kwargs/options, lazy ``BeatLazyFunc``
-arguments evaluated, and the ``celery_beat_task`` header). The row is therefore an ordinary
-Celery message. Two things are added:
+Celery's day AND, intervals → interval trigger, in ``app.conf.timezone``), and an
+``enqueue_in_fire`` that sends the Celery message the way beat does (``task.apply_async`` when
+the task is registered, else ``app.send_task``, with the entry's args/kwargs/options, lazy
+``BeatLazyFunc`` arguments evaluated, and the ``celery_beat_task`` header) on the connection of
+the scheduler's fire transaction, which hands it over explicitly. The row is therefore an
+ordinary Celery message that commits with the fire record. Two things are added:
 
 * a task id derived from (entry name, occurrence instant): a re-fired occurrence (a scheduler
   that died between sending and recording the fire) is absorbed by the Celery ledger too;
@@ -30,18 +31,18 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
+import psycopg
 from celery.beat import BeatLazyFunc, ScheduleEntry
 
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import EnqueueRequest
 from ujobs_bridge.scheduling.cron import CATCH_UP_POLICIES, CatchUpPolicy
-from ujobs_bridge.scheduling.scheduler import current_fire_connection
 from ujobs_bridge.scheduling.task import (
     DEFAULT_MAX_CATCH_UP,
     Occurrence,
@@ -205,14 +206,14 @@ def send_occurrence(app: Any, entry: BeatEntry, occurrence: Occurrence) -> Any:
     return app.send_task(entry.task, args, kwargs, **options)
 
 
-def _enqueue_for(app: Any, entry: BeatEntry) -> Any:
-    def enqueue(occurrence: Occurrence) -> list[EnqueueRequest]:
-        conn = current_fire_connection()
-        if conn is None:
+def _enqueue_for(
+    app: Any, entry: BeatEntry
+) -> Callable[[Occurrence, psycopg.Connection[Any]], list[EnqueueRequest]]:
+    def enqueue(occurrence: Occurrence, conn: psycopg.Connection[Any]) -> list[EnqueueRequest]:
+        # ``conn`` is the scheduler's fire transaction: the message commits with the fire row,
+        # and a duplicate fire rolls it back.
+        with enqueue_in(conn):
             send_occurrence(app, entry, occurrence)
-        else:  # in the scheduler's fire transaction: the message commits with the fire row
-            with enqueue_in(conn):
-                send_occurrence(app, entry, occurrence)
         return []  # the message is already a row (deduplicated by its task id, too)
 
     enqueue.__qualname__ = f"beat[{entry.name}]"
@@ -239,7 +240,7 @@ def convert_app(app: Any) -> list[Conversion]:
                 mapped.schedule,
                 catch_up=policy,
                 max_catch_up=bound,
-                enqueue=_enqueue_for(app, entry),
+                enqueue_in_fire=_enqueue_for(app, entry),
             )
         except Unmappable as exc:
             out.append(Conversion(name, engine, entry, shown, mapped, reason=exc.reason))

@@ -25,6 +25,7 @@ from celery import exceptions as celery_exceptions
 
 from ujobs_bridge.context import AttemptSignal
 from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.service import Service
 
 TICK_S = 0.05
 
@@ -68,31 +69,14 @@ def _raise_in(thread_id: int, exc_type: type[BaseException]) -> None:
     )
 
 
-class Interrupter:
-    """The watcher service: ``start()``/``stop()`` idempotent, ``tick()`` for tests."""
+class Interrupter(Service):
+    """The watcher service (a ``Service``): ``start()``/``stop()`` idempotent, a pass every
+    ``TICK_S``, ``tick()`` for tests."""
 
     def __init__(self) -> None:
+        super().__init__("celery-limits", interval_s=TICK_S, wait_first=True)
         self._lock = threading.Lock()
         self._watched: dict[int, Watched] = {}
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="celery-compat-limits", daemon=True
-            )
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(TICK_S * 10)
-        self._thread = None
 
     def watch(
         self,
@@ -156,10 +140,6 @@ class Interrupter:
             entry.fired.add("soft")
             return SOFT
         return None
-
-    def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
-            self.tick()
 
 
 INTERRUPTER = Interrupter()

@@ -6,6 +6,11 @@ connection per process and wakes exactly the waiters of that key. Waiters still 
 database after every wake and at a slow safety interval, so a dropped connection can delay a
 wake but never lose it.
 
+It is a ``ujobs_bridge.service.Service``: ``start()`` (which also waits until LISTEN is in place)
+and ``stop()`` are idempotent, ``stop()`` waits for the pass in flight (at most one
+``NOTIFY_POLL_S`` wait), and ``tick()`` is one pass. Its connection comes from
+``ujobs_bridge.db.connections`` and is reopened after an error.
+
 What it is not: a result cache or a store; the database stays the only truth.
 """
 
@@ -17,43 +22,66 @@ from collections.abc import Iterable
 
 import psycopg
 
+from ujobs_bridge.db.connections import Reconnecting, Role
+from ujobs_bridge.service import Service
+
 from . import store
 
 log = logging.getLogger(__name__)
 
 RECONNECT_DELAY_S = 1.0
 NOTIFY_POLL_S = 1.0
+LISTEN_READY_S = 5.0
+RESULTS_ROLE = Role("celery:results")
 
 
-class ResultListener:
-    """A LISTEN connection and the waiters per key. ``start()``/``stop()`` are idempotent."""
+class ResultListener(Service):
+    """A LISTEN connection and the waiters per key."""
 
     def __init__(self, dsn: str) -> None:
+        super().__init__("celery-results", interval_s=0.0)
         self.dsn = dsn
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._conn = Reconnecting(dsn, RESULTS_ROLE)
+        self._listening = False
+
+    # ------------------------------------------------------------------ lifecycle (``Service``)
 
     def start(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._ready.clear()
-            self._thread = threading.Thread(
-                target=self._run, name="celery-compat-results", daemon=True
-            )
-            self._thread.start()
-        self._ready.wait(5.0)  # LISTEN is in place before the first waiter reads the row
+        super().start()
+        self._ready.wait(LISTEN_READY_S)  # LISTEN is in place before the first waiter reads the row
 
-    def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(NOTIFY_POLL_S * 3)
-        self._thread = None
+    def _on_start(self) -> None:
+        self._ready.clear()
+
+    def _on_stop(self) -> None:
+        self._conn.close()
+        self._listening = False
+
+    def _on_error(self, exc: Exception) -> float:
+        if not isinstance(exc, psycopg.Error):
+            return super()._on_error(exc)
+        log.warning("result listener lost its connection (%s); reconnecting", exc)
+        self._conn.reset()
+        self._listening = False
+        self._ready.set()
+        self._wake(None)
+        return RECONNECT_DELAY_S
+
+    def tick(self, timeout_s: float = NOTIFY_POLL_S) -> int:
+        """One pass: (re)open the LISTEN connection if needed, then deliver the notifications
+        that arrive within ``timeout_s``; returns how many."""
+        if not self._listening or not self._conn.open:
+            conn = self._conn.get()
+            store.listen_results(conn)
+            self._listening = True
+            self._ready.set()
+            self._wake(None)  # anything written while we were away: re-read
+        return self.deliver(self._conn.get(), timeout_s)
+
+    # ------------------------------------------------------------------ waiters
 
     def watch(self, keys: Iterable[str]) -> threading.Event:
         """An event set whenever one of ``keys`` is written (register BEFORE reading the row)."""
@@ -73,8 +101,9 @@ class ResultListener:
                     if not bucket:
                         del self._waiters[key]
 
-    def tick(self, conn: psycopg.Connection[object], timeout_s: float = NOTIFY_POLL_S) -> int:
-        """Deliver the notifications that arrive within ``timeout_s``; returns how many."""
+    def deliver(self, conn: psycopg.Connection[object], timeout_s: float = NOTIFY_POLL_S) -> int:
+        """Deliver the notifications that arrive on ``conn`` within ``timeout_s``; returns how
+        many."""
         delivered = 0
         for notify in conn.notifies(timeout=timeout_s, stop_after=256):
             delivered += 1
@@ -89,18 +118,3 @@ class ResultListener:
                 events = {e for k in keys for e in self._waiters.get(k, ())}
         for event in events:
             event.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self.dsn, autocommit=True) as conn:
-                    store.listen_results(conn)
-                    self._ready.set()
-                    self._wake(None)  # anything written while we were away: re-read
-                    while not self._stop.is_set():
-                        self.tick(conn)
-            except psycopg.Error as exc:
-                log.warning("result listener lost its connection (%s); reconnecting", exc)
-                self._ready.set()
-                self._wake(None)
-                self._stop.wait(RECONNECT_DELAY_S)

@@ -10,6 +10,10 @@ checked between batches, so every batch taken is committed and settled before th
 ``--follow`` keeps polling every ``poll_s`` (bounded latency from publish to row); otherwise
 the run ends when the selected queues are empty. ``--limit`` caps the messages taken.
 
+``DrainLoop`` is a ``ujobs_bridge.service.Service``: ``run(stats)`` drains on the calling
+thread (the CLI); ``start()`` runs the same drain on a thread of its own and ``stop()`` sets the
+stop event and waits for the batch in flight; ``tick()`` is one batch, synchronously (tests).
+
 What it is not: the CLI (``ujobs_bridge/cli/migrate.py``) or a transport.
 """
 
@@ -20,7 +24,7 @@ import gc
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -30,6 +34,7 @@ from psycopg.types.string import StrBinaryDumper
 
 from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.faults import fault
+from ujobs_bridge.service import Service
 
 from .appinfo import AppInfo
 from .batch import Context, Prepared, Result, Taken, classify, commit_prepared, prepare
@@ -126,24 +131,54 @@ def masked(url: str) -> str:
     return mask_dsn(url)
 
 
-@dataclass
-class DrainLoop:
+@dataclass(eq=False)
+class DrainLoop(Service):
+    """Drains ``source`` into ``conn``; ``stop_event`` (set by a signal handler, or ``stop()``)
+    ends it between batches."""
+
     source: Source
     conn: psycopg.Connection[Any]
     ctx: Context
-    stop: threading.Event
+    stop_event: threading.Event
     batch: int = DEFAULT_BATCH
     follow: bool = False
     limit: int | None = None
     poll_s: float = DEFAULT_POLL_S
     on_batch: Callable[[Stats], None] | None = None
+    stats: Stats = field(default_factory=Stats)
 
     def __post_init__(self) -> None:
+        Service.__init__(self, "migrate-drain", interval_s=self.poll_s)
+        self._stop = self.stop_event  # one stop event: the caller's signal handler and stop()
+        self.error: Exception | None = None
         # Lists and strings go to Postgres in binary on this connection: celery_enqueue_many
         # takes the batch as arrays, and psycopg's TEXT array dumper escapes every element with
         # a regex (most of the drain's CPU for JSON inputs full of quotes). Only this connection.
         self.conn.adapters.register_dumper(str, StrBinaryDumper)
         self.conn.adapters.register_dumper(list, ListBinaryDumper)
+
+    # ------------------------------------------------------------------ ``Service``
+
+    def tick(self) -> int:
+        """One batch, synchronously: what an earlier run took (else new messages) is committed,
+        then settled on the broker. Returns how many messages it took (0: nothing waiting)."""
+        room = self._room(self.stats)
+        items = (self.source.recover(room) or self.source.take(room)) if room else []
+        if items:
+            self._settle(items, self._commit(prepare(items, self.ctx)), self.stats)
+        return len(items)
+
+    def _pass(self) -> float:
+        """On the service's thread: the whole drain (``run``), then the loop ends."""
+        self.run(self.stats)
+        self.request_stop()
+        return 0.0
+
+    def _on_error(self, exc: Exception) -> float:
+        """A drain that failed does not start over by itself: it ends, keeping the error."""
+        self.error = exc
+        self.request_stop()
+        return super()._on_error(exc)
 
     def _room(self, stats: Stats, pending: int = 0) -> int:
         if self.limit is None:
@@ -176,18 +211,21 @@ class DrainLoop:
         self._count(results, stats)
 
     def run(self, stats: Stats) -> Stats:
+        """Drain on the calling thread until the queues are empty (or ``limit``, or the stop
+        event); every batch taken is committed and settled before it returns."""
+        self.stats = stats
         with sparse_gc():
-            while not self.stop.is_set() and (room := self._room(stats)):
+            while not self.stop_event.is_set() and (room := self._room(stats)):
                 items = self.source.recover(room)
                 if not items:
                     break
                 self._settle(items, self._commit(prepare(items, self.ctx)), stats)
-            self._run(stats)
-        stats.stopped_by_signal = self.stop.is_set()
+            self._pipeline(stats)
+        stats.stopped_by_signal = self.stop_event.is_set()
         stats.remaining = self.source.remaining()
         return stats
 
-    def _run(self, stats: Stats) -> None:
+    def _pipeline(self, stats: Stats) -> None:
         """Take and decode batch N+1 while batch N commits on a helper thread; settle N (DEL /
         ack) only once its commit returned. Broker calls stay on this thread (py-amqp and kombu
         channels are not thread-safe), except for a source whose ``settle_anywhere`` says its
@@ -200,7 +238,7 @@ class DrainLoop:
         with ThreadPoolExecutor(1, thread_name_prefix="migrate-commit") as pool:
             while True:
                 pending = len(inflight[0]) if inflight is not None else 0
-                room = 0 if self.stop.is_set() else self._room(stats, pending)
+                room = 0 if self.stop_event.is_set() else self._room(stats, pending)
                 items = self.source.take(room) if room else []
                 batch = prepare(items, self.ctx) if items else None
                 if inflight is not None:
@@ -214,13 +252,13 @@ class DrainLoop:
                     work = self._commit_release if settle_there else self._commit_only
                     inflight = (items, pool.submit(work, items, batch))
                     continue
-                if self.stop.is_set() or not self._room(stats):
+                if self.stop_event.is_set() or not self._room(stats):
                     break
                 if not self.follow and not self.source.remaining():
                     break
                 self.source.idle(self.poll_s)
                 if self.source.kind != "amqp":
-                    self.stop.wait(self.poll_s)
+                    self.stop_event.wait(self.poll_s)
 
 
 def dry_run(source: Source, ctx: Context, stats: Stats, limit: int | None = None) -> Stats:

@@ -1,4 +1,5 @@
-"""The Postgres driver's contract, statement by statement: claim, lease, fencing, rescue.
+"""The Postgres driver's contract, statement by statement: claim, lease, fencing, rescue, and
+the rest of the engine's ``db`` surface (scheduling, outbox, retention, session).
 
 These are the promises the worker builds on; an in-memory driver, if one is ever added, must
 pass this same file.
@@ -6,16 +7,24 @@ pass this same file.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 
 from apps import basic_jobs
+from conftest import wait_for
 from ujobs_bridge.client import Client
 from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import outbox as outbox_db
+from ujobs_bridge.db import retention, session
+from ujobs_bridge.db import scheduling as sched
+from ujobs_bridge.db.retention import PurgeBatch
+from ujobs_bridge.db.scheduling import FireParams, LeaderTerm
 from ujobs_bridge.records import JobState, Settlement
 
 NAMES = ["apps.basic_jobs.add"]
@@ -113,3 +122,135 @@ def test_cancel_refuses_finished_jobs(client: Client, db: Any, state: str) -> No
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     db.execute("update x_jobs set state = %s where id = %s", (state, ref.id))
     assert driver.job_cancel(db, ref.id, "x") is False
+
+
+# ---------------------------------------------------------------------------- the rest of the engine's db surface
+# Scheduling (lease, fires, watermarks), outbox, retention and session statements: each function
+# of ``ujobs_bridge.db`` is held to at least one behaviour here, against real Postgres.
+
+
+
+def _group() -> str:
+    return f"contract-{uuid.uuid4().hex[:8]}"
+
+
+def test_the_lease_goes_to_one_holder_renews_by_term_and_resigning_frees_it(db: Any) -> None:
+    group = _group()
+    first = LeaderTerm(group, "node-a", 30.0)
+    term = sched.leader_elect(db, first)
+    assert term == 1
+    assert sched.leader_elect(db, LeaderTerm(group, "node-b", 30.0)) is None  # a live lease holds
+    held = LeaderTerm(group, "node-a", 30.0, term)
+    assert sched.leader_renew(db, held) is True
+    assert sched.leader_renew(db, LeaderTerm(group, "node-a", 30.0, term + 1)) is False  # not our term
+    assert sched.leader_renew(db, LeaderTerm(group, "node-b", 30.0, term)) is False  # not our holder
+    info = sched.leader_get(db, group)
+    assert info is not None and (info.holder, info.term, info.live) == ("node-a", 1, True)
+    sched.leader_resign(db, held)
+    assert sched.leader_get(db, group) == sched.LeaderInfo("node-a", 1, False)
+    assert sched.leader_elect(db, LeaderTerm(group, "node-b", 30.0)) == 2  # the next term
+    assert sched.leader_renew(db, held) is False  # the old term can never renew the winner's row
+    assert sched.leader_get(db, _group()) is None
+
+
+def test_an_occurrence_fires_once_and_the_watermark_never_moves_back(db: Any) -> None:
+    task = _group()
+    at = datetime(2026, 1, 1, 2, tzinfo=UTC)
+    job_id = uuid.uuid4()
+    assert sched.scheduler_fire(db, FireParams(task, at, False, (job_id,))) is True
+    assert sched.scheduler_fire(db, FireParams(task, at, True, ())) is False  # already fired
+    later = at + timedelta(hours=1)
+    assert sched.scheduler_fire(db, FireParams(task, later, True, ())) is True
+    occurrence, catch_up, fired_at = sched.last_fires(db)[task]
+    assert occurrence == later and catch_up is True and fired_at is not None
+    sched.scheduler_watermark_set(db, task, later)
+    sched.scheduler_watermark_set(db, task, at)  # older: ignored
+    assert sched.watermarks(db)[task] == later
+
+
+def test_a_staged_row_is_claimed_once_committed_marked_and_published_once(client: Client, db: Any, dsn: str) -> None:
+    db.execute("truncate x_outbox")
+    spec = basic_jobs.add.call(2, 3).spec()
+    with pytest.raises(RuntimeError), db.transaction():
+        outbox_db.outbox_stage(db, basic_jobs.add.call(9, 9).spec())
+        raise RuntimeError("the caller's transaction rolls back")
+    with db.transaction():
+        outbox_id = outbox_db.outbox_stage(db, spec)
+    claimed = wait_for(lambda: outbox_db.outbox_claim(db, 10), what="the staged row to be claimable")
+    assert isinstance(claimed, list) and [(r.outbox_id, r.spec.id) for r in claimed] == [(outbox_id, spec.id)]
+    assert claimed[0].spec.name == spec.name
+    assert json.loads(claimed[0].spec.input_json) == json.loads(spec.input_json)
+    outbox_db.outbox_mark(db, [outbox_id])
+    assert outbox_db.outbox_claim(db, 10) == []
+    assert outbox_db.outbox_publish(db, claimed[0].spec, None) is True
+    assert outbox_db.outbox_publish(db, claimed[0].spec, None) is False  # a replay inserts nothing
+    assert db.execute("select state from x_jobs where id = %s", (spec.id,)).fetchone() == ("ready",)
+
+
+def test_one_relay_holds_the_outbox_lock_at_a_time(dsn: str) -> None:
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        with first.transaction():
+            assert outbox_db.outbox_relay_lock(first) is True
+            with second.transaction():
+                assert outbox_db.outbox_relay_lock(second) is False
+        with second.transaction():
+            assert outbox_db.outbox_relay_lock(second) is True  # released with the transaction
+
+
+def _finished(db: Any, client: Client, state: str, age: timedelta) -> uuid.UUID:
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
+    db.execute(
+        "update x_jobs set state = %s, finished_at = now() - %s where id = %s", (state, age, ref.id)
+    )
+    return ref.id
+
+
+def test_purge_deletes_only_finished_rows_older_than_the_cutoff_a_batch_at_a_time(client: Client, db: Any) -> None:
+    old = [_finished(db, client, "done", timedelta(days=9)) for _ in range(3)]
+    fresh = _finished(db, client, "dead", timedelta(minutes=1))
+    live = basic_jobs.add.configure(client=client).enqueue(1, 1).id
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    assert retention.purge_jobs(db, PurgeBatch(cutoff, 2)) == 2  # bounded by the limit
+    assert retention.purge_jobs(db, PurgeBatch(cutoff, 2)) == 1
+    left = {r[0] for r in db.execute("select id from x_jobs").fetchall()}
+    assert left == {fresh, live} and not left & set(old)
+
+
+def test_purge_of_events_outbox_and_fires_keeps_what_must_stay(client: Client, db: Any) -> None:
+    db.execute("truncate x_outbox, x_scheduler_fires")
+    db.execute("insert into x_job_events (event, correlation_key, created_at) values ('e', 'old', now() - interval '9 days'), ('e', 'new', now())")
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    assert retention.purge_events(db, PurgeBatch(cutoff, 100)) == 1
+    assert db.execute("select correlation_key from x_job_events").fetchall() == [("new",)]
+
+    with db.transaction():
+        staged = outbox_db.outbox_stage(db, basic_jobs.add.call(1, 1).spec())
+        waiting = outbox_db.outbox_stage(db, basic_jobs.add.call(2, 2).spec())
+    db.execute("update x_outbox set published_at = now() - interval '9 days' where id = %s", (staged,))
+    assert retention.purge_outbox(db, PurgeBatch(cutoff, 100)) == 1  # the unpublished row stays
+    assert db.execute("select id from x_outbox").fetchall() == [(waiting,)]
+
+    task, at = _group(), datetime(2026, 1, 1, tzinfo=UTC)
+    for hour in range(3):
+        sched.scheduler_fire(db, FireParams(task, at + timedelta(hours=hour), False, ()))
+    db.execute("update x_scheduler_fires set fired_at = now() - interval '9 days' where task = %s", (task,))
+    assert retention.purge_fires(db, PurgeBatch(cutoff, 100)) == 2  # each task's latest stays
+    assert sched.last_fires(db)[task][0] == at + timedelta(hours=2)
+
+
+def test_session_statements_listen_set_commit_modes_and_read_the_database_clock(dsn: str, db: Any) -> None:
+    before = datetime.now(UTC)
+    assert abs(session.database_now(db) - before) < timedelta(seconds=30)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        session.listen_for_jobs(conn)
+        db.execute("select pg_notify('x_jobs_ready', 'basic'), pg_notify('x_jobs_cancel', 'some-id')")
+        got = [(n.channel, n.payload) for n in conn.notifies(timeout=5, stop_after=2)]
+        assert got == [("x_jobs_ready", "basic"), ("x_jobs_cancel", "some-id")]
+        session.claims_commit_async(conn)
+        assert conn.execute("show synchronous_commit").fetchone() == ("off",)
+        with conn.transaction():
+            session.outcomes_commit_durable(conn)
+            assert conn.execute("show synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("show synchronous_commit").fetchone() == ("off",)  # local to it
+    name = db.execute("select current_database()").fetchone()[0]
+    assert session.ensure_ujobs_database(db, name) is False  # it exists: nothing is created

@@ -102,3 +102,127 @@ def test_every_named_query_is_used() -> None:
     every = [*QUERIES, *CELERY_QUERIES, *MIGRATE_QUERIES]
     unused = [name for name in every if f'q("{name}")' not in code]
     assert not unused, f"sql blocks nothing runs: {unused}"
+
+
+# ---------------------------------------------------------------------------- the SQL seam
+# Only a package's ``db`` modules run SQL: they alone call ``q(...)`` or ``.execute(...)`` /
+# ``.executemany(...)`` with a statement (a call with no argument, like a Redis pipeline's
+# ``execute()``, is not SQL). Connections are opened only by ``ujobs_bridge/db/connections.py``.
+DB_FOLDERS = ("ujobs_bridge/db/", "celery_compat/db/", "migrate/db/")
+
+# Files that still run SQL outside their package's ``db`` folder, each owned by another part of
+# issue 10's work and moved into its ``db`` module there. The merge shrinks this to nothing; a
+# file listed here that no longer runs SQL fails ``test_the_sql_allowlist_is_not_stale``.
+SQL_ALLOWLIST = frozenset(
+    {
+        "celery_compat/store.py",  # the facade's statements: become celery_compat/db modules
+        "celery_compat/rate_limit.py",  # the token bucket's statements: celery_compat/db
+        "celery_compat/retention.py",  # celery_compat's purge target: celery_compat/db
+        "celery_compat/contrib/pytest.py",  # test-database setup: moves to ujobs_bridge.testing
+        "migrate/quarantine.py",  # the drain's quarantine statements: migrate/db
+        "migrate/batch.py",  # the drain's batch insert: migrate/db
+    }
+)
+
+# Connections opened outside ``db/connections.py``; the same rule, the same shrinking list.
+CONNECT_ALLOWLIST = frozenset(
+    {
+        "ujobs_bridge/worker/loop.py",  # the claim connection (the worker's rewrite)
+        "ujobs_bridge/worker/runtimes.py",  # the step-write pool
+        "ujobs_bridge/worker/child.py",  # the process-pool child's pool
+        "ujobs_bridge/worker/listener.py",  # the LISTEN connection
+        "ujobs_bridge/worker/heartbeat.py",  # the heartbeat connection
+        "ujobs_bridge/cli/migrate_quarantine.py",  # CLI commands: one connection per command
+        "ujobs_bridge/cli/migrate_demo.py",
+        "ujobs_bridge/cli/migrate.py",
+        "ujobs_bridge/cli/scheduler.py",
+        "ujobs_bridge/cli/db.py",
+        "ujobs_bridge/cli/purge.py",
+        "celery_compat/contrib/pytest.py",  # test-database setup: moves to ujobs_bridge.testing
+    }
+)
+CONNECTIONS_MODULE = "ujobs_bridge/db/connections.py"
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _in_db_folder(path: Path) -> bool:
+    return _relative(path).startswith(DB_FOLDERS)
+
+
+def sql_calls(source: str) -> list[int]:
+    """Lines that call ``q(...)`` or execute a statement (``.execute``/``.executemany`` with an
+    argument)."""
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if (isinstance(func, ast.Name) and func.id == "q") or (isinstance(func, ast.Attribute) and func.attr in ("execute", "executemany") and node.args):
+            found.append(node.lineno)
+    return sorted(set(found))
+
+
+def connection_opens(source: str) -> list[int]:
+    """Lines that open a connection or a pool directly (``psycopg.connect``, ``*.connect`` of a
+    psycopg connection class, ``ConnectionPool(...)``)."""
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("ConnectionPool", "AsyncConnectionPool"):
+            found.append(node.lineno)
+        elif isinstance(func, ast.Attribute):
+            owner = func.value
+            named = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+            if (func.attr == "connect" and named in ("psycopg", "Connection", "AsyncConnection")) or func.attr in ("ConnectionPool", "AsyncConnectionPool"):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_seam_detectors_find_what_they_look_for() -> None:
+    assert sql_calls('conn.execute(q("job_get"), {})') == [1]
+    assert sql_calls("cur.executemany(statement, rows)") == [1]
+    assert sql_calls("pipe.execute()") == []  # a Redis pipeline: not SQL
+    assert connection_opens("psycopg.connect(dsn, autocommit=True)") == [1]
+    assert connection_opens("ConnectionPool(dsn, open=True)") == [1]
+    assert connection_opens("connections.connect(dsn, ROLE)") == []
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_sql_runs_only_in_a_packages_db_modules(path: Path) -> None:
+    if _in_db_folder(path) or _relative(path) in SQL_ALLOWLIST:
+        return
+    lines = sql_calls(path.read_text())
+    assert not lines, (
+        f"{_relative(path)} runs SQL at line(s) {lines}: add a function to the package's db "
+        "module (it takes the connection and typed parameters) and call that"
+    )
+
+
+def test_the_sql_allowlist_is_not_stale() -> None:
+    for name in sorted(SQL_ALLOWLIST):
+        path = ROOT / name
+        assert path.exists(), f"{name} is allowlisted but gone: drop it from SQL_ALLOWLIST"
+        assert sql_calls(path.read_text()), f"{name} no longer runs SQL: drop it from SQL_ALLOWLIST"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_connections_are_opened_only_by_the_connection_policy(path: Path) -> None:
+    if _relative(path) in CONNECT_ALLOWLIST or _relative(path) == CONNECTIONS_MODULE:
+        return
+    lines = connection_opens(path.read_text())
+    assert not lines, (
+        f"{_relative(path)} opens a connection at line(s) {lines}: use "
+        "ujobs_bridge.db.connections (connect, pool or Reconnecting with a Role)"
+    )
+
+
+def test_the_connection_allowlist_is_not_stale() -> None:
+    for name in sorted(CONNECT_ALLOWLIST):
+        path = ROOT / name
+        assert path.exists(), f"{name} is allowlisted but gone: drop it from CONNECT_ALLOWLIST"
+        assert connection_opens(path.read_text()), f"{name} no longer opens connections: drop it"

@@ -217,6 +217,36 @@ def test_a_failing_task_keeps_its_watermark_and_the_others_still_fire(make: Call
     assert jobs_of(sdb, "flaky") == [{"occurrence": "2026-01-01T08:03:00+00:00", "catch_up": True}]
 
 
+def test_enqueue_in_fire_writes_through_the_fire_transaction_and_a_duplicate_rolls_it_back(
+    make: Callable[..., Scheduler], sdb: Db
+) -> None:
+    """The scheduler hands its fire transaction's connection to the task explicitly: what the
+    task writes there commits with the fire row, and a fire that turns out to be a duplicate
+    takes the write back with it."""
+    statuses: list[Any] = []
+
+    def in_fire(occ: Occurrence, conn: psycopg.Connection[Any]) -> list[Any]:
+        statuses.append(conn.info.transaction_status)
+        report.configure(conn=conn, idempotency_key=occ.key).enqueue(occurrence=occ.at.isoformat(), catch_up=occ.catch_up)
+        return []  # already written through conn
+
+    hooked = task("in-fire", cron="0 * * * *", enqueue_in_fire=in_fire)
+    sdb.execute(  # 10:00 already recorded by a leader that died before moving the watermark
+        "insert into x_scheduler_fires (task, occurrence_at, catch_up, job_ids) values ('in-fire', %s, false, '{}')",
+        (at(10),),
+    )
+    clock = FrozenClock(at(9, 0))
+    s = make([hooked], clock, "a")
+    assert s.tick() == 1
+    assert jobs_of(sdb, "in-fire") == [{"occurrence": "2026-01-01T09:00:00+00:00", "catch_up": False}]
+    clock.set(at(10, 0, 0, 100_000))
+    assert s.tick() == 0 and s.counts.duplicates == 1
+    assert len(jobs_of(sdb, "in-fire")) == 1  # the duplicate fire's job was rolled back
+    assert statuses == [psycopg.pq.TransactionStatus.INTRANS] * 2
+    with pytest.raises(Exception, match="fire transaction"):
+        hooked.requests(Occurrence("in-fire", at(11), False))  # no connection: refused, not guessed
+
+
 def test_stop_waits_for_the_round_in_flight_then_gives_the_lease_back(make: Callable[..., Scheduler], sdb: Db) -> None:
     entered, release = threading.Event(), threading.Event()
 

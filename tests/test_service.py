@@ -8,8 +8,15 @@ raises does not end the loop. Outcomes are awaited with events and ``wait_for``,
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from typing import Any
 
+import psycopg
+
+from celery_compat.interrupts import Interrupter
+from celery_compat.result_listener import ResultListener
 from conftest import wait_for
+from migrate.runner import DrainLoop
 from ujobs_bridge.outbox.relay import OutboxRelay
 from ujobs_bridge.scheduling.scheduler import Scheduler
 from ujobs_bridge.service import Service
@@ -81,6 +88,76 @@ def test_a_pass_that_raises_does_not_end_the_loop() -> None:
     s.stop()
 
 
-def test_the_four_loops_are_services() -> None:
-    for cls in (Heartbeat, Listener, Scheduler, OutboxRelay):
+def test_every_background_loop_is_a_service() -> None:
+    for cls in (Heartbeat, Listener, Scheduler, OutboxRelay, ResultListener, Interrupter, DrainLoop):
         assert issubclass(cls, Service), cls
+
+
+def test_the_interrupter_starts_once_and_stops_with_its_events() -> None:
+    s = Interrupter()
+    s.stop()  # before start: safe
+    s.start()
+    s.start()
+    assert s.started.is_set() and s.running
+    assert s.tick() == 0  # nothing watched: nothing raised
+    s.stop()
+    s.stop()
+    assert s.stopped.is_set() and not s.running
+
+
+def test_the_result_listener_wakes_a_waiter_and_stops_idempotently(dsn: str) -> None:
+    s = ResultListener(dsn)
+    s.start()
+    s.start()  # idempotent; LISTEN is in place when start() returns
+    woken = s.watch(["some-task-id"])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select pg_notify('x_celery_results', 'some-task-id')")
+    assert woken.wait(10)
+    s.stop()
+    s.stop()
+    assert s.stopped.is_set() and not s.running
+
+
+class EmptySource:
+    kind = "redis"
+
+    def __init__(self) -> None:
+        self.queues = ["celery"]
+        self.asked: list[str] = []
+
+    def recover(self, n: int) -> list[Any]:
+        self.asked.append("recover")
+        return []
+
+    def take(self, n: int) -> list[Any]:
+        self.asked.append("take")
+        return []
+
+    def settle(self, items: list[Any]) -> None:
+        raise AssertionError("nothing was taken")
+
+    def remaining(self) -> int | None:
+        return 0
+
+    def idle(self, timeout: float) -> None:
+        pass
+
+    def peek(self) -> Iterator[Any]:
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_drain_loop_ticks_one_batch_and_runs_to_the_end_on_its_own_thread(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        source = EmptySource()
+        loop = DrainLoop(source, conn, None, threading.Event())  # type: ignore[arg-type]
+        assert loop.tick() == 0 and source.asked == ["recover", "take"]
+        loop.start()
+        loop.start()
+        wait_for(lambda: loop.stop_event.is_set(), what="the drain to find the queues empty")
+        loop.stop()
+        loop.stop()
+        assert loop.stopped.is_set() and loop.error is None
+        assert loop.stats.remaining == 0 and not loop.stats.stopped_by_signal

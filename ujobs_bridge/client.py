@@ -17,14 +17,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from .clock import SYSTEM_CLOCK, Clock
+from .db import connections, schema
 from .db import jobs as driver
-from .db import schema
 from .db.jobs import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
 from .records import JobRef
+
+CLIENT_ROLE = connections.Role("client")
 
 
 class Client:
@@ -39,13 +40,8 @@ class Client:
         self.database = database
         self.dsn = database.dsn
         self.clock = clock
-        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            self.dsn,
-            min_size=min_size,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            open=True,
-            name="ujobs-client",
+        self.pool: connections.Pool = connections.pool(
+            self.dsn, CLIENT_ROLE, min_size=min_size, max_size=max_size, name="ujobs-client"
         )
 
     def __repr__(self) -> str:

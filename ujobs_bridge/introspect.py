@@ -16,12 +16,14 @@ from uuid import UUID
 import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
+from .db import connections
 from .db import jobs as driver
 from .db import steps as step_store
 from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
 
+INTROSPECT_ROLE = connections.Role("introspect")
 SECRET_KEY = re.compile(r"pass|secret|token|key|authorization|cookie", re.IGNORECASE)
 REDACTED = "***"
 
@@ -59,7 +61,7 @@ class Introspector:
         self.clock = clock
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.dsn, autocommit=True)
+        return connections.connect(self.dsn, INTROSPECT_ROLE)
 
     def get(self, job_id: UUID) -> JobRecord:
         with self._connect() as conn:

@@ -15,7 +15,7 @@ frozen or skewed clock a year ahead would delete rows that finished a minute ago
 therefore ``min(injected clock, database clock) - older_than``: a row goes only when it is
 older than ``older_than`` by both. A clock behind keeps rows longer, which is safe.
 
-What it is not: a schedule. ``PURGE_TASK_CRON`` is the hourly cron the scheduler uses for it.
+What it is not: SQL (the deletes run in ``ujobs_bridge.db.retention``) or a schedule. ``PURGE_TASK_CRON`` is the hourly cron the scheduler uses for it.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, LiteralString
+from typing import Any
 
 import psycopg
 
 from . import plugins, validation
 from .clock import Clock
 from .context import current_job
-from .db import session
-from .db.sql import q
+from .db import retention, session
+from .db.retention import PurgeBatch
 from .errors import ConfigError, ErrorCode
 from .faults import fault
 from .job import job
@@ -51,11 +51,13 @@ class PurgeTarget:
     delete: Callable[[psycopg.Connection[Any], datetime], int]
 
 
-def _batched(statement: LiteralString) -> Callable[[psycopg.Connection[Any], datetime], int]:
+def _batched(
+    statement: Callable[[psycopg.Connection[Any], PurgeBatch], int],
+) -> Callable[[psycopg.Connection[Any], datetime], int]:
     def delete(conn: psycopg.Connection[Any], cutoff: datetime) -> int:
         total = 0
         while True:
-            removed = conn.execute(statement, {"cutoff": cutoff, "limit": BATCH}).rowcount
+            removed = statement(conn, PurgeBatch(cutoff, BATCH))
             total += removed
             if removed < BATCH:
                 return total
@@ -65,10 +67,10 @@ def _batched(statement: LiteralString) -> Callable[[psycopg.Connection[Any], dat
 
 def builtin_targets() -> list[PurgeTarget]:
     return [
-        PurgeTarget("x_jobs", _batched(q("purge_jobs"))),
-        PurgeTarget("x_job_events", _batched(q("purge_events"))),
-        PurgeTarget("x_outbox", _batched(q("purge_outbox"))),
-        PurgeTarget("x_scheduler_fires", _batched(q("purge_fires"))),
+        PurgeTarget("x_jobs", _batched(retention.purge_jobs)),
+        PurgeTarget("x_job_events", _batched(retention.purge_events)),
+        PurgeTarget("x_outbox", _batched(retention.purge_outbox)),
+        PurgeTarget("x_scheduler_fires", _batched(retention.purge_fires)),
     ]
 
 

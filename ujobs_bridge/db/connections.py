@@ -56,15 +56,18 @@ def connect(dsn: str, role: Role) -> Conn:
     return psycopg.connect(dsn, **role.kwargs())
 
 
-def pool(dsn: str, role: Role, *, min_size: int = 1, max_size: int = 4) -> Pool:
-    """An open pool whose connections follow ``role``'s policy."""
+def pool(
+    dsn: str, role: Role, *, min_size: int = 1, max_size: int = 4, name: str | None = None
+) -> Pool:
+    """An open pool whose connections follow ``role``'s policy; ``name`` (the pool's own name in
+    psycopg's logs) defaults to the role's application_name."""
     return ConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max(min_size, max_size),
         kwargs=role.kwargs(),
         open=True,
-        name=role.application_name,
+        name=name or role.application_name,
     )
 
 

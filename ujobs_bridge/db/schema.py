@@ -20,7 +20,12 @@ from typing import Any, LiteralString
 import psycopg
 
 from ..errors import ErrorCode, SchemaError
+from . import connections
 from .sql import q
+
+# Migrations run in one transaction of their own; reading the applied versions needs none.
+MIGRATE_ROLE = connections.Role("schema", autocommit=False)
+READ_ROLE = connections.Role("schema")
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -78,7 +83,7 @@ def applied(conn: psycopg.Connection[Any]) -> list[AppliedMigration]:
 def upgrade(dsn: str) -> list[Migration]:
     """Apply every pending migration; returns what this call applied (empty if up to date)."""
     ran: list[Migration] = []
-    with psycopg.connect(dsn, autocommit=False) as conn, conn.transaction():
+    with connections.connect(dsn, MIGRATE_ROLE) as conn, conn.transaction():
         conn.execute(q("schema_lock"))
         conn.execute(q("schema_version_table"))
         done = {m.version for m in applied(conn)}
@@ -103,7 +108,7 @@ def upgrade(dsn: str) -> list[Migration]:
 
 
 def pending(dsn: str) -> list[Migration]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with connections.connect(dsn, READ_ROLE) as conn:
         done = {m.version for m in applied(conn)}
     return [m for m in available() if m.version not in done]
 

@@ -10,7 +10,8 @@ can run twice; keep the purge age far above any relay outage. A failure stops th
 later row never overtakes an earlier one. ``stop()`` finishes the batch in flight (the SIGTERM
 drain).
 
-What it is not: staging (``outbox.py``).
+What it is not: staging (``staging.py``), nor SQL: the statements run in
+``ujobs_bridge.db.outbox``.
 """
 
 from __future__ import annotations
@@ -22,51 +23,19 @@ import psycopg
 
 from .. import validation
 from ..clock import SYSTEM_CLOCK, Clock
+from ..db import connections
 from ..db import jobs as driver
-from ..db.jobs import EnqueueSpec
-from ..db.sql import q
+from ..db import outbox as store
+from ..db.outbox import StagedRow
 from ..faults import fault
 from ..service import Service
 
 log = logging.getLogger("ujobs.outbox")
 
 DEFAULT_BATCH = 500
-
-
-def _spec(row: tuple[Any, ...]) -> EnqueueSpec:
-    (
-        _outbox_id,
-        job_id,
-        name,
-        queue,
-        input_json,
-        key,
-        max_attempts,
-        priority,
-        run_at,
-        delay_s,
-        expires_at,
-        expires_in_s,
-        tenant_id,
-        traceparent,
-        enqueued_by,
-    ) = row
-    return EnqueueSpec(
-        id=job_id,
-        name=name,
-        queue=queue,
-        input_json=input_json,
-        max_attempts=max_attempts,
-        priority=priority,
-        idempotency_key=key,
-        run_at=run_at,
-        delay_s=delay_s,
-        expires_at=expires_at,
-        expires_in_s=expires_in_s,
-        tenant_id=tenant_id,
-        traceparent=traceparent,
-        enqueued_by=enqueued_by,
-    )
+# The relay runs its own transaction on the source (lock, claim, publish, mark as one).
+SOURCE_ROLE = connections.Role("outbox", autocommit=False)
+TARGET_ROLE = connections.Role("outbox:publish")
 
 
 class OutboxRelay(Service):
@@ -100,40 +69,39 @@ class OutboxRelay(Service):
 
     def tick(self) -> int:
         """Publish one batch; returns how many rows became jobs."""
-        with psycopg.connect(self.source_dsn, autocommit=False) as source:
+        with connections.connect(self.source_dsn, SOURCE_ROLE) as source:
             with source.transaction():
-                locked = source.execute(q("outbox_relay_lock")).fetchone()
-                if not locked or not locked[0]:
+                if not store.outbox_relay_lock(source):
                     return 0  # another relay is publishing
-                rows = source.execute(q("outbox_claim"), {"limit": self.batch}).fetchall()
+                rows = store.outbox_claim(source, self.batch)
                 if not rows:
                     return 0
                 if not self.cross_database:
-                    specs = [_spec(r) for r in rows]
+                    specs = [r.spec for r in rows]
                     driver.job_enqueue_many(source, specs, self.clock.sql_now())
                     fault("outbox.after_publish")
-                    source.execute(q("outbox_mark"), {"ids": [r[0] for r in rows]})
+                    store.outbox_mark(source, [r.outbox_id for r in rows])
                     published = len(rows)
                 else:
                     published = self._publish_across(source, rows)
             self.published += published
             return published
 
-    def _publish_across(self, source: psycopg.Connection[Any], rows: list[tuple[Any, ...]]) -> int:
+    def _publish_across(self, source: psycopg.Connection[Any], rows: list[StagedRow]) -> int:
         assert self.target_dsn is not None
         done: list[int] = []
         try:
-            with psycopg.connect(self.target_dsn, autocommit=True) as target:
+            with connections.connect(self.target_dsn, TARGET_ROLE) as target:
                 for row in rows:
-                    target.execute(q("outbox_publish"), _spec(row).params(self.clock.sql_now()))
+                    store.outbox_publish(target, row.spec, self.clock.sql_now())
                     fault("outbox.after_publish")
-                    done.append(row[0])
+                    done.append(row.outbox_id)
         except psycopg.Error as exc:
             log.warning(
                 "ujobs.outbox.stopped: row %s failed, the batch stops there: %s",
-                rows[len(done)][0],
+                rows[len(done)].outbox_id,
                 exc,
             )
         if done:
-            source.execute(q("outbox_mark"), {"ids": done})
+            store.outbox_mark(source, done)
         return len(done)

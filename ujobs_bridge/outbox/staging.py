@@ -18,7 +18,7 @@ from uuid import UUID
 
 import psycopg
 
-from ..db.sql import q
+from ..db import outbox as store
 from ..job import EnqueueRequest
 
 
@@ -32,7 +32,4 @@ def stage(conn: psycopg.Connection[Any], request: EnqueueRequest) -> Staged:
     """Stage ``request`` (``my_job.call(...)`` or ``my_job.configure(...).call(...)``) in
     ``conn``'s current transaction."""
     spec = request.spec()
-    params = spec.params(None)
-    row = conn.execute(q("outbox_stage"), params).fetchone()
-    assert row is not None
-    return Staged(int(row[0]), spec.id)
+    return Staged(store.outbox_stage(conn, spec), spec.id)

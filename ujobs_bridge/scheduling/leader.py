@@ -10,19 +10,21 @@ Expiry is written and compared with the database's ``now()`` only, so a node who
 ahead cannot see a live lease as expired (no local time ever reaches the lease statements).
 
 What it is not: the guarantee against double fire. That is the (task, occurrence) unique key in
-``x_scheduler_fires``; leadership only keeps the work on one node.
+``x_scheduler_fires``; leadership only keeps the work on one node. Nor the SQL: the statements
+are run by ``ujobs_bridge.db.scheduling``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from ..db.sql import q
+from ..db import scheduling as store
+from ..db.connections import Reconnecting, Role
+from ..db.scheduling import LeaderInfo, LeaderTerm
 from ..faults import fault
 
 log = logging.getLogger("ujobs.leader")
@@ -30,12 +32,7 @@ log = logging.getLogger("ujobs.leader")
 DEFAULT_GROUP = "default"
 TRUST_MARGIN_S = 1.0
 
-
-@dataclass(frozen=True, slots=True)
-class LeaderInfo:
-    holder: str
-    term: int
-    live: bool
+__all__ = ["DEFAULT_GROUP", "LeaderInfo", "PgLeaseLeader", "current"]
 
 
 class PgLeaseLeader:
@@ -47,17 +44,10 @@ class PgLeaseLeader:
         self.term: int | None = None
         self.margin_s = min(TRUST_MARGIN_S, ttl_s / 4)
         self._trusted_until = 0.0
-        self._conn: psycopg.Connection[Any] | None = None
+        self._conn = Reconnecting(dsn, Role(f"scheduler:{holder}"))
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                application_name=f"ujobs:scheduler:{self.holder}"[:63],
-                connect_timeout=5,
-            )
-        return self._conn
+    def _lease(self) -> LeaderTerm:
+        return LeaderTerm(self.group, self.holder, self.ttl_s, self.term)
 
     @property
     def is_leader(self) -> bool:
@@ -67,26 +57,21 @@ class PgLeaseLeader:
     def tick(self) -> bool:
         """Renew our term, or try to take an expired one. Any error concedes."""
         started = time.monotonic()
-        params = {"name": self.group, "holder": self.holder, "ttl_s": self.ttl_s}
         try:
-            conn = self._connection()
-            if self.term is not None:
-                row = conn.execute(q("leader_renew"), {**params, "term": self.term}).fetchone()
-                if row is None:
-                    log.warning("ujobs.leader.lost: %s lost term %s", self.holder, self.term)
-                    self.term = None
+            conn = self._conn.get()
+            if self.term is not None and not store.leader_renew(conn, self._lease()):
+                log.warning("ujobs.leader.lost: %s lost term %s", self.holder, self.term)
+                self.term = None
             if self.term is None:
-                row = conn.execute(q("leader_elect"), params).fetchone()
-                if row is not None and row[0] == self.holder:
-                    self.term = int(row[1])
+                term = store.leader_elect(conn, self._lease())
+                if term is not None:
+                    self.term = term
                     log.info("ujobs.leader.elected: %s holds term %s", self.holder, self.term)
                     fault("leader.after_acquire")
         except psycopg.Error as exc:
             log.warning("ujobs.leader.error: %s concedes: %s", self.holder, exc)
             self.term = None
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._conn.reset()
             return False
         if self.term is not None:
             self._trusted_until = started + self.ttl_s - self.margin_s
@@ -96,19 +81,14 @@ class PgLeaseLeader:
         if self.term is None:
             return
         try:
-            self._connection().execute(
-                q("leader_resign"), {"name": self.group, "holder": self.holder, "term": self.term}
-            )
+            store.leader_resign(self._conn.get(), self._lease())
         except psycopg.Error as exc:
             log.warning("ujobs.leader.resign_failed: %s", exc)
         self.term = None
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._conn.close()
 
 
 def current(conn: psycopg.Connection[Any], group: str = DEFAULT_GROUP) -> LeaderInfo | None:
-    row = conn.execute(q("leader_get"), {"name": group}).fetchone()
-    return None if row is None else LeaderInfo(str(row[0]), int(row[1]), bool(row[4]))
+    return store.leader_get(conn, group)

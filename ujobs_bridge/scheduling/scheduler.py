@@ -13,14 +13,15 @@ giving the lease back, so a successor never races it. A task whose ``enqueue`` r
 and keeps its watermark (it catches up by its policy once fixed); the other tasks still fire.
 The scheduler's connection ends any transaction left idle past the lease (a paused leader's
 half-done fire), so a successor is never blocked behind its row lock. The same process relays
-the outbox.
+the outbox. A task built with ``enqueue_in_fire=`` is handed the fire transaction's connection
+explicitly, so what it writes commits (or rolls back) with the fire record.
 
-What it is not: a worker. Tasks only enqueue; workers run the jobs.
+What it is not: a worker (tasks only enqueue; workers run the jobs), nor SQL: the statements are
+run by ``ujobs_bridge.db.scheduling``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import socket
@@ -35,8 +36,10 @@ import psycopg
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db import jobs as driver
+from ..db import scheduling as store
 from ..db import session
-from ..db.sql import q
+from ..db.connections import Reconnecting, Role
+from ..db.scheduling import FireParams, last_fires, watermarks
 from ..errors import ConfigError
 from ..faults import fault
 from ..service import Service
@@ -44,17 +47,7 @@ from ..validation import seconds
 from .leader import DEFAULT_GROUP, PgLeaseLeader
 from .task import PeriodicTask, task
 
-_fire_connection: contextvars.ContextVar[psycopg.Connection[Any] | None] = contextvars.ContextVar(
-    "ujobs_fire_connection", default=None
-)
-
-
-def current_fire_connection() -> psycopg.Connection[Any] | None:
-    """Inside a task's ``enqueue=`` function: the connection of the transaction that records
-    this fire. Writing through it (celery_compat's beat does) makes the jobs and the fire row
-    commit together, and a duplicate fire roll back everything it wrote."""
-    return _fire_connection.get()
-
+__all__ = ["Scheduler", "SchedulerCounts", "last_fires", "purge_task", "watermarks"]
 
 log = logging.getLogger("ujobs.scheduler")
 
@@ -109,7 +102,12 @@ class Scheduler(Service):
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.leader = PgLeaseLeader(dsn, holder=self.holder, ttl_s=ttl, group=group)
         self.counts = SchedulerCounts()
-        self._conn: psycopg.Connection[Any] | None = None
+        # The round's connection ends a transaction left idle past the lease (a paused leader's
+        # half-done fire), so a successor is never blocked behind its row lock.
+        idle_ms = max(1000, int(self.leader.ttl_s * 1000))
+        self._conn = Reconnecting(
+            dsn, Role(f"scheduler:{self.holder}", idle_in_transaction_ms=idle_ms)
+        )
         self._round_lock = threading.Lock()
         super().__init__("scheduler", interval_s=self.interval_s)
 
@@ -120,28 +118,11 @@ class Scheduler(Service):
         with self._round_lock:
             self.leader.resign()
             self.leader.close()
-            self._close()
+            self._conn.close()
 
     def _on_error(self, exc: Exception) -> float:
-        self._close()
+        self._conn.reset()
         return super()._on_error(exc)
-
-    def _close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            idle_ms = max(1000, int(self.leader.ttl_s * 1000))
-            self._conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                application_name=f"ujobs:scheduler:{self.holder}"[:63],
-                connect_timeout=5,
-                options=f"-c idle_in_transaction_session_timeout={idle_ms}",
-            )
-        return self._conn
 
     def _now(self, conn: psycopg.Connection[Any]) -> datetime:
         """The round's one clock reading: the injected clock's SQL instant, else the database's."""
@@ -158,7 +139,7 @@ class Scheduler(Service):
             if not self.leader.tick():
                 return 0
             self.counts.rounds += 1
-            conn = self._connection()
+            conn = self._conn.get()
             now = self._now(conn)  # ONE reading for the whole round
             marks = watermarks(conn)
             fired = 0
@@ -202,21 +183,11 @@ class Scheduler(Service):
             fault("scheduler.before_fire")
             duplicate = False
             with conn.transaction():
-                token = _fire_connection.set(conn)
-                try:
-                    specs = [request.spec() for request in periodic.requests(occurrence)]
-                finally:
-                    _fire_connection.reset(token)
-                row = conn.execute(
-                    q("scheduler_fire"),
-                    {
-                        "task": periodic.name,
-                        "occurrence_at": occurrence.at,
-                        "catch_up": occurrence.catch_up,
-                        "job_ids": [s.id for s in specs],
-                    },
-                ).fetchone()
-                if row is None:
+                specs = [request.spec() for request in periodic.requests(occurrence, conn)]
+                fire = FireParams(
+                    periodic.name, occurrence.at, occurrence.catch_up, tuple(s.id for s in specs)
+                )
+                if not store.scheduler_fire(conn, fire):
                     duplicate = True
                     raise psycopg.Rollback()  # also undoes what enqueue= wrote through conn
                 driver.job_enqueue_many(conn, specs, self.clock.sql_now())
@@ -227,18 +198,5 @@ class Scheduler(Service):
             fired += 1
             self.counts.fired += 1
             self.counts.jobs += len(specs)
-        conn.execute(
-            q("scheduler_watermark_set"),
-            {"task": periodic.name, "watermark": plan.result.watermark},
-        )
+        store.scheduler_watermark_set(conn, periodic.name, plan.result.watermark)
         return fired
-
-
-def last_fires(conn: psycopg.Connection[Any]) -> dict[str, tuple[datetime, bool, datetime]]:
-    rows = conn.execute(q("scheduler_last_fires")).fetchall()
-    return {r[0]: (r[1], bool(r[2]), r[3]) for r in rows}
-
-
-def watermarks(conn: psycopg.Connection[Any]) -> dict[str, datetime]:
-    """Each task's durable watermark: every occurrence at or before it has been decided."""
-    return {str(r[0]): r[1] for r in conn.execute(q("scheduler_watermarks")).fetchall()}

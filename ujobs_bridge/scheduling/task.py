@@ -18,6 +18,9 @@ timeout and queue. Every option is validated at import, and refused rather than 
 
 The ``job=`` shorthand enqueues ``job.call(occurrence=<ISO-8601 UTC instant>, catch_up=<bool>)``
 with ``idempotency_key=occurrence.key``; the function must accept those two keyword arguments.
+``enqueue_in_fire=fn(occurrence, conn)`` is ``enqueue=`` for code that writes rows itself: ``conn``
+is the connection of the scheduler's fire transaction, so what it writes commits with the fire
+record and a duplicate fire rolls it back (celery_compat's beat sends its messages this way).
 
 What it is not: the scheduler. Declaring a task starts nothing and registers nothing; the scheduler
 service finds tasks with ``tasks_from_module`` and dedups fires on ``Occurrence.key``.
@@ -31,6 +34,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
+
+import psycopg
 
 from .. import validation
 from ..errors import ConfigError, ErrorCode
@@ -47,6 +52,8 @@ from .cron import (
 )
 
 EnqueueFn = Callable[["Occurrence"], Iterable[EnqueueRequest]]
+# Given the connection of the fire's transaction (see ``enqueue_in_fire=`` in the docstring).
+FireEnqueueFn = Callable[["Occurrence", psycopg.Connection[Any]], Iterable[EnqueueRequest]]
 DEFAULT_MAX_CATCH_UP = 100
 
 
@@ -124,6 +131,7 @@ class PeriodicTask:
         max_catch_up: int = DEFAULT_MAX_CATCH_UP,
         enqueue: EnqueueFn | None = None,
         job: JobDefinition[Any, Any] | None = None,
+        enqueue_in_fire: FireEnqueueFn | None = None,
     ) -> None:
         self.name = _task_name(name)
         if not callable(getattr(schedule, "next_after", None)):
@@ -142,11 +150,17 @@ class PeriodicTask:
         self.max_catch_up = validation.positive_int(
             f"task {name!r}: max_catch_up", max_catch_up, maximum=10_000
         )
-        if (enqueue is None) == (job is None):
+        if sum(x is not None for x in (enqueue, job, enqueue_in_fire)) != 1:
             raise ConfigError(
-                f"task {name!r} needs exactly one of enqueue= and job=",
+                f"task {name!r} needs exactly one of enqueue= and job= (or enqueue_in_fire=)",
                 hint="pass job=some_job (it receives occurrence= and catch_up=), or "
                 "enqueue=fn(occurrence) returning a list of job.call(...) requests",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
+        if enqueue_in_fire is not None and not callable(enqueue_in_fire):
+            raise ConfigError(
+                f"task {name!r}: enqueue_in_fire={enqueue_in_fire!r} is not callable",
+                hint="pass a function taking an Occurrence and a connection",
                 code=ErrorCode.JOB_OPTION_INVALID,
             )
         if job is not None:
@@ -157,22 +171,35 @@ class PeriodicTask:
                     code=ErrorCode.JOB_OPTION_INVALID,
                 )
             enqueue = _job_enqueue(job, self.name)
-        elif not callable(enqueue):
+        elif enqueue_in_fire is None and not callable(enqueue):
             raise ConfigError(
                 f"task {name!r}: enqueue={enqueue!r} is not callable",
                 hint="pass a function taking an Occurrence and returning [job.call(...)]",
                 code=ErrorCode.JOB_OPTION_INVALID,
             )
-        assert enqueue is not None
-        self._enqueue: EnqueueFn = enqueue
+        self._enqueue: EnqueueFn | None = enqueue
+        self._enqueue_in_fire = enqueue_in_fire
         self.job = job
 
     def __repr__(self) -> str:
         return f"<task {self.name} {self.schedule.describe()} catch_up={self.catch_up}>"
 
-    def requests(self, occurrence: Occurrence) -> list[EnqueueRequest]:
-        """The job requests for one occurrence (possibly none); anything else is refused."""
-        produced = self._enqueue(occurrence)
+    def requests(
+        self, occurrence: Occurrence, conn: psycopg.Connection[Any] | None = None
+    ) -> list[EnqueueRequest]:
+        """The job requests for one occurrence (possibly none); anything else is refused.
+        ``conn`` is the fire transaction's connection, handed to an ``enqueue_in_fire=``."""
+        if self._enqueue_in_fire is not None:
+            if conn is None:
+                raise ConfigError(
+                    f"task {self.name!r} enqueues inside the fire transaction: pass its connection",
+                    hint="call requests(occurrence, conn) with the connection that records the fire",
+                    code=ErrorCode.JOB_OPTION_INVALID,
+                )
+            produced = self._enqueue_in_fire(occurrence, conn)
+        else:
+            assert self._enqueue is not None
+            produced = self._enqueue(occurrence)
         if isinstance(produced, EnqueueRequest) or not isinstance(produced, Iterable):
             raise ConfigError(
                 f"task {self.name!r}: enqueue returned {produced!r}, not a list of requests",
@@ -210,6 +237,7 @@ def task(
     max_catch_up: int = DEFAULT_MAX_CATCH_UP,
     enqueue: EnqueueFn | None = None,
     job: JobDefinition[Any, Any] | None = None,
+    enqueue_in_fire: FireEnqueueFn | None = None,
 ) -> PeriodicTask:
     """Declare a periodic task: exactly one of ``cron=`` (with ``tz=``) and ``every=`` (with an
     optional ``anchor=``, see ``IntervalSchedule``). ``max_catch_up`` bounds ``catch_up="all"``
@@ -245,6 +273,7 @@ def task(
         max_catch_up=max_catch_up,
         enqueue=enqueue,
         job=job,
+        enqueue_in_fire=enqueue_in_fire,
     )
 
 
