@@ -4,9 +4,10 @@ Why it exists: polling alone makes pick-up latency the poll interval; a notifica
 insert trigger at commit wakes the claim loop within a millisecond. Polling stays the floor, so a
 lost notification (connection drop, restart) costs at most one poll interval, never a job.
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
-once instead of at the next heartbeat, and any channel another part of the process registered
-with ``register_channel`` (celery_compat's revoked task ids), so that part needs no connection of
-its own and lives exactly as long as the worker's listening does.
+once instead of at the next heartbeat, and extra channels (``ExtraChannel``: celery_compat's
+revoked task ids), so their owner needs no connection of its own and lives exactly as long as the
+worker's listening does. Extra channels are passed to the constructor (``channels=``); the
+process-wide ``register_channel`` still adds to every listener of the process.
 
 A ``Service`` (``service.py``): ``stop()`` lets the wait in flight end (at most 0.2 s), then
 closes the connection.
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from ..db import session
+from ..db import connections, session
+from ..db.connections import Role
 from ..service import Service
 
 log = logging.getLogger("ujobs.listener")
@@ -35,7 +37,8 @@ CANCEL_CHANNEL = "x_jobs_cancel"
 
 @dataclass(frozen=True, slots=True)
 class ExtraChannel:
-    """A channel listened on through every ``Listener`` of the process. All three hooks run on
+    """An extra channel a ``Listener`` listens on (passed to it, or to every listener of the
+    process through ``register_channel``). All three hooks run on
     the listener's thread. ``on_connect(conn)``, on each fresh connection: issue its own LISTEN,
     then catch up on what was sent while nobody listened (notifications are not queued for
     absent listeners). ``on_notify(payload)``: one notification. ``on_closed()``: that
@@ -71,28 +74,29 @@ class Listener(Service):
         queues: Collection[str],
         on_ready: Callable[[], None],
         on_cancel: Callable[[str], None],
-        application_name: str,
+        role: Role,
+        channels: Sequence[ExtraChannel] = (),
         reconnect_s: float = 1.0,
     ) -> None:
         self.dsn = dsn
         self.queues = frozenset(queues)
         self.on_ready = on_ready
         self.on_cancel = on_cancel
-        self.application_name = application_name
+        self.role = role
+        self.channels = tuple(channels)
         self.reconnect_s = reconnect_s
         self._conn: psycopg.Connection[Any] | None = None
         self._joined: dict[str, ExtraChannel] = {}  # extra channels told about this connection
         self.listening = threading.Event()
         super().__init__("listener", interval_s=reconnect_s)
 
+    @property
+    def application_name(self) -> str:
+        return self.role.application_name
+
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                application_name=self.application_name,
-                connect_timeout=5,
-            )
+            self._conn = connections.connect(self.dsn, self.role)
             session.listen_for_jobs(self._conn)
             self._join_extra(self._conn)
             self.listening.set()
@@ -115,8 +119,9 @@ class Listener(Service):
 
     def _join_extra(self, conn: psycopg.Connection[Any]) -> None:
         with _extra_lock:
-            extras = list(_extra.values())
-        for extra in extras:
+            # the process-wide ones, then this listener's own (which win on the same channel)
+            extras = _extra | {extra.channel: extra for extra in self.channels}
+        for extra in extras.values():
             if self._hook(extra.on_connect, conn):
                 self._joined[extra.channel] = extra
 
