@@ -21,7 +21,7 @@ from uuid import UUID
 from ..context import AttemptSignal
 from ..job import JobDefinition
 from ..records import ClaimedJob, Settlement
-from .outcome_batch import AckBatch
+from .outcome_batch import OutcomeBatch
 
 
 @dataclass(slots=True, eq=False)
@@ -39,10 +39,10 @@ class InFlight:
 
 
 class InFlightTable:
-    """The attempts a worker holds, keyed by job id; settled outcomes go to ``acks``."""
+    """The attempts a worker holds, keyed by job id; settled outcomes go to ``outcomes``."""
 
-    def __init__(self, acks: AckBatch, wake: threading.Event) -> None:
-        self.acks = acks
+    def __init__(self, outcomes: OutcomeBatch, wake: threading.Event) -> None:
+        self.outcomes = outcomes
         self.wake = wake  # set whenever a slot frees or an outcome is queued
         self.lock = threading.Lock()
         self._entries: dict[UUID, InFlight] = {}
@@ -64,7 +64,7 @@ class InFlightTable:
             if first:
                 entry.settled = True
                 if settlement is not None:
-                    self.acks.add(settlement)
+                    self.outcomes.add(settlement)
             if release:
                 self._entries.pop(entry.claimed.id, None)
         if first or release:

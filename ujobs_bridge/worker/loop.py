@@ -45,7 +45,7 @@ from .config import WorkerConfig
 from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
-from .outcome_batch import AckBatch
+from .outcome_batch import OutcomeBatch
 from .runtimes import Runtimes, StepWrites
 from .stopping import Stopper
 
@@ -82,17 +82,17 @@ class Worker:
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.acks = AckBatch(
+        self.outcomes = OutcomeBatch(
             threshold=self.config.capacity // 2, interval_s=self.config.ack_interval_s
         )
-        self.counts = self.acks.counts
+        self.counts = self.outcomes.counts
         self.started = threading.Event()  # set once start() has launched the claim loop
         self.stopped = threading.Event()  # set once stop() has settled and released everything
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._hurry = threading.Event()
         self._lifecycle = threading.Lock()
-        self.table = InFlightTable(self.acks, self._wake)
+        self.table = InFlightTable(self.outcomes, self._wake)
         self.runtimes = Runtimes(
             pool=self.config.pool,
             size=self.config.concurrency,
@@ -230,7 +230,7 @@ class Worker:
                 continue
             if more:
                 continue
-            pending = bool(self.acks)
+            pending = bool(self.outcomes)
             timed = self.table.timed()
             wait = self.config.poll_s
             if pending:
@@ -264,9 +264,9 @@ class Worker:
             else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                 matched, rows = set(), self.claims.claim(want)
         except psycopg.Error:
-            self.acks.restore(batch)
+            self.outcomes.restore(batch)
             raise
-        self.acks.written(batch, matched)
+        self.outcomes.written(batch, matched)
         self._start(rows)
         return want > 0 and len(rows) == want
 
@@ -304,7 +304,7 @@ class Worker:
             )
 
     def _take_due(self, *, force: bool = False) -> list[Settlement]:
-        return self.acks.take_due(force=force, idle=not len(self.table))
+        return self.outcomes.take_due(force=force, idle=not len(self.table))
 
     def _flush(self, *, force: bool = False) -> int:
         batch = self._take_due(force=force)
@@ -313,7 +313,7 @@ class Worker:
         try:
             matched = self.claims.write(batch)
         except psycopg.Error:
-            self.acks.restore(batch)
+            self.outcomes.restore(batch)
             raise
-        self.acks.written(batch, matched)
+        self.outcomes.written(batch, matched)
         return len(batch)
