@@ -53,6 +53,9 @@ log = logging.getLogger("ujobs.worker")
 
 
 class Worker:
+    """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
+    channels for its listener (besides the process-wide ``listener.register_channel``)."""
+
     def __init__(
         self,
         dsn: str,
