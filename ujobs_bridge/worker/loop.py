@@ -39,6 +39,7 @@ from ..db.connections import Role
 from ..errors import ConfigError, ErrorCode
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
+from ..service import Service
 from .attempt import BodyResult, settle
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
@@ -50,6 +51,8 @@ from .runtimes import Runtimes, StepWrites
 from .stopping import Stopper
 
 log = logging.getLogger("ujobs.worker")
+
+RETRY_PAUSE_S = 1.0  # after a failed pass of the claim loop
 
 
 class Worker:
@@ -121,7 +124,7 @@ class Worker:
             clock=clock,
             counts=self.counts,
         )
-        self._loop_thread: threading.Thread | None = None
+        self.claim_loop = ClaimLoop(self)
         self.heartbeat = Heartbeat(
             dsn,
             lease_s=self.config.lease_s,
@@ -150,8 +153,7 @@ class Worker:
             self.claims.connection()  # a wrong DSN fails here, not in the loop
             self.heartbeat.start()
             self.listener.start()
-            self._loop_thread = threading.Thread(target=self._loop, name="ujobs-claim", daemon=True)
-            self._loop_thread.start()
+            self.claim_loop.start()
             self.started.set()
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -165,10 +167,8 @@ class Worker:
             self.stopped.set()
 
     def _shut_down(self, limit: float) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._loop_thread is not None:
-            self._loop_thread.join()
+        self.request_stop()
+        self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
         self.stopper.hand_back_unstarted()
         while time.monotonic() < deadline and not self._hurry.is_set():
@@ -187,6 +187,7 @@ class Worker:
     def request_stop(self) -> None:
         """Signal-handler safe: stop claiming now; ``stop()`` does the waiting."""
         self._stopping.set()
+        self.claim_loop.request_stop()
         self._wake.set()
 
     def hurry(self) -> None:
@@ -217,30 +218,18 @@ class Worker:
         self._flush(force=True)
         return len(claimed)
 
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                more = self._pass()
-            except psycopg.Error as exc:
-                log.warning("ujobs.worker.db_error: %s", exc)
-                self.claims.reset()
-                self._stopping.wait(1.0)
-                try:
-                    self.claims.connection()
-                except psycopg.Error:
-                    continue
-                continue
-            if more:
-                continue
-            pending = bool(self.outcomes)
-            timed = self.table.timed()
-            wait = self.config.poll_s
-            if pending:
-                wait = min(wait, self.config.ack_interval_s)
-            if timed:
-                wait = min(wait, 0.05)
-            self._wake.wait(wait)
+    def _cycle(self) -> None:
+        """One turn of the claim loop: a pass, then, unless it filled every free slot, a wait
+        until woken (a notification, a freed slot, a queued outcome) or the next poll."""
+        self._wake.clear()
+        if self._stopping.is_set() or self._pass():
+            return
+        wait = self.config.poll_s
+        if self.outcomes:
+            wait = min(wait, self.config.ack_interval_s)
+        if self.table.timed():
+            wait = min(wait, 0.05)
+        self._wake.wait(wait)
 
     def _pass(self) -> bool:
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
@@ -320,3 +309,31 @@ class Worker:
             raise
         self.outcomes.written(batch, matched)
         return len(batch)
+
+
+class ClaimLoop(Service):
+    """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
+    and again; a database error resets the claim connection and pauses a second."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        super().__init__("claim", interval_s=RETRY_PAUSE_S)
+
+    def tick(self) -> bool:
+        """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
+        return self.worker._pass()
+
+    def _pass(self) -> float:
+        if self.worker.stopping:  # asked before start(): take no pass at all
+            self.request_stop()
+            return 0.0
+        self.worker._cycle()
+        return 0.0
+
+    def _on_error(self, exc: Exception) -> float:
+        self.worker.claims.reset()
+        if isinstance(exc, psycopg.Error):
+            log.warning("ujobs.worker.db_error: %s", exc)
+        else:
+            log.exception("ujobs.worker.error")
+        return RETRY_PAUSE_S
