@@ -22,6 +22,7 @@ from ujobs_bridge.client import Client
 from ujobs_bridge.context import AttemptSignal
 from ujobs_bridge.loading import build
 from ujobs_bridge.records import ClaimedJob, JobState, Settlement
+from ujobs_bridge.service import Service
 from ujobs_bridge.worker.attempt import perform
 from ujobs_bridge.worker.listener import ExtraChannel
 
@@ -85,6 +86,7 @@ def test_a_worker_listens_on_the_extra_channels_it_is_given(
     w = Worker(dsn, build([noop]), WorkerConfig(queues=("channels",)), channels=[extra])
     w.start()
     try:
+        assert isinstance(w.claim_loop, Service) and w.claim_loop.started.is_set()
         assert w.started.is_set() and w.listener.listening.wait(10)
         db.execute("select pg_notify('uj_test_extra', 'hello')")
         wait_for(lambda: heard == ["hello"], timeout=10, what="the extra channel's notification")
