@@ -30,7 +30,7 @@ from ..job import JobDefinition
 from ..outcomes import Cancel, Discard, Snooze
 from ..records import ClaimedJob
 from ..steps import StepRunner
-from .attempt import BodyResult, RemoteJobError
+from .attempt import BodyResult, RemoteJobError, run_body
 
 _registry: dict[str, JobDefinition[Any, Any]] = {}
 _dsn: list[str] = []
@@ -62,8 +62,6 @@ def child_run(claimed: ClaimedJob) -> Reply:
     """Run one claimed job's body here through the attempt core, with the same
     ``current_job()`` and ``step`` a thread body gets (its signal never fires: a cancel is fenced
     when the child answers), and answer with a plain reply."""
-    from .attempt import run_body
-
     definition = _registry[claimed.name]
     runner = StepRunner(
         lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),
