@@ -118,29 +118,13 @@ SQL_ALLOWLIST = frozenset(
         "celery_compat/store.py",  # the facade's statements: become celery_compat/db modules
         "celery_compat/rate_limit.py",  # the token bucket's statements: celery_compat/db
         "celery_compat/retention.py",  # celery_compat's purge target: celery_compat/db
-        "celery_compat/contrib/pytest.py",  # test-database setup: moves to ujobs_bridge.testing
         "migrate/quarantine.py",  # the drain's quarantine statements: migrate/db
         "migrate/batch.py",  # the drain's batch insert: migrate/db
     }
 )
 
 # Connections opened outside ``db/connections.py``; the same rule, the same shrinking list.
-CONNECT_ALLOWLIST = frozenset(
-    {
-        "ujobs_bridge/worker/loop.py",  # the claim connection (the worker's rewrite)
-        "ujobs_bridge/worker/runtimes.py",  # the step-write pool
-        "ujobs_bridge/worker/child.py",  # the process-pool child's pool
-        "ujobs_bridge/worker/listener.py",  # the LISTEN connection
-        "ujobs_bridge/worker/heartbeat.py",  # the heartbeat connection
-        "ujobs_bridge/cli/migrate_quarantine.py",  # CLI commands: one connection per command
-        "ujobs_bridge/cli/migrate_demo.py",
-        "ujobs_bridge/cli/migrate.py",
-        "ujobs_bridge/cli/scheduler.py",
-        "ujobs_bridge/cli/db.py",
-        "ujobs_bridge/cli/purge.py",
-        "celery_compat/contrib/pytest.py",  # test-database setup: moves to ujobs_bridge.testing
-    }
-)
+CONNECT_ALLOWLIST: frozenset[str] = frozenset()
 CONNECTIONS_MODULE = "ujobs_bridge/db/connections.py"
 
 

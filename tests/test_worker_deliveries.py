@@ -1,5 +1,5 @@
 """The job context tells a body whether its row was claimed before (``redelivered``), whatever
-gave the claim back: a snooze, a rescue after a lost lease, a drain's hand-back. ``attempt``
+gave the claim back: a snooze, a rescue after a lost lease, a shutdown's hand-back. ``attempt``
 cannot tell: those paths give theirs back."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client
 
     first = claim()
     back = Settlement(ref.id, first.lease_token, JobState.READY, uncount=1, error="handed back")
-    assert driver.job_settle(db, [back], None) == {ref.id}  # what a drain writes
+    assert driver.job_settle(db, [back], None) == {ref.id}  # what a shutdown's hand-back writes
     second = claim()
     assert (first.attempt, first.deliveries) == (1, 1)
     assert (second.attempt, second.deliveries) == (1, 2)

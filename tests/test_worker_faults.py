@@ -1,4 +1,4 @@
-"""Real worker processes killed, paused, drained and cancelled: what a user sees afterwards.
+"""Real worker processes killed, paused, shut down and cancelled: what a user sees afterwards.
 
 Why it exists: the durability promises (a job survives its worker's death, a paused worker's
 late write changes nothing, SIGTERM hands work back uncounted, a cancel reaches a running body,
@@ -175,22 +175,22 @@ def test_a_worker_paused_past_its_lease_cannot_overwrite_the_rescuers_result(
         timeout=20,
         what="the paused worker to report its write fenced or its lease lost",
     )
-    paused.term()  # the drain flushes whatever the paused worker still had to write
+    paused.term()  # the shutdown flushes whatever the paused worker still had to write
     assert paused.wait(timeout=15) == 0
 
     assert row(ledger, ref.id) == rescued  # state, attempt, output, error, timestamps: untouched
     assert [e["attempt"] for e in effects(ledger, "end") if e["pid"] == taker.pid] == [2]
 
 
-def test_sigterm_drains_finishes_what_it_can_and_hands_the_rest_back_uncounted(
+def test_sigterm_shutdown_finishes_what_it_can_and_hands_the_rest_back_uncounted(
     client: Client, ledger: Db, workers: Any, queue: str
 ) -> None:
     keys = [f"t{i}" for i in range(6)]
     call = fault_jobs.blocking.configure(queue=queue)
     refs = dict(zip(keys, client.enqueue_many([call.call(k, gate=f"gate-{k}") for k in keys]), strict=True))
     ids = [ref.id for ref in refs.values()]
-    drain_s = 2.0
-    worker = workers("-c", "2", "--shutdown-timeout", str(drain_s))
+    shutdown_s = 2.0
+    worker = workers("-c", "2", "--shutdown-timeout", str(shutdown_s))
     wait_for(lambda: len(effects(ledger, "start")) == 2, what="two bodies to start")
     wait_for(
         lambda: ledger.execute(
@@ -205,7 +205,11 @@ def test_sigterm_drains_finishes_what_it_can_and_hands_the_rest_back_uncounted(
     signalled_at = db_now(ledger)
     sent = time.monotonic()
     worker.term()
-    wait_for(lambda: "draining" in worker.output(), timeout=10, what="the worker to start draining")
+    wait_for(
+        lambda: any(word in worker.output() for word in ("draining", "shutting down")),
+        timeout=10,
+        what="the worker to start shutting down",
+    )
     late = fault_jobs.blocking.configure(client=client, queue=queue).enqueue("late")
     # The prefetched jobs are handed back at once (before the running bodies are waited for).
     wait_for(
@@ -214,9 +218,9 @@ def test_sigterm_drains_finishes_what_it_can_and_hands_the_rest_back_uncounted(
         what="the prefetched jobs to be handed back",
     )
     open_gate(ledger, f"gate-{finishing}")  # this body ends within the shutdown timeout
-    assert worker.wait(timeout=drain_s + 10) == 0
+    assert worker.wait(timeout=shutdown_s + 10) == 0
     took = time.monotonic() - sent
-    assert took < drain_s + 8, f"the drain took {took:.1f}s"
+    assert took < shutdown_s + 8, f"the shutdown took {took:.1f}s"
 
     done = row(ledger, refs[finishing].id)
     assert done["state"] == "done" and done["attempt"] == 1
@@ -227,7 +231,7 @@ def test_sigterm_drains_finishes_what_it_can_and_hands_the_rest_back_uncounted(
         assert (r["state"], r["attempt"], r["lease_token"]) == ("ready", 0, None), key
         assert "UJ_WORKER_DRAINING" in (r["last_error"] or ""), key
     # Nothing started after the signal: only the two bodies running before it ever started,
-    # not even in the slot the finished body freed, nor the job enqueued during the drain.
+    # not even in the slot the finished body freed, nor the job enqueued during the shutdown.
     starts = effects(ledger, "start")
     assert sorted(e["key"] for e in starts) == running
     assert all(e["at"] < signalled_at for e in starts)
@@ -238,7 +242,7 @@ def test_a_prefetched_job_never_starts_once_a_stop_was_requested(
     client: Client, ledger: Db, queue: str, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In-process, to hold the window open: between the signal (``request_stop``) and the
-    drain's hand-back (``stop``), a body slot that frees up must not start a prefetched job."""
+    shutdown's hand-back (``stop``), a body slot that frees up must not start a prefetched job."""
     monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)
     call = fault_jobs.blocking.configure(queue=queue)
     first, second = client.enqueue_many([call.call("p1", gate="gp1"), call.call("p2", gate="gp2")])

@@ -1,6 +1,6 @@
 """What a running job body can know about its own attempt, and the signal that stops it.
 
-Why it exists: cancellation, lease loss, a per-attempt timeout and a worker drain must all reach
+Why it exists: cancellation, lease loss, a per-attempt timeout and a worker shutdown must all reach
 the body. A sync body cannot be interrupted safely from outside, so it gets a cooperative signal:
 ``current_job().cancelled`` to poll, ``check()`` to raise, ``wait(seconds)`` to sleep in a way that
 wakes at once when the attempt is stopped. Async bodies are also cancelled as asyncio tasks.
@@ -61,7 +61,7 @@ class JobContext:
     @property
     def redelivered(self) -> bool:
         """True when the row was claimed before this attempt: a snooze, a rescue after a lost
-        lease or a drain's hand-back (which, unlike failures, do not all count an attempt)."""
+        lease or the shutdown's hand-back (which, unlike failures, do not all count an attempt)."""
         return self.deliveries > 1
 
     def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
@@ -75,7 +75,7 @@ class JobContext:
 
     @property
     def cancelled(self) -> bool:
-        """True once the attempt was cancelled, timed out, lost its lease or is being drained."""
+        """True once the attempt was cancelled, timed out, lost its lease or is being handed back by a worker shutdown."""
         return self.signal.aborted
 
     def check(self) -> None:

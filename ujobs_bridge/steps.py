@@ -30,6 +30,7 @@ from .clock import Clock
 from .context import AttemptSignal
 from .db import steps as store
 from .db.steps import Lease, StepRecord
+from .error_text import error_text
 from .errors import (
     AttemptAborted,
     ConfigError,
@@ -173,8 +174,6 @@ class StepRunner:
     def _record_failure(self, name: str, ordinal: int, exc: Exception, started: datetime) -> None:
         if self.signal.aborted:
             return
-        from .worker.attempt import error_text
-
         with self.connection() as conn:
             store.step_fail(conn, self.lease, name, ordinal, error_text(exc), started)
 

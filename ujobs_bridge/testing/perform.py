@@ -14,8 +14,6 @@ enforce ``timeout=``, heartbeat the lease, rescue or expire other jobs. Run the 
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +30,8 @@ from ..job import EnqueueRequest, JobDefinition
 from ..records import ClaimedJob, JobRecord, JobState, Settlement
 from ..steps import StepRunner
 from ..worker import attempt as attempt_core
+from ..worker.claims import EXPIRE_ERROR
 from ..worker.config import DEFAULT_LEASE_S
-from ..worker.loop import EXPIRE_ERROR
 
 WORKER_ID = "ujobs:testing:perform"
 
@@ -132,21 +130,4 @@ def run_attempt(
     runner: StepRunner,
 ) -> Settlement | None:
     """The one call into the worker's attempt core: run the body, decide the settlement."""
-    if definition.is_async:
-        coroutine = attempt_core.run_async(definition, claimed, signal, runner)
-        if _loop_running():  # called from an async test: run on a loop of its own
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                result = pool.submit(asyncio.run, coroutine).result()
-        else:
-            result = asyncio.run(coroutine)
-    else:
-        result = attempt_core.run_sync(definition, claimed, signal, runner)
-    return attempt_core.settle(definition, claimed, result, signal)
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return attempt_core.perform(definition, claimed, signal, runner)

@@ -1,10 +1,14 @@
 """The worker: claims ready jobs, runs each attempt, writes its outcome, and never loses a job.
 
-Why it is a package: the claim/settle loop (``loop.py``), the attempt core every runtime shares
-(``attempt.py``), where bodies run (``runtimes.py``, ``child.py``, ``body_threads.py``), how
-attempts are stopped early (``stopping.py``), the outcome batch (``outcome_batch.py``) and the two
-loops at its side, the lease heartbeat (``heartbeat.py``) and the wake-up listener
-(``listener.py``), are one component with one boundary.
+Why it is a package: the claim loop (``loop.py``, class ``Worker``) and what it composes are one
+component with one boundary: the claim connection and its statements (``claims.py``), the
+in-flight table, the only place an attempt is settled (``inflight.py``), the attempt core every
+runtime shares (``attempt.py``: ``run_body``, ``perform``), the runtimes behind one interface
+(``runtimes.py``: body threads from ``body_threads.py``, an event loop, a process pool whose
+children run ``child.py``), how attempts are stopped early (``stopping.py``), the outcome batch
+(``outcome_batch.py``), and the two ``Service`` loops at its side, the lease heartbeat
+(``heartbeat.py``) and the wake-up listener (``listener.py``). Depends only downward: on the
+engine's ``db``, ``steps``, ``context`` and ``job``; nothing below imports it.
 
 What it is not: the CLI (``ujobs_bridge.cli``) or the place jobs are declared (``ujobs_bridge.job``).
 """

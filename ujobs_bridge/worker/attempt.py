@@ -1,23 +1,34 @@
-"""Run ONE claimed attempt's body and turn how it ended into a ``Settlement``.
+"""The attempt core: run ONE claimed attempt's body and turn how it ended into a ``Settlement``.
 
-Why it exists: the decision table (done / retry after backoff / dead / cancelled / handed back
-uncounted / nothing to write because the lease is gone) is the heart of at-least-once, and it is
-easier to trust as one small function than spread through the claim loop.
+Why it exists: every place a body runs (a body thread, the event loop, a child process, a test
+kit's ``perform``) must bind the same ``current_job()`` and ``step``, decode the input the same
+way, apply an ``async def`` body's ``timeout=`` the same way, and sort how it ended through the
+same decision table (done / retry after backoff / dead / cancelled / handed back uncounted /
+nothing to write because the lease is gone). One copy of each is what keeps them from drifting.
 
-What it is not: the loop that claims, the lease keeper or the ack batcher (``loop.py``).
+The entry points: ``run_body`` (sync; an async body runs on a fresh event loop) and
+``run_body_async`` (on the caller's loop) return a ``BodyResult``; ``settle`` decides the
+``Settlement``; ``perform`` / ``perform_async`` do both.
+
+What it is not: the loop that claims, the lease keeper or the outcome batch (``loop.py``,
+``heartbeat.py``, ``outcome_batch.py``), nor where bodies run (``runtimes.py``, ``child.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import traceback
-from collections.abc import Awaitable
+import contextvars
+import inspect
+import threading
+from collections.abc import Awaitable, Coroutine, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import context, steps
 from ..context import AttemptSignal, JobContext
+from ..error_text import FormattedError, error_text
 from ..errors import AttemptAborted, ErrorCode, PayloadError, StepError, StepSuspended
 from ..job import JobDefinition
 from ..outcomes import Cancel, Discard, Outcome, Snooze
@@ -25,16 +36,26 @@ from ..payload import decode_input, dumps
 from ..records import ClaimedJob, JobState, Settlement
 from ..steps import StepRunner
 
-ERROR_TEXT_LIMIT = 4000
+T = TypeVar("T")
+
+__all__ = [
+    "BodyResult",
+    "RemoteJobError",
+    "error_text",
+    "perform",
+    "perform_async",
+    "run_body",
+    "run_body_async",
+    "settle",
+]
 
 
-class RemoteJobError(Exception):
+class RemoteJobError(FormattedError):
     """A body that failed in a child process: its traceback as text, and whether the job's own
     retry policy (evaluated in the child, where the exception class lives) wants another go."""
 
     def __init__(self, text: str, retryable: bool) -> None:
         super().__init__(text)
-        self.text = text
         self.retryable = retryable
 
 
@@ -49,6 +70,8 @@ class BodyResult:
 def context_for(
     claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None = None
 ) -> JobContext:
+    """The ``current_job()`` of this attempt; with a step runner it also has the clock and the
+    jobs-database connection of the steps."""
     if runner is None:
         return JobContext(
             claimed.id,
@@ -72,39 +95,72 @@ def context_for(
     )
 
 
+@contextmanager
+def _bound(claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None) -> Iterator[None]:
+    token = context.bind(context_for(claimed, signal, runner))
+    step_token = steps.bind(runner)
+    try:
+        yield
+    finally:
+        steps.unbind(step_token)
+        context.unbind(token)
+
+
 def _returned(value: Any, name: str) -> BodyResult:
     if isinstance(value, Outcome):  # an outcome may be returned as well as raised
         return BodyResult(error=value)
     return BodyResult(output_json=dumps(value, what=f"the result of job {name!r}"))
 
 
-def run_sync(
+def run_body(
     definition: JobDefinition[Any, Any],
     claimed: ClaimedJob,
     signal: AttemptSignal,
     runner: StepRunner | None = None,
 ) -> BodyResult:
-    """Run a sync body in the calling thread with its context (and its steps) bound."""
-    token = context.bind(context_for(claimed, signal, runner))
-    step_token = steps.bind(runner)
-    try:
-        args, kwargs = decode_input(claimed.input)
-        return _returned(definition.fn(*args, **kwargs), claimed.name)
-    except BaseException as exc:  # the decision table below sorts every kind
-        return BodyResult(error=exc)
-    finally:
-        steps.unbind(step_token)
-        context.unbind(token)
+    """Run the body in the calling thread with its context (and its steps) bound. An ``async
+    def`` body runs on a fresh event loop (in a helper thread if this thread already runs one)."""
+    if definition.is_async:
+        return _on_fresh_loop(run_body_async(definition, claimed, signal, runner))
+    with _bound(claimed, signal, runner):
+        try:
+            args, kwargs = decode_input(claimed.input)
+            value = definition.fn(*args, **kwargs)
+            if inspect.iscoroutine(value):  # a sync wrapper around an async body
+                value = _on_fresh_loop(value)
+            return _returned(value, claimed.name)
+        except BaseException as exc:  # the decision table sorts every kind
+            return BodyResult(error=exc)
 
 
-async def run_async(
+async def run_body_async(
     definition: JobDefinition[Any, Any],
     claimed: ClaimedJob,
     signal: AttemptSignal,
     runner: StepRunner | None = None,
 ) -> BodyResult:
-    token = context.bind(context_for(claimed, signal, runner))
-    step_token = steps.bind(runner)
+    """Run an ``async def`` body on the running loop, with its context and steps bound and its
+    ``timeout=`` applied (a timeout aborts the signal and fails the attempt)."""
+    timeout = definition.timeout_s
+    with _bound(claimed, signal, runner):
+        try:
+            if timeout is None:
+                return await _awaited(definition, claimed, signal)
+            return await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
+        except TimeoutError:
+            signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
+            return BodyResult(
+                error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
+            )
+        except asyncio.CancelledError:  # the loop went away under the body: nothing to say
+            return BodyResult()
+
+
+async def _awaited(
+    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal
+) -> BodyResult:
+    """The body's own ending, caught here so a ``TimeoutError`` it raises is not taken for its
+    timeout."""
     try:
         args, kwargs = decode_input(claimed.input)
         awaitable: Awaitable[Any] = definition.fn(*args, **kwargs)
@@ -116,18 +172,57 @@ async def run_async(
         raise
     except BaseException as exc:
         return BodyResult(error=exc)
-    finally:
-        steps.unbind(step_token)
-        context.unbind(token)
 
 
-def error_text(exc: BaseException) -> str:
-    if isinstance(exc, RemoteJobError):
-        return exc.text[-ERROR_TEXT_LIMIT:]
-    text = "".join(traceback.format_exception(exc)).strip()
-    if len(text) > ERROR_TEXT_LIMIT:
-        text = "…" + text[-ERROR_TEXT_LIMIT:]
-    return text
+def _on_fresh_loop(awaitable: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end on a new event loop; from a thread that already runs a loop,
+    on a helper thread (with this context), since a loop cannot be nested."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(awaitable)
+    returned: list[T] = []
+    raised: list[BaseException] = []
+    ctx = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            returned.append(ctx.run(asyncio.run, awaitable))
+        except BaseException as exc:
+            raised.append(exc)
+
+    helper = threading.Thread(target=run, name="ujobs-fresh-loop")
+    helper.start()
+    helper.join()
+    if raised:
+        raise raised[0]
+    return returned[0]
+
+
+def perform(
+    definition: JobDefinition[Any, Any],
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None = None,
+) -> Settlement | None:
+    """Run one attempt to its end and decide where its row goes: ``run_body`` then ``settle``.
+    ``None`` means there is nothing to write (the lease is gone or the job was cancelled)."""
+    return settle(definition, claimed, run_body(definition, claimed, signal, runner), signal)
+
+
+async def perform_async(
+    definition: JobDefinition[Any, Any],
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None = None,
+) -> Settlement | None:
+    """``perform`` from a running loop: an ``async def`` body runs on it, a sync body on a
+    helper thread."""
+    if definition.is_async:
+        result = await run_body_async(definition, claimed, signal, runner)
+    else:
+        result = await asyncio.to_thread(run_body, definition, claimed, signal, runner)
+    return settle(definition, claimed, result, signal)
 
 
 def settle(

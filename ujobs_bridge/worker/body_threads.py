@@ -3,7 +3,7 @@
 Why it exists: ``concurrent.futures.ThreadPoolExecutor`` builds a Future, a work item and a
 condition per call, which is a measurable share of a no-op job's cost at thousands of jobs per
 second. The worker needs less: hand a job to a free thread, and know whether a job has started
-(a job that has not started can be handed back untouched by a drain or a cancel).
+(a job that has not started can be handed back untouched by the shutdown or a cancel).
 
 What it is not: a general executor. Bodies report their outcome through the callback.
 """

@@ -12,30 +12,29 @@ cannot interrupt a child's body (it is fenced when it returns).
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import os
 import signal
 import threading
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
-from .. import payload
 from ..clock import SYSTEM_CLOCK
 from ..context import AttemptSignal
+from ..db import connections
+from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
-from ..errors import StepError, StepSuspended
+from ..error_text import error_text
+from ..errors import AttemptAborted, ErrorCode, PayloadError, StepError, StepSuspended
 from ..job import JobDefinition
-from ..outcomes import Cancel, Discard, Outcome, Snooze
+from ..outcomes import Cancel, Discard, Snooze
 from ..records import ClaimedJob
-from .attempt import BodyResult, RemoteJobError, error_text
+from ..steps import StepRunner
+from .attempt import BodyResult, RemoteJobError, run_body
 
 _registry: dict[str, JobDefinition[Any, Any]] = {}
 _dsn: list[str] = []
-_pool: list[ConnectionPool[psycopg.Connection[Any]]] = []
+_pool: list[Pool] = []
 _lock = threading.Lock()
 
 Reply = tuple[Any, ...]
@@ -55,63 +54,55 @@ def child_init(app_spec: str | None, dsn: str) -> None:
         app.bind(dsn)
 
 
-def _connection() -> AbstractContextManager[psycopg.Connection[Any]]:
+def _connection() -> AbstractContextManager[Conn]:
     with _lock:
         if not _pool:
-            _pool.append(
-                ConnectionPool(
-                    _dsn[0], min_size=1, max_size=2, kwargs={"autocommit": True}, open=True
-                )
-            )
+            role = Role(f"worker:child:{os.getpid()}:steps")
+            _pool.append(connections.pool(_dsn[0], role, min_size=1, max_size=2))
     return _pool[0].connection()
 
 
 def child_run(claimed: ClaimedJob) -> Reply:
-    """Run one claimed job's body here, with the same ``current_job()`` and ``step`` a thread
-    body gets (its signal never fires: a cancel is fenced when the child answers)."""
-    from .. import context, steps
-    from .attempt import context_for
-
-    name, job_input = claimed.name, claimed.input
-    definition = _registry[name]
-    runner = steps.StepRunner(
+    """Run one claimed job's body here through the attempt core, with the same
+    ``current_job()`` and ``step`` a thread body gets (its signal never fires: a cancel is fenced
+    when the child answers), and answer with a plain reply."""
+    definition = _registry[claimed.name]
+    runner = StepRunner(
         lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),
         connection=_connection,
         signal=AttemptSignal(),
         clock=SYSTEM_CLOCK,
     )
-    job_token = context.bind(context_for(claimed, runner.signal, runner))
-    step_token = steps.bind(runner)
-    try:
-        args, kwargs = payload.decode_input(job_input)
-        value = definition.fn(*args, **kwargs)
-        if inspect.iscoroutine(value):
-            value = asyncio.run(value)
-        if isinstance(value, Outcome):
-            raise value
-        return ("ok", payload.dumps(value, what=f"the result of job {name!r}"))
-    except StepSuspended as exc:
+    result = run_body(definition, claimed, runner.signal, runner)
+    return _reply(definition, result)
+
+
+def _reply(definition: JobDefinition[Any, Any], result: BodyResult) -> Reply:
+    exc = result.error
+    if exc is None:
+        return ("ok", result.output_json)
+    if isinstance(exc, StepSuspended):
         wake = exc.wake_at.isoformat() if isinstance(exc.wake_at, datetime) else None
         return ("suspend", exc.state, wake, exc.reason)
-    except Snooze as exc:
+    if isinstance(exc, Snooze):
         return ("snooze", exc.delay_s)
-    except Cancel as exc:
+    if isinstance(exc, Cancel):
         return ("cancel", exc.reason)
-    except Discard as exc:
+    if isinstance(exc, Discard):
         return ("discard", exc.reason)
-    except StepError as exc:
+    if isinstance(exc, StepError):
         return ("step_error", exc.message, exc.hint, exc.code.value)
-    except Exception as exc:
-        return ("error", error_text(exc), definition.retry.retries(exc))
-    finally:
-        steps.unbind(step_token)
-        context.unbind(job_token)
+    if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the child's own end
+        raise exc
+    # the parent's decision table, for what only the child can judge (the exception's class)
+    retryable = not isinstance(exc, PayloadError) and (
+        definition.retry.retries(exc) or isinstance(exc, AttemptAborted)
+    )
+    return ("error", error_text(exc), retryable)
 
 
 def body_result_from_child(reply: Reply) -> BodyResult:
     """Turn a child's plain reply back into the parent's ``BodyResult``."""
-    from ..errors import ErrorCode
-
     kind = reply[0]
     if kind == "ok":
         return BodyResult(output_json=reply[1])

@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 from uuid import UUID
 
 import psycopg
 
 from ..db import jobs as driver
+from ..db.connections import Reconnecting, Role
 from ..records import JobState
 from ..service import Service
 
@@ -43,15 +43,15 @@ class Heartbeat(Service):
         interval_s: float,
         held: Callable[[], Sequence[tuple[UUID, UUID]]],
         on_lost: Callable[[UUID, JobState | None], None],
-        application_name: str,
+        role: Role,
     ) -> None:
         self.dsn = dsn
         self.lease_s = lease_s
         self.interval_s = interval_s
         self.held = held
         self.on_lost = on_lost
-        self.application_name = application_name
-        self._conn: psycopg.Connection[Any] | None = None
+        self.role = role
+        self._conn = Reconnecting(dsn, role)
         self._last_ok_start = time.monotonic()
         super().__init__("heartbeat", interval_s=interval_s, wait_first=True)
 
@@ -59,16 +59,7 @@ class Heartbeat(Service):
         self._last_ok_start = time.monotonic()
 
     def _on_stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn, autocommit=True, application_name=self.application_name, connect_timeout=5
-            )
-        return self._conn
+        self._conn.close()
 
     def tick(self) -> None:
         """Renew every held lease once; report the ones that no longer match."""
@@ -78,15 +69,13 @@ class Heartbeat(Service):
             self._last_ok_start = started
             return
         try:
-            conn = self._connection()
+            conn = self._conn.get()
             renewed = driver.job_heartbeat(conn, leases, self.lease_s)
             lost = [job_id for job_id, _ in leases if job_id not in renewed]
             states = driver.job_states(conn, lost) if lost else {}
         except psycopg.Error as exc:
             log.warning("ujobs.heartbeat.failed: %s", exc)
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._conn.reset()
             if time.monotonic() > self._last_ok_start + self.lease_s - TRUST_MARGIN_S:
                 for job_id, _ in leases:
                     self.on_lost(job_id, None)

@@ -4,9 +4,10 @@ Why it exists: polling alone makes pick-up latency the poll interval; a notifica
 insert trigger at commit wakes the claim loop within a millisecond. Polling stays the floor, so a
 lost notification (connection drop, restart) costs at most one poll interval, never a job.
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
-once instead of at the next heartbeat, and any channel another part of the process registered
-with ``register_channel`` (celery_compat's revoked task ids), so that part needs no connection of
-its own and lives exactly as long as the worker's listening does.
+once instead of at the next heartbeat, and extra channels (``ExtraChannel``: celery_compat's
+revoked task ids), so their owner needs no connection of its own and lives exactly as long as the
+worker's listening does. Extra channels are passed to the constructor (``channels=``) by whoever
+builds the worker (the ``-A`` loader says which an app needs); nothing registers one globally.
 
 A ``Service`` (``service.py``): ``stop()`` lets the wait in flight end (at most 0.2 s), then
 closes the connection.
@@ -24,7 +25,8 @@ from typing import Any
 
 import psycopg
 
-from ..db import session
+from ..db import connections, session
+from ..db.connections import Role
 from ..service import Service
 
 log = logging.getLogger("ujobs.listener")
@@ -35,8 +37,8 @@ CANCEL_CHANNEL = "x_jobs_cancel"
 
 @dataclass(frozen=True, slots=True)
 class ExtraChannel:
-    """A channel listened on through every ``Listener`` of the process. All three hooks run on
-    the listener's thread. ``on_connect(conn)``, on each fresh connection: issue its own LISTEN,
+    """An extra channel a ``Listener`` listens on (passed to its constructor). All three hooks
+    run on the listener's thread. ``on_connect(conn)``, on each fresh connection: issue its own LISTEN,
     then catch up on what was sent while nobody listened (notifications are not queued for
     absent listeners). ``on_notify(payload)``: one notification. ``on_closed()``: that
     connection is gone (dropped or stopped); notifications may be missed until the next
@@ -46,17 +48,6 @@ class ExtraChannel:
     on_connect: Callable[[psycopg.Connection[Any]], None]
     on_notify: Callable[[str], None]
     on_closed: Callable[[], None]
-
-
-_extra: dict[str, ExtraChannel] = {}
-_extra_lock = threading.Lock()
-
-
-def register_channel(extra: ExtraChannel) -> None:
-    """Listen on ``extra.channel`` in every ``Listener`` of this process from its next
-    connection on; registering the same channel again replaces the hooks."""
-    with _extra_lock:
-        _extra[extra.channel] = extra
 
 
 class Listener(Service):
@@ -71,30 +62,29 @@ class Listener(Service):
         queues: Collection[str],
         on_ready: Callable[[], None],
         on_cancel: Callable[[str], None],
-        application_name: str,
-        reconnect_s: float = 1.0,
+        role: Role,
         channels: Sequence[ExtraChannel] = (),
+        reconnect_s: float = 1.0,
     ) -> None:
         self.dsn = dsn
         self.queues = frozenset(queues)
         self.on_ready = on_ready
         self.on_cancel = on_cancel
-        self.application_name = application_name
+        self.role = role
+        self.channels = tuple(channels)
         self.reconnect_s = reconnect_s
         self._conn: psycopg.Connection[Any] | None = None
         self._joined: dict[str, ExtraChannel] = {}  # extra channels told about this connection
-        self.channels = tuple(channels)  # this listener's own extra channels
         self.listening = threading.Event()
         super().__init__("listener", interval_s=reconnect_s)
 
+    @property
+    def application_name(self) -> str:
+        return self.role.application_name
+
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                application_name=self.application_name,
-                connect_timeout=5,
-            )
+            self._conn = connections.connect(self.dsn, self.role)
             session.listen_for_jobs(self._conn)
             self._join_extra(self._conn)
             self.listening.set()
@@ -116,8 +106,7 @@ class Listener(Service):
         return seen
 
     def _join_extra(self, conn: psycopg.Connection[Any]) -> None:
-        with _extra_lock:
-            extras = {**_extra, **{c.channel: c for c in self.channels}}
+        extras = {extra.channel: extra for extra in self.channels}  # the last one of a name wins
         for extra in extras.values():
             if self._hook(extra.on_connect, conn):
                 self._joined[extra.channel] = extra

@@ -34,7 +34,7 @@ class WorkerCounts:
     rescued: int = 0
 
 
-class AckBatch:
+class OutcomeBatch:
     def __init__(self, *, threshold: int, interval_s: float) -> None:
         self.threshold = max(1, threshold)
         self.interval_s = interval_s

@@ -1,148 +1,282 @@
-"""Where a claimed job's body runs: a body thread, the event loop (``async def``), or a child
-process, each with the attempt's durable steps bound.
+"""Where a claimed attempt's body runs: body threads, an event loop, or a process pool, behind
+one interface (``Runtime``: ``submit``, ``unstart``, ``interrupt``, ``shutdown``).
 
-Why it exists: the three places differ in how a body is started, timed out and stopped, but all
-end in the same ``_complete``; keeping them apart from the claim loop keeps each readable.
+Why it exists: the three places differ only in how a body is started, timed and stopped; what
+runs inside is the same attempt core (``attempt.run_body`` / ``run_body_async``, and
+``child.child_run`` on top of it), and every body reports to the same ``Finished`` callback.
+``Runtimes`` picks one per attempt (``--pool processes`` runs everything in children; otherwise
+``async def`` bodies go to the event loop and the rest to the body threads), so the claim loop
+sees one runtime.
 
-What it is not: the outcome table (``attempt.py``) or the claim loop (``loop.py``).
+What it is not: the outcome table (``attempt.py``), the claim loop (``loop.py``), or the place an
+attempt is settled (``inflight.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
 import threading
 import time
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Any
-
-import psycopg
-from psycopg_pool import ConnectionPool
+from typing import Any, Protocol
 
 from ..clock import Clock
+from ..db import connections
+from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
-from ..errors import AttemptAborted, ErrorCode
+from ..job import JobDefinition
 from ..steps import StepRunner
-from . import attempt as attempt_mod
-from .attempt import BodyResult
+from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
-from .child import body_result_from_child, child_run
-from .config import WorkerConfig
-from .stopping import InFlight
+from .child import body_result_from_child, child_init, child_run
+from .inflight import InFlight
+
+Finished = Callable[[InFlight, BodyResult], None]
 
 
-class BodyRunning:
-    """Mixed into ``Worker``; relies on the attributes declared here."""
+class Runtime(Protocol):
+    def submit(self, entry: InFlight) -> None:
+        """Start (or queue) the attempt's body; it reports to the ``Finished`` callback."""
 
-    dsn: str
-    id: str
-    clock: Clock
-    config: WorkerConfig
-    _lock: threading.Lock
-    _stopping: threading.Event
-    _executor: Executor | None
-    _threads: BodyThreads[InFlight] | None
-    _aloop: asyncio.AbstractEventLoop | None
-    _step_pool: ConnectionPool[psycopg.Connection[Any]] | None
+    def unstart(self, entry: InFlight) -> bool:
+        """Take back an attempt whose body has not started; True if it never will."""
 
-    def _complete(
-        self, entry: InFlight, result: BodyResult | None, *, expired: bool = False
-    ) -> None:
-        raise NotImplementedError
+    def interrupt(self, entry: InFlight) -> None:
+        """Stop a running body if this runtime can (its signal is already aborted)."""
 
-    def _dispatch(self, entry: InFlight) -> None:
-        definition = entry.definition
-        if self.config.pool == "processes":
-            assert self._executor is not None
-            future = self._executor.submit(child_run, entry.claimed)
-            if definition.timeout_s is not None:
-                entry.deadline = time.monotonic() + definition.timeout_s
-            future.add_done_callback(functools.partial(self._process_done, entry))
-            entry.future = future
-        elif definition.is_async:
-            assert self._aloop is not None
-            entry.future = asyncio.run_coroutine_threadsafe(self._run_async(entry), self._aloop)
-        else:
-            assert self._threads is not None
-            self._threads.submit(entry)
+    def shutdown(self) -> None:
+        """Release the runtime; does not wait for bodies still running."""
 
-    def _run_thread(self, entry: InFlight) -> None:
+
+class StepWrites:
+    """The step runners of a worker's attempts, writing on their own small pool (durable
+    commits), never on the claim connection. The pool opens on the first step write."""
+
+    def __init__(self, dsn: str, role: Role, *, clock: Clock, max_size: int) -> None:
+        self.dsn = dsn
+        self.role = role
+        self.clock = clock
+        self.max_size = max_size
+        self._pool: Pool | None = None
+        self._lock = threading.Lock()
+
+    def runner(self, entry: InFlight) -> StepRunner:
+        claimed = entry.claimed
+        return StepRunner(
+            lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),
+            connection=self.connection,
+            signal=entry.signal,
+            clock=self.clock,
+        )
+
+    def connection(self) -> AbstractContextManager[Conn]:
         with self._lock:
-            if entry.dropped:
-                return
-            if self._stopping.is_set():
-                # Draining: a prefetched job must not start now; stop() hands it back uncounted.
+            if self._pool is None:
+                self._pool = connections.pool(
+                    self.dsn, self.role, min_size=1, max_size=self.max_size
+                )
+            return self._pool.connection()
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close(timeout=1)
+
+
+class ThreadRuntime:
+    """Sync bodies on ``BodyThreads``; a body is stopped cooperatively through its signal."""
+
+    def __init__(
+        self,
+        size: int,
+        finished: Finished,
+        steps: StepWrites,
+        stopping: threading.Event,
+    ) -> None:
+        self.finished = finished
+        self.steps = steps
+        self.stopping = stopping
+        self._lock = threading.Lock()
+        self._threads: BodyThreads[InFlight] = BodyThreads(size, self._run)
+
+    def submit(self, entry: InFlight) -> None:
+        self._threads.submit(entry)
+
+    def unstart(self, entry: InFlight) -> bool:
+        with self._lock:
+            if entry.started:
+                return False
+            entry.dropped = True
+            return True
+
+    def interrupt(self, entry: InFlight) -> None:
+        pass  # a thread cannot be interrupted safely: the body polls its signal
+
+    def shutdown(self) -> None:
+        self._threads.shutdown()
+
+    def _run(self, entry: InFlight) -> None:
+        with self._lock:
+            if entry.dropped or self.stopping.is_set():
+                # Shutting down: a prefetched job must not start now; it is handed back.
                 return
             entry.started = True
         if entry.signal.aborted:
-            self._complete(entry, BodyResult())
+            self.finished(entry, BodyResult())
             return
         timeout = entry.definition.timeout_s
         if timeout is not None:
             entry.deadline = time.monotonic() + timeout
-        result = attempt_mod.run_sync(
-            entry.definition, entry.claimed, entry.signal, self._steps_for(entry)
+        result = run_body(entry.definition, entry.claimed, entry.signal, self.steps.runner(entry))
+        self.finished(entry, result)
+
+
+class LoopRuntime:
+    """``async def`` bodies as tasks on one event loop thread; a stopped body is cancelled."""
+
+    def __init__(self, finished: Finished, steps: StepWrites) -> None:
+        self.finished = finished
+        self.steps = steps
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ujobs-async", daemon=True
         )
-        self._complete(entry, result)
+        self._thread.start()
 
-    async def _run_async(self, entry: InFlight) -> None:
-        timeout = entry.definition.timeout_s
-        try:
-            if timeout is None:
-                result = await attempt_mod.run_async(
-                    entry.definition, entry.claimed, entry.signal, self._steps_for(entry)
-                )
-            else:
-                result = await asyncio.wait_for(
-                    attempt_mod.run_async(entry.definition, entry.claimed, entry.signal), timeout
-                )
-        except TimeoutError:
-            entry.signal.abort(
-                ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout"
-            )
-            result = BodyResult(
-                error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
-            )
-        except asyncio.CancelledError:
-            result = BodyResult()
-        self._complete(entry, result)
+    def submit(self, entry: InFlight) -> None:
+        entry.future = asyncio.run_coroutine_threadsafe(self._run(entry), self._loop)
 
-    def _process_done(self, entry: InFlight, future: Future[Any]) -> None:
+    def unstart(self, entry: InFlight) -> bool:
+        # True until the task ends: a task that already started is cancelled, and its body
+        # ends with the signal's reason.
+        return entry.future is not None and entry.future.cancel()
+
+    def interrupt(self, entry: InFlight) -> None:
+        if entry.future is not None:
+            entry.future.cancel()
+
+    def shutdown(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+
+    async def _run(self, entry: InFlight) -> None:
+        runner = self.steps.runner(entry)
+        result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
+        self.finished(entry, result)
+
+
+class ProcessRuntime:
+    """Every body in a spawned child (``child.py``); the parent keeps the deadline, and a body
+    that has started cannot be interrupted (its outcome is fenced when it answers)."""
+
+    def __init__(self, size: int, finished: Finished, *, app_spec: str | None, dsn: str) -> None:
+        self.finished = finished
+        # spawn, not fork: a forked child would share this process's sockets (the claim
+        # connection, an app's result pool) and copy locks held by its threads.
+        self._executor = ProcessPoolExecutor(
+            max_workers=size,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=child_init,
+            initargs=(app_spec, dsn),
+        )
+
+    def submit(self, entry: InFlight) -> None:
+        future = self._executor.submit(child_run, entry.claimed)
+        if entry.definition.timeout_s is not None:
+            entry.deadline = time.monotonic() + entry.definition.timeout_s
+        future.add_done_callback(functools.partial(self._done, entry))
+        entry.future = future
+
+    def unstart(self, entry: InFlight) -> bool:
+        return entry.future is not None and entry.future.cancel()
+
+    def interrupt(self, entry: InFlight) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _done(self, entry: InFlight, future: Future[Any]) -> None:
         if future.cancelled():
             return
         try:
             reply = future.result()
         except BaseException as exc:  # the child died or could not run the job
-            self._complete(entry, BodyResult(error=exc))
+            self.finished(entry, BodyResult(error=exc))
             return
-        self._complete(entry, body_result_from_child(reply))
+        self.finished(entry, body_result_from_child(reply))
 
-    def _steps_for(self, entry: InFlight) -> StepRunner:
-        claimed = entry.claimed
-        return StepRunner(
-            lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),
-            connection=self._step_connection,
-            signal=entry.signal,
-            clock=self.clock,
-        )
 
-    def _step_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """Step writes use their own small pool (durable commits), never the claim connection."""
-        if self._step_pool is None:
-            with self._lock:
-                if self._step_pool is None:
-                    self._step_pool = ConnectionPool(
-                        self.dsn,
-                        min_size=1,
-                        max_size=self.config.concurrency + 1,
-                        kwargs={
-                            "autocommit": True,
-                            "application_name": f"ujobs:worker:{self.id}:steps"[:63],
-                        },
-                        open=True,
-                        name="ujobs-steps",
-                    )
-        return self._step_pool.connection()
+class Runtimes:
+    """The runtime of each attempt, chosen by the pool and the body's kind. ``open()`` builds
+    them (idempotent), so a worker that is built but never run starts no thread or process, and
+    one that never runs an ``async def`` body starts no event loop."""
 
-    # ------------------------------------------------------------------ outcomes
+    def __init__(
+        self,
+        *,
+        pool: str,
+        size: int,
+        registry: Mapping[str, JobDefinition[Any, Any]],
+        finished: Finished,
+        steps: StepWrites,
+        stopping: threading.Event,
+        app_spec: str | None,
+        dsn: str,
+    ) -> None:
+        self.pool = pool
+        self.size = size
+        self.registry = registry
+        self.finished = finished
+        self.steps = steps
+        self.stopping = stopping
+        self.app_spec = app_spec
+        self.dsn = dsn
+        self.processes: ProcessRuntime | None = None
+        self.threads: ThreadRuntime | None = None
+        self.loop: LoopRuntime | None = None
+        self._opened = False
+
+    def open(self) -> None:
+        if self._opened:
+            return
+        self._opened = True
+        if self.pool == "processes":
+            self.processes = ProcessRuntime(
+                self.size, self.finished, app_spec=self.app_spec, dsn=self.dsn
+            )
+            return
+        self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
+        if any(d.is_async for d in self.registry.values()):
+            self.loop = LoopRuntime(self.finished, self.steps)
+
+    def _of(self, entry: InFlight) -> Runtime:
+        if self.processes is not None:
+            return self.processes
+        if entry.definition.is_async:
+            assert self.loop is not None
+            return self.loop
+        assert self.threads is not None
+        return self.threads
+
+    def submit(self, entry: InFlight) -> None:
+        self._of(entry).submit(entry)
+
+    def unstart(self, entry: InFlight) -> bool:
+        return self._of(entry).unstart(entry)
+
+    def interrupt(self, entry: InFlight) -> None:
+        self._of(entry).interrupt(entry)
+
+    def shutdown(self) -> None:
+        for runtime in (self.processes, self.threads, self.loop):
+            if runtime is not None:
+                runtime.shutdown()
+        self.steps.close()

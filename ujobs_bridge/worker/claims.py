@@ -1,0 +1,147 @@
+"""The claim connection and what the claim loop runs on it: claims, outcome writes, the sweep.
+
+Why it exists: the claim loop (``loop.py``) decides WHEN to claim and write; this says HOW, on one
+connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queue in turn so no
+queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
+round trip and one commit, and rescue expired leases and expire stale jobs.
+
+What it is not: the SQL (``db/jobs.py`` runs every statement) or the decision of an outcome
+(``attempt.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from ..clock import Clock
+from ..db import jobs as driver
+from ..db import session
+from ..db.connections import Reconnecting, Role
+from ..errors import ErrorCode
+from ..records import ClaimedJob, Settlement
+from .config import WorkerConfig
+from .outcome_batch import WorkerCounts
+
+log = logging.getLogger("ujobs.worker")
+
+RESCUE_ERROR = (
+    f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+)
+EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
+SWEEP_LIMIT = 1000
+
+
+class Claims:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        worker_id: str,
+        queues: tuple[str, ...],
+        names: tuple[str, ...],
+        config: WorkerConfig,
+        clock: Clock,
+        counts: WorkerCounts,
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = queues
+        self.names = names
+        self.config = config
+        self.clock = clock
+        self.counts = counts
+        self._conn = Reconnecting(dsn, Role(f"worker:{worker_id}"))
+        self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
+        self._queue_turn = 0
+        self._last_sweep = 0.0
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The claim connection; claims on it commit asynchronously (db/sql/session.sql)."""
+        conn = self._conn.get()
+        if conn is not self._prepared:
+            session.claims_commit_async(conn)
+            self._prepared = conn
+        return conn
+
+    def reset(self) -> None:
+        """After an error: the next use opens a fresh connection."""
+        self._conn.reset()
+
+    close = reset
+
+    def _next_queue(self) -> str:
+        queue = self.queues[self._queue_turn % len(self.queues)]
+        self._queue_turn += 1
+        return queue
+
+    def claim(self, limit: int, *, skip: str | None = None) -> list[ClaimedJob]:
+        """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
+        starting queue rotates so no queue starves another."""
+        rows: list[ClaimedJob] = []
+        token = uuid.uuid4()
+        for _ in range(len(self.queues)):
+            if len(rows) >= limit:
+                break
+            queue = self._next_queue()
+            if queue == skip:
+                continue
+            rows += driver.job_claim(
+                self.connection(),
+                queue=queue,
+                names=self.names,
+                limit=limit - len(rows),
+                token=token,
+                lease_s=self.config.lease_s,
+                worker=self.worker_id,
+                now=self.clock.sql_now(),
+            )
+        return rows
+
+    def write(self, batch: list[Settlement]) -> set[UUID]:
+        """Write a batch of outcomes in one transaction; returns the ids whose lease matched."""
+        conn = self.connection()
+        with conn.transaction():
+            if not self.config.async_acks:
+                session.outcomes_commit_durable(conn)
+            return driver.job_settle(conn, batch, self.clock.sql_now())
+
+    def write_then_claim(
+        self, batch: list[Settlement], want: int
+    ) -> tuple[set[UUID], list[ClaimedJob]]:
+        """One round trip, one commit: the outcomes durable, the claims with them."""
+        queue = self._next_queue()
+        matched, rows = driver.job_settle_then_claim(
+            self.connection(),
+            batch,
+            durable=not self.config.async_acks,
+            queue=queue,
+            names=self.names,
+            limit=want,
+            token=uuid.uuid4(),
+            lease_s=self.config.lease_s,
+            worker=self.worker_id,
+            now=self.clock.sql_now(),
+        )
+        if len(rows) < want and len(self.queues) > 1:
+            rows += self.claim(want - len(rows), skip=queue)
+        return matched, rows
+
+    def sweep(self, *, force: bool = False) -> None:
+        """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s``."""
+        now = time.monotonic()
+        if not force and now - self._last_sweep < self.config.sweep_s:
+            return
+        self._last_sweep = now
+        conn = self.connection()
+        rescued = driver.job_rescue(
+            conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
+        )
+        if rescued:
+            self.counts.rescued += len(rescued)
+            log.info("ujobs.worker.rescued: %d", len(rescued))
+        driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
