@@ -14,7 +14,7 @@ the run ends when the selected queues are empty. ``--limit`` caps the messages t
 thread (the CLI); ``start()`` runs the same drain on a thread of its own and ``stop()`` sets the
 stop event and waits for the batch in flight; ``tick()`` is one batch, synchronously (tests).
 
-What it is not: the CLI (``ujobs_bridge/cli/migrate.py``) or a transport.
+What it is not: the CLI (``migrate/cli/migrate.py``) or a transport.
 """
 
 from __future__ import annotations

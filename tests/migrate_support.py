@@ -23,6 +23,7 @@ import pytest
 import redis
 from psycopg.rows import dict_row
 
+from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
 from migrate.appinfo import AppInfo
 from migrate.batch import Context
@@ -143,6 +144,7 @@ def bridge_worker(dsn: str, queues: tuple[str, ...]) -> Iterator[Worker]:
         dsn,
         registry.build(jobs_for_app(app)),
         WorkerConfig(queues=queues, concurrency=4, poll_s=0.05, lease_s=5),
+        channels=(revoked_ids.channel(),),
     )
     worker.start()
     try:

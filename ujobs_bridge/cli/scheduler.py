@@ -22,16 +22,10 @@ from rich.table import Table
 
 from .. import loading
 from ..db import connections, schema
+from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
 from ..outbox.relay import OutboxRelay
-from ..scheduling.scheduler import (
-    DEFAULT_INTERVAL_S,
-    DEFAULT_TTL_S,
-    Scheduler,
-    last_fires,
-    purge_task,
-    watermarks,
-)
+from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
 from .options import CLI_ROLE, database, dsn_option, json_option, print_json
 

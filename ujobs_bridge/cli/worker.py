@@ -166,7 +166,7 @@ def worker(
     )
     while not stop_requested.wait(0.5):
         pass
-    click.echo("worker: draining (signal again to hand back at once)", err=True)
+    click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     c = runner.counts
     click.echo(

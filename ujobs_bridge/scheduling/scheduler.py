@@ -39,7 +39,7 @@ from ..db import jobs as driver
 from ..db import scheduling as store
 from ..db import session
 from ..db.connections import Reconnecting, Role
-from ..db.scheduling import FireParams, last_fires, watermarks
+from ..db.scheduling import FireParams, watermarks
 from ..errors import ConfigError
 from ..faults import fault
 from ..service import Service
@@ -47,7 +47,7 @@ from ..validation import seconds
 from .leader import DEFAULT_GROUP, PgLeaseLeader
 from .task import PeriodicTask, task
 
-__all__ = ["Scheduler", "SchedulerCounts", "last_fires", "purge_task", "watermarks"]
+__all__ = ["Scheduler", "SchedulerCounts", "purge_task"]
 
 log = logging.getLogger("ujobs.scheduler")
 

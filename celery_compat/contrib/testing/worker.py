@@ -40,6 +40,7 @@ from celery.result import _set_task_join_will_block, allow_join_result
 from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 
+from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
 from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge import loading as registry
@@ -145,7 +146,9 @@ def _build_worker(app: Any, concurrency: int, pool: str, options: dict[str, Any]
         poll_s=float(options.pop("poll_interval", DEFAULT_POLL_S)),
         lease_s=float(options.pop("lease_s", 10.0)),
     )
-    return Worker(app.ujobs_client.dsn, registry.build(jobs), config)
+    return Worker(
+        app.ujobs_client.dsn, registry.build(jobs), config, channels=(revoked_ids.channel(),)
+    )
 
 
 @contextlib.contextmanager
