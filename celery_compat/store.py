@@ -23,6 +23,9 @@ from .message_row import CeleryMessage
 
 Conn = psycopg.Connection[Any]
 
+# last_error of a message born cancelled because its task id was revoked before it was sent.
+REVOKED_REASON = "UJ_JOB_CANCELLED: task id was revoked"
+
 
 def enqueue(
     conn: Conn,
@@ -36,6 +39,7 @@ def enqueue(
     already enqueued once (the ledger absorbed the duplicate). ``input_json``: the message's
     ``input_json()`` when the caller already encoded it."""
     params = message.params(max_attempts, now, input_json=input_json)
+    params["revoked_reason"] = REVOKED_REASON
     row = conn.execute(q("celery_enqueue"), params).fetchone()
     return None if row is None else row[0]
 
@@ -59,7 +63,9 @@ def enqueue_many(
         "inputs": list(inputs) if inputs is not None else [m.input_json() for m in messages],
         "priorities": [m.priority for m in messages],
         "run_ats": [m.eta for m in messages],
+        "traceparents": [m.headers.get("traceparent") or None for m in messages],
         "max_attempts": max_attempts,
+        "revoked_reason": REVOKED_REASON,
         "enqueued_by": "celery_compat",
         "now": now,
     }
