@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import psycopg
 
-from . import store
+from .db import result_store
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class ResultListener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self.dsn, autocommit=True) as conn:
-                    store.listen_results(conn)
+                    result_store.listen_results(conn)
                     self._ready.set()
                     self._wake(None)  # anything written while we were away: re-read
                     while not self._stop.is_set():

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from celery import chain, chord, group
-from conftest import wait_for
 from worker_proc import WorkerProc
 
 from apps import celery_plain as p
@@ -20,6 +19,7 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
     jobs,
 )
+from conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
