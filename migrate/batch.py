@@ -33,7 +33,7 @@ from ujobs_bridge.ids import new_job_ids
 
 from . import quarantine
 from .appinfo import AppInfo
-from .db import q
+from .db import ledger
 from .decoding import (
     CHORD_UNRECOVERABLE,
     DUPLICATE_CONFLICT,
@@ -211,14 +211,14 @@ def _insert(
         message_jobs.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs)
     )
     absorbed = [m for m in messages if m.job_id not in new]
-    stored = _stored_arguments(conn, absorbed) if absorbed else {}
+    stored = ledger.stored_arguments(conn, [_key(m) for m in absorbed]) if absorbed else {}
     results: list[Result] = []
     for taken, decoded in good:
         m = decoded.message
         if m.job_id in new:
             outcome = EXPIRED if decoded.expired else MOVED
         else:
-            existing = stored.get((m.task_id, m.retries, m.nesting))
+            existing = stored.get(_key(m))
             ours = json.loads(decoded.input)
             if existing is not None and existing != (ours["args"], ours["kwargs"]):
                 detail = (
@@ -233,20 +233,8 @@ def _insert(
     return results
 
 
-def _stored_arguments(
-    conn: Conn, messages: list[CeleryMessage]
-) -> dict[tuple[str, int, int], tuple[Any, Any]]:
-    """(task id, retries, nesting) → (args, kwargs) of the job the ledger points at (if it is
-    still there: the retention sweep may have removed the job and kept nothing to compare)."""
-    rows = conn.execute(
-        q("migrate_ledger_arguments"),
-        {
-            "task_ids": [m.task_id for m in messages],
-            "retries": [m.retries for m in messages],
-            "nestings": [m.nesting for m in messages],
-        },
-    ).fetchall()
-    return {(str(r[0]), int(r[1]), int(r[2])): (r[3], r[4]) for r in rows}
+def _key(message: CeleryMessage) -> ledger.LedgerKey:
+    return ledger.LedgerKey(message.task_id, message.retries, message.nesting)
 
 
 def classify(taken: Taken, ctx: Context) -> Result:
