@@ -43,7 +43,7 @@ from celery.utils.functional import _regen
 
 from ujobs_bridge.client import Client
 
-from . import store
+from .db import message_jobs, result_store
 from .result_listener import ResultListener
 
 SAFETY_RECHECK_S = 2.0
@@ -91,30 +91,30 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def get(self, key: Any) -> str | None:
         with self.client.pool.connection() as conn:
-            return store.result_get(conn, bytes_to_str(key))
+            return result_store.result_get(conn, bytes_to_str(key))
 
     def mget(self, keys: Any) -> list[str | None]:
         wanted = [bytes_to_str(k) for k in keys]
         with self.client.pool.connection() as conn:
-            found = store.result_mget(conn, wanted)
+            found = result_store.result_mget(conn, wanted)
         return [found.get(k) for k in wanted]
 
     def set(self, key: Any, value: Any) -> None:
         with self.client.pool.connection() as conn:
-            store.result_set(conn, bytes_to_str(key), bytes_to_str(value), self._ttl())
+            result_store.result_set(conn, bytes_to_str(key), bytes_to_str(value), self._ttl())
 
     def delete(self, key: Any) -> None:
         with self.client.pool.connection() as conn:
-            store.result_delete(conn, bytes_to_str(key))
+            result_store.result_delete(conn, bytes_to_str(key))
 
     def incr(self, key: Any) -> int:
         with self.client.pool.connection() as conn:
-            return store.counter_incr(conn, bytes_to_str(key))
+            return result_store.counter_incr(conn, bytes_to_str(key))
 
     def expire(self, key: Any, value: Any) -> None:
         if value:
             with self.client.pool.connection() as conn:
-                store.result_expire(conn, bytes_to_str(key), float(value))
+                result_store.result_expire(conn, bytes_to_str(key), float(value))
 
     # -- chords -------------------------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         ttl = float(self.chord_expires) if self.chord_expires else None
         with self.client.pool.connection() as conn:
             key = bytes_to_str(self.get_key_for_group(group_id, ".t"))
-            store.chord_add(conn, key, str(result.id), index, ttl)
+            result_store.chord_add(conn, key, str(result.id), index, ttl)
 
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> Any:
         """Count this part once (by task id, atomically: a redelivered part counts nothing), then
@@ -161,7 +161,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         key = self.get_key_for_chord(gid)
         keys = [self.get_key_for_group(gid, suffix) for suffix in (".s", ".t", ".j")]
         with self.client.pool.connection() as conn:
-            val = store.chord_part_incr(
+            val = result_store.chord_part_incr(
                 conn, bytes_to_str(key), request.id, bytes_to_str(keys[2]), request.group_index
             )
         if val is None:
@@ -274,7 +274,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def _meta_from_jobs(self, task_id: str) -> dict[str, Any] | None:
         with self.client.pool.connection() as conn:
-            rows = store.jobs_of_task(conn, task_id)
+            rows = message_jobs.jobs_of_task(conn, task_id)
         if not rows:
             return None
         _job_id, state, last_error, updated_at = rows[0]

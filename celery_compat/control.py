@@ -24,7 +24,7 @@ from celery.utils.functional import maybe_list
 
 from ujobs_bridge.db import jobs as driver
 
-from . import store
+from .db import message_jobs, result_store, revocations
 
 LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
 REVOCABLE_STATES = (states.PENDING, states.RECEIVED, states.RETRY, states.REJECTED)
@@ -43,9 +43,9 @@ class BridgeControl(Control):  # type: ignore[misc]
         backend = self.app.backend
         with self.app.ujobs_client.pool.connection() as conn:
             for tid in ids:
-                store.revoke(conn, tid, terminate=terminate)
+                revocations.revoke(conn, tid, terminate=terminate)
                 running = False
-                for job_id, state, _error, _at in store.jobs_of_task(conn, tid):
+                for job_id, state, _error, _at in message_jobs.jobs_of_task(conn, tid):
                     if state in LIVE_NOT_RUNNING:
                         driver.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
                     elif state == "running":
@@ -73,5 +73,7 @@ class BridgeControl(Control):  # type: ignore[misc]
 
     def ping(self, destination: Any = None, timeout: float = 1.0, **kwargs: Any) -> list[Any]:
         with self.app.ujobs_client.pool.connection() as conn:
-            store.result_get(conn, "celery-compat-ping")  # a round trip proves the database answers
+            result_store.result_get(
+                conn, "celery-compat-ping"
+            )  # a round trip proves the database answers
         return [{"ujobs-bridge": {"ok": "pong"}}]

@@ -45,7 +45,8 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from . import rate_limit, revoked_ids, store
+from . import rate_limit, revoked_ids
+from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
 from .sending import retries_held
@@ -262,7 +263,7 @@ def _terminates(app: Any, task_id: str) -> bool:
     """A cancel under a running body: ``revoke(terminate=True)`` or an operator's ``jobs
     cancel`` interrupts it; a plain ``revoke()`` lets a started task finish, as in Celery."""
     with app.ujobs_client.pool.connection() as conn:
-        flag = store.revoked_terminate(conn, task_id)
+        flag = revocations.revoked_terminate(conn, task_id)
     return flag is None or flag
 
 

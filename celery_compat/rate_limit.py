@@ -21,7 +21,7 @@ from celery.utils.time import rate as parse_rate
 from ujobs_bridge.context import JobContext
 from ujobs_bridge.outcomes import Snooze
 
-from .db import q
+from .db import rate_limits
 
 CAPACITY = 1.0
 
@@ -36,10 +36,7 @@ def per_second(app: Any, task: Any) -> float:
 
 def take(conn: Any, key: str, rate: float, now: Any) -> bool:
     """Spend one token of ``key``'s bucket; False when the bucket is empty."""
-    row = conn.execute(
-        q("rate_limit_take"), {"key": key, "rate": rate, "capacity": CAPACITY, "now": now}
-    ).fetchone()
-    return row is not None
+    return rate_limits.take(conn, rate_limits.TokenTake(key, rate, CAPACITY, now))
 
 
 def take_or_snooze(app: Any, task: Any, ctx: JobContext) -> None:

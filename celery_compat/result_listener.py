@@ -25,7 +25,7 @@ import psycopg
 from ujobs_bridge.db.connections import Reconnecting, Role
 from ujobs_bridge.service import Service
 
-from . import store
+from .db import result_store
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class ResultListener(Service):
         that arrive within ``timeout_s``; returns how many."""
         if not self._listening or not self._conn.open:
             conn = self._conn.get()
-            store.listen_results(conn)
+            result_store.listen_results(conn)
             self._listening = True
             self._ready.set()
             self._wake(None)  # anything written while we were away: re-read

@@ -12,20 +12,10 @@ its durable steps.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-import psycopg
-
 from ujobs_bridge.purge import PurgeTarget
 
-from .db import q
-
-
-def _celery_tables(conn: psycopg.Connection[Any], cutoff: datetime) -> int:
-    row = conn.execute(q("purge_celery"), {"cutoff": cutoff}).fetchone()
-    return 0 if row is None else int(row[0])
+from .db.retention import purge_celery
 
 
 def targets() -> list[PurgeTarget]:
-    return [PurgeTarget("x_celery", _celery_tables)]
+    return [PurgeTarget("x_celery", purge_celery)]

@@ -35,7 +35,7 @@ import psycopg
 from ujobs_bridge.purge import DEFAULT_OLDER_THAN_S
 from ujobs_bridge.worker.listener import ExtraChannel
 
-from . import store
+from .db import revocations
 
 CHANNEL = "x_celery_revoked"
 WINDOW_S = DEFAULT_OLDER_THAN_S
@@ -86,13 +86,13 @@ class RevokedIds:
         if self.live:
             return task_id in self._until
         with app.ujobs_client.pool.connection() as conn:
-            return store.revoked_terminate(conn, task_id) is not None
+            return revocations.revoked_terminate(conn, task_id) is not None
 
     # -- the listener's hooks (its thread) -----------------------------------------------------
 
     def on_connect(self, conn: psycopg.Connection[Any]) -> None:
-        store.listen_revoked(conn)  # first, so nothing committed after the load is missed
-        self.add(store.revoked_recent(conn, self.window_s))
+        revocations.listen_revoked(conn)  # first, so nothing committed after the load is missed
+        self.add(revocations.revoked_recent(conn, self.window_s))
         with self._lock:
             self._live += 1
 

@@ -27,7 +27,7 @@ from celery.app.amqp import AMQP
 from kombu.entity import Queue
 from kombu.exceptions import EncodeError
 
-from . import store
+from .db import message_jobs
 from .message_row import CeleryMessage
 from .transaction import batch_hold, current_connection
 
@@ -227,7 +227,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         app = self.app
         max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)
         if conn is not None:
-            store.enqueue(conn, row, max_attempts=max_attempts, input_json=payload)
+            message_jobs.enqueue(conn, row, max_attempts=max_attempts, input_json=payload)
             return
         with app.ujobs_client.pool.connection() as pooled:
-            store.enqueue(pooled, row, max_attempts=max_attempts, input_json=payload)
+            message_jobs.enqueue(pooled, row, max_attempts=max_attempts, input_json=payload)

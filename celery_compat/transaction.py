@@ -55,13 +55,13 @@ def enqueue_in(
         _batch.reset(batch_token)
         _current.reset(token)
     if held:
-        from . import store
+        from .db import message_jobs
 
         by_attempts: dict[int, list[tuple[Any, str, int]]] = {}
         for item in held:
             by_attempts.setdefault(item[2], []).append(item)
         for max_attempts, items in by_attempts.items():
-            store.enqueue_many(
+            message_jobs.enqueue_many(
                 conn,
                 [m for m, _, _ in items],
                 max_attempts=max_attempts,

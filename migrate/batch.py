@@ -3,7 +3,7 @@
 Why it exists: the drainers (Redis, RabbitMQ, any kombu transport) differ only in how they take
 a message and how they let go of it; what happens in between is the same and lives here:
 decode every message (``decoding`` → ``protocol``), insert the good ones exactly as
-celery_compat's sender does (``celery_compat.store.enqueue_many``: one row per (task id,
+celery_compat's sender does (``celery_compat.db.message_jobs.enqueue_many``: one row per (task id,
 retries, replaced_task_nesting), for good, through the ``x_celery_tasks`` ledger), quarantine
 the rest with their raw bytes, and COMMIT (``prepare`` then ``commit_prepared``: decoding needs
 no database, so the loop decodes one batch while the previous one commits). Only after the
@@ -27,13 +27,13 @@ from uuid import UUID
 
 import psycopg
 
-from celery_compat import store
+from celery_compat.db import message_jobs
 from celery_compat.message_row import CeleryMessage
 from ujobs_bridge.ids import new_job_ids
 
 from . import quarantine
 from .appinfo import AppInfo
-from .db import q
+from .db import ledger
 from .decoding import (
     CHORD_UNRECOVERABLE,
     DUPLICATE_CONFLICT,
@@ -207,16 +207,18 @@ def _insert(
     arguments match the job's, and goes to ``bad`` (``duplicate_conflict``) when they do not."""
     messages = [d.message for _, d in good]
     inputs = [d.input for _, d in good]
-    new = set(store.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs))
+    new = set(
+        message_jobs.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs)
+    )
     absorbed = [m for m in messages if m.job_id not in new]
-    stored = _stored_arguments(conn, absorbed) if absorbed else {}
+    stored = ledger.stored_arguments(conn, [_key(m) for m in absorbed]) if absorbed else {}
     results: list[Result] = []
     for taken, decoded in good:
         m = decoded.message
         if m.job_id in new:
             outcome = EXPIRED if decoded.expired else MOVED
         else:
-            existing = stored.get((m.task_id, m.retries, m.nesting))
+            existing = stored.get(_key(m))
             ours = json.loads(decoded.input)
             if existing is not None and existing != (ours["args"], ours["kwargs"]):
                 detail = (
@@ -231,20 +233,8 @@ def _insert(
     return results
 
 
-def _stored_arguments(
-    conn: Conn, messages: list[CeleryMessage]
-) -> dict[tuple[str, int, int], tuple[Any, Any]]:
-    """(task id, retries, nesting) → (args, kwargs) of the job the ledger points at (if it is
-    still there: the retention sweep may have removed the job and kept nothing to compare)."""
-    rows = conn.execute(
-        q("migrate_ledger_arguments"),
-        {
-            "task_ids": [m.task_id for m in messages],
-            "retries": [m.retries for m in messages],
-            "nestings": [m.nesting for m in messages],
-        },
-    ).fetchall()
-    return {(str(r[0]), int(r[1]), int(r[2])): (r[3], r[4]) for r in rows}
+def _key(message: CeleryMessage) -> ledger.LedgerKey:
+    return ledger.LedgerKey(message.task_id, message.retries, message.nesting)
 
 
 def classify(taken: Taken, ctx: Context) -> Result:
@@ -283,7 +273,7 @@ def retry_entry(conn: Conn, entry_id: int, ctx: Context) -> RetryOutcome | None:
         except Poison as poison:
             quarantine.update_reason(conn, entry_id, poison)
             return RetryOutcome(False, poison=poison)
-        job_id = store.enqueue(
+        job_id = message_jobs.enqueue(
             conn, decoded.message, max_attempts=ctx.app.max_attempts, input_json=decoded.input
         )
         quarantine.resolve(conn, entry_id, "retried", job_id)

@@ -10,6 +10,8 @@ the entry ``retried``; rows are never deleted, so the record of what happened st
 The same bytes quarantined twice (redelivered after a crash between commit and ack) are one
 entry: ``(sha256, queue, broker)`` is unique and ``seen`` counts sightings.
 
+Its statements run in ``db/quarantine_entries.py``; this module decides what is stored.
+
 What it is not: a dead-letter queue for jobs (``x_jobs`` state ``dead`` is that).
 """
 
@@ -17,17 +19,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
-from .db import q
+from .db import quarantine_entries as rows
+from .db.quarantine_entries import Entry, Stored
 from .decoding import Poison
+
+__all__ = [
+    "Entry",
+    "Stored",
+    "entries",
+    "fingerprint",
+    "get",
+    "json_safe",
+    "known_chord_groups",
+    "open_counts",
+    "put",
+    "resolve",
+    "update_reason",
+]
 
 Conn = psycopg.Connection[Any]
 _VOLATILE = ("redelivered", "delivery_tag", "x-delivery-count")
@@ -49,49 +62,6 @@ def fingerprint(raw: bytes, meta: dict[str, Any] | None) -> str:
     return digest.hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    id: int
-    created_at: datetime
-    broker: str
-    queue: str
-    reason: str
-    detail: str
-    task: str | None
-    task_id: str | None
-    format: str
-    size: int
-    seen: int
-    resolution: str | None
-    resolved_at: datetime | None
-    job_id: UUID | None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "created_at": self.created_at.isoformat(),
-            "broker": self.broker,
-            "queue": self.queue,
-            "reason": self.reason,
-            "detail": self.detail,
-            "task": self.task,
-            "task_id": self.task_id,
-            "format": self.format,
-            "size": self.size,
-            "seen": self.seen,
-            "resolution": self.resolution,
-            "resolved_at": self.resolved_at.isoformat() if self.resolved_at else None,
-            "job_id": str(self.job_id) if self.job_id else None,
-        }
-
-
-_ENTRY_FIELDS = tuple(Entry.__dataclass_fields__)
-
-
-def _entry(row: dict[str, Any]) -> Entry:
-    return Entry(**{k: row[k] for k in _ENTRY_FIELDS})
-
-
 def put(
     conn: Conn,
     *,
@@ -103,77 +73,46 @@ def put(
     poison: Poison,
 ) -> bool:
     """Store one poison message; False when these bytes were already quarantined (seen += 1)."""
-    row = conn.execute(
-        q("migrate_quarantine_put"),
-        {
-            "broker": broker,
-            "queue": queue,
-            "reason": poison.reason,
-            "detail": poison.detail[:2000],
-            "task": poison.task,
-            "task_id": poison.task_id,
-            "format": fmt,
-            "raw": raw,
-            "meta": Jsonb(json_safe(meta)) if meta is not None else None,
-            "sha256": fingerprint(raw, meta),
-            "size": len(raw),
-        },
-    ).fetchone()
-    assert row is not None
-    return bool(row[1])
+    new = rows.NewEntry(
+        broker=broker,
+        queue=queue,
+        reason=poison.reason,
+        detail=poison.detail[:2000],
+        task=poison.task,
+        task_id=poison.task_id,
+        format=fmt,
+        raw=raw,
+        meta=json_safe(meta) if meta is not None else None,
+        sha256=fingerprint(raw, meta),
+    )
+    return rows.insert(conn, new)
 
 
 def entries(
     conn: Conn, *, include_resolved: bool = False, reason: str | None = None, limit: int = 100
 ) -> list[Entry]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            q("migrate_quarantine_list"),
-            {"all": include_resolved, "reason": reason, "limit": limit},
-        ).fetchall()
-    return [_entry(r) for r in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    entry: Entry
-    raw: bytes
-    meta: dict[str, Any] | None
-    sha256: str
+    return rows.listed(conn, rows.EntryFilter(include_resolved, reason, limit))
 
 
 def get(conn: Conn, entry_id: int) -> Stored | None:
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(q("migrate_quarantine_get"), {"id": entry_id}).fetchone()
-    if row is None:
-        return None
-    return Stored(_entry(row), bytes(row["raw"]), row["meta"], str(row["sha256"]))
+    return rows.get(conn, entry_id)
 
 
 def resolve(conn: Conn, entry_id: int, resolution: str, job_id: UUID | None = None) -> bool:
     """Mark an open entry ``retried`` or ``discarded``; False if it was not open."""
-    row = conn.execute(
-        q("migrate_quarantine_resolve"),
-        {"id": entry_id, "resolution": resolution, "job_id": job_id},
-    ).fetchone()
-    return row is not None
+    return rows.resolve(conn, rows.Resolution(entry_id, resolution, job_id))
 
 
 def update_reason(conn: Conn, entry_id: int, poison: Poison) -> None:
-    conn.execute(
-        q("migrate_quarantine_reason"),
-        {"id": entry_id, "reason": poison.reason, "detail": poison.detail[:2000]},
-    )
+    rows.set_reason(conn, rows.Reason(entry_id, poison.reason, poison.detail[:2000]))
 
 
 def open_counts(conn: Conn) -> dict[str, int]:
-    return {str(r[0]): int(r[1]) for r in conn.execute(q("migrate_quarantine_counts")).fetchall()}
+    return rows.open_counts(conn)
 
 
 def known_chord_groups(conn: Conn, groups: set[str]) -> set[str]:
     """The chord group ids whose state (group meta) is in the bridge's result store."""
     prefix = "celery-taskset-meta-"
-    rows = conn.execute(
-        q("migrate_chord_groups_known"), {"keys": [prefix + g for g in groups]}
-    ).fetchall()
-    return {str(r[0])[len(prefix) :] for r in rows}
+    known = rows.known_result_keys(conn, [prefix + g for g in groups])
+    return {key[len(prefix) :] for key in known}

@@ -25,7 +25,8 @@ from apps.celery_harness import (
     jobs,
     worker,
 )
-from celery_compat import Celery, enqueue_in, store
+from celery_compat import Celery, enqueue_in
+from celery_compat.db import message_jobs
 from celery_compat.message_row import from_input
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -60,7 +61,9 @@ def test_enqueue_in_commits_with_the_callers_transaction_and_runs(app: Any, dsn:
     assert t.RAN["add"] == 1
 
 
-def test_enqueue_in_batch_writes_once_at_block_exit_and_nothing_on_error(app: Any, dsn: str) -> None:
+def test_enqueue_in_batch_writes_once_at_block_exit_and_nothing_on_error(
+    app: Any, dsn: str
+) -> None:
     with worker(app, dsn), psycopg.connect(dsn) as conn:
         with enqueue_in(conn, batch=True):
             results = [t.add.delay(i, i) for i in range(3)]
@@ -88,7 +91,10 @@ def test_the_same_message_sent_twice_is_one_job(app: Any, dsn: str) -> None:
     assert first.id == again.id
     (row,) = jobs(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:  # the drainer's path: same answer
-        assert store.enqueue(conn, from_input(row["input"], queue="celery"), max_attempts=3) is None
+        assert (
+            message_jobs.enqueue(conn, from_input(row["input"], queue="celery"), max_attempts=3)
+            is None
+        )
     with worker(app, dsn):
         assert first.get(timeout=10) == 3
     assert t.RAN["add"] == 1 and len(jobs(dsn)) == 1

@@ -110,18 +110,9 @@ def test_every_named_query_is_used() -> None:
 # ``execute()``, is not SQL). Connections are opened only by ``ujobs_bridge/db/connections.py``.
 DB_FOLDERS = ("ujobs_bridge/db/", "celery_compat/db/", "migrate/db/")
 
-# Files that still run SQL outside their package's ``db`` folder, each owned by another part of
-# issue 10's work and moved into its ``db`` module there. The merge shrinks this to nothing; a
-# file listed here that no longer runs SQL fails ``test_the_sql_allowlist_is_not_stale``.
-SQL_ALLOWLIST = frozenset(
-    {
-        "celery_compat/store.py",  # the facade's statements: become celery_compat/db modules
-        "celery_compat/rate_limit.py",  # the token bucket's statements: celery_compat/db
-        "celery_compat/retention.py",  # celery_compat's purge target: celery_compat/db
-        "migrate/quarantine.py",  # the drain's quarantine statements: migrate/db
-        "migrate/batch.py",  # the drain's batch insert: migrate/db
-    }
-)
+# Files that run SQL outside their package's ``db`` folder: none. A file listed here that no
+# longer runs SQL fails ``test_the_sql_allowlist_is_not_stale``, so the list cannot rot.
+SQL_ALLOWLIST: frozenset[str] = frozenset()
 
 # Connections opened outside ``db/connections.py``; the same rule, the same shrinking list.
 CONNECT_ALLOWLIST: frozenset[str] = frozenset()

@@ -68,10 +68,21 @@ class EnqueueSpec:
         }
 
 
+def _id_taken(spec: EnqueueSpec) -> JobStateError:
+    """Nothing inserted and no key to explain it: a row with this job id exists already."""
+    return JobStateError(
+        f"a job with id {spec.id} exists already", hint="enqueue with a new job id"
+    )
+
+
 def job_enqueue(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> JobRef:
+    """Insert one row through the one insert (``x_jobs_insert``); a live job holding the key
+    answers instead, as ``existing``."""
     row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
     if row is not None:
         return JobRef(row[0], spec.name)
+    if spec.idempotency_key is None:
+        raise _id_taken(spec)
     existing = conn.execute(
         q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
     ).fetchone()
@@ -94,6 +105,8 @@ async def job_enqueue_async(
     row = await cur.fetchone()
     if row is not None:
         return JobRef(row[0], spec.name)
+    if spec.idempotency_key is None:
+        raise _id_taken(spec)
     cur = await conn.execute(q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key})
     existing = await cur.fetchone()
     if existing is None:
@@ -133,7 +146,7 @@ def job_enqueue_many(
         if spec.id in inserted:
             refs.append(JobRef(spec.id, spec.name))
         elif spec.idempotency_key is None:
-            raise AssertionError(f"row {spec.id} was neither inserted nor deduplicated")
+            raise _id_taken(spec)
         else:
             refs.append(job_enqueue(conn, spec, now))
     return refs

@@ -23,7 +23,7 @@ from typing import Any
 
 from celery.contrib.testing.manager import Manager as CeleryManager
 
-from celery_compat import store
+from celery_compat.db import message_jobs
 from ujobs_bridge.db import jobs as driver
 
 IDLE_WAIT_S = 30.0
@@ -85,7 +85,7 @@ class BridgeInspect:
         answer: dict[str, Any] = {}
         with self.app.ujobs_client.pool.connection() as conn:
             for task_id in flat:
-                rows = store.jobs_of_task(conn, task_id)
+                rows = message_jobs.jobs_of_task(conn, task_id)
                 if not rows:
                     continue
                 state = rows[0][1]

@@ -4,50 +4,60 @@
 
 -- celery_enqueue --
 -- One Celery message → one job, deduplicated for good by (task id, retries, nesting) through the
--- ledger. A message for a revoked task id is born cancelled (it never runs).
+-- ledger, then inserted by the engine's one insert (x_jobs_insert, migration 0008). A message
+-- for a revoked task id is born cancelled (it never runs) with %(revoked_reason)s as last_error.
 with ledger as (
     insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
     values (%(task_id)s, %(retries)s, %(nesting)s, %(id)s, now())
     on conflict (task_id, retries, nesting) do nothing
     returning job_id
 )
-insert into x_jobs
-    (id, name, queue, input, max_attempts, priority, run_at, state, last_error, finished_at,
-     traceparent, enqueued_by, created_at, updated_at)
-select ledger.job_id, %(name)s, %(queue)s, %(input)s::jsonb, %(max_attempts)s, %(priority)s,
-       coalesce(%(run_at)s, coalesce(%(now)s, now())),
-       case when r.task_id is null then 'ready' else 'cancelled' end,
-       case when r.task_id is null then null else 'UJ_JOB_CANCELLED: task id was revoked' end,
-       case when r.task_id is null then null else now() end,
-       %(traceparent)s, %(enqueued_by)s, now(), now()
+select x.id
   from ledger
   left join x_celery_revoked as r on r.task_id = %(task_id)s
-returning id
+ cross join lateral x_jobs_insert(
+           %(now)s, array[ledger.job_id], array[%(name)s::text], array[%(queue)s::text],
+           array[%(input)s::text], null, array[%(max_attempts)s::int],
+           array[%(priority)s::smallint], array[%(run_at)s::timestamptz], array[0::float8],
+           null, null, null, array[%(traceparent)s::text], array[%(enqueued_by)s::text],
+           array[case when r.task_id is null then null else %(revoked_reason)s::text end]) as x(id)
 
 -- celery_enqueue_many --
+-- The batch form of celery_enqueue: the messages the ledger kept are gathered back into arrays
+-- (one aggregate row) and inserted by ONE call of x_jobs_insert.
 with u as (
-    select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at
+    select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at,
+           u.traceparent
       from unnest(%(task_ids)b::text[], %(retries)b::int[], %(nestings)b::int[],
                          %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
-                         %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[])
-        as u(task_id, retries, nesting, id, name, queue, input, priority, run_at)
+                         %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
+                         %(traceparents)b::text[])
+        as u(task_id, retries, nesting, id, name, queue, input, priority, run_at, traceparent)
 ),
 ledger as (
     insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
     select task_id, retries, nesting, id, now() from u
     on conflict (task_id, retries, nesting) do nothing
     returning job_id
+),
+kept as (
+    select array_agg(u.id) as ids, array_agg(u.name) as names, array_agg(u.queue) as queues,
+           array_agg(u.input) as inputs, array_agg(%(max_attempts)s::int) as max_attempts,
+           array_agg(u.priority) as priorities, array_agg(u.run_at) as run_ats,
+           array_agg(0::float8) as delays, array_agg(u.traceparent) as traceparents,
+           array_agg(%(enqueued_by)s::text) as enqueued_bys,
+           array_agg(case when r.task_id is null then null else %(revoked_reason)s::text end)
+               as cancel_reasons
+      from u
+      join ledger on ledger.job_id = u.id
+      left join x_celery_revoked as r on r.task_id = u.task_id
 )
-insert into x_jobs
-    (id, name, queue, input, max_attempts, priority, run_at, state, enqueued_by, created_at, updated_at)
-select u.id, u.name, u.queue, u.input::jsonb, %(max_attempts)s, u.priority,
-       coalesce(u.run_at, coalesce(%(now)s, now())),
-       case when r.task_id is null then 'ready' else 'cancelled' end,
-       %(enqueued_by)s, now(), now()
-  from u
-  join ledger on ledger.job_id = u.id
-  left join x_celery_revoked as r on r.task_id = u.task_id
-returning id
+select x.id
+  from kept
+ cross join lateral x_jobs_insert(
+           %(now)s, kept.ids, kept.names, kept.queues, kept.inputs, null, kept.max_attempts,
+           kept.priorities, kept.run_ats, kept.delays, null, null, null, kept.traceparents,
+           kept.enqueued_bys, kept.cancel_reasons) as x(id)
 
 -- celery_jobs_of_task --
 select t.job_id, j.state, j.last_error, j.updated_at

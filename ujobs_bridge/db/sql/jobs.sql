@@ -3,39 +3,26 @@
 -- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
 
 -- job_enqueue --
-insert into x_jobs
-    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
-     tenant_id, traceparent, enqueued_by, created_at, updated_at)
-values
-    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s, %(priority)s,
-     coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s)),
-     coalesce(%(expires_at)s, coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s))
-                              + make_interval(secs => %(expires_in_s)s)),
-     %(tenant_id)s, %(traceparent)s, %(enqueued_by)s, now(), now())
-on conflict (idempotency_key)
-    where idempotency_key is not null and state in ('ready', 'running', 'sleeping', 'waiting')
-    do nothing
-returning id
+-- One row through the one insert (x_jobs_insert, migration 0008): the ids it inserted; none when
+-- a live job holds the key.
+select id
+  from x_jobs_insert(%(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
+                     array[%(input)s::text], array[%(idempotency_key)s::text],
+                     array[%(max_attempts)s::int], array[%(priority)s::smallint],
+                     array[%(run_at)s::timestamptz], array[%(delay_s)s::float8],
+                     array[%(expires_at)s::timestamptz], array[%(expires_in_s)s::float8],
+                     array[%(tenant_id)s::text], array[%(traceparent)s::text],
+                     array[%(enqueued_by)s::text], null) as id
 
 -- job_enqueue_many --
-insert into x_jobs
-    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
-     tenant_id, traceparent, enqueued_by, created_at, updated_at)
-select u.id, u.name, u.queue, u.input::jsonb, u.idempotency_key, u.max_attempts, u.priority,
-       coalesce(u.run_at, coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)),
-       coalesce(u.expires_at, coalesce(u.run_at, coalesce(%(now)s, now()) + make_interval(secs => u.delay_s))
-                              + make_interval(secs => u.expires_in_s)),
-       u.tenant_id, u.traceparent, u.enqueued_by, now(), now()
-  from unnest(%(ids)b::uuid[], %(names)b::text[], %(queues)b::text[], %(inputs)b::text[],
-              %(idempotency_keys)b::text[], %(max_attempts)b::int[], %(priorities)b::smallint[],
-              %(run_ats)b::timestamptz[], %(delays)b::float8[], %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
-              %(tenant_ids)b::text[], %(traceparents)b::text[], %(enqueued_bys)b::text[])
-       as u(id, name, queue, input, idempotency_key, max_attempts, priority, run_at, delay_s,
-            expires_at, expires_in_s, tenant_id, traceparent, enqueued_by)
-on conflict (idempotency_key)
-    where idempotency_key is not null and state in ('ready', 'running', 'sleeping', 'waiting')
-    do nothing
-returning id
+-- The whole batch as parallel binary arrays, through the one insert (x_jobs_insert).
+select id
+  from x_jobs_insert(%(now)s, %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
+                     %(inputs)b::text[], %(idempotency_keys)b::text[], %(max_attempts)b::int[],
+                     %(priorities)b::smallint[], %(run_ats)b::timestamptz[], %(delays)b::float8[],
+                     %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
+                     %(tenant_ids)b::text[], %(traceparents)b::text[], %(enqueued_bys)b::text[],
+                     null) as id
 
 -- job_get_live_by_key --
 select id from x_jobs

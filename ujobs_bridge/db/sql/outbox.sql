@@ -32,17 +32,15 @@ select id, job_id, name, queue, input::text, idempotency_key, max_attempts, prio
 update x_outbox set published_at = now() where id = any(%(ids)s::bigint[])
 
 -- outbox_publish --
--- One staged row into ANOTHER database's x_jobs. `on conflict do nothing` with no target covers
--- the primary key too: a row published before a crash (same job id), even one whose job has
--- finished since, is not inserted twice, and a live job holding the row's key absorbs it.
-insert into x_jobs
-    (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
-     tenant_id, traceparent, enqueued_by, created_at, updated_at)
-values
-    (%(id)s, %(name)s, %(queue)s, %(input)s::jsonb, %(idempotency_key)s, %(max_attempts)s, %(priority)s,
-     coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s)),
-     coalesce(%(expires_at)s, coalesce(%(run_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(delay_s)s))
-                              + make_interval(secs => %(expires_in_s)s)),
-     %(tenant_id)s, %(traceparent)s, %(enqueued_by)s, now(), now())
-on conflict do nothing
-returning id
+-- One staged row into ANOTHER database's x_jobs (same schema, so the same x_jobs_insert of
+-- migration 0008). Its `on conflict do nothing` has no target: a row published before a crash
+-- (same job id), even one whose job has finished since, is not inserted twice, and a live job
+-- holding the row's key absorbs it.
+select id
+  from x_jobs_insert(%(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
+                     array[%(input)s::text], array[%(idempotency_key)s::text],
+                     array[%(max_attempts)s::int], array[%(priority)s::smallint],
+                     array[%(run_at)s::timestamptz], array[%(delay_s)s::float8],
+                     array[%(expires_at)s::timestamptz], array[%(expires_in_s)s::float8],
+                     array[%(tenant_id)s::text], array[%(traceparent)s::text],
+                     array[%(enqueued_by)s::text], null) as id

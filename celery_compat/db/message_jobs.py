@@ -1,0 +1,79 @@
+"""Celery messages as job rows: the ledger-deduplicated insert (single and batch) and the rows of
+a task id.
+
+Why it exists: a Celery message becomes a job through the engine's ONE insert (``x_jobs_insert``,
+migration 0008), after the facade's ledger (``x_celery_tasks``) has absorbed duplicates, so the
+single and the batch path write the same columns, including a message born cancelled because its
+task id was revoked. Each function takes the connection to use, so an enqueue can join a caller's
+transaction.
+
+What it is not: the sender (``sending.py`` decides what to write and on which connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from ..message_row import CeleryMessage
+from . import q
+
+Conn = psycopg.Connection[Any]
+
+# last_error of a message born cancelled because its task id was revoked before it was sent.
+REVOKED_REASON = "UJ_JOB_CANCELLED: task id was revoked"
+
+
+def enqueue(
+    conn: Conn,
+    message: CeleryMessage,
+    *,
+    max_attempts: int,
+    now: datetime | None = None,
+    input_json: str | None = None,
+) -> UUID | None:
+    """Insert one message as a job; ``None`` when this message (task id, retries, nesting) was
+    already enqueued once (the ledger absorbed the duplicate). ``input_json``: the message's
+    ``input_json()`` when the caller already encoded it."""
+    params = message.params(max_attempts, now, input_json=input_json)
+    params["revoked_reason"] = REVOKED_REASON
+    row = conn.execute(q("celery_enqueue"), params).fetchone()
+    return None if row is None else row[0]
+
+
+def enqueue_many(
+    conn: Conn,
+    messages: Sequence[CeleryMessage],
+    *,
+    max_attempts: int,
+    now: datetime | None = None,
+    inputs: Sequence[str] | None = None,
+) -> list[UUID]:
+    """Insert many messages in one statement; duplicates are skipped. Returns the new job ids."""
+    params: dict[str, Any] = {
+        "task_ids": [m.task_id for m in messages],
+        "retries": [m.retries for m in messages],
+        "nestings": [m.nesting for m in messages],
+        "ids": [m.job_id for m in messages],
+        "names": [m.task for m in messages],
+        "queues": [m.queue for m in messages],
+        "inputs": list(inputs) if inputs is not None else [m.input_json() for m in messages],
+        "priorities": [m.priority for m in messages],
+        "run_ats": [m.eta for m in messages],
+        "traceparents": [m.headers.get("traceparent") or None for m in messages],
+        "max_attempts": max_attempts,
+        "revoked_reason": REVOKED_REASON,
+        "enqueued_by": "celery_compat",
+        "now": now,
+    }
+    return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
+
+
+def jobs_of_task(conn: Conn, task_id: str) -> list[tuple[UUID, str, str | None, datetime]]:
+    """The job rows of a Celery task id, newest message (highest retries) first."""
+    rows = conn.execute(q("celery_jobs_of_task"), {"task_id": task_id}).fetchall()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
