@@ -31,9 +31,7 @@ NAMES = ["apps.basic_jobs.add"]
 
 
 def claim(conn: psycopg.Connection[Any], limit: int, *, lease_s: float = 30.0, token: uuid.UUID | None = None) -> list[Any]:
-    return driver.job_claim(
-        conn, queue="basic", names=NAMES, limit=limit, token=token or uuid.uuid4(), lease_s=lease_s, worker="test", now=None
-    )
+    return driver.job_claim(conn, driver.ClaimParams(queue="basic", names=NAMES, limit=limit, token=token or uuid.uuid4(), lease_s=lease_s, worker="test", now=None))
 
 
 def test_claim_takes_at_most_limit_rows_counts_the_attempt_and_sets_a_lease(client: Client, db: Any) -> None:
@@ -113,7 +111,7 @@ def test_a_handed_back_attempt_is_not_counted(client: Client, db: Any) -> None:
 
 def test_jobs_of_unknown_names_are_not_claimed(client: Client, db: Any) -> None:
     basic_jobs.add.configure(client=client).enqueue(1, 1)
-    got = driver.job_claim(db, queue="basic", names=["some.other"], limit=5, token=uuid.uuid4(), lease_s=30, worker="t", now=None)
+    got = driver.job_claim(db, driver.ClaimParams(queue="basic", names=["some.other"], limit=5, token=uuid.uuid4(), lease_s=30, worker="t", now=None))
     assert got == []
 
 

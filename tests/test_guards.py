@@ -201,3 +201,15 @@ def test_the_connection_allowlist_is_not_stale() -> None:
         path = ROOT / name
         assert path.exists(), f"{name} is allowlisted but gone: drop it from CONNECT_ALLOWLIST"
         assert connection_opens(path.read_text()), f"{name} no longer opens connections: drop it"
+
+
+def test_the_test_kits_claim_by_id_sets_exactly_what_the_workers_claim_sets() -> None:
+    """``testing_job_claim`` (``perform``) picks its one row by id, whatever its place in line;
+    from the ``update`` on it must write the same columns as ``job_claim``, or ``perform`` would
+    test a different claim than the worker makes."""
+
+    def claim_write(name: str) -> str:
+        statement = QUERIES[name]
+        return " ".join(statement[statement.index("update x_jobs as j") :].split())
+
+    assert claim_write("testing_job_claim") == claim_write("job_claim")

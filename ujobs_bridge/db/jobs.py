@@ -152,68 +152,51 @@ def job_enqueue_many(
     return refs
 
 
-def _claim_params(
-    *,
-    queue: str,
-    names: Sequence[str],
-    limit: int,
-    token: UUID,
-    lease_s: float,
-    worker: str,
-    now: datetime | None,
-) -> dict[str, Any]:
-    return {
-        "queue": queue,
-        "names": list(names),
-        "limit": limit,
-        "token": token,
-        "lease_s": lease_s,
-        "worker": worker,
-        "now": now,
-    }
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    """One claim: up to ``limit`` due jobs of ``queue`` named in ``names``, each leased to
+    ``worker`` under ``token`` for ``lease_s`` seconds of the database clock. ``now`` is the
+    injected clock's instant (``None``: the database's)."""
+
+    queue: str
+    names: Sequence[str]
+    limit: int
+    token: UUID
+    lease_s: float
+    worker: str
+    now: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "names": list(self.names),
+            "limit": self.limit,
+            "token": self.token,
+            "lease_s": self.lease_s,
+            "worker": self.worker,
+            "now": self.now,
+        }
 
 
-def job_claim(
-    conn: Conn,
-    *,
-    queue: str,
-    names: Sequence[str],
-    limit: int,
-    token: UUID,
-    lease_s: float,
-    worker: str,
-    now: datetime | None,
-) -> list[ClaimedJob]:
-    params = _claim_params(
-        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
-    )
-    rows = conn.execute(q("job_claim"), params).fetchall()
+def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
+    rows = conn.execute(q("job_claim"), claim.params()).fetchall()
     return [ClaimedJob(*row) for row in rows]
 
 
 def job_settle_then_claim(
     conn: Conn,
     settlements: Sequence[Settlement],
+    claim: ClaimParams,
     *,
     durable: bool,
-    queue: str,
-    names: Sequence[str],
-    limit: int,
-    token: UUID,
-    lease_s: float,
-    worker: str,
-    now: datetime | None,
 ) -> tuple[set[UUID], list[ClaimedJob]]:
     """Write outcomes and claim the next batch in ONE transaction sent as ONE pipeline: a single
     round trip and a single commit per worker cycle."""
-    claim = _claim_params(
-        queue=queue, names=names, limit=limit, token=token, lease_s=lease_s, worker=worker, now=now
-    )
     with conn.pipeline(), conn.transaction():
         if durable:
             conn.execute(q("tx_outcomes_durable"))
-        settled = conn.execute(q("job_settle"), _settle_params(settlements, now))
-        claimed = conn.execute(q("job_claim"), claim)
+        settled = conn.execute(q("job_settle"), _settle_params(settlements, claim.now))
+        claimed = conn.execute(q("job_claim"), claim.params())
     matched = {row[0] for row in settled.fetchall()}
     return matched, [ClaimedJob(*row) for row in claimed.fetchall()]
 

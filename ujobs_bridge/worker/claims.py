@@ -79,6 +79,17 @@ class Claims:
         self._queue_turn += 1
         return queue
 
+    def _claim(self, queue: str, limit: int, token: uuid.UUID) -> driver.ClaimParams:
+        return driver.ClaimParams(
+            queue=queue,
+            names=self.names,
+            limit=limit,
+            token=token,
+            lease_s=self.config.lease_s,
+            worker=self.worker_id,
+            now=self.clock.sql_now(),
+        )
+
     def claim(self, limit: int, *, skip: str | None = None) -> list[ClaimedJob]:
         """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
         starting queue rotates so no queue starves another."""
@@ -91,14 +102,7 @@ class Claims:
             if queue == skip:
                 continue
             rows += driver.job_claim(
-                self.connection(),
-                queue=queue,
-                names=self.names,
-                limit=limit - len(rows),
-                token=token,
-                lease_s=self.config.lease_s,
-                worker=self.worker_id,
-                now=self.clock.sql_now(),
+                self.connection(), self._claim(queue, limit - len(rows), token)
             )
         return rows
 
@@ -118,14 +122,8 @@ class Claims:
         matched, rows = driver.job_settle_then_claim(
             self.connection(),
             batch,
+            self._claim(queue, want, uuid.uuid4()),
             durable=not self.config.async_acks,
-            queue=queue,
-            names=self.names,
-            limit=want,
-            token=uuid.uuid4(),
-            lease_s=self.config.lease_s,
-            worker=self.worker_id,
-            now=self.clock.sql_now(),
         )
         if len(rows) < want and len(self.queues) > 1:
             rows += self.claim(want - len(rows), skip=queue)
