@@ -14,7 +14,7 @@ run it, into a database made for that drain::
 The clock starts just before the subprocess is spawned and stops when it exits, so CLI
 start-up (imports, loading the app, the schema check) is part of the headline figure; the
 drainer's own clock (``elapsed_s`` of its ``--json`` report: from before it connects to the
-database to the last batch settled) is reported beside it. RSS of the drainer process is sampled
+database to the last batch acknowledged) is reported beside it. RSS of the drainer process is sampled
 every 50 ms: start = when the first row is visible in ``x_jobs``, end = the last sample before
 the process exited, and the peak. A drain counts only if the report says N moved, 0 remaining,
 and ``x_jobs`` holds N rows.

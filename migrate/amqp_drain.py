@@ -94,7 +94,7 @@ class AmqpSource:
         self._buffer: deque[Taken] = deque()
         self._consuming = False
         self._acked_upto = 0  # every delivery tag up to this one is acked or returned
-        self._settled: set[int] = set()  # tags above it already acked or returned
+        self._acknowledged: set[int] = set()  # tags above it already acked or returned
 
     def _channel(self) -> Any:
         channel = self.raw.channel()
@@ -163,10 +163,10 @@ class AmqpSource:
                     foreign.append(msg.delivery_tag)
         for tag in foreign:  # another queue's delayed message: back, untouched (seen once per pass)
             self.channel.basic_reject(tag, requeue=True)
-        self._mark_settled(foreign)
+        self._mark_acknowledged(foreign)
         return out
 
-    def settle(self, items: list[Taken]) -> None:
+    def acknowledge(self, items: list[Taken]) -> None:
         """Ack a committed batch: one ``multiple`` ack when it is every delivery up to its last
         tag (the usual case), else one ack per delivery, so a delivery not yet committed (still
         in the prefetch buffer) is never acked along."""
@@ -174,21 +174,21 @@ class AmqpSource:
         if not tags:
             return
         top = tags[-1]
-        gaps = set(range(self._acked_upto + 1, top + 1)) - set(tags) - self._settled
+        gaps = set(range(self._acked_upto + 1, top + 1)) - set(tags) - self._acknowledged
         if not gaps:
             self.channel.basic_ack(top, multiple=True)
             self._acked_upto = top
-            self._settled = {t for t in self._settled if t > top}
+            self._acknowledged = {t for t in self._acknowledged if t > top}
             return
         for tag in tags:
             self.channel.basic_ack(tag)
-        self._mark_settled(tags)
+        self._mark_acknowledged(tags)
 
-    def _mark_settled(self, tags: list[int]) -> None:
-        self._settled.update(tags)
-        while self._acked_upto + 1 in self._settled:
+    def _mark_acknowledged(self, tags: list[int]) -> None:
+        self._acknowledged.update(tags)
+        while self._acked_upto + 1 in self._acknowledged:
             self._acked_upto += 1
-            self._settled.discard(self._acked_upto)
+            self._acknowledged.discard(self._acked_upto)
 
     def remaining(self) -> int:
         total = 0

@@ -79,7 +79,7 @@ class KombuSource:
         self._turn += 1
         return out
 
-    def settle(self, items: list[Taken]) -> None:
+    def acknowledge(self, items: list[Taken]) -> None:
         for t in items:
             t.token.ack()
 

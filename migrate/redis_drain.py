@@ -80,7 +80,7 @@ def _text(value: Any) -> str:
 
 class RedisSource:
     kind = "redis"
-    settle_anywhere = True  # redis-py clients are thread-safe: the loop settles off its thread
+    acknowledge_anywhere = True  # redis-py clients are thread-safe: the loop acknowledges off its thread
 
     def __init__(
         self,
@@ -216,7 +216,7 @@ class RedisSource:
         self._turn += 1
         return out
 
-    def settle(self, items: list[Taken]) -> None:
+    def acknowledge(self, items: list[Taken]) -> None:
         """After commit: remove each message from wherever this drainer held it (a batch's own
         list goes as a whole)."""
         by_list: dict[str, list[bytes]] = {}

@@ -3,10 +3,10 @@
 Why it exists: one loop for every broker. Order per batch: ``take`` (the broker still holds the
 messages: a processing list, unacked deliveries) → ``prepare`` (decode) → ``commit_prepared``
 (rows and quarantine entries, one transaction, on a helper thread while the next batch is taken
-and decoded) → fault point ``migrate.after_commit`` → ``settle`` (Redis: the batch's processing
+and decoded) → fault point ``migrate.after_commit`` → ``acknowledge`` (Redis: the batch's processing
 list deleted; RabbitMQ and kombu: ack). A restart first
 ``recover``\\ s what an earlier run took (Redis processing lists). The stop event (SIGTERM) is
-checked between batches, so every batch taken is committed and settled before the exit.
+checked between batches, so every batch taken is committed and acknowledged before the exit.
 ``--follow`` keeps polling every ``poll_s`` (bounded latency from publish to row); otherwise
 the run ends when the selected queues are empty. ``--limit`` caps the messages taken.
 
@@ -48,7 +48,7 @@ class Source(Protocol):
 
     def recover(self, n: int) -> list[Taken]: ...
     def take(self, n: int) -> list[Taken]: ...
-    def settle(self, items: list[Taken]) -> None: ...
+    def acknowledge(self, items: list[Taken]) -> None: ...
     def remaining(self) -> int | None: ...
     def idle(self, timeout: float) -> None: ...
     def peek(self) -> Iterator[Taken]: ...
@@ -161,11 +161,11 @@ class DrainLoop(Service):
 
     def tick(self) -> int:
         """One batch, synchronously: what an earlier run took (else new messages) is committed,
-        then settled on the broker. Returns how many messages it took (0: nothing waiting)."""
+        then acknowledged on the broker. Returns how many messages it took (0: nothing waiting)."""
         room = self._room(self.stats)
         items = (self.source.recover(room) or self.source.take(room)) if room else []
         if items:
-            self._settle(items, self._commit(prepare(items, self.ctx)), self.stats)
+            self._finish(items, self._commit(prepare(items, self.ctx)), self.stats)
         return len(items)
 
     def _pass(self) -> float:
@@ -191,7 +191,7 @@ class DrainLoop(Service):
 
     def _release(self, items: list[Taken]) -> None:
         fault("migrate.after_commit")
-        self.source.settle(items)
+        self.source.acknowledge(items)
 
     def _commit_only(self, items: list[Taken], batch: Prepared) -> list[Result]:
         return self._commit(batch)
@@ -206,35 +206,35 @@ class DrainLoop(Service):
         if self.on_batch is not None:
             self.on_batch(stats)
 
-    def _settle(self, items: list[Taken], results: list[Result], stats: Stats) -> None:
+    def _finish(self, items: list[Taken], results: list[Result], stats: Stats) -> None:
         self._release(items)
         self._count(results, stats)
 
     def run(self, stats: Stats) -> Stats:
         """Drain on the calling thread until the queues are empty (or ``limit``, or the stop
-        event); every batch taken is committed and settled before it returns."""
+        event); every batch taken is committed and acknowledged before it returns."""
         self.stats = stats
         with sparse_gc():
             while not self.stop_event.is_set() and (room := self._room(stats)):
                 items = self.source.recover(room)
                 if not items:
                     break
-                self._settle(items, self._commit(prepare(items, self.ctx)), stats)
+                self._finish(items, self._commit(prepare(items, self.ctx)), stats)
             self._pipeline(stats)
         stats.stopped_by_signal = self.stop_event.is_set()
         stats.remaining = self.source.remaining()
         return stats
 
     def _pipeline(self, stats: Stats) -> None:
-        """Take and decode batch N+1 while batch N commits on a helper thread; settle N (DEL /
+        """Take and decode batch N+1 while batch N commits on a helper thread; acknowledge N (DEL /
         ack) only once its commit returned. Broker calls stay on this thread (py-amqp and kombu
-        channels are not thread-safe), except for a source whose ``settle_anywhere`` says its
-        client is thread-safe (Redis): the helper then settles N right after N's commit, in
+        channels are not thread-safe), except for a source whose ``acknowledge_anywhere`` says its
+        client is thread-safe (Redis): the helper then acknowledges N right after N's commit, in
         the same order, and this thread never waits on that round trip. The database
         connection is used by the helper alone, whose waits for Postgres (and Redis) release
-        the GIL for the decoding here. A stop lets the batch in flight finish and settle."""
+        the GIL for the decoding here. A stop lets the batch in flight finish and be acknowledged."""
         inflight: tuple[list[Taken], Future[list[Result]]] | None = None
-        settle_there = bool(getattr(self.source, "settle_anywhere", False))
+        acknowledge_there = bool(getattr(self.source, "acknowledge_anywhere", False))
         with ThreadPoolExecutor(1, thread_name_prefix="migrate-commit") as pool:
             while True:
                 pending = len(inflight[0]) if inflight is not None else 0
@@ -244,12 +244,12 @@ class DrainLoop(Service):
                 if inflight is not None:
                     done, future = inflight
                     inflight = None
-                    if settle_there:
+                    if acknowledge_there:
                         self._count(future.result(), stats)
                     else:
-                        self._settle(done, future.result(), stats)
+                        self._finish(done, future.result(), stats)
                 if batch is not None:
-                    work = self._commit_release if settle_there else self._commit_only
+                    work = self._commit_release if acknowledge_there else self._commit_only
                     inflight = (items, pool.submit(work, items, batch))
                     continue
                 if self.stop_event.is_set() or not self._room(stats):

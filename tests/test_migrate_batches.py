@@ -49,7 +49,7 @@ def test_takes_are_oldest_first_in_kombus_order_and_each_batch_is_let_go_alone(
             sorted(t.raw for t in b) for b in batches
         )
 
-        source.settle(batches[2])
+        source.acknowledge(batches[2])
         after = _processing(r, queue)
         assert len(after) == 5 and sorted(map(sorted, after.values())) == sorted(
             sorted(t.raw for t in b) for i, b in enumerate(batches) if i != 2
@@ -68,7 +68,7 @@ def test_two_drainers_with_one_id_never_let_go_of_each_others_batches(
     b = RedisSource(ms.REDIS_URL, info, [queue], drainer_id="shared-host")
     try:
         held_a, held_b = a.take(10), b.take(10)
-        a.settle(held_a)  # as if A had committed its batch
+        a.acknowledge(held_a)  # as if A had committed its batch
         still = _processing(r, queue)
         assert list(map(sorted, still.values())) == [sorted(t.raw for t in held_b)]
     finally:

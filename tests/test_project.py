@@ -216,6 +216,26 @@ def test_the_engine_runs_a_job_app_where_celery_cannot_be_imported(dsn: str) -> 
     assert result.stdout.split("\n")[0] == "done 5 []", result.stdout + result.stderr
 
 
+def test_a_job_app_does_not_import_celery_where_it_is_installed() -> None:
+    """The Celery loader is consulted only once ``celery`` is imported: ``-A`` on a plain ``@job``
+    module pays neither its start-up time nor its memory; ``-A`` on a Celery app still finds it."""
+    probe = (
+        "import sys\n"
+        "from ujobs_bridge import loading\n"
+        "plain = loading.resolve('apps.basic_jobs')\n"
+        "print(type(plain).__name__, 'celery' in sys.modules)\n"
+        "app = loading.resolve('apps.celery_plain')\n"
+        "print(type(app).__name__, 'celery' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT / "tests", capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    plain, app = result.stdout.splitlines()
+    assert plain == "LoadedApp False"
+    assert app.endswith(" True") and not app.startswith("LoadedApp "), app
+
+
 def test_the_cli_without_celery_lists_every_command_and_explains_the_missing_ones() -> None:
     cli = "from ujobs_bridge.cli import cli\ncli(sys.argv[1:], prog_name='ujobs-bridge')\n"
     listed = _run_blocked(cli, "--help")

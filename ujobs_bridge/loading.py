@@ -146,9 +146,16 @@ class Loader(Protocol):
 
 
 def loader_for(target: Any) -> Loader | None:
-    """The first contributed loader, in name order, that claims ``target``."""
-    for _name, loader in plugins.load_all(plugins.LOADER_GROUP):
-        if loader.claims(target):
+    """The first contributed loader, in name order, that claims ``target``. A loader entry is
+    named after the top-level module whose apps it reads (``celery``) and is consulted only when
+    that module has been imported (by the target, or anything before it): an app cannot be an
+    instance of a framework nobody imported, and a plain ``@job`` module does not pay for
+    importing the loader's package (for celery_compat: Celery itself)."""
+    for entry in plugins.entries(plugins.LOADER_GROUP):
+        if entry.name not in sys.modules:
+            continue
+        loader = plugins.load_one(plugins.LOADER_GROUP, entry)
+        if loader is not None and loader.claims(target):
             return loader  # type: ignore[no-any-return]
     return None
 

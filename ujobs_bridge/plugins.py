@@ -7,7 +7,8 @@ one of the groups below and loaded here by name from package metadata, which the
 installed: never from a database row or a message.
 
     ujobs_bridge.cli        command name -> a ``click.Command``
-    ujobs_bridge.loaders    loader name  -> a ``Loader`` (how ``-A`` finds jobs; see loading.py)
+    ujobs_bridge.loaders    module name  -> a ``Loader`` (how ``-A`` reads apps of that module's
+                            framework, consulted only once that module is imported; loading.py)
     ujobs_bridge.retention  target name  -> a callable returning ``PurgeTarget``s
     ujobs_bridge.demo       part name    -> a demo part ``ujobs-bridge demo`` runs after its own
 
@@ -42,11 +43,19 @@ def find(group: str, name: str) -> metadata.EntryPoint | None:
     return None
 
 
+def load_one(group: str, entry: metadata.EntryPoint) -> Any | None:
+    """``entry`` loaded; ``None`` (logged) if its package cannot be imported (its optional
+    dependencies are missing), so one missing package never stops the others."""
+    try:
+        return entry.load()
+    except ImportError as exc:
+        log.warning("ujobs.plugins.unavailable: %s %s (%s)", group, entry.name, exc)
+        return None
+
+
 def load_all(group: str) -> Iterator[tuple[str, Any]]:
-    """Each entry of ``group`` loaded; one whose package cannot be imported (its optional
-    dependencies are missing) is logged and left out rather than stopping the others."""
+    """Each entry of ``group`` that could be loaded (see ``load_one``)."""
     for entry in entries(group):
-        try:
-            yield entry.name, entry.load()
-        except ImportError as exc:
-            log.warning("ujobs.plugins.unavailable: %s %s (%s)", group, entry.name, exc)
+        loaded = load_one(group, entry)
+        if loaded is not None:
+            yield entry.name, loaded
