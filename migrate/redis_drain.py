@@ -80,7 +80,9 @@ def _text(value: Any) -> str:
 
 class RedisSource:
     kind = "redis"
-    acknowledge_anywhere = True  # redis-py clients are thread-safe: the loop acknowledges off its thread
+    acknowledge_anywhere = (
+        True  # redis-py clients are thread-safe: the loop acknowledges off its thread
+    )
 
     def __init__(
         self,

@@ -30,8 +30,7 @@ from migrate.batch import Context
 from migrate.decoding import Accept
 from migrate.report import Stats
 from migrate.runner import DrainLoop, SourceOptions, open_source
-from ujobs_bridge import Worker, WorkerConfig, connect
-from ujobs_bridge import loading as registry
+from ujobs_bridge import Worker, WorkerConfig, connect, loading
 
 REDIS_DB = 6  # not 9 (celery_compat tests), 10-13 (conformance FLUSHDBs them), 13 (bench)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
@@ -142,7 +141,7 @@ def bridge_worker(dsn: str, queues: tuple[str, ...]) -> Iterator[Worker]:
     app.use_ujobs_client(client)
     worker = Worker(
         dsn,
-        registry.build(jobs_for_app(app)),
+        loading.build(jobs_for_app(app)),
         WorkerConfig(queues=queues, concurrency=4, poll_s=0.05, lease_s=5),
         channels=(revoked_ids.channel(),),
     )

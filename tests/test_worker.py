@@ -184,11 +184,11 @@ def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
 
 
 def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client: Client, db: Any) -> None:
-    from ujobs_bridge import loading as registry
+    from ujobs_bridge import loading
 
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
     where = basic_jobs.whereami.configure(client=client).enqueue()
-    worker = Worker(dsn, registry.load("apps.basic_jobs"), WorkerConfig(queues=("basic",), pool="processes", concurrency=1), app_spec="apps.basic_jobs")
+    worker = Worker(dsn, loading.load("apps.basic_jobs"), WorkerConfig(queues=("basic",), pool="processes", concurrency=1), app_spec="apps.basic_jobs")
     try:
         assert worker.tick() == 2
     finally:

@@ -20,7 +20,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ujobs_bridge import loading as registry
+from ujobs_bridge import loading
 from ujobs_bridge.cli.options import json_option, print_json
 from ujobs_bridge.errors import ConfigError
 
@@ -34,7 +34,7 @@ def beat() -> None:
 
 def _app(app_spec: str) -> Any:
     try:
-        target = registry.load_target(app_spec)
+        target = loading.load_target(app_spec)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     app = app_of(target)

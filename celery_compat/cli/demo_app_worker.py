@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from ujobs_bridge import loading as registry
+from ujobs_bridge import loading
 from ujobs_bridge.client import Client
 from ujobs_bridge.dsn import ResolvedDatabase
 from ujobs_bridge.records import JobRecord
@@ -42,7 +42,7 @@ def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> I
     app.use_ujobs_client(client)
     worker = Worker(
         resolved.dsn,
-        registry.build(jobs_for_app(app)),
+        loading.build(jobs_for_app(app)),
         WorkerConfig(
             queues=(queue,),
             concurrency=concurrency,

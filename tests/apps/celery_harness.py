@@ -22,8 +22,7 @@ from psycopg.rows import dict_row
 
 from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
-from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect
-from ujobs_bridge import loading as registry
+from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect, loading
 from ujobs_bridge.client import Client
 from ujobs_bridge.clock import Clock, SystemClock
 
@@ -71,7 +70,7 @@ def worker(
     """A bridge worker thread running ``app``'s tasks (started unless ``start=False``: tick it)."""
     w = Worker(
         dsn,
-        registry.build(jobs_for_app(app)),
+        loading.build(jobs_for_app(app)),
         WorkerConfig(queues=queues, concurrency=concurrency, poll_s=0.05, lease_s=5),
         clock=clock or SystemClock(),
         channels=(revoked_ids.channel(),),

@@ -36,8 +36,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .. import demo_jobs
-from .. import loading as registry
+from .. import demo_jobs, loading
 from ..client import Client
 from ..dsn import ResolvedDatabase
 from ..introspect import Introspector
@@ -158,7 +157,7 @@ def run(
     queue = config.queues[0]
     total = len(plan.requests)
     introspector = Introspector(resolved.dsn)
-    worker = Worker(resolved.dsn, registry.from_module(demo_jobs), config)
+    worker = Worker(resolved.dsn, loading.from_module(demo_jobs), config)
     progress = Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description:<9}"),

@@ -42,8 +42,7 @@ from celery.worker import state as worker_state
 
 from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
-from ujobs_bridge import Worker, WorkerConfig
-from ujobs_bridge import loading as registry
+from ujobs_bridge import Worker, WorkerConfig, loading
 
 WORKER_LOGLEVEL = os.environ.get("WORKER_LOGLEVEL", "error")
 POOLS = ("solo", "prefork", "threads", "eventlet", "gevent")
@@ -147,7 +146,7 @@ def _build_worker(app: Any, concurrency: int, pool: str, options: dict[str, Any]
         lease_s=float(options.pop("lease_s", 10.0)),
     )
     return Worker(
-        app.ujobs_client.dsn, registry.build(jobs), config, channels=(revoked_ids.channel(),)
+        app.ujobs_client.dsn, loading.build(jobs), config, channels=(revoked_ids.channel(),)
     )
 
 
