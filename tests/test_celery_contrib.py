@@ -158,6 +158,34 @@ def test_revoke_marks_an_unstarted_id_revoked_and_replies_like_a_worker(app: Any
     assert app.control.revoke("another") is None  # no reply asked, none given
 
 
+def test_reload_runs_tasks_defined_after_the_worker_started_on_their_new_queue(app: Any) -> None:
+    with start_worker(app, perform_ping_check=False) as w:
+
+        @app.task(name="contrib.late", queue="late", shared=False)
+        def late(x: int) -> int:
+            return 10 * x
+
+        sent = late.delay(4)  # waits in Postgres: nobody consumes "late" yet
+        assert "late" not in w.queues and sent.state == states.PENDING
+        w.reload()  # what Celery's testing docs say to call
+        assert set(w.queues) == {"celery", "math", "late"}
+        assert sent.get(timeout=10) == 40
+        assert late.delay(5).get(timeout=10) == 50
+
+
+def test_reload_keeps_the_queues_start_worker_was_given(app: Any) -> None:
+    with start_worker(app, perform_ping_check=False, queues="celery") as w:
+
+        @app.task(name="contrib.late2", queue="late2", shared=False)
+        def late2() -> str:
+            return "late"
+
+        w.reload()
+        assert w.queues == ("celery",)
+        assert "contrib.late2" in w.worker.names
+        assert late2.apply_async(queue="celery").get(timeout=10) == "late"
+
+
 FIXTURE_TESTS = """
 import psycopg
 import pytest
@@ -190,6 +218,16 @@ def test_session_app_and_worker(celery_session_app, celery_session_worker):
     assert mul.delay(6, 7).get(timeout=10) == 42
 
 
+def test_function_worker_reload_picks_up_a_task_defined_in_the_test(celery_app, celery_worker):
+    @celery_app.task(name="fx.late", queue="late")
+    def late(x):
+        return -x
+
+    celery_worker.reload()
+    assert "late" in celery_worker.queues
+    assert late.delay(3).get(timeout=10) == -3
+
+
 @pytest.mark.celery(result_expires=60)
 def test_marker_overrides_config(celery_app):
     assert celery_app.conf.result_expires == 60
@@ -203,7 +241,7 @@ def test_pytest_fixtures_give_an_app_and_a_worker_on_a_session_database(
     result = pytester.runpytest_subprocess(
         "-p", "celery_compat.contrib.pytest", "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     dbname = (pytester.path / "dbname.txt").read_text()
     assert dbname.startswith("ujobs_celery_test_")
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:  # dropped when the session ended

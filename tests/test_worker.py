@@ -209,3 +209,40 @@ def test_two_jobs_under_one_name_are_refused() -> None:
     with pytest.raises(ConfigError, match="two jobs are named"):
         build([a, b])
 
+
+
+def test_reload_runs_jobs_and_queues_added_after_start(dsn: str, client: Client, db: Any) -> None:
+    jobs = from_module(basic_jobs)
+    worker = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(poll_s=60))  # queues: only "basic"
+    try:
+        worker.start()
+        assert worker.listener.listening.wait(10)
+        ref = basic_jobs.other_queue.configure(client=client).enqueue()
+        added = basic_jobs.async_double.configure(client=client).enqueue(4)  # no loop yet
+        assert worker.queues == ("basic",) and row(db, ref.id)["state"] == "ready"
+        worker.reload(jobs)  # queues follow the new registry: basic and other
+        assert worker.queues == ("basic", "other")
+        wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the new queue's job")
+        wait_for(lambda: row(db, added.id)["output"] == 8, timeout=10, what="the new async job")
+        later = basic_jobs.other_queue.configure(client=client).enqueue()  # NOTIFY on "other" wakes it
+        wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="a notified claim")
+    finally:
+        worker.stop(timeout_s=2)
+
+
+def test_reload_keeps_configured_queues_and_refuses_new_names_on_a_process_pool(dsn: str) -> None:
+    from ujobs_bridge import ConfigError
+
+    jobs = from_module(basic_jobs)
+    worker = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(queues=("basic",)))
+    worker.reload(jobs)
+    assert worker.queues == ("basic",) and "apps.basic_jobs.other_queue" in worker.names
+    worker.reload(jobs, queues=("basic", "other"))
+    assert worker.claims.queues == ("basic", "other")
+    with pytest.raises(ConfigError, match="no jobs"):
+        worker.reload({})
+    procs = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(pool="processes"), app_spec="apps.basic_jobs")
+    with pytest.raises(ConfigError, match="cannot add jobs"):
+        procs.reload(jobs)
+    procs.reload({"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, queues=("basic", "other"))  # new queues, same jobs: fine
+    assert procs.queues == ("basic", "other")

@@ -248,7 +248,9 @@ def celery_worker(
     celery_worker_pool: str,
     celery_worker_parameters: Mapping[str, Any],
 ) -> Iterator[Any]:
-    """A bridge worker for ``celery_app``, started for one test and stopped after it."""
+    """A bridge worker for ``celery_app``, started for one test and stopped after it. Tasks the
+    test defines after it started run once the test calls ``celery_worker.reload()``, as on
+    Celery (new queues included)."""
     if NO_WORKER:
         yield None
         return

@@ -16,7 +16,8 @@ the shutdown's hand-back), the heartbeat and the listener.
 
 Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
-uncounted) and ``tick()`` for tests.
+uncounted), ``reload()`` (run another registry and queues from the next claim on) and ``tick()``
+for tests.
 
 What it is not: the decision table for one attempt (``attempt.py``) or the CLI (``cli/worker.py``).
 """
@@ -34,6 +35,7 @@ from typing import Any
 
 import psycopg
 
+from .. import validation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db.connections import Role
 from ..errors import ConfigError, ErrorCode
@@ -47,7 +49,7 @@ from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
-from .runtimes import Runtimes, StepWrites
+from .runtimes import LoopRuntime, Runtimes, StepWrites
 from .stopping import Stopper
 
 log = logging.getLogger("ujobs.worker")
@@ -98,6 +100,7 @@ class Worker:
         self._stopping = threading.Event()
         self._hurry = threading.Event()
         self._lifecycle = threading.Lock()
+        self._jobs = threading.Lock()  # registry, names, queues: swapped by reload() between claims
         self.table = InFlightTable(self.outcomes, self._wake)
         self.runtimes = Runtimes(
             pool=self.config.pool,
@@ -195,6 +198,38 @@ class Worker:
         self._hurry.set()
         self._wake.set()
 
+    def reload(
+        self,
+        registry: Mapping[str, JobDefinition[Any, Any]],
+        queues: Sequence[str] | None = None,
+    ) -> None:
+        """Run ``registry`` from the next claim on, consuming ``queues`` (default: the configured
+        queues, else every queue a job of ``registry`` declares). Thread-safe; attempts in flight
+        keep the definitions they were claimed with. A process pool cannot learn new job names
+        (its children imported the -A module at start): adding one there is refused."""
+        registry = dict(registry)
+        if not registry:
+            raise ConfigError("reload() was given no jobs", hint="pass the full registry to run")
+        added = sorted(set(registry) - set(self.registry))
+        if self.config.pool == "processes" and added:
+            raise ConfigError(
+                f"a process pool cannot add jobs while it runs ({', '.join(added)})",
+                hint="restart the worker to run new jobs, or use --pool threads",
+            )
+        chosen = tuple(queues or self.config.queues or sorted({d.queue for d in registry.values()}))
+        for name in chosen:
+            validation.queue_name(name)
+        with self._jobs:
+            runtimes = self.runtimes
+            first_async = any(d.is_async for d in registry.values()) and runtimes.loop is None
+            if first_async and runtimes.threads is not None:  # opened without an event loop
+                runtimes.loop = LoopRuntime(runtimes.finished, runtimes.steps)
+            self.registry = runtimes.registry = registry
+            self.queues, self.names = chosen, tuple(sorted(registry))
+            self.claims.queues, self.claims.names = self.queues, self.names
+            self.listener.queues = frozenset(chosen)
+        self._wake.set()
+
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
@@ -206,7 +241,8 @@ class Worker:
         """One pass for tests: sweep, claim one batch, run it to the end, write the outcomes."""
         self.runtimes.open()
         self.claims.sweep(force=True)
-        claimed = self._start(self.claims.claim(self.config.capacity))
+        with self._jobs:
+            claimed = self._start(self.claims.claim(self.config.capacity))
         deadline = time.monotonic() + timeout_s
         ids = {e.claimed.id for e in claimed}
         while time.monotonic() < deadline:
@@ -248,18 +284,19 @@ class Worker:
             want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
-        try:
-            if batch and want:
-                matched, rows = self.claims.write_then_claim(batch, want)
-            elif batch:
-                matched, rows = self.claims.write(batch), []
-            else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
-                matched, rows = set(), self.claims.claim(want)
-        except psycopg.Error:
-            self.outcomes.restore(batch)
-            raise
-        self.outcomes.written(batch, matched)
-        self._start(rows)
+        with self._jobs:  # what a pass claims, it runs with the same registry
+            try:
+                if batch and want:
+                    matched, rows = self.claims.write_then_claim(batch, want)
+                elif batch:
+                    matched, rows = self.claims.write(batch), []
+                else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
+                    matched, rows = set(), self.claims.claim(want)
+            except psycopg.Error:
+                self.outcomes.restore(batch)
+                raise
+            self.outcomes.written(batch, matched)
+            self._start(rows)
         return want > 0 and len(rows) == want
 
     # ------------------------------------------------------------------ claim and dispatch

@@ -16,15 +16,17 @@ current and default, the ``celery.ping`` round trip before the block runs, and
 ``worker_state.successful_requests``).
 
 What it is not: Celery's worker. ``pool`` is always threads in this process (``solo``,
-``prefork`` and ``threads`` all mean that); the task registry is read once, at start (register
-tasks before starting, as ``celery_class_tasks`` does); remote control (``inspect``) has no
-worker to answer it. The tasks' database is the app's (``app.ujobs_client``).
+``prefork`` and ``threads`` all mean that); the task registry is read at start and again by
+``reload()`` (as on Celery, call it after defining tasks once the worker runs: it also starts
+consuming the queues those tasks route to); remote control (``inspect``) has no worker to
+answer it. The tasks' database is the app's (``app.ujobs_client``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ from celery.contrib.testing.worker import (
     test_worker_stopped,
 )
 from celery.result import _set_task_join_will_block, allow_join_result
+from celery.utils.imports import reload_from_cwd
 from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 
@@ -54,13 +57,21 @@ class TestWorker:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app: Any, worker: Worker, hostname: str, pool: str) -> None:
+    def __init__(
+        self,
+        app: Any,
+        worker: Worker,
+        hostname: str,
+        pool: str,
+        given_queues: tuple[str, ...] | None = None,
+    ) -> None:
         self.app = app
         self.worker = worker
         self.hostname = hostname
         self.pool = pool
         self.concurrency = worker.config.concurrency
         self.queues = worker.queues
+        self._given_queues = given_queues  # start_worker(queues=...): kept by reload()
 
     def __repr__(self) -> str:
         return f"<celery_compat TestWorker {self.hostname} queues={list(self.queues)}>"
@@ -76,6 +87,21 @@ class TestWorker:
 
     def stop(self, timeout_s: float | None = None) -> None:
         self.worker.stop(timeout_s=timeout_s)
+
+    def reload(self, modules: Any = None, reload: bool = False, reloader: Any = None) -> None:
+        """Celery's ``WorkController.reload``: import the app's task modules (``modules``, default
+        ``app.loader.task_modules``; re-import them if ``reload``), then run every task the app
+        has now, from the next claim on, consuming its queues again (unless ``start_worker`` was
+        given ``queues=``). Tasks in flight finish as they started."""
+        wanted = self.app.loader.task_modules if modules is None else (modules or ())
+        for module in set(wanted):
+            if module not in sys.modules:
+                self.app.loader.import_from_cwd(module)
+            elif reload:
+                reload_from_cwd(sys.modules[module], reloader)
+        jobs = jobs_for_app(self.app)
+        self.worker.reload(loading.build(jobs), self._given_queues or app_queues(self.app, jobs))
+        self.queues = self.worker.queues
 
 
 @dataclass(frozen=True)
@@ -117,9 +143,13 @@ class _WorkerState:
 
 
 def app_queues(app: Any, jobs: list[Any]) -> tuple[str, ...]:
-    """The queues a Celery worker of ``app`` consumes by default, plus every routed task queue."""
+    """The queues a Celery worker of ``app`` consumes by default, plus every routed task queue
+    and every task's own ``queue=`` (the router alone does not read that attribute)."""
     names = {str(name) for name in app.amqp.queues}
     names.update(str(d.queue) for d in jobs)
+    names.update(
+        str(getattr(q, "name", q)) for t in app.tasks.values() if (q := getattr(t, "queue", None))
+    )
     default = app.conf.task_default_queue or "celery"
     return (default, *sorted(names - {default}))
 
@@ -132,13 +162,18 @@ def _queue_list(queues: Any) -> tuple[str, ...] | None:
     return tuple(str(q).strip() for q in queues if str(q).strip())
 
 
-def _build_worker(app: Any, concurrency: int, pool: str, options: dict[str, Any]) -> Worker:
+def _build_worker(
+    app: Any,
+    concurrency: int,
+    pool: str,
+    queues: tuple[str, ...] | None,
+    options: dict[str, Any],
+) -> Worker:
     if pool not in POOLS:
         raise ValueError(f"start_worker(pool={pool!r}): use one of {', '.join(POOLS)}")
     jobs = jobs_for_app(app)
-    queues = _queue_list(options.pop("queues", None)) or app_queues(app, jobs)
     config = WorkerConfig(
-        queues=queues,
+        queues=queues or app_queues(app, jobs),
         concurrency=concurrency,
         pool="threads",
         prefetch_multiplier=int(options.pop("prefetch_multiplier", 1)),
@@ -179,8 +214,9 @@ def start_worker(
         if perform_ping_check:
             assert "celery.ping" in app.tasks
         hostname = str(kwargs.pop("hostname", None) or anon_nodename())
-        bridge = _build_worker(app, concurrency, pool, kwargs)
-        worker = TestWorker(app, bridge, hostname, pool)
+        queues = _queue_list(kwargs.pop("queues", None))
+        bridge = _build_worker(app, concurrency, pool, queues, kwargs)
+        worker = TestWorker(app, bridge, hostname, pool, queues)
         tracked = _WorkerState(app)
         tracked.connect()
         bridge.start()
