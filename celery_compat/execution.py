@@ -378,8 +378,11 @@ def _runner(app: Any, name: str) -> Any:
 
 
 def _queue_of(app: Any, name: str, task: Any) -> str:
-    """The queue Celery would route ``name`` to (task ``queue``, ``task_routes``, default)."""
-    options = app.amqp.router.route({}, name, (), {}, task)
+    """The queue Celery would route ``name`` to: the task's own ``queue=`` (which Celery's
+    ``apply_async`` passes to the router as an option, so it wins over ``task_routes``), else
+    ``task_routes``, else the default queue."""
+    own = getattr(task, "queue", None)
+    options = app.amqp.router.route({"queue": own} if own else {}, name, (), {}, task)
     queue = options.get("queue")
     return str(getattr(queue, "name", None) or queue or app.conf.task_default_queue or "celery")
 
