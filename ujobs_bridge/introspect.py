@@ -1,4 +1,4 @@
-"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats.
+"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats, stranded.
 
 Why it exists: the CLI and any dashboard need the same answers, with the same safety rules:
 inputs and outputs are printed with secret-looking keys redacted unless asked, and an operation
@@ -96,6 +96,13 @@ class Introspector:
     def stats(self) -> list[QueueStat]:
         with self._connect() as conn:
             return driver.job_stats(conn)
+
+    def stranded(self, *, after_s: float) -> list[driver.NameBacklog]:
+        """Claimable jobs due for at least ``after_s`` seconds and still not claimed, per queue,
+        state and name. What it cannot tell: whether any worker declares the name (a registry
+        lives in each worker's process); only that none has taken the job for that long."""
+        with self._connect() as conn:
+            return driver.job_stranded(conn, after_s=after_s, now=self.clock.sql_now())
 
     def cancel(self, job_id: UUID, *, reason: str = "cancelled by an operator") -> JobRecord:
         with self._connect() as conn:

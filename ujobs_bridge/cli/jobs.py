@@ -202,11 +202,26 @@ def dead(limit: int, dsn: str | None, as_json: bool) -> None:
 
 
 @jobs.command()
+@click.option(
+    "--stranded-after",
+    "stranded_after",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="Also list, by name, claimable jobs due for at least this many seconds and not claimed.",
+)
 @dsn_option
 @json_option
-def stats(dsn: str | None, as_json: bool) -> None:
-    """Jobs per queue and state."""
-    rows = _introspector(dsn, as_json).stats()
+def stats(stranded_after: float, dsn: str | None, as_json: bool) -> None:
+    """Jobs per queue and state, and the names of jobs due longer than --stranded-after and not
+    claimed (a name no running worker declares waits until one that does starts)."""
+    try:
+        after = validation.seconds("--stranded-after", stranded_after, allow_zero=True)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    introspector = _introspector(dsn, as_json)
+    rows = introspector.stats()
+    stranded = introspector.stranded(after_s=after)
     if as_json:
         print_json(
             [
@@ -215,6 +230,17 @@ def stats(dsn: str | None, as_json: bool) -> None:
                     "state": r.state.value,
                     "jobs": r.jobs,
                     "oldest_run_at": r.oldest_run_at,
+                    "stranded_after_s": after,
+                    "stranded": [
+                        {
+                            "name": s.name,
+                            "jobs": s.jobs,
+                            "oldest_run_at": s.oldest_run_at,
+                            "oldest_due_s": round(s.oldest_s, 3),
+                        }
+                        for s in stranded
+                        if (s.queue, s.state) == (r.queue, r.state)
+                    ],
                 }
                 for r in rows
             ]
@@ -225,4 +251,18 @@ def stats(dsn: str | None, as_json: bool) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(r.queue, r.state.value, str(r.jobs), _when(r.oldest_run_at))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if not stranded:
+        return
+    waiting = Table(title=f"due for at least {after:g}s and not claimed, by name")
+    for col in ("queue", "state", "name", "jobs", "oldest run at"):
+        waiting.add_column(col)
+    for s in stranded:
+        waiting.add_row(s.queue, s.state.value, s.name, str(s.jobs), _when(s.oldest_run_at))
+    console.print(waiting)
+    console.print(
+        "No worker has claimed these: either none runs on the queue, they are behind a backlog, "
+        "or no running worker declares the name (its worker logs 'Received unregistered task'). "
+        "Deploy a worker that declares it, or `ujobs-bridge jobs cancel` them."
+    )

@@ -3,7 +3,10 @@
 Why it exists: the claim loop (``loop.py``) decides WHEN to claim and write; this says HOW, on one
 connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queue in turn so no
 queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
-round trip and one commit, and rescue expired leases and expire stale jobs.
+round trip and one commit, and rescue expired leases and expire stale jobs. The sweep also
+reports due jobs whose name this worker does not declare: never claimed (a worker that declares
+the name may come), logged as an error once per (queue, name) per ``unregistered_log_every_s``,
+dead-lettered only if ``unregistered_dead_after_s`` is set.
 
 What it is not: the SQL (``db/jobs.py`` runs every statement) or the decision of an outcome
 (``attempt.py``).
@@ -34,7 +37,19 @@ RESCUE_ERROR = (
     f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
 )
 EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
+UNREGISTERED_ERROR = (
+    f"{ErrorCode.TASK_UNREGISTERED.value}: no worker that consumed this queue declares task "
+    "'{name}'; dead-lettered after waiting (unregistered_dead_after_s)"
+)
 SWEEP_LIMIT = 1000
+
+
+def age(seconds: float) -> str:
+    """A short age for a log line: 45s, 2m, 3h, 2d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
 
 
 class Claims:
@@ -59,6 +74,7 @@ class Claims:
         self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
         self._queue_turn = 0
         self._last_sweep = 0.0
+        self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
 
     def connection(self) -> psycopg.Connection[Any]:
         """The claim connection; claims on it commit asynchronously (db/sql/session.sql)."""
@@ -143,3 +159,62 @@ class Claims:
             self.counts.rescued += len(rescued)
             log.info("ujobs.worker.rescued: %d", len(rescued))
         driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
+        self._dead_unregistered(conn)
+        self._report_unregistered(conn, now)
+
+    def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
+        """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""
+        found = driver.job_unregistered(
+            conn,
+            driver.UnregisteredParams(
+                queues=self.queues,
+                names=self.names,
+                after_s=self.config.unregistered_after_s,
+                scan=SWEEP_LIMIT,
+                now=self.clock.sql_now(),
+            ),
+        )
+        every = self.config.unregistered_log_every_s
+        logged = self._unregistered_logged
+        for key in [k for k, at in logged.items() if now - at >= every]:
+            del logged[key]  # bounded by the names seen within one window
+        for b in found:
+            if (b.queue, b.name) in logged:
+                continue
+            logged[(b.queue, b.name)] = now
+            log.error(
+                "Received unregistered task of type %r on queue %r: %d waiting, oldest %s; "
+                "deploy a worker that declares it, or `ujobs-bridge jobs cancel` them [%s]",
+                b.name,
+                b.queue,
+                b.jobs,
+                age(b.oldest_s),
+                ErrorCode.TASK_UNREGISTERED.value,
+            )
+
+    def _dead_unregistered(self, conn: psycopg.Connection[Any]) -> None:
+        after = self.config.unregistered_dead_after_s
+        if after is None:
+            return
+        for queue in self.queues:
+            dead = driver.job_dead_unregistered(
+                conn,
+                driver.DeadUnregisteredParams(
+                    queue=queue,
+                    names=self.names,
+                    after_s=after,
+                    limit=SWEEP_LIMIT,
+                    error=UNREGISTERED_ERROR,
+                    now=self.clock.sql_now(),
+                ),
+            )
+            for name in sorted({n for _, n in dead}):
+                count = sum(1 for _, n in dead if n == name)
+                log.error(
+                    "Dead-lettered %d job(s) of unregistered task %r on queue %r after %ss [%s]",
+                    count,
+                    name,
+                    queue,
+                    f"{after:g}",
+                    ErrorCode.TASK_UNREGISTERED.value,
+                )

@@ -23,6 +23,8 @@ DEFAULT_SWEEP_S = 5.0
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30.0
 DEFAULT_CLAIM_BATCH = 100
 DEFAULT_ACK_INTERVAL_S = 0.005
+DEFAULT_UNREGISTERED_AFTER_S = 60.0
+DEFAULT_UNREGISTERED_LOG_EVERY_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,13 @@ class WorkerConfig:
     # Opt-in: outcomes commit without waiting for the WAL flush. A server crash can then lose the
     # last few hundred ms of outcomes; those jobs run again (at-least-once still holds).
     async_acks: bool = False
+    # A due job on a consumed queue whose name this worker does not declare is never claimed (a
+    # worker that declares it may come); once due this long it is logged as an error, once per
+    # (queue, name) per ``unregistered_log_every_s``.
+    unregistered_after_s: float = DEFAULT_UNREGISTERED_AFTER_S
+    unregistered_log_every_s: float = DEFAULT_UNREGISTERED_LOG_EVERY_S
+    # Opt-in: dead-letter such a job (UJ_TASK_UNREGISTERED) once due this long. None: it waits.
+    unregistered_dead_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -74,6 +83,12 @@ class WorkerConfig:
         validation.seconds("sweep interval", self.sweep_s)
         validation.seconds("shutdown timeout", self.shutdown_timeout_s, allow_zero=True)
         validation.seconds("ack interval", self.ack_interval_s)
+        validation.seconds("unregistered_after_s", self.unregistered_after_s, allow_zero=True)
+        validation.seconds("unregistered_log_every_s", self.unregistered_log_every_s)
+        if self.unregistered_dead_after_s is not None:
+            validation.seconds(
+                "unregistered_dead_after_s", self.unregistered_dead_after_s, allow_zero=True
+            )
 
     @property
     def heartbeat_interval_s(self) -> float:

@@ -167,3 +167,53 @@ select queue, state, count(*) as jobs, min(run_at) as oldest_run_at
   from x_jobs
  group by queue, state
  order by queue, state
+
+-- job_unregistered --
+-- Due jobs on the worker's queues whose name it does not declare, due for at least after_s
+-- seconds, grouped by (queue, name). Only the head of each queue in claim order is read (at most
+-- `scan` rows per queue, on the claim index): nothing claims such a job, so as the jobs around
+-- it are claimed it moves to the head of its priority band and is seen.
+select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
+       extract(epoch from coalesce(%(now)s, now()) - min(h.run_at))::float8 as oldest_s
+  from unnest(%(queues)s::text[]) as q(queue)
+ cross join lateral (
+     select name, run_at from x_jobs
+      where state in ('ready', 'sleeping', 'waiting')
+        and queue = q.queue
+        and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+      order by priority desc, run_at, id
+      limit %(scan)s
+ ) as h
+ where h.name <> all(%(names)s::text[])
+ group by q.queue, h.name
+ order by q.queue, h.name
+
+-- job_stranded --
+-- Claimable jobs (ready, or suspended and due) due for at least after_s seconds and still
+-- not claimed, per queue, state and name: what `jobs stats` reports as waiting longer than it should.
+select queue, state, name, count(*) as jobs, min(run_at) as oldest_run_at,
+       extract(epoch from coalesce(%(now)s, now()) - min(run_at))::float8 as oldest_s
+  from x_jobs
+ where state in ('ready', 'sleeping', 'waiting')
+   and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+ group by queue, state, name
+ order by queue, state, name
+
+-- job_dead_unregistered --
+-- Dead-letter the due jobs of one queue whose name the worker does not declare and that have been
+-- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s).
+with stranded as materialized (
+    select id from x_jobs
+     where state in ('ready', 'sleeping', 'waiting')
+       and queue = %(queue)s
+       and name <> all(%(names)s::text[])
+       and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+     order by priority desc, run_at, id
+     limit %(limit)s
+     for update skip locked
+)
+update x_jobs as j
+   set state = 'dead', last_error = replace(%(error)s, '{name}', j.name), updated_at = now(), finished_at = now()
+  from stranded
+ where j.id = stranded.id
+returning j.id, j.name
