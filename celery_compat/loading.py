@@ -86,6 +86,15 @@ def searched(spec: str, target: Any) -> list[str]:
     return out
 
 
+def not_found(spec: str, target: Any) -> str:
+    """The error for ``-A spec`` naming no Celery app, listing where ``app_of`` looked."""
+    tried = "".join(f"\n  - {item}" for item in searched(spec, target))
+    return (
+        f"-A {spec!r} holds no Celery app; looked for:{tried}\n"
+        "hint: point -A at the module that creates the app, or name it: -A proj.celery:app"
+    )
+
+
 def worker_settings(app: Any) -> dict[str, int]:
     """The worker settings the app has set: ``worker_concurrency`` (→ ``concurrency``) and
     ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), each only when the app sets it

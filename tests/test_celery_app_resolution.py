@@ -184,6 +184,21 @@ def test_migrate_quarantine_takes_dash_a_for_the_apps_database(
     uses_app_database(discarded, dsn)
 
 
+def test_migrate_and_beat_convert_find_the_guide_layout_app(dsn: str, tmp_path: Path) -> None:
+    """``migrate -A proj`` drains the app's broker (Redis db 11, its ``guide`` queue, empty here)
+    into the app's database; ``beat convert -A proj`` reads its beat schedule."""
+    import redis
+
+    redis.Redis.from_url("redis://127.0.0.1:6379/11").delete("guide")
+    drained = run("migrate", "-A", APP, app_dsn=dsn, tmp_path=tmp_path)
+    uses_app_database(drained, dsn)
+    assert "draining guide from redis://127.0.0.1:6379/11" in drained.stdout + drained.stderr
+    converted = run("beat", "convert", "-A", APP, "--json", app_dsn=dsn, tmp_path=tmp_path)
+    assert converted.returncode == 0, converted.stderr
+    (entry,) = json.loads(converted.stdout)
+    assert (entry["engine_task"], entry["ok"]) == ("beat:guide-add-every-minute", True)
+
+
 def test_a_module_with_no_app_is_refused_naming_everything_tried(dsn: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         loading.load("apps")
@@ -200,12 +215,36 @@ def test_a_module_with_no_app_is_refused_naming_everything_tried(dsn: str, tmp_p
         ["tasks", "ls", "-A", "apps", "--dsn", dsn],
         ["scheduler", "-A", "apps", "--dsn", dsn],
         ["jobs", "ls", "-A", "apps"],
+        ["migrate", "quarantine", "ls", "-A", "apps"],
+        ["migrate", "-A", "apps", "--dsn", dsn],
+        ["beat", "convert", "-A", "apps"],
     ):
         result = run(*args, app_dsn=None, tmp_path=tmp_path)
         assert result.returncode != 0, args
-        assert "UJ_APP_NOT_FOUND" in result.stderr or "holds no" in result.stderr, (
-            args,
-            result.stderr,
-        )
+        assert "holds no" in result.stderr, (args, result.stderr)
         assert "the submodule apps.celery" in result.stderr, (args, result.stderr)
     assert not (tmp_path / "home").exists()
+
+
+def test_the_package_declares_what_kombus_redis_transport_imports() -> None:
+    """An app whose ``broker_url`` is ``redis://`` imports kombu's redis transport at its first
+    ``.delay()`` (Celery's sender builds an event dispatcher on it); that transport imports
+    ``redis`` and ``packaging``, which only kombu's ``redis`` extra brings. A plain ``pip install``
+    of this package must bring them."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    declared = {
+        Requirement(r).name: Requirement(r)
+        for r in importlib.metadata.requires("ujobs-bridge") or []
+        if "extra ==" not in r
+    }
+    assert "redis" in declared["kombu"].extras
+    assert {"packaging", "redis"} <= declared.keys()
+    kombu_needs = {
+        Requirement(r).name
+        for r in importlib.metadata.requires("kombu") or []
+        if 'extra == "redis"' in r
+    }
+    assert kombu_needs <= {"redis", "packaging"}, kombu_needs
