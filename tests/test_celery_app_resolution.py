@@ -104,6 +104,20 @@ def test_worker_dash_a_proj_runs_the_projects_tasks_on_the_apps_database(
     assert proc.wait(timeout=30) == 0, proc.output()
 
 
+def test_scheduler_dash_a_proj_fires_the_beat_schedule_on_the_apps_database(
+    dsn: str, tmp_path: Path, procs: list[CliProc], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GUIDE_PROJ_DATABASE_URL", dsn)
+    monkeypatch.setenv("UJOBS_HOME", str(tmp_path / "home"))
+    proc = CliProc(["scheduler", "-A", APP, "--no-purge", "--no-outbox"], tmp_path / "sched.log")
+    procs.append(proc)
+    wait_for(lambda: " ready: " in proc.output(), timeout=30, what="the scheduler to be ready")
+    assert f"database: {mask_dsn(dsn)} (the -A app's ujobs_database_url)" in proc.output()
+    assert "ready: 1 task(s)" in proc.output()
+    proc.term()
+    assert proc.wait(timeout=30) == 0, proc.output()
+
+
 def test_tasks_ls_reads_the_apps_database_and_shows_its_beat_entries(
     dsn: str, tmp_path: Path
 ) -> None:

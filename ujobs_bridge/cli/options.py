@@ -52,9 +52,10 @@ def app_option(help_text: str, *, required: bool = False) -> Callable[[F], F]:
 
 
 def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) -> ResolvedDatabase:
-    """The database of a command that takes ``-A`` only to find it: ``--dsn``, else
-    ``$UJOBS_DATABASE_URL``, else the app's ``ujobs_database_url``, else the embedded one. The
-    app is resolved only when ``--dsn`` does not already decide (importing it runs its code)."""
+    """The database of a command that takes ``-A`` only to find it (``jobs``, ``migrate
+    quarantine``), in ``database``'s order: ``--dsn``, else the app's ``ujobs_database_url``, else
+    ``$UJOBS_DATABASE_URL``, else the embedded one. The app is resolved only when ``--dsn`` does
+    not already decide (importing it runs its code); one that holds nothing is refused."""
     config_dsn = None
     if app_spec is not None and not dsn:
         from .. import loading
