@@ -3,7 +3,9 @@
 Why it exists: the engine resolves ``-A`` through loaders found by entry point
 (``ujobs_bridge.loaders``; ``ujobs_bridge/loading.py``) and imports nothing of Celery. This is
 the loader for a Celery app (celery_compat's or plain Celery's), named by ``-A`` as Celery names
-it: the app itself (``proj.celery:app``) or a module holding ``app``/``celery``. It answers with
+it, by the rules of Celery's ``find_app`` (``app_of``): the app itself (``proj.celery:app``), a
+module's ``app``/``celery``, a package's ``celery`` submodule (``-A proj`` in the Django guide's
+layout), any attribute that is a Celery app. It answers with
 what the worker and the scheduler need from the app: one job per task
 (``execution.jobs_for_app``), its beat entries as periodic tasks plus any native ``task()`` of
 the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker settings the app
@@ -15,6 +17,7 @@ What it is not: the execution of a task (``execution.py``) or the beat conversio
 
 from __future__ import annotations
 
+import importlib
 import sys
 from types import ModuleType
 from typing import Any
@@ -33,16 +36,63 @@ def is_celery_app(target: Any) -> bool:
     return celery is not None and isinstance(target, celery.Celery)
 
 
+def _submodule(module: ModuleType) -> ModuleType | None:
+    """``<module>.celery`` imported, if the package has one (Celery's ``proj/celery.py``);
+    ``None`` when it has none. An error inside that module is the operator's to see."""
+    if not getattr(module, "__path__", None):
+        return None
+    name = f"{module.__name__}.celery"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
 def app_of(target: Any) -> Any | None:
-    """The Celery app ``-A`` names: the target itself, or a module's ``app``/``celery``."""
+    """The Celery app ``-A`` names, found as Celery's ``find_app`` finds it: the target itself;
+    for a module, its attribute ``app``, else ``celery`` (each skipped when it is a module), else
+    (a package) the same search in its ``celery`` submodule, else any attribute that is a Celery
+    app. A non-app ``app``/``celery`` attribute is passed over (Celery would fail on it)."""
     if is_celery_app(target):
         return target
-    if isinstance(target, ModuleType):
-        for attr in ("app", "celery"):
-            candidate = getattr(target, attr, None)
-            if is_celery_app(candidate):
-                return candidate
+    if not isinstance(target, ModuleType):
+        return None
+    for attr in ("app", "celery"):
+        candidate = getattr(target, attr, None)
+        if is_celery_app(candidate):
+            return candidate
+    sub = _submodule(target)
+    if sub is not None:
+        found = app_of(sub)
+        if found is not None:
+            return found
+    for candidate in list(vars(target).values()):
+        if is_celery_app(candidate):
+            return candidate
     return None
+
+
+def searched(spec: str, target: Any) -> list[str]:
+    """Where ``app_of`` looked, in its order, for an error message."""
+    if not isinstance(target, ModuleType):
+        return [f"a Celery app as {spec} itself (it is a {type(target).__name__})"]
+    name = target.__name__
+    out = [f"a Celery app as {name}.app, then {name}.celery"]
+    if getattr(target, "__path__", None):
+        out.append(f"the submodule {name}.celery (its app, celery, or any Celery app in it)")
+    out.append(f"any attribute of {name} that is a Celery app")
+    return out
+
+
+def not_found(spec: str, target: Any) -> str:
+    """The error for ``-A spec`` naming no Celery app, listing where ``app_of`` looked."""
+    tried = "".join(f"\n  - {item}" for item in searched(spec, target))
+    return (
+        f"-A {spec!r} holds no Celery app; looked for:{tried}\n"
+        "hint: point -A at the module that creates the app, or name it: -A proj.celery:app"
+    )
 
 
 def worker_settings(app: Any) -> dict[str, int]:
@@ -112,6 +162,9 @@ class CeleryLoader:
 
     def claims(self, target: Any) -> bool:
         return app_of(target) is not None
+
+    def searched(self, spec: str, target: Any) -> list[str]:
+        return searched(spec, target)
 
     def load(self, target: Any, spec: str) -> LoadedApp:
         app = app_of(target)

@@ -18,6 +18,7 @@ the engine imports no package above it (the loaders come from installed metadata
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -52,21 +53,35 @@ def from_module(module: ModuleType) -> dict[str, JobDefinition[Any, Any]]:
     return build(v for v in vars(module).values() if isinstance(v, JobDefinition))
 
 
-def load_target(spec: str) -> Any:
-    """Import ``MODULE`` or ``MODULE:ATTR`` as Celery's ``-A`` does; errors name the fix."""
-    module_name, _, attr = spec.partition(":")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")  # like `celery -A`, resolve modules from the working directory
+def _import(spec: str, name: str) -> ModuleType:
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            f"-A {spec!r}: module {module_name!r} could not be imported ({exc})",
+            f"-A {spec!r}: module {name!r} could not be imported ({exc})",
             code=ErrorCode.APP_NOT_FOUND,
             hint="run from the directory that holds the module, or set PYTHONPATH",
         ) from exc
-    if not attr:
-        return module
+
+
+def load_target(spec: str) -> Any:
+    """Import what ``-A spec`` names, by Celery's rules (``symbol_by_name`` in ``find_app``):
+    ``MODULE:ATTR[.ATTR]``; ``PKG.MODULE.ATTR`` (the last part an attribute of the module before
+    it, else the whole name a module); ``MODULE``. Errors name the fix."""
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")  # like `celery -A`, resolve modules from the working directory
+    module_name, colon, attr = spec.partition(":")
+    if not colon:
+        head, dot, tail = spec.rpartition(".")
+        if dot and head:
+            try:
+                module = importlib.import_module(head)
+            except ImportError:
+                module = None
+            if module is not None and hasattr(module, tail):
+                return getattr(module, tail)
+        return _import(spec, spec)
+    module = _import(spec, module_name)
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -139,25 +154,66 @@ class Loader(Protocol):
     """How ``-A`` reads one kind of app (an entry of the ``ujobs_bridge.loaders`` group)."""
 
     def claims(self, target: Any) -> bool:
-        """Is ``target`` an app of this loader's kind? Must not import anything heavy."""
+        """Is ``target`` (or, for a module, what it holds) an app of this loader's kind? It may
+        import the target package's own submodule named after the framework (the operator's
+        code, named by ``-A``), nothing named by data.
+
+        A loader may also define ``searched(spec, target) -> list[str]``: what it looked for,
+        listed by the error when nothing claims a target that holds no jobs (``not_found``)."""
         ...
 
     def load(self, target: Any, spec: str) -> LoadedApp: ...
 
 
+def _framework_submodule(target: Any, name: str) -> bool:
+    """Does package ``target`` have a submodule ``name`` (``proj/celery.py`` for the ``celery``
+    entry)? Celery's ``-A proj`` looks there, so a package whose ``__init__`` does not import its
+    app must still reach the framework's loader. Reads the package's path; imports nothing."""
+    if not isinstance(target, ModuleType) or not getattr(target, "__path__", None):
+        return False
+    try:
+        return importlib.util.find_spec(f"{target.__name__}.{name}") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def loader_for(target: Any) -> Loader | None:
     """The first contributed loader, in name order, that claims ``target``. A loader entry is
     named after the top-level module whose apps it reads (``celery``) and is consulted only when
-    that module has been imported (by the target, or anything before it): an app cannot be an
-    instance of a framework nobody imported, and a plain ``@job`` module does not pay for
-    importing the loader's package (for celery_compat: Celery itself)."""
+    that module has been imported (by the target, or anything before it), or when ``target`` is a
+    package with a submodule of that name (Celery's ``proj/celery.py``; the loader may import
+    it): an app cannot be an instance of a framework nobody imported, and a plain ``@job`` module
+    does not pay for importing the loader's package (for celery_compat: Celery itself)."""
     for entry in plugins.entries(plugins.LOADER_GROUP):
-        if entry.name not in sys.modules:
+        if entry.name not in sys.modules and not _framework_submodule(target, entry.name):
             continue
         loader = plugins.load_one(plugins.LOADER_GROUP, entry)
         if loader is not None and loader.claims(target):
             return loader  # type: ignore[no-any-return]
     return None
+
+
+def searched(spec: str, target: Any) -> list[str]:
+    """What ``-A spec`` was searched for, for an error: the engine's own reading, then each
+    contributed loader's (its optional ``searched(spec, target)``). Only on the error path, so
+    loading every loader (and its framework) here costs nothing in the common case."""
+    name = target.__name__ if isinstance(target, ModuleType) else spec
+    out = [f"@ujobs_bridge.job functions and task()s in {name}"]
+    for _, loader in plugins.load_all(plugins.LOADER_GROUP):
+        describe = getattr(loader, "searched", None)
+        if describe is not None:
+            out.extend(describe(spec, target))
+    return out
+
+
+def not_found(spec: str, target: Any, what: str) -> ConfigError:
+    """``-A spec`` holds nothing a command can use; the message lists everything tried."""
+    tried = "".join(f"\n  - {item}" for item in searched(spec, target))
+    return ConfigError(
+        f"-A {spec!r} holds no {what}; looked for:{tried}",
+        code=ErrorCode.APP_NOT_FOUND,
+        hint="point -A at the module that declares them, or name the app: -A proj.celery:app",
+    )
 
 
 def resolve(spec: str) -> LoadedApp:
@@ -173,11 +229,7 @@ def jobs_of(app: LoadedApp, *, with_builtin: bool = True) -> dict[str, JobDefini
     """The jobs of ``app``, plus the built-in ones unless asked not to; none is an error."""
     found = build(app.jobs())
     if not found:
-        raise ConfigError(
-            f"-A {app.spec!r} holds no ujobs_bridge jobs",
-            code=ErrorCode.APP_NOT_FOUND,
-            hint="decorate functions with @ujobs_bridge.job in that module, or point -A at the module that has them",
-        )
+        raise not_found(app.spec, app.target, "jobs")
     if with_builtin:
         found = build([*found.values(), *builtin()])
     return found

@@ -24,7 +24,7 @@ from ujobs_bridge import loading
 from ujobs_bridge.cli.options import json_option, print_json
 from ujobs_bridge.errors import ConfigError
 
-from ..loading import app_of
+from ..loading import app_of, not_found
 
 
 @click.group()
@@ -39,11 +39,7 @@ def _app(app_spec: str) -> Any:
         raise click.UsageError(exc.render()) from exc
     app = app_of(target)
     if app is None:
-        raise click.UsageError(
-            f"-A {app_spec!r} holds no Celery app\n"
-            "hint: point -A at the module that creates the app (it must be named `app` or "
-            "`celery` there), or name it: -A proj.celery:app"
-        )
+        raise click.UsageError(not_found(app_spec, target))
     return app
 
 

@@ -37,14 +37,17 @@ if TYPE_CHECKING:
 
 
 def load_app(app_spec: str) -> Any:
-    from celery_compat.loading import app_of
+    from celery_compat.loading import app_of, not_found
     from ujobs_bridge import loading
+    from ujobs_bridge.errors import ConfigError
 
-    app = app_of(loading.load_target(app_spec))
+    try:
+        target = loading.load_target(app_spec)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    app = app_of(target)
     if app is None:
-        raise click.UsageError(
-            f"-A {app_spec!r} is not a Celery app (a module with `app`/`celery`, or MODULE:ATTR)"
-        )
+        raise click.UsageError(not_found(app_spec, target))
     return app
 
 

@@ -18,12 +18,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from migrate.defaults import DEFAULT_MAX_BYTES, PICKLE_WARNING
-from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.options import (
+    CLI_ROLE,
+    app_database,
+    app_option,
+    dsn_option,
+    json_option,
+    print_json,
+)
 from ujobs_bridge.db import connections
 
 
-def _conn(dsn: str | None, as_json: bool) -> connections.Conn:
-    return connections.connect(database(dsn, quiet=as_json).dsn, CLI_ROLE)
+def _conn(app_spec: str | None, dsn: str | None, as_json: bool) -> connections.Conn:
+    return connections.connect(app_database(app_spec, dsn, quiet=as_json).dsn, CLI_ROLE)
+
+
+APP = app_option("Use this Celery app's database (its ujobs_database_url); --dsn wins.")
 
 
 @click.group()
@@ -37,15 +47,21 @@ def quarantine() -> None:
 )
 @click.option("--reason", default=None, help="Only this reason (e.g. unknown_task).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@APP
 @dsn_option
 @json_option
 def ls(
-    include_resolved: bool, reason: str | None, limit: int, dsn: str | None, as_json: bool
+    include_resolved: bool,
+    reason: str | None,
+    limit: int,
+    app_spec: str | None,
+    dsn: str | None,
+    as_json: bool,
 ) -> None:
     """List quarantined messages, oldest first."""
     from migrate import quarantine as store
 
-    with _conn(dsn, as_json) as conn:
+    with _conn(app_spec, dsn, as_json) as conn:
         found = store.entries(conn, include_resolved=include_resolved, reason=reason, limit=limit)
         counts = store.open_counts(conn)
     if as_json:
@@ -87,13 +103,16 @@ def ls(
 @click.option(
     "--raw", "dump_raw", is_flag=True, help="Write the raw bytes to stdout, nothing else."
 )
+@APP
 @dsn_option
 @json_option
-def show(entry_id: int, dump_raw: bool, dsn: str | None, as_json: bool) -> None:
+def show(
+    entry_id: int, dump_raw: bool, app_spec: str | None, dsn: str | None, as_json: bool
+) -> None:
     """Show one entry: reason, detail, metadata, and its bytes (escaped, first 4 KiB)."""
     from migrate import quarantine as store
 
-    with _conn(dsn, as_json or dump_raw) as conn:
+    with _conn(app_spec, dsn, as_json or dump_raw) as conn:
         stored = store.get(conn, entry_id)
     if stored is None:
         raise click.ClickException(f"no quarantine entry {entry_id}")
@@ -159,7 +178,7 @@ def retry(
     if accept_pickle:
         Console(stderr=True).print(f"[bold red]{PICKLE_WARNING}")
     accept = accept_from(info, accept_content, accept_pickle, max_bytes)
-    with _conn(dsn, as_json) as conn:
+    with _conn(app_spec, dsn, as_json) as conn:
         stored = store.get(conn, entry_id)
         if stored is None:
             raise click.ClickException(f"no quarantine entry {entry_id}")
@@ -199,13 +218,14 @@ def retry(
 
 @quarantine.command()
 @click.argument("entry_id", type=int)
+@APP
 @dsn_option
 @json_option
-def discard(entry_id: int, dsn: str | None, as_json: bool) -> None:
+def discard(entry_id: int, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Give the message up: the entry stays, marked discarded."""
     from migrate import quarantine as store
 
-    with _conn(dsn, as_json) as conn:
+    with _conn(app_spec, dsn, as_json) as conn:
         if store.get(conn, entry_id) is None:
             raise click.ClickException(f"no quarantine entry {entry_id}")
         done = store.resolve(conn, entry_id, "discarded")

@@ -20,11 +20,11 @@ from .. import validation
 from ..errors import ConfigError
 from ..introspect import Introspector, parse_id, parse_state, redact, step_json, suspended_reason
 from ..records import JobRecord
-from .options import database, dsn_option, json_option, print_json
+from .options import app_database, app_option, dsn_option, json_option, print_json
 
 
-def _introspector(dsn: str | None, as_json: bool) -> Introspector:
-    return Introspector(database(dsn, quiet=as_json).dsn)
+def _introspector(app_spec: str | None, dsn: str | None, as_json: bool) -> Introspector:
+    return Introspector(app_database(app_spec, dsn, quiet=as_json).dsn)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -64,6 +64,9 @@ def _table(records: list[JobRecord], title: str) -> Table:
     return table
 
 
+APP = app_option("Use this app's database (its ujobs_database_url); --dsn wins.")
+
+
 @click.group()
 def jobs() -> None:
     """Inspect and steer jobs."""
@@ -76,6 +79,7 @@ def jobs() -> None:
 @click.option("--queue", default=None)
 @click.option("--name", default=None)
 @click.option("--limit", default=50, show_default=True, type=int)
+@APP
 @dsn_option
 @json_option
 def ls(
@@ -83,6 +87,7 @@ def ls(
     queue: str | None,
     name: str | None,
     limit: int,
+    app_spec: str | None,
     dsn: str | None,
     as_json: bool,
 ) -> None:
@@ -94,7 +99,9 @@ def ls(
         validation.positive_int("--limit", limit, maximum=10_000)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    records = _introspector(dsn, as_json).jobs(state=parsed, queue=queue, name=name, limit=limit)
+    records = _introspector(app_spec, dsn, as_json).jobs(
+        state=parsed, queue=queue, name=name, limit=limit
+    )
     if as_json:
         print_json([_record_json(r, False) for r in records])
     else:
@@ -108,11 +115,14 @@ def ls(
     is_flag=True,
     help="Print inputs and outputs without redacting secret-looking keys.",
 )
+@APP
 @dsn_option
 @json_option
-def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
+def show(
+    job_id: str, show_input: bool, app_spec: str | None, dsn: str | None, as_json: bool
+) -> None:
     """Show one job: state, attempts, lease, input, output, last error, and its steps."""
-    introspector = _introspector(dsn, as_json)
+    introspector = _introspector(app_spec, dsn, as_json)
     record = introspector.get(parse_id(job_id))
     steps = introspector.steps(record.id)
     data = _record_json(record, show_input)
@@ -164,11 +174,12 @@ def show(job_id: str, show_input: bool, dsn: str | None, as_json: bool) -> None:
 
 @jobs.command()
 @click.argument("job_id")
+@APP
 @dsn_option
 @json_option
-def cancel(job_id: str, dsn: str | None, as_json: bool) -> None:
+def cancel(job_id: str, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Cancel a live job; a running body is signalled at once."""
-    record = _introspector(dsn, as_json).cancel(parse_id(job_id))
+    record = _introspector(app_spec, dsn, as_json).cancel(parse_id(job_id))
     if as_json:
         print_json(_record_json(record, False))
     else:
@@ -177,11 +188,12 @@ def cancel(job_id: str, dsn: str | None, as_json: bool) -> None:
 
 @jobs.command()
 @click.argument("job_id")
+@APP
 @dsn_option
 @json_option
-def requeue(job_id: str, dsn: str | None, as_json: bool) -> None:
+def requeue(job_id: str, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Give a dead or cancelled job a fresh set of attempts, due now."""
-    record = _introspector(dsn, as_json).requeue(parse_id(job_id))
+    record = _introspector(app_spec, dsn, as_json).requeue(parse_id(job_id))
     if as_json:
         print_json(_record_json(record, False))
     else:
@@ -190,11 +202,12 @@ def requeue(job_id: str, dsn: str | None, as_json: bool) -> None:
 
 @jobs.command()
 @click.option("--limit", default=50, show_default=True, type=int)
+@APP
 @dsn_option
 @json_option
-def dead(limit: int, dsn: str | None, as_json: bool) -> None:
+def dead(limit: int, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """List dead letters, most recent first."""
-    records = _introspector(dsn, as_json).dead(limit=limit)
+    records = _introspector(app_spec, dsn, as_json).dead(limit=limit)
     if as_json:
         print_json([_record_json(r, False) for r in records])
     else:
@@ -210,16 +223,17 @@ def dead(limit: int, dsn: str | None, as_json: bool) -> None:
     type=float,
     help="Also list, by name, claimable jobs due for at least this many seconds and not claimed.",
 )
+@APP
 @dsn_option
 @json_option
-def stats(stranded_after: float, dsn: str | None, as_json: bool) -> None:
+def stats(stranded_after: float, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Jobs per queue and state, and the names of jobs due longer than --stranded-after and not
     claimed (a name no running worker declares waits until one that does starts)."""
     try:
         after = validation.seconds("--stranded-after", stranded_after, allow_zero=True)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    introspector = _introspector(dsn, as_json)
+    introspector = _introspector(app_spec, dsn, as_json)
     rows = introspector.stats()
     stranded = introspector.stranded(after_s=after)
     if as_json:

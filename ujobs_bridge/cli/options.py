@@ -1,7 +1,9 @@
 """Flags shared by several commands, and how a command finds its database.
 
-Why it exists: ``--dsn`` and ``--json`` mean the same thing everywhere, and the one line that
-says which database a command is using (always with the password masked) is printed in one place.
+Why it exists: ``--dsn``, ``-A`` and ``--json`` mean the same thing everywhere, and the one line
+that says which database a command is using (always with the password masked) is printed in one
+place. ``-A`` names an app as ``celery -A`` does; a command that takes it only to find the
+database uses the app's own (``app_database``), below ``--dsn``.
 
 What it is not: configuration storage.
 """
@@ -15,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from ..db.connections import Role
-from ..dsn import ResolvedDatabase, resolve
+from ..dsn import ResolvedDatabase, mask_dsn, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +34,43 @@ def dsn_option(fn: F) -> F:
     )(fn)
 
 
+def app_option(help_text: str, *, required: bool = False) -> Callable[[F], F]:
+    """``-A/--app MODULE[:ATTR]``, resolved as ``celery -A`` resolves it (``loading.resolve``)."""
+
+    def decorate(fn: F) -> F:
+        return click.option(
+            "-A",
+            "--app",
+            "app_spec",
+            default=None,
+            required=required,
+            metavar="MODULE[:ATTR]",
+            help=help_text,
+        )(fn)
+
+    return decorate
+
+
+def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) -> ResolvedDatabase:
+    """The database of a command that takes ``-A`` only to find it (``jobs``, ``migrate
+    quarantine``), in ``database``'s order: ``--dsn``, else the app's ``ujobs_database_url``, else
+    ``$UJOBS_DATABASE_URL``, else the embedded one. The app is resolved only when ``--dsn`` does
+    not already decide (importing it runs its code); one that holds nothing is refused."""
+    config_dsn = None
+    if app_spec is not None and not dsn:
+        from .. import loading
+        from ..errors import ConfigError
+
+        try:
+            app = loading.resolve(app_spec)
+        except ConfigError as exc:
+            raise click.UsageError(exc.render()) from exc
+        config_dsn = app.database_url()
+        if config_dsn is None and type(app) is loading.LoadedApp and not app.jobs():
+            raise click.UsageError(loading.not_found(app_spec, app.target, "app or jobs").render())
+    return database(dsn, quiet=quiet, config_dsn=config_dsn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
@@ -39,7 +78,17 @@ def json_option(fn: F) -> F:
 def database(
     dsn: str | None, *, quiet: bool = False, config_dsn: str | None = None
 ) -> ResolvedDatabase:
-    resolved = resolve(dsn, config_dsn=config_dsn)
+    """The command's database: ``--dsn``, else the ``-A`` app's own URL (``config_dsn``: what the
+    app itself connects to, so its sends and the command agree), else ``$UJOBS_DATABASE_URL``,
+    else the embedded Postgres."""
+    if not dsn and config_dsn:
+        resolved = ResolvedDatabase(
+            config_dsn,
+            "config",
+            f"database: {mask_dsn(config_dsn)} (the -A app's ujobs_database_url)",
+        )
+    else:
+        resolved = resolve(dsn, config_dsn=config_dsn)
     if not quiet:
         click.echo(resolved.note, err=True)
     return resolved

@@ -27,13 +27,30 @@ from ..errors import ConfigError
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
-from .options import CLI_ROLE, database, dsn_option, json_option, print_json
+from .options import CLI_ROLE, app_option, database, dsn_option, json_option, print_json
+
+
+def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:
+    """``-A`` read by the loaders; a usage error (naming what was tried) when it holds no app."""
+    if app_spec is None:
+        return None
+    try:
+        return loading.resolve(app_spec)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
 
 
 def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, PeriodicTask]:
+    """The app's periodic tasks (plus the purge unless asked not to). A plain module (no loader
+    claimed it) holding neither task()s nor jobs is refused: ``-A`` named the wrong thing."""
     found: dict[str, PeriodicTask] = {}
     if app is not None:
-        found = app.periodic_tasks()
+        try:
+            found = app.periodic_tasks()
+            if not found and type(app) is loading.LoadedApp and not app.jobs():
+                raise loading.not_found(app.spec, app.target, "periodic tasks and no app")
+        except ConfigError as exc:
+            raise click.UsageError(exc.render()) from exc
     if with_purge:
         builtin = purge_task()
         found.setdefault(builtin.name, builtin)
@@ -41,14 +58,7 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
 
 
 @click.command()
-@click.option(
-    "-A",
-    "--app",
-    "app_spec",
-    default=None,
-    metavar="MODULE",
-    help="Where the task()s are declared.",
-)
+@app_option("Where the task()s or the Celery app are declared; its database is used.")
 @click.option(
     "--interval",
     "interval_s",
@@ -94,7 +104,7 @@ def scheduler(
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = loading.resolve(app_spec) if app_spec is not None else None
+    app = resolve_app(app_spec)
     tasks = load_tasks(app, with_purge=purge)
     resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
     if app is not None:
@@ -135,16 +145,17 @@ def tasks() -> None:
 
 
 @tasks.command("ls")
-@click.option("-A", "--app", "app_spec", default=None, metavar="MODULE")
+@app_option("Where the task()s or the Celery app are declared; its database is read.")
 @click.option("--purge/--no-purge", default=True)
 @dsn_option
 @json_option
 def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> None:
     """Each task's schedule, policy, next fire time and last occurrence."""
-    found = load_tasks(
-        loading.resolve(app_spec) if app_spec is not None else None, with_purge=purge
+    app = resolve_app(app_spec)
+    found = load_tasks(app, with_purge=purge)
+    resolved = database(
+        dsn, quiet=as_json, config_dsn=app.database_url() if app is not None else None
     )
-    resolved = database(dsn, quiet=as_json)
     with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         last = last_fires(conn)
         marks = watermarks(conn)

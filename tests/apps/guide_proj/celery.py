@@ -1,0 +1,24 @@
+"""The project's app: the one line changed from Celery's guide is ``from celery_compat import
+Celery``. Its database is the app's ``ujobs_database_url``, taken from ``GUIDE_PROJ_DATABASE_URL``
+(set by the test), and its broker stays Redis, as during a cutover."""
+
+from __future__ import annotations
+
+import os
+
+from celery_compat import Celery
+
+app = Celery(
+    "guide_proj",
+    broker="redis://127.0.0.1:6379/11",
+    include=["apps.guide_proj.tasks"],
+)
+app.conf.ujobs_database_url = os.environ.get("GUIDE_PROJ_DATABASE_URL") or None
+app.conf.task_default_queue = "guide"
+app.conf.beat_schedule = {
+    "guide-add-every-minute": {
+        "task": "apps.guide_proj.tasks.add",
+        "schedule": 60.0,
+        "args": (1, 2),
+    }
+}
