@@ -6,3 +6,27 @@ point ``ujobs_bridge.cli``) and the Celery part of ``demo`` (``ujobs_bridge.demo
 
 What it is not: the engine's CLI (``ujobs_bridge/cli``), whose flags and helpers these reuse.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ujobs_bridge import loading
+from ujobs_bridge.errors import ConfigError
+
+from ..loading import app_of, not_found
+
+
+def app_for_command(spec: str) -> Any:
+    """The Celery app ``-A spec`` names, for a command that needs one (``beat convert``,
+    ``migrate``): a bad module, or no app at all, is a usage error listing where it looked."""
+    try:
+        target = loading.load_target(spec)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+    app = app_of(target)
+    if app is None:
+        raise click.UsageError(not_found(spec, target))
+    return app

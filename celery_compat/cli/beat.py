@@ -20,27 +20,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ujobs_bridge import loading
 from ujobs_bridge.cli.options import json_option, print_json
 from ujobs_bridge.errors import ConfigError
 
-from ..loading import app_of, not_found
+from . import app_for_command
 
 
 @click.group()
 def beat() -> None:
     """Celery beat schedules on the ujobs-bridge scheduler."""
-
-
-def _app(app_spec: str) -> Any:
-    try:
-        target = loading.load_target(app_spec)
-    except ConfigError as exc:
-        raise click.UsageError(exc.render()) from exc
-    app = app_of(target)
-    if app is None:
-        raise click.UsageError(not_found(app_spec, target))
-    return app
 
 
 def _schedule_text(row: dict[str, Any]) -> str:
@@ -60,7 +48,7 @@ def convert(app_spec: str, strict: bool, as_json: bool) -> None:
     why it cannot map."""
     from celery_compat.beat import convert_app
 
-    app = _app(app_spec)
+    app = app_for_command(app_spec)
     now = datetime.now(UTC)
     try:
         rows = [c.as_dict(now) for c in convert_app(app)]

@@ -37,18 +37,9 @@ if TYPE_CHECKING:
 
 
 def load_app(app_spec: str) -> Any:
-    from celery_compat.loading import app_of, not_found
-    from ujobs_bridge import loading
-    from ujobs_bridge.errors import ConfigError
+    from celery_compat.cli import app_for_command
 
-    try:
-        target = loading.load_target(app_spec)
-    except ConfigError as exc:
-        raise click.UsageError(exc.render()) from exc
-    app = app_of(target)
-    if app is None:
-        raise click.UsageError(not_found(app_spec, target))
-    return app
+    return app_for_command(app_spec)
 
 
 def accept_from(
