@@ -175,3 +175,12 @@ def test_the_celery_console_script_runs_the_bridge_worker(dsn: str, tmp_path: Pa
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+
+def test_the_celery_console_script_refuses_a_flag_with_no_meaning_here(dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "apps.celery_cli_worker", "worker", "-B"],
+        env=_env(dsn), cwd=TESTS_DIR, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "does not embed a scheduler" in done.stderr
