@@ -17,13 +17,15 @@ whose workers keep dying is dead-lettered; default 3). Changed default: ``beat_s
 occurrence ids) unless you set one.
 
 What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
-(``execution.py``).
+(``execution.py``); so does ``celery -A proj worker``, whose ``app.Worker`` is the bridge worker
+(``worker.py``), never a broker consumer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -112,6 +114,13 @@ class Celery(celery.Celery):  # type: ignore[misc]
         elif producer is None or isinstance(producer, BridgeProducer):
             options["producer"] = BRIDGE_PRODUCER
         return super().send_task(name, args, kwargs, **options)
+
+    # -- `celery worker` ------------------------------------------------------------------------
+
+    @functools.cached_property
+    def Worker(self) -> Any:
+        """What ``celery -A proj worker`` builds and starts: the bridge worker (``worker.py``)."""
+        return self.subclass_with_self("celery_compat.worker:Worker")
 
     def close(self) -> None:
         backend = self._local.__dict__.get("backend") or self._backend_cache

@@ -5,35 +5,78 @@ Why it exists: it is the process operators deploy. It upgrades the schema, loads
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
 their attempt uncounted, exit 0. A second signal cuts the wait short.
 
+Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``); ``serve`` is
+also what ``celery -A proj worker`` runs on a celery_compat app (``celery_compat/worker.py``).
+
 What it is not: the worker (``ujobs_bridge.worker``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from types import FrameType
+from typing import NoReturn
 
 import click
 
 from .. import loading, validation
 from ..db import schema
 from ..errors import ConfigError
+from ..loading import LoadedApp
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
     DEFAULT_POLL_S,
     DEFAULT_PREFETCH_MULTIPLIER,
     DEFAULT_SHUTDOWN_TIMEOUT_S,
-    POOLS,
     WorkerConfig,
 )
 from ..worker.loop import Worker
+from . import worker_flags as flags
 from .options import database, dsn_option
+
+
+@dataclass(frozen=True)
+class WorkerFlags:
+    """What both worker commands were asked for, Celery's meaning already applied (``-n``
+    expanded, ``-P`` mapped, ``-l`` a level); ``None``: not given (the app's setting or ours)."""
+
+    queues: tuple[str, ...] | None = None
+    exclude_queues: tuple[str, ...] = ()
+    concurrency: int | None = None
+    pool: str = "threads"
+    prefetch_multiplier: int | None = None
+    lease_s: float = DEFAULT_LEASE_S
+    poll_s: float = DEFAULT_POLL_S
+    shutdown_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    loglevel: int = 20
+    nodename: str | None = None
+    pidfile: str | None = None
+    logfile: str | None = None
+    dsn: str | None = None
+
+    def config(self) -> WorkerConfig:
+        """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
+        return WorkerConfig(
+            queues=self.queues,
+            concurrency=DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
+            pool=self.pool,
+            prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
+            if self.prefetch_multiplier is None
+            else self.prefetch_multiplier,
+            lease_s=self.lease_s,
+            poll_s=self.poll_s,
+            shutdown_timeout_s=self.shutdown_s,
+        )
+
+
+def _queues(value: str | None) -> tuple[str, ...] | None:
+    return tuple(validation.queue_list(value)) if value else None
 
 
 @click.command()
@@ -53,6 +96,13 @@ from .options import database, dsn_option
     help="Queues to consume. Default: every queue a loaded job declares.",
 )
 @click.option(
+    "-X",
+    "--exclude-queues",
+    default=None,
+    metavar="Q1,Q2",
+    help="Queues not to consume (Celery's -X), taken out of -Q or the default.",
+)
+@click.option(
     "-c",
     "--concurrency",
     default=None,
@@ -60,7 +110,21 @@ from .options import database, dsn_option
     help=f"Bodies running at once. Default: a Celery app's worker_concurrency, else {DEFAULT_CONCURRENCY}.",
 )
 @click.option(
-    "--pool", default="threads", show_default=True, help=f"Where bodies run: {', '.join(POOLS)}."
+    "-P",
+    "--pool",
+    default="threads",
+    show_default=True,
+    metavar="|".join(flags.POOL_MAP),
+    help="Where bodies run. prefork is processes; solo is threads with -c 1; "
+    "eventlet/gevent are refused.",
+)
+@click.option(
+    "-O",
+    "--optimization",
+    type=click.Choice(["default", "fair"]),
+    default=None,
+    help="Accepted for Celery compatibility: the bridge always schedules fairly "
+    "(a free slot takes the next due job; nothing is reserved behind a busy one).",
 )
 @click.option(
     "--prefetch-multiplier",
@@ -94,58 +158,172 @@ from .options import database, dsn_option
     help="Seconds SIGTERM waits for running bodies before handing them back.",
 )
 @click.option(
+    "-l",
     "--loglevel",
     default="INFO",
     show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    type=click.Choice(list(flags.LOG_LEVELS), case_sensitive=False),
+)
+@click.option(
+    "-n",
+    "--hostname",
+    default=None,
+    metavar="NAME@HOST",
+    help="Node name, as Celery's -n: %h host, %n its first label, %d domain. "
+    "Default: celery@<host>.",
+)
+@click.option(
+    "--pidfile", default=None, help="Write the pid here; refused while it names a live process."
+)
+@click.option("-f", "--logfile", default=None, help="Log to this file instead of stderr.")
+@click.option(
+    "--without-heartbeat", is_flag=True, help="No-op: worker liveness is the lease heartbeat."
+)
+@click.option(
+    "--without-gossip", is_flag=True, help="No-op: workers do not gossip; they share Postgres."
+)
+@click.option(
+    "--without-mingle", is_flag=True, help="No-op: revokes are durable rows; nothing to sync."
+)
+@click.option(
+    "-E",
+    "--task-events",
+    "--events",
+    "task_events",
+    is_flag=True,
+    help="Refused: no task events yet.",
+)
+@click.option(
+    "--max-tasks-per-child", type=int, default=None, help="Refused: children are not recycled."
+)
+@click.option(
+    "--max-memory-per-child", type=int, default=None, help="Refused: children are not recycled."
+)
+@click.option(
+    "--time-limit", type=float, default=None, help="Refused: use timeout= / task_time_limit."
+)
+@click.option(
+    "--soft-time-limit", type=float, default=None, help="Refused: use task_soft_time_limit."
+)
+@click.option("--autoscale", default=None, metavar="MAX,MIN", help="Refused: use a fixed -c.")
+@click.option(
+    "-B", "--beat", is_flag=True, help="Refused: run `ujobs-bridge scheduler` as its own process."
 )
 @dsn_option
 def worker(
     app_spec: str,
     queues: str | None,
+    exclude_queues: str | None,
     concurrency: int | None,
     pool: str,
+    optimization: str | None,
     prefetch_multiplier: int | None,
     lease_s: float,
     poll_s: float,
     shutdown_s: float,
     loglevel: str,
+    hostname: str | None,
+    pidfile: str | None,
+    logfile: str | None,
+    without_heartbeat: bool,
+    without_gossip: bool,
+    without_mingle: bool,
+    task_events: bool,
+    max_tasks_per_child: int | None,
+    max_memory_per_child: int | None,
+    time_limit: float | None,
+    soft_time_limit: float | None,
+    autoscale: str | None,
+    beat: bool,
     dsn: str | None,
 ) -> None:
     """Run jobs. SIGTERM drains: no new claims, running bodies finish or are handed back."""
-    logging.basicConfig(
-        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    refused = {
+        "-E": task_events,
+        "--max-tasks-per-child": max_tasks_per_child,
+        "--max-memory-per-child": max_memory_per_child,
+        "--time-limit": time_limit,
+        "--soft-time-limit": soft_time_limit,
+        "--autoscale": autoscale,
+        "-B": beat,
+    }
     try:  # the flags are checked before -A is imported
-        config = WorkerConfig(
-            queues=tuple(validation.queue_list(queues)) if queues is not None else None,
-            concurrency=DEFAULT_CONCURRENCY if concurrency is None else concurrency,
-            pool=pool,
-            prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
-            if prefetch_multiplier is None
-            else prefetch_multiplier,
+        for flag in flags.given(refused):
+            raise flags.refusal(flag)
+        mapped_pool, mapped_concurrency = flags.pool(pool, concurrency)
+        asked = WorkerFlags(
+            queues=_queues(queues),
+            exclude_queues=_queues(exclude_queues) or (),
+            concurrency=mapped_concurrency,
+            pool=mapped_pool,
+            prefetch_multiplier=prefetch_multiplier,
             lease_s=lease_s,
             poll_s=poll_s,
-            shutdown_timeout_s=shutdown_s,
+            shutdown_s=shutdown_s,
+            loglevel=flags.log_level(loglevel),
+            nodename=flags.node_name(hostname) if hostname is not None else None,
+            pidfile=pidfile,
+            logfile=logfile,
+            dsn=dsn,
         )
+        asked.config()
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    app = loading.resolve(app_spec)
+    flags.setup_logging(asked.loglevel, asked.logfile)
+    serve(loading.resolve(app_spec), app_spec, asked)
+
+
+def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
+    """The app's own worker settings (a Celery app's worker_concurrency ...) where no flag was
+    given."""
+    from_app = app.worker_settings()
+    if asked.concurrency is None and "concurrency" in from_app:
+        config = dataclasses.replace(config, concurrency=from_app["concurrency"])
+    if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
+        config = dataclasses.replace(config, prefetch_multiplier=from_app["prefetch_multiplier"])
+    return config
+
+
+def _without_excluded(
+    config: WorkerConfig, excluded: tuple[str, ...], declared: list[str]
+) -> WorkerConfig:
+    """Celery's ``-X``: the consumed queues (``-Q``, else every declared one) minus these."""
+    if not excluded:
+        return config
+    base = config.queues or tuple(sorted(set(declared)))
+    kept = tuple(q for q in base if q not in excluded)
+    if not kept:
+        raise ConfigError(
+            f"-X {','.join(excluded)} leaves no queue to consume (of {','.join(base)})",
+            hint="exclude fewer queues, or name the ones to consume with -Q",
+        )
+    return dataclasses.replace(config, queues=kept)
+
+
+def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
+    """Run the worker for ``app`` until SIGTERM/SIGINT, then drain and exit 0. Shared by
+    ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app; a bad setting is a
+    usage error (exit 2)."""
     jobs = loading.jobs_of(app)
-    try:  # the app's own worker settings (a Celery app's worker_concurrency ...), where no flag was given
-        from_app = app.worker_settings()
-        if concurrency is None and "concurrency" in from_app:
-            config = dataclasses.replace(config, concurrency=from_app["concurrency"])
-        if prefetch_multiplier is None and "prefetch_multiplier" in from_app:
-            config = dataclasses.replace(
-                config, prefetch_multiplier=from_app["prefetch_multiplier"]
-            )
-    except ConfigError as exc:
-        raise click.UsageError(exc.render()) from exc
-    resolved = database(dsn, config_dsn=app.database_url())
+    try:
+        config = _with_app_settings(asked.config(), asked, app)
+        config = _without_excluded(config, asked.exclude_queues, [d.queue for d in jobs.values()])
+        flags.write_pidfile(asked.pidfile)
+    except (ConfigError, OSError) as exc:
+        message = exc.render() if isinstance(exc, ConfigError) else str(exc)
+        raise click.UsageError(message) from exc
+    resolved = database(asked.dsn, config_dsn=app.database_url())
     schema.upgrade(resolved.dsn)
     app.bind(resolved.dsn)
-    runner = Worker(resolved.dsn, jobs, config, app_spec=app_spec, channels=app.channels())
+    worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
+    runner = Worker(
+        resolved.dsn,
+        jobs,
+        config,
+        app_spec=app_spec,
+        channels=app.channels(),
+        worker_id=worker_id,
+    )
     stop_requested = threading.Event()
     hurry = threading.Event()
 
@@ -159,8 +337,9 @@ def worker(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     runner.start()
+    node = f" node={asked.nodename}" if asked.nodename else ""
     click.echo(
-        f"worker {runner.id} ready: queues={','.join(runner.queues)} jobs={len(jobs)} "
+        f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
         f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
         err=True,
     )
@@ -173,6 +352,7 @@ def worker(
         f"worker stopped: done={c.done} retried={c.retried} dead={c.dead} handed_back={c.handed_back} fenced={c.fenced}",
         err=True,
     )
+    flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # bodies still running were handed back; do not wait for their threads

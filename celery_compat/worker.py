@@ -1,0 +1,162 @@
+"""``celery -A proj worker`` on a celery_compat app: runs the bridge worker, not a broker consumer.
+
+Why it exists: deploy scripts say ``celery worker``. Celery's command builds ``app.Worker(...)``
+(``celery/bin/worker.py``) and calls ``.start()``; a celery_compat app's ``Worker`` is this class
+(``Celery.Worker``), which maps Celery's already-parsed flags (node name expanded, ``-P`` resolved
+to a pool class, ``-l`` a level number) onto ``ujobs_bridge.cli.worker.WorkerFlags`` and runs
+the same ``serve`` as ``ujobs-bridge worker``: until SIGTERM/SIGINT, then drain and exit 0.
+A flag with no meaning on the bridge is refused (exit 2) with the reason, as there; Celery's
+``--time-limit``/``--soft-time-limit`` set ``task_time_limit``/``task_soft_time_limit``, which
+is their meaning in Celery (the default for tasks that set none).
+
+What it is not: Celery's ``WorkController``: no consumer, no broker connection, no bootsteps.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ujobs_bridge.cli import worker_flags as flags
+from ujobs_bridge.cli.worker import WorkerFlags, serve
+from ujobs_bridge.errors import ConfigError
+
+from .loading import CeleryApp
+
+# Celery's Worker(**kwargs) keys that mean nothing once the worker is running here (the
+# daemonizing ones are used by `celery worker --detach` before Worker is built; the others are
+# console or event-channel details), so they are accepted as Celery accepts them.
+ACCEPTED = frozenset(
+    {
+        "no_color",
+        "quiet",
+        "optimization",
+        "without_gossip",
+        "without_mingle",
+        "without_heartbeat",
+        "heartbeat_interval",
+        "detach",
+        "umask",
+        "workdir",
+        "executable",
+        "uid",
+        "gid",
+        "statedb",  # revokes are durable rows in Postgres; nothing to persist per node
+        "prefetch_multiplier",
+        "concurrency",
+        "queues",
+        "exclude_queues",
+        "include",
+        "time_limit",
+        "soft_time_limit",
+        "pool_start_method",
+        "disable_prefetch",
+        "schedule_filename",  # with -B only, which is refused
+        "scheduler",
+    }
+)
+REFUSED = {
+    "task_events": "-E",
+    "max_tasks_per_child": "--max-tasks-per-child",
+    "max_memory_per_child": "--max-memory-per-child",
+    "autoscale": "--autoscale",
+    "beat": "-B",
+    "purge": "--purge",
+}
+
+
+def _list(value: Any) -> tuple[str, ...]:
+    if not value:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(q).strip() for q in items if str(q).strip())
+
+
+def _pool_name(pool_cls: Any) -> str:
+    """``-P`` as Celery resolved it: a pool class (``celery.concurrency.prefork.TaskPool``) or a
+    name; the bridge maps the name."""
+    if pool_cls is None:
+        return "prefork"
+    if isinstance(pool_cls, str):
+        return pool_cls
+    module = getattr(pool_cls, "__module__", "") or ""
+    return module.rsplit(".", 1)[-1] or str(pool_cls)
+
+
+def _app_spec() -> str | None:
+    """The ``-A`` the ``celery`` command was given (pool children import the app from it)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    spec = ctx.find_root().params.get("app")
+    return spec if isinstance(spec, str) else None
+
+
+class Worker:
+    """What ``app.Worker`` is on a celery_compat app (bound with ``subclass_with_self``)."""
+
+    app: Any  # set by ``subclass_with_self``
+    exitcode = 0
+
+    def __init__(
+        self,
+        hostname: str | None = None,
+        pool_cls: Any = None,
+        loglevel: Any = None,
+        logfile: str | None = None,
+        pidfile: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        pool_cls = kwargs.pop("pool", None) or pool_cls  # the command passes -P as ``pool``
+        unknown = sorted(
+            k for k, v in kwargs.items() if k not in ACCEPTED and k not in REFUSED and v
+        )
+        self.hostname = flags.node_name(hostname)
+        try:
+            for key, flag in REFUSED.items():
+                if kwargs.get(key):
+                    raise flags.refusal(flag)
+            if unknown:
+                raise ConfigError(
+                    f"celery worker options {unknown} have no meaning on the bridge worker",
+                    hint="drop them; `ujobs-bridge worker --help` lists what is supported",
+                )
+            concurrency = kwargs.get("concurrency")
+            pool, mapped_concurrency = flags.pool(
+                _pool_name(pool_cls), int(concurrency) if concurrency else None
+            )
+            self.flags = WorkerFlags(
+                queues=_list(kwargs.get("queues")) or None,
+                exclude_queues=_list(kwargs.get("exclude_queues")),
+                concurrency=mapped_concurrency,
+                pool=pool,
+                prefetch_multiplier=kwargs.get("prefetch_multiplier"),
+                loglevel=flags.log_level(loglevel if loglevel is not None else "WARNING"),
+                nodename=self.hostname,
+                pidfile=pidfile,
+                logfile=logfile,
+            )
+            self.flags.config()
+        except ConfigError as exc:
+            raise click.UsageError(exc.render()) from exc
+        self.include = _list(kwargs.get("include"))
+        self.time_limits = (kwargs.get("time_limit"), kwargs.get("soft_time_limit"))
+
+    def start(self) -> None:
+        app = self.app
+        hard, soft = self.time_limits
+        if hard is not None:
+            app.conf.task_time_limit = hard
+        if soft is not None:
+            app.conf.task_soft_time_limit = soft
+        if self.include:
+            app.conf.include = (*(app.conf.include or ()), *self.include)
+        flags.setup_logging(self.flags.loglevel, self.flags.logfile)
+        app.loader.import_default_modules()
+        spec = _app_spec()
+        sys.stderr.write(
+            f"celery worker on the bridge: {self.hostname} (tasks run from Postgres)\n"
+        )
+        serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)
