@@ -237,7 +237,7 @@ def worker(
     beat: bool,
     dsn: str | None,
 ) -> None:
-    """Run jobs. SIGTERM drains: no new claims, running bodies finish or are handed back."""
+    """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
     refused = {
         "-E": task_events,
         "--max-tasks-per-child": max_tasks_per_child,

@@ -48,15 +48,15 @@ _FORMAT = re.compile(r"%(\w)")
 REFUSED: Mapping[str, tuple[str, str]] = {
     "-E": (
         "task events are not emitted by the bridge worker yet",
-        "follow jobs with `ujobs-bridge events` or `ujobs-bridge jobs`; drop -E",
+        "follow jobs with `ujobs-bridge jobs ls` / `jobs stats`; drop -E",
     ),
     "--max-tasks-per-child": (
         "pool processes are not recycled after N tasks",
-        "drop the flag, or restart the worker periodically (SIGTERM drains cleanly)",
+        "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
     ),
     "--max-memory-per-child": (
         "pool processes are not recycled on memory use",
-        "drop the flag, or restart the worker periodically (SIGTERM drains cleanly)",
+        "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
     ),
     "--time-limit": (
         "the bridge worker has no worker-wide default time limit",
@@ -72,7 +72,7 @@ REFUSED: Mapping[str, tuple[str, str]] = {
     ),
     "--purge": (
         "the worker does not discard waiting messages at start",
-        "discard waiting messages with `celery -A proj purge` before starting the worker",
+        "purging ready messages from Postgres is not available yet: cancel jobs with `ujobs-bridge jobs cancel ID`",
     ),
     "-B": (
         "the bridge worker does not embed a scheduler",
