@@ -104,6 +104,8 @@ def setup_logging(app: Any, loglevel: int, logfile: str | None) -> None:
     responses = signals.setup_logging.send(
         sender=None, loglevel=loglevel, logfile=logfile, format=fmt, colorize=colorize
     )
+    if any(isinstance(r, Exception) for _, r in responses):
+        root.handlers = before  # the error is logged where the worker logs
     _raise_errors(responses)
     if responses:
         return
@@ -139,6 +141,7 @@ def setup_logging(app: Any, loglevel: int, logfile: str | None) -> None:
 def worker_init(app: Any, bridge: Any, options: Mapping[str, Any]) -> WorkerInstance:
     """``celeryd_init``, ``worker_init``, logging, ``celeryd_after_setup``: before the worker
     starts. Leaves in the environment what a pool child needs to do the same."""
+    app.loader.init_worker()  # as Celery's WorkController does first (the loader's own hook)
     hostname = str(options.get("hostname") or HOSTNAME)
     loglevel = _level(options.get("loglevel"))
     logfile = options.get("logfile") or None
@@ -183,6 +186,8 @@ def worker_shutdown(instance: WorkerInstance) -> None:
 
 def process_init(app: Any) -> None:
     """In a pool child: logging as the main process set it up, then ``worker_process_init``."""
+    app.loader.init_worker()
+    app.loader.init_worker_process()
     setup_logging(
         app,
         _level(int(os.environ.get(ENV_LOGLEVEL) or logging.WARNING)),
