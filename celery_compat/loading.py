@@ -19,14 +19,20 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.loading import LoadedApp
 from ujobs_bridge.scheduling.task import PeriodicTask
 from ujobs_bridge.worker.listener import ExtraChannel
+
+if TYPE_CHECKING:
+    from ujobs_bridge.worker.loop import Worker
+
+    from .worker_signals import WorkerInstance
 
 
 def is_celery_app(target: Any) -> bool:
@@ -125,6 +131,7 @@ class CeleryApp(LoadedApp):
     def __init__(self, spec: str, target: Any, app: Any) -> None:
         super().__init__(spec, target)
         self.app = app
+        self._worker: WorkerInstance | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
         from .execution import jobs_for_app
@@ -155,6 +162,34 @@ class CeleryApp(LoadedApp):
         from ujobs_bridge.dsn import ResolvedDatabase
 
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+
+    # Celery's worker signals, at the worker's moments (worker_signals.py has the order).
+    def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
+        from . import worker_signals
+
+        self._worker = worker_signals.worker_init(self.app, worker, options)
+
+    def on_worker_ready(self, worker: Worker) -> None:
+        from . import worker_signals
+
+        if self._worker is not None:
+            worker_signals.worker_ready(self._worker)
+
+    def on_worker_shutdown(self, worker: Worker) -> None:
+        from . import worker_signals
+
+        if self._worker is not None:
+            worker_signals.worker_shutdown(self._worker)
+
+    def on_process_init(self) -> None:
+        from . import worker_signals
+
+        worker_signals.process_init(self.app)
+
+    def on_process_shutdown(self) -> None:
+        from . import worker_signals
+
+        worker_signals.process_shutdown()
 
 
 class CeleryLoader:

@@ -31,6 +31,7 @@ from .job import JobDefinition
 if TYPE_CHECKING:
     from .scheduling.task import PeriodicTask
     from .worker.listener import ExtraChannel
+    from .worker.loop import Worker
 
 Registry = Mapping[str, JobDefinition[Any, Any]]
 
@@ -147,6 +148,28 @@ class LoadedApp:
 
     def bind(self, dsn: str) -> None:
         """Point the app's own sends and results at the worker's database ``dsn``."""
+
+    # -- the worker's lifecycle, for apps that announce it (Celery's worker signals) --------------
+    # ``ujobs-bridge worker`` calls these in the main process: ``on_worker_init`` once the worker
+    # is built and before it starts (``options``: the command's flags, the DSN left out),
+    # ``on_worker_ready`` once it claims, ``on_worker_shutdown`` after it stopped. A
+    # ``--pool processes`` child calls ``on_process_init`` after loading and binding the app, and
+    # ``on_process_shutdown`` once as it exits. The engine's own apps announce nothing.
+
+    def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
+        """The worker is built and about to start (main process)."""
+
+    def on_worker_ready(self, worker: Worker) -> None:
+        """The worker has started claiming (main process)."""
+
+    def on_worker_shutdown(self, worker: Worker) -> None:
+        """The worker has stopped (main process)."""
+
+    def on_process_init(self) -> None:
+        """A ``--pool processes`` child has loaded the app and is about to run bodies."""
+
+    def on_process_shutdown(self) -> None:
+        """A ``--pool processes`` child is exiting."""
 
 
 @runtime_checkable

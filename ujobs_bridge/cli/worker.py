@@ -336,6 +336,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
+    app.on_worker_init(runner, options)
     runner.start()
     node = f" node={asked.nodename}" if asked.nodename else ""
     click.echo(
@@ -343,10 +345,12 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
         err=True,
     )
+    app.on_worker_ready(runner)
     while not stop_requested.wait(0.5):
         pass
     click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
+    app.on_worker_shutdown(runner)
     c = runner.counts
     click.echo(
         f"worker stopped: done={c.done} retried={c.retried} dead={c.dead} handed_back={c.handed_back} fenced={c.fenced}",

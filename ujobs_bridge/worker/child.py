@@ -12,9 +12,12 @@ cannot interrupt a child's body (it is fenced when it returns).
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -52,6 +55,32 @@ def child_init(app_spec: str | None, dsn: str) -> None:
         app = loading.resolve(app_spec)
         _registry.update(loading.jobs_of(app))
         app.bind(dsn)
+        _on_exit(app.on_process_shutdown)
+        app.on_process_init()
+
+
+def _on_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` once as this child ends: at a normal exit (the pool's shutdown), or when the
+    parent is gone first (its worker exits without waiting for the pool): then the child would
+    wait on its call queue forever, so it runs the hook and exits."""
+    once = threading.Lock()
+
+    def run() -> None:
+        if once.acquire(blocking=False):
+            hook()
+
+    def parent_gone() -> None:
+        parent = multiprocessing.parent_process()
+        if parent is None:
+            return
+        parent.join()
+        try:
+            run()
+        finally:
+            os._exit(0)
+
+    atexit.register(run)
+    threading.Thread(target=parent_gone, name="ujobs-parent-watch", daemon=True).start()
 
 
 def _connection() -> AbstractContextManager[Conn]:
