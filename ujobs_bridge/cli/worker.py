@@ -301,7 +301,7 @@ def _without_excluded(
 
 
 def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
-    """Run the worker for ``app`` until SIGTERM/SIGINT, then drain and exit 0. Shared by
+    """Run the worker for ``app`` until SIGTERM/SIGINT, then shut down and exit 0. Shared by
     ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app; a bad setting is a
     usage error (exit 2)."""
     jobs = loading.jobs_of(app)
