@@ -321,3 +321,40 @@ def test_a_job_that_kills_its_worker_every_time_dead_letters_after_max_attempts(
         (1, killed[0].pid),
         (2, killed[1].pid),
     ]
+
+
+def test_an_outcome_survives_its_claim_connection_being_killed(
+    dsn: str, client: Client, db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server ends the worker's claim connection while a body runs (a failover, an admin's
+    pg_terminate_backend): the finished body's outcome is kept, written on a new connection, and
+    the job is neither run again nor charged a second attempt."""
+    from apps import gate_jobs
+
+    caplog.set_level("WARNING", logger="ujobs.worker")
+    gate_jobs.STARTED.clear()
+    gate_jobs.GATE.clear()
+    ref = gate_jobs.gated.configure(client=client).enqueue()
+    worker = Worker(dsn, from_module(gate_jobs), WorkerConfig(queues=("gate",), poll_s=0.05))
+    worker.start()
+    try:
+        assert gate_jobs.STARTED.wait(30), "the body never started"
+        claim_conn = f"ujobs:worker:{worker.id}"[:63]
+        wait_for(
+            lambda: db.execute(
+                "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = %s",
+                (claim_conn,),
+            ).fetchone() == (1,),
+            what="the claim connection to be killed",
+        )
+        gate_jobs.GATE.set()
+        wait_for(
+            lambda: db.execute("select state, attempt, output from x_jobs where id = %s", (ref.id,)).fetchone()
+            == ("done", 1, "through"),
+            timeout=30,
+            what="the outcome written on a fresh connection",
+        )
+        assert any("db_error" in r.getMessage() for r in caplog.records)  # the write did fail once
+    finally:
+        gate_jobs.GATE.set()
+        worker.stop(timeout_s=5)

@@ -292,7 +292,7 @@ class Worker:
                     matched, rows = self.claims.write(batch), []
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                     matched, rows = set(), self.claims.claim(want)
-            except psycopg.Error:
+            except Exception:  # whatever failed, the outcomes wait for the next pass
                 self.outcomes.restore(batch)
                 raise
             self.outcomes.written(batch, matched)
@@ -341,7 +341,7 @@ class Worker:
             return 0
         try:
             matched = self.claims.write(batch)
-        except psycopg.Error:
+        except Exception:  # whatever failed, the outcomes wait for the next flush
             self.outcomes.restore(batch)
             raise
         self.outcomes.written(batch, matched)
