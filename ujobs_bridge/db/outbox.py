@@ -59,9 +59,11 @@ def outbox_mark(conn: Conn, outbox_ids: Sequence[int]) -> None:
 
 
 def outbox_publish(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> bool:
-    """Insert one staged row into ANOTHER database's ``x_jobs``; False when the job id (or a live
-    job holding its key) is already there."""
-    return conn.execute(q("outbox_publish"), spec.params(now)).fetchone() is not None
+    """Insert one staged row into ANOTHER database's ``x_jobs`` by the same statement as any
+    enqueue there (``job_enqueue``, whose untargeted ``on conflict do nothing`` means a row
+    published before a crash, same job id, is not inserted twice and a live job holding the key
+    absorbs it); False when the job id (or a live job holding its key) is already there."""
+    return conn.execute(q("job_enqueue"), spec.params(now)).fetchone() is not None
 
 
 def _staged(row: tuple[Any, ...]) -> StagedRow:

@@ -3,8 +3,9 @@
 -- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
 
 -- job_enqueue --
--- One row through the one insert (x_jobs_insert, migration 0008): the ids it inserted; none when
--- a live job holds the key.
+-- One row through the one insert (x_jobs_insert, migration 0008): the id it inserted; none when
+-- a live job holds the key or the id exists (the outbox relay republishing after a crash also
+-- runs this statement, against the target database).
 select id
   from x_jobs_insert(%(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
                      array[%(input)s::text], array[%(idempotency_key)s::text],

@@ -30,17 +30,3 @@ select id, job_id, name, queue, input::text, idempotency_key, max_attempts, prio
 
 -- outbox_mark --
 update x_outbox set published_at = now() where id = any(%(ids)s::bigint[])
-
--- outbox_publish --
--- One staged row into ANOTHER database's x_jobs (same schema, so the same x_jobs_insert of
--- migration 0008). Its `on conflict do nothing` has no target: a row published before a crash
--- (same job id), even one whose job has finished since, is not inserted twice, and a live job
--- holding the row's key absorbs it.
-select id
-  from x_jobs_insert(%(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
-                     array[%(input)s::text], array[%(idempotency_key)s::text],
-                     array[%(max_attempts)s::int], array[%(priority)s::smallint],
-                     array[%(run_at)s::timestamptz], array[%(delay_s)s::float8],
-                     array[%(expires_at)s::timestamptz], array[%(expires_in_s)s::float8],
-                     array[%(tenant_id)s::text], array[%(traceparent)s::text],
-                     array[%(enqueued_by)s::text], null) as id
