@@ -44,6 +44,8 @@ from typing import Any
 from celery import signals
 from celery.utils.log import get_logger
 
+from ujobs_bridge.cli.worker_flags import node_name
+
 from .execution import HOSTNAME
 
 # What a spawned child reads to set up logging and name itself as the main process did (Celery's
@@ -142,7 +144,8 @@ def worker_init(app: Any, bridge: Any, options: Mapping[str, Any]) -> WorkerInst
     """``celeryd_init``, ``worker_init``, logging, ``celeryd_after_setup``: before the worker
     starts. Leaves in the environment what a pool child needs to do the same."""
     app.loader.init_worker()  # as Celery's WorkController does first (the loader's own hook)
-    hostname = str(options.get("hostname") or HOSTNAME)
+    given = options.get("hostname")  # expanded by `celery worker`, raw from `ujobs-bridge worker`
+    hostname = node_name(str(given)) if given else HOSTNAME
     loglevel = _level(options.get("loglevel"))
     logfile = options.get("logfile") or None
     config = getattr(bridge, "config", None)
@@ -193,15 +196,16 @@ def process_init(app: Any) -> None:
         _level(int(os.environ.get(ENV_LOGLEVEL) or logging.WARNING)),
         os.environ.get(ENV_LOGFILE),
     )
-    _raise_errors(signals.worker_process_init.send(sender=_child_hostname()))
+    _raise_errors(signals.worker_process_init.send(sender=child_hostname()))
 
 
 def process_shutdown() -> None:
     """In a pool child, as it exits (Celery's ``process_destructor``)."""
     _raise_errors(
-        signals.worker_process_shutdown.send(sender=_child_hostname(), pid=os.getpid(), exitcode=0)
+        signals.worker_process_shutdown.send(sender=child_hostname(), pid=os.getpid(), exitcode=0)
     )
 
 
-def _child_hostname() -> str:
+def child_hostname() -> str:
+    """The node name a pool child's main process was given (events and signals use it)."""
     return os.environ.get(ENV_HOSTNAME) or HOSTNAME

@@ -149,6 +149,11 @@ class LoadedApp:
     def bind(self, dsn: str) -> None:
         """Point the app's own sends and results at the worker's database ``dsn``."""
 
+    def sends_events(self) -> bool:
+        """Does the app send monitoring events when the worker is given ``-E`` (Celery's task
+        events)? The engine's own apps do not, so ``-E`` is refused for them."""
+        return False
+
     # -- the worker's lifecycle, for apps that announce it (Celery's worker signals) --------------
     # ``ujobs-bridge worker`` calls these in the main process: ``on_worker_init`` once the worker
     # is built and before it starts (``options``: the command's flags, the DSN left out),
