@@ -108,6 +108,11 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
     for key, expired in [("celery-task-meta-expired-long-ago", now - 8 * DAY),
                          ("celery-task-meta-expired-yesterday", now - DAY), ("celery-task-meta-no-expiry", None)]:
         db.execute("insert into x_celery_results (key, value, expires_at) values (%s, '{}', %s)", (key, expired))
+    for days in (8, 1):  # Celery's events (x_celery_events): the week-old one goes
+        db.execute(
+            "insert into x_celery_events (type, hostname, at, fields) values ('worker-heartbeat', 'n@h', %s, '{}')",
+            (now - days * DAY,),
+        )
     return ids
 
 
@@ -138,7 +143,7 @@ def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: time
     ids = seed(pdb, now)
     result = run_purge(dsn, FrozenClock(now + ahead), older_than_s=WEEK_S)
     assert result["state"] == "done", result
-    assert result["output"] == {"x_jobs": 3, "x_job_events": 2, "x_outbox": 1, "x_scheduler_fires": 2, "x_celery": 1}
+    assert result["output"] == {"x_jobs": 3, "x_job_events": 2, "x_outbox": 1, "x_scheduler_fires": 2, "x_celery": 1, "x_celery_events": 1}
     assert results(pdb) == {"celery-task-meta-expired-yesterday", "celery-task-meta-no-expiry"}
     assert labels(pdb) == SURVIVORS  # never a live row, never one younger than the cutoff
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}
@@ -225,7 +230,7 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(dsn: st
     wait_for(lambda: pdb.execute("select state from x_jobs where id = %s", (ref.id,)).fetchone() == ("done",),
              timeout=45, what="the resumed purge to finish")
     steps = dict(pdb.execute("select name, job_attempt from x_job_steps where run_id = %s", (ref.id,)).fetchall())
-    assert steps == {"cutoff": 1, "purge:x_jobs": 1, "purge:x_job_events": 2, "purge:x_outbox": 2, "purge:x_scheduler_fires": 2, "purge:x_celery": 2}
+    assert steps == {"cutoff": 1, "purge:x_jobs": 1, "purge:x_job_events": 2, "purge:x_outbox": 2, "purge:x_scheduler_fires": 2, "purge:x_celery": 2, "purge:x_celery_events": 2}
     assert "done-old-late" in labels(pdb)  # the x_jobs step was not run again
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}  # the next table ran
     output = pdb.execute("select output, attempt from x_jobs where id = %s", (ref.id,)).fetchone()
