@@ -55,6 +55,7 @@ BROKER_BATCH = 500
 INTERVAL_S = 0.25
 RETRY_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
+UTCOFFSET_S = 1.0
 
 
 def has_broker(app: Any) -> bool:
@@ -151,6 +152,7 @@ class EventEmitter(Service):
         self._broker_conn: Any = None
         self._dispatchers: dict[str, Any] = {}
         self._wake = threading.Event()
+        self._offset: tuple[float, Any] | None = None
 
     # -- the hot path ------------------------------------------------------------------------------
 
@@ -159,7 +161,7 @@ class EventEmitter(Service):
         event: dict[str, Any] = Event(
             type_,
             hostname=hostname,
-            utcoffset=utcoffset(),
+            utcoffset=self._utcoffset(),
             pid=pid,
             clock=self.clock.forward(),
             **fields,
@@ -170,6 +172,15 @@ class EventEmitter(Service):
                 if len(destination.pending) >= BROKER_BATCH:
                     self._wake.set()
         return event
+
+    def _utcoffset(self) -> Any:
+        """Celery's ``utcoffset()`` (hours), re-read at most every ``UTCOFFSET_S`` seconds: it
+        changes only at a DST switch, and reading the local time per event is measurable."""
+        now = time.monotonic()
+        cached = self._offset
+        if cached is None or now >= cached[0]:
+            cached = self._offset = (now + UTCOFFSET_S, utcoffset())
+        return cached[1]
 
     def wake(self) -> None:
         """Flush soon (a worker event should not wait for the interval)."""
@@ -302,7 +313,8 @@ def _by_node_and_group(
 
 # -- one emitter per app and process ---------------------------------------------------------------
 
-_emitters: dict[int, EventEmitter] = {}
+# keyed by (pid, app): a forked process (a preforking web server) starts its own flusher thread
+_emitters: dict[tuple[int, int], EventEmitter] = {}
 _lock = threading.Lock()
 
 
@@ -315,10 +327,11 @@ def emitter_for(app: Any, dsn: str | None = None) -> EventEmitter:
     """This process's emitter for ``app``, started on first use: events go to ``dsn`` (else the
     app's jobs database) and, when the app names a broker, there too."""
     with _lock:
-        emitter = _emitters.get(id(app))
+        key = (os.getpid(), id(app))
+        emitter = _emitters.get(key)
         if emitter is None:
             emitter = EventEmitter(app, dsn=dsn or _default_dsn(app), broker=has_broker(app))
-            _emitters[id(app)] = emitter
+            _emitters[key] = emitter
             emitter.start()
         return emitter
 
@@ -326,7 +339,7 @@ def emitter_for(app: Any, dsn: str | None = None) -> EventEmitter:
 def close_emitter(app: Any, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     """Flush and stop ``app``'s emitter in this process (a new one starts on the next event)."""
     with _lock:
-        emitter = _emitters.pop(id(app), None)
+        emitter = _emitters.pop((os.getpid(), id(app)), None)
     if emitter is not None:
         emitter.close(timeout_s)
 
@@ -334,7 +347,7 @@ def close_emitter(app: Any, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
 @atexit.register
 def _close_all() -> None:
     with _lock:
-        emitters = list(_emitters.values())
+        emitters = [e for (pid, _), e in _emitters.items() if pid == os.getpid()]
         _emitters.clear()
     for emitter in emitters:
         emitter.close(CLOSE_TIMEOUT_S)

@@ -13,7 +13,8 @@ claimed before (``JobContext.redelivered``); the hard time limit (FAILURE ``Time
 ``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED, ``task_revoked``, no
 ``task_failure``), both as for a killed child (``interrupts.py``); ``Reject``; ``result.get()``
 refused inside a body (``allow_join_result()`` still works); and a task's own retry message is
-sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten.
+sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten. Under
+``-E`` each of those moments also sends Celery's task event (``task_events.py``).
 
 How a run ends, for the job row: SUCCESS, RETRY (the retry is a new row, sent by
 ``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback (Celery's retries are

@@ -42,6 +42,6 @@ def refuse() -> None:
     raise Reject("not for us", requeue=False)
 
 
-@app.task
+@app.task(ignore_result=True)
 def noop() -> None:
     return None

@@ -28,6 +28,6 @@ select id, fields
 -- Up to %(limit)s events older than the cutoff, oldest first (the retention sweep calls it
 -- until fewer than %(limit)s go).
 with gone as (
-    select id from x_celery_events where at < %(cutoff)s order by at limit %(limit)s
+    select id from x_celery_events where at < %(cutoff)s order by id limit %(limit)s
 )
 delete from x_celery_events as e using gone where e.id = gone.id
