@@ -215,3 +215,58 @@ def test_E_is_refused_for_an_app_of_plain_jobs(dsn: str) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "task events are Celery's" in done.stderr
+
+
+def test_celery_worker_E_on_the_bridge_sends_the_events_too(dsn: str, tmp_path: Path) -> None:
+    """The real ``celery`` console script: ``celery -A app worker -E -n c1@%h`` runs the bridge
+    worker, whose events carry Celery's expanded node name."""
+    import subprocess
+    import sys
+
+    from worker_proc import TESTS_DIR
+
+    log = (tmp_path / "celery.log").open("w")
+    env = {**os.environ, "PYTHONPATH": str(TESTS_DIR), "UJOBS_DATABASE_URL": dsn}
+    env["EVENTS_APP_BROKER"] = ""  # no broker: Postgres only
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "apps.celery_events_app",
+            "worker",
+            "-E",
+            "-n",
+            "c1@%h",
+            "-Q",
+            "events",
+            "-l",
+            "INFO",
+        ],
+        cwd=TESTS_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        with bound(ev.app, dsn):
+            result = ev.add.delay(20, 22)
+            assert result.get(timeout=60) == 42
+        node = f"c1@{HOST}"
+        done = wait_for(
+            lambda: stored(dsn, task_id=result.id, types=["task-succeeded"]), what="the event"
+        )
+        assert isinstance(done, list) and done[0]["hostname"] == node
+        assert stored(dsn, hostname=node, types=["worker-online"])
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    except BaseException:
+        print((tmp_path / "celery.log").read_text(errors="replace"))
+        raise
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
