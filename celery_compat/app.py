@@ -68,7 +68,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
 
     @property
     def ujobs_client(self) -> Client:
-        """The jobs-database client (a pool), opened on first use with the schema upgraded."""
+        """The jobs-database client (a pool), opened on first use with the schema checked (``connect``)."""
         with _client_lock:
             if self._ujobs_client is None:
                 self._ujobs_client = connect(self.conf.get("ujobs_database_url") or None)

@@ -18,12 +18,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from conftest import ADMIN_DSN
 from ujobs_bridge.db import connections, schema
 from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.db import steps as steps_db
 from ujobs_bridge.db import testing as testing_db
 from ujobs_bridge.db.steps import Lease
-from ujobs_bridge.errors import SchemaError
+from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +187,7 @@ def test_an_event_sent_before_the_wait_is_consumed_once_by_one_step(db: Any) -> 
 def test_the_schema_runner_reports_and_refuses_what_is_missing(dsn: str) -> None:
     shipped = schema.available()
     assert [m.version for m in shipped] == list(range(1, len(shipped) + 1))
-    assert schema.pending(dsn) == [] and schema.upgrade(dsn) == []  # already current: no-op
+    assert schema.check(dsn) == [] and schema.upgrade(dsn) == []  # already current: no-op
     schema.require_current(dsn)
     with connections.connect(dsn, connections.Role("test")) as conn:
         assert [a.version for a in schema.applied(conn)] == [m.version for m in shipped]
@@ -202,12 +203,39 @@ def test_an_empty_database_is_refused_until_upgraded(pg_dsn: str) -> None:
     try:
         with pytest.raises(SchemaError):
             schema.require_current(dsn)
-        assert len(schema.pending(dsn)) == len(schema.available())
+        assert len(schema.check(dsn)) == len(schema.available())
         assert [m.version for m in schema.upgrade(dsn)] == [m.version for m in schema.available()]
         schema.require_current(dsn)
     finally:
         with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
             testing_db.database_drop(admin, name)
+
+
+def test_grant_gives_a_role_row_privileges_on_every_x_table_and_refuses_an_unknown_role(
+    dsn: str,
+) -> None:
+    role = f"ujb_contract_{uuid.uuid4().hex[:8]}"
+    with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
+        admin.execute(psycopg.sql.SQL("create role {}").format(psycopg.sql.Identifier(role)))
+    try:
+        granted = schema.grant(dsn, role)
+        assert {"x_jobs", "x_job_steps", "x_schema_version"} <= set(granted)
+        assert schema.grant(dsn, role) == granted  # idempotent
+        with connections.connect(dsn, connections.Role("test")) as conn:
+            row = conn.execute(
+                "select has_table_privilege(%(r)s, 'x_jobs', 'update'),"
+                " has_table_privilege(%(r)s, 'x_jobs', 'truncate')",
+                {"r": role},
+            ).fetchone()
+        assert row == (True, False)
+        with pytest.raises(SchemaError) as unknown:
+            schema.grant(dsn, f"{role}_missing")
+        assert unknown.value.code == ErrorCode.ROLE_NOT_FOUND
+    finally:
+        with connections.connect(dsn, connections.Role("test")) as conn:
+            conn.execute(psycopg.sql.SQL("drop owned by {}").format(psycopg.sql.Identifier(role)))
+        with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
+            admin.execute(psycopg.sql.SQL("drop role {}").format(psycopg.sql.Identifier(role)))
 
 
 def test_a_pool_follows_the_connection_policy(dsn: str) -> None:
@@ -259,18 +287,43 @@ def test_the_test_kits_statements_claim_by_id_count_due_jobs_and_empty_the_table
 def test_jobs_no_worker_knows_are_found_dead_lettered_and_reported_as_stranded(db: Any) -> None:
     now = datetime.now(UTC)
     old = now - timedelta(minutes=5)
-    driver.job_enqueue_many(db, [spec(name="gone.task", run_at=old), spec(name="gone.task", run_at=old), spec(run_at=old)], None)
+    driver.job_enqueue_many(
+        db,
+        [spec(name="gone.task", run_at=old), spec(name="gone.task", run_at=old), spec(run_at=old)],
+        None,
+    )
     driver.job_enqueue(db, spec(name="gone.task", queue="elsewhere", run_at=old), None)
-    find = driver.UnregisteredParams(queues=["contract"], names=[NAME], after_s=60, scan=1000, now=now)
+    find = driver.UnregisteredParams(
+        queues=["contract"], names=[NAME], after_s=60, scan=1000, now=now
+    )
     (backlog,) = driver.job_unregistered(db, find)
     assert (backlog.queue, backlog.name, backlog.jobs) == ("contract", "gone.task", 2)
     assert backlog.oldest_s >= 299
-    assert driver.job_unregistered(db, driver.UnregisteredParams(["contract"], [NAME], 600, 1000, now)) == []
+    assert (
+        driver.job_unregistered(db, driver.UnregisteredParams(["contract"], [NAME], 600, 1000, now))
+        == []
+    )
     stranded = {(s.queue, s.name): s.jobs for s in driver.job_stranded(db, after_s=60, now=now)}
-    assert stranded == {("contract", "gone.task"): 2, ("contract", NAME): 1, ("elsewhere", "gone.task"): 1}
-    dead = driver.DeadUnregisteredParams(queue="contract", names=[NAME], after_s=60, limit=10, error="UJ_TASK_UNREGISTERED: {name}", now=now)
-    assert sorted(name for _, name in driver.job_dead_unregistered(db, dead)) == ["gone.task", "gone.task"]
-    assert [r.last_error for r in driver.job_dead(db, limit=5)] == ["UJ_TASK_UNREGISTERED: gone.task"] * 2
+    assert stranded == {
+        ("contract", "gone.task"): 2,
+        ("contract", NAME): 1,
+        ("elsewhere", "gone.task"): 1,
+    }
+    dead = driver.DeadUnregisteredParams(
+        queue="contract",
+        names=[NAME],
+        after_s=60,
+        limit=10,
+        error="UJ_TASK_UNREGISTERED: {name}",
+        now=now,
+    )
+    assert sorted(name for _, name in driver.job_dead_unregistered(db, dead)) == [
+        "gone.task",
+        "gone.task",
+    ]
+    assert [r.last_error for r in driver.job_dead(db, limit=5)] == [
+        "UJ_TASK_UNREGISTERED: gone.task"
+    ] * 2
 
 
 def test_every_db_function_has_a_contract_test() -> None:

@@ -278,10 +278,11 @@ def _drain(
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
     from ujobs_bridge import loading
-    from ujobs_bridge.db import connections, schema
+    from ujobs_bridge.db import connections
+    from ujobs_bridge.schema_access import ensure_schema
 
     resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -18,10 +18,10 @@ from types import FrameType
 
 import click
 
-from ..db import schema
 from ..dsn import mask_dsn
 from ..errors import ConfigError
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
+from ..schema_access import ensure_schema
 from .options import database, dsn_option
 
 
@@ -68,7 +68,7 @@ def relay(
         )
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

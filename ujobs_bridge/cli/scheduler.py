@@ -21,12 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import loading
-from ..db import connections, schema
+from ..db import connections
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
+from ..schema_access import ensure_schema
 from .options import CLI_ROLE, app_option, database, dsn_option, json_option, print_json
 
 
@@ -109,7 +110,7 @@ def scheduler(
     resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
     if app is not None:
         app.bind(resolved.dsn)
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     try:
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
     except ConfigError as exc:

@@ -1,6 +1,6 @@
 """``ujobs-bridge worker``: run jobs from the queues named with ``-Q``.
 
-Why it exists: it is the process operators deploy. It upgrades the schema, loads the jobs from
+Why it exists: it is the process operators deploy. It checks the schema, loads the jobs from
 ``-A`` (never from data), starts a ``Worker`` and turns SIGTERM/SIGINT into the two-phase drain:
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
 their attempt uncounted, exit 0. A second signal cuts the wait short.
@@ -25,9 +25,9 @@ from typing import NoReturn
 import click
 
 from .. import loading, validation
-from ..db import schema
 from ..errors import ConfigError
 from ..loading import LoadedApp
+from ..schema_access import ensure_schema
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -313,7 +313,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         message = exc.render() if isinstance(exc, ConfigError) else str(exc)
         raise click.UsageError(message) from exc
     resolved = database(asked.dsn, config_dsn=app.database_url())
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     app.bind(resolved.dsn)
     worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
