@@ -52,6 +52,8 @@ class ErrorCode(StrEnum):
     PURGE_TARGET_DUPLICATE = "UJ_PURGE_TARGET_DUPLICATE"
     BROKER_DISCOVERY_FAILED = "UJ_BROKER_DISCOVERY_FAILED"
     TASK_UNREGISTERED = "UJ_TASK_UNREGISTERED"
+    OUTPUT_TOO_LARGE = "UJ_OUTPUT_TOO_LARGE"
+    OUTPUT_REJECTED = "UJ_OUTPUT_REJECTED"
 
 
 class UjobsError(Exception):
@@ -106,6 +108,10 @@ class SchemaError(UjobsError):
 
 
 class DatabaseUnavailableError(UjobsError):
+    """The jobs database could not be reached (down, restarting, the connection lost). Raised
+    from a body (a step write, a result write), the attempt is handed back uncounted: the
+    outage is not the job's fault."""
+
     code = ErrorCode.DATABASE_UNAVAILABLE
 
 
