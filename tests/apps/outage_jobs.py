@@ -58,5 +58,5 @@ def poison(kind: str) -> Any:
     if kind == "nul-output":
         return {"text": "a\x00b", "ok": True}
     if kind == "long-nul-error":
-        raise ValueError("\x00" + "x" * 100_000)
+        raise ValueError("x" * 100_000 + "\x00")
     return kind
