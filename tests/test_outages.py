@@ -144,6 +144,35 @@ def test_results_finished_during_an_outage_are_written_when_the_database_is_back
     assert worker.wait(timeout=30) == 0
 
 
+def test_a_worker_stopped_during_an_outage_writes_its_results_before_it_exits(
+    private_cluster: PrivateCluster, outage_dsn: str, marks: Path, workers: Any
+) -> None:
+    """SIGTERM while the server is down, with results owed: the shutdown keeps retrying (with
+    backoff, while the leases may still be valid), writes them once the server is back, and
+    exits 0: no traceback, no result lost, no job dead."""
+    keys = [f"t{i}" for i in range(4)]
+    with connect(outage_dsn, upgrade=False) as client:
+        call = outage_jobs.finish.configure(queue="outage")
+        ids = [ref.id for ref in client.enqueue_many([call.call(k) for k in keys])]
+    worker = workers(APP, "outage", "-c", "4", "--lease", "8", "--shutdown-timeout", "1")
+    wait_for(lambda: len(marked(marks, "start")) == 4, timeout=60, what="four bodies to start")
+    private_cluster.stop("fast")
+    open_gates(marks, keys)
+    wait_for(lambda: len(marked(marks, "end")) == 4, timeout=30, what="the bodies to return")
+    seen = len(worker.output())
+    worker.term()
+    wait_for(
+        lambda: "db_error" in worker.output()[seen:] or worker.proc.poll() is not None,
+        timeout=30,
+        what="the shutdown to meet the outage",
+    )
+    private_cluster.start()
+    assert worker.wait(timeout=60) == 0
+    assert "Traceback" not in worker.output()
+    assert states(outage_dsn, ids) == {"done"}
+    assert {row["attempt"] for row in rows(outage_dsn, ids)} == {1}
+
+
 # ---------------------------------------------------------------------------------- fault 2
 
 
