@@ -48,7 +48,9 @@ def workers(outage_dsn: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProc] = []
 
     def start(app: str, queue: str, *extra: str) -> WorkerProc:
-        proc = WorkerProc(outage_dsn, app, queue, tmp_path / f"worker{len(started)}.log", extra=list(extra))
+        proc = WorkerProc(
+            outage_dsn, app, queue, tmp_path / f"worker{len(started)}.log", extra=list(extra)
+        )
         started.append(proc)
         return proc
 
@@ -101,10 +103,13 @@ def terminate_backends(dsn: str) -> int:
         found = conn.execute(f"select count(pg_terminate_backend(pid)) {others}").fetchone()
         killed = conn.execute(f"select array_agg(pid) {others}").fetchone()
         wait_for(
-            lambda: conn.execute(
-                "select count(*) from pg_stat_activity where pid = any(%s)", (killed[0] if killed else [],)
-            ).fetchone()
-            == (0,),
+            lambda: (
+                conn.execute(
+                    "select count(*) from pg_stat_activity where pid = any(%s)",
+                    (killed[0] if killed else [],),
+                ).fetchone()
+                == (0,)
+            ),
             what="the terminated sessions to end",
         )
     return int(found[0]) if found else 0
@@ -130,8 +135,12 @@ def test_results_finished_during_an_outage_are_written_when_the_database_is_back
     down = time.monotonic()
     open_gates(marks, keys)
     wait_for(lambda: len(marked(marks, "end")) == 8, timeout=30, what="the bodies to return")
-    wait_for(lambda: "db_error" in worker.output(), timeout=30, what="the worker to meet the outage")
-    wait_for(lambda: time.monotonic() > down + 9, timeout=30, what="the outage to outlast the 6 s leases")
+    wait_for(
+        lambda: "db_error" in worker.output(), timeout=30, what="the worker to meet the outage"
+    )
+    wait_for(
+        lambda: time.monotonic() > down + 9, timeout=30, what="the outage to outlast the 6 s leases"
+    )
     private_cluster.start()
 
     wait_for(lambda: states(outage_dsn, ids) == {"done"}, timeout=90, what="every result written")
@@ -206,7 +215,9 @@ def test_outcomes_the_database_rejects_are_isolated_and_never_wedge_the_worker(
 
     with connect(outage_dsn, upgrade=False) as client:  # the worker still claims
         later = outage_jobs.poison.configure(client=client, queue="outage").enqueue("ok-later")
-    wait_for(lambda: states(outage_dsn, [later.id]) == {"done"}, timeout=30, what="a later job to run")
+    wait_for(
+        lambda: states(outage_dsn, [later.id]) == {"done"}, timeout=30, what="a later job to run"
+    )
     worker.term()
     assert worker.wait(timeout=30) == 0
     assert "Traceback" not in worker.output()
@@ -237,7 +248,11 @@ def test_the_first_step_write_after_a_restart_burns_no_attempt(
         call = outage_jobs.stepped.configure(queue="outage")
         ids = [ref.id for ref in client.enqueue_many([call.call(k) for k in keys])]
     workers(APP, "outage", "-c", "4", "--lease", "10")
-    wait_for(lambda: len(marked(marks, "start")) == 4, timeout=60, what="four bodies past their first step")
+    wait_for(
+        lambda: len(marked(marks, "start")) == 4,
+        timeout=60,
+        what="four bodies past their first step",
+    )
     private_cluster.restart("fast")
     open_gates(marks, keys)
     wait_for(lambda: states(outage_dsn, ids) == {"done"}, timeout=90, what="every job done")
@@ -271,7 +286,10 @@ def test_celery_tasks_in_flight_through_a_restart_read_success(
         assert after.get(timeout=60) == 10
         with psycopg.connect(outage_dsn, autocommit=True) as conn:
             wait_for(
-                lambda: conn.execute("select array_agg(distinct state) from x_jobs").fetchone() == (["done"],),
+                lambda: (
+                    conn.execute("select array_agg(distinct state) from x_jobs").fetchone()
+                    == (["done"],)
+                ),
                 timeout=30,
                 what="every task's row done",
             )
