@@ -35,15 +35,12 @@ from typing import Any
 
 import celery._state as celery_state
 import celery.result as celery_result
-import psycopg
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
 from ujobs_bridge.context import current_job
-from ujobs_bridge.db.connections import transient
-from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
@@ -52,7 +49,7 @@ from . import rate_limit, revoked_ids
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
-from .outage import forget_outage, raise_if_outage
+from .outage import forget_outage, outage_handed_back, raise_if_outage
 from .sending import retries_held
 
 PROTOCOL_HEADERS = frozenset(
@@ -377,15 +374,8 @@ def _runner(app: Any, name: str) -> Any:
     limits = conf_limits(app)  # once per worker, as Celery's WorkController does
 
     def run(value: Any) -> dict[str, str]:
-        try:
+        with outage_handed_back(name):  # a revoke/expiry/limit store that met an outage
             return run_message(app, name, value, limits)
-        except psycopg.Error as exc:  # a revoke/expiry/limit store met an outage
-            if not transient(exc):
-                raise
-            raise DatabaseUnavailableError(
-                f"the jobs database was unavailable while task {name!r} ended: {exc}",
-                hint="the task is handed back uncounted and runs again once it is back",
-            ) from exc
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run

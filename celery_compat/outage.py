@@ -15,8 +15,9 @@ What it is not: the statements (``db/result_store.py``) or the backend (``backen
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -74,3 +75,18 @@ def raise_if_outage(task_id: str) -> None:
             f" ({seen})",
             hint="the task is handed back uncounted and runs again once the database is back",
         ) from seen
+
+
+@contextlib.contextmanager
+def outage_handed_back(name: str) -> Iterator[None]:
+    """Around a task's run: an infrastructure error that escapes it (a revoke, expiry or time
+    limit store Celery's tracer does not wrap) hands the attempt back instead of failing it."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if not transient(exc):
+            raise
+        raise DatabaseUnavailableError(
+            f"the jobs database was unavailable while task {name!r} ended: {exc}",
+            hint="the task is handed back uncounted and runs again once it is back",
+        ) from exc

@@ -20,6 +20,7 @@ Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
 
 from __future__ import annotations
 
+from .cluster import PrivateCluster
 from .database import (
     ADMIN_DSN_ENV,
     DEFAULT_ADMIN_DSN,
@@ -27,7 +28,6 @@ from .database import (
     admin_dsn_from_env,
     dsn_for,
 )
-from .cluster import PrivateCluster
 from .enqueued import enqueued
 from .idle import run_until_idle
 from .perform import Performed, perform, perform_again

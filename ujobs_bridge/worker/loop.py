@@ -49,7 +49,7 @@ from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
-from .poison import write_isolating
+from .outcome_writes import flush_all, write_batch, write_isolating
 from .runtimes import LoopRuntime, Runtimes, StepWrites
 from .stopping import Stopper
 
@@ -186,7 +186,13 @@ class Worker:
             self._wake.wait(0.05)
             self._wake.clear()
         self.stopper.hand_back_running()
-        self._flush_all(until=max(deadline, time.monotonic()) + self.config.lease_s)
+        flush_all(  # through an outage, while the leases may still be valid
+            lambda: self._flush(force=True),
+            self.outcomes,
+            reset=self.claims.reset,
+            until=max(deadline, time.monotonic()) + self.config.lease_s,
+            hurry=self._hurry,
+        )
         self.heartbeat.stop()
         self.listener.stop()
         self.runtimes.shutdown()
@@ -352,44 +358,9 @@ class Worker:
 
     def _flush(self, *, force: bool = False) -> int:
         batch = self._take_due(force=force)
-        if not batch:
-            return 0
-        try:
-            matched = self.claims.write(batch)
-        except Exception as exc:  # whatever failed, the outcomes wait for the next flush
-            if transient(exc):
-                self.outcomes.restore(batch)
-                raise
-            write_isolating(self.claims.write, batch, self.outcomes)
-            return len(batch)
-        self.outcomes.written(batch, matched)
+        if batch:
+            write_batch(self.claims.write, batch, self.outcomes)
         return len(batch)
-
-    def _flush_all(self, until: float) -> None:
-        """The shutdown's last write: every outcome still owed, retried with backoff through an
-        outage until ``until`` (monotonic) or ``hurry()``; what is left then is logged, never
-        raised (its jobs are rescued once their leases run out)."""
-        pace = Backoff(cap_s=2.0)
-        while self.outcomes:
-            try:
-                self._flush(force=True)
-                pace.reset()
-                continue
-            except Exception as exc:
-                self.claims.reset()
-                pause = pace.next()
-                if self._hurry.is_set() or time.monotonic() + pause > until:
-                    log.error(
-                        "ujobs.worker.outcomes_unwritten: %d outcome(s) could not be written "
-                        "before the worker exits (%s); their jobs run again once their leases "
-                        "run out [%s]",
-                        len(self.outcomes.leases()),
-                        exc,
-                        ErrorCode.DATABASE_UNAVAILABLE.value,
-                    )
-                    return
-                log.warning("ujobs.worker.db_error: %s", exc)
-            self._hurry.wait(pause)
 
 
 class ClaimLoop(Service):

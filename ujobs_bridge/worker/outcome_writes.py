@@ -1,4 +1,4 @@
-"""Poison isolation: find the outcome the database rejects, store it repaired, write the rest.
+"""Writing outcomes: a batch despite one bad item, and the shutdown's last flush despite an outage.
 
 Why it exists: outcomes go to the database as one document per batch, so ONE item the database
 refuses (an error message or a return value with a NUL character or a lone surrogate, a result
@@ -12,13 +12,18 @@ error (``connections.transient``) is not the data's fault: everything not writte
 for the next pass. So is an error that even the bare, failed form of an item cannot get past
 (a missing table, a revoked grant): no job is failed for the database's own state.
 
-What it is not: the batching (``outcome_batch.py``) or the retry pacing (``loop.py``).
+``flush_all`` is the shutdown's last write: every outcome still owed, retried with backoff
+through an outage until a deadline, never raised (SIGTERM during an outage exits cleanly).
+
+What it is not: the batching (``outcome_batch.py``) or the claim loop's pacing (``loop.py``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -26,7 +31,7 @@ from uuid import UUID
 
 import psycopg
 
-from ..db.connections import transient
+from ..db.connections import Backoff, transient
 from ..errors import ErrorCode
 from ..records import JobState, Settlement
 from .outcome_batch import OutcomeBatch
@@ -107,6 +112,54 @@ def refused(s: Settlement, exc: BaseException) -> Settlement:
     return replace(
         s, output_json=None, error=f"{code.value}: the error text could not be stored: {reason}"
     )
+
+
+def write_batch(write: Write, batch: list[Settlement], outcomes: OutcomeBatch) -> None:
+    """Write ``batch``; a batch the database refuses is written by halves (``write_isolating``);
+    on an infrastructure error it goes back to ``outcomes`` and the error is raised."""
+    try:
+        matched = write(batch)
+    except Exception as exc:
+        if transient(exc):
+            outcomes.restore(batch)
+            raise
+        log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
+        write_isolating(write, batch, outcomes)
+        return
+    outcomes.written(batch, matched)
+
+
+def flush_all(
+    flush: Callable[[], object],
+    outcomes: OutcomeBatch,
+    *,
+    reset: Callable[[], None],
+    until: float,
+    hurry: threading.Event,
+) -> None:
+    """Call ``flush`` until nothing is owed, retrying through an outage with backoff until
+    ``until`` (monotonic) or ``hurry``; what is left then is logged, never raised (its jobs run
+    again once their leases run out)."""
+    pace = Backoff(cap_s=2.0)
+    while outcomes:
+        try:
+            flush()
+            pace.reset()
+            continue
+        except Exception as exc:
+            reset()
+            pause = pace.next()
+            if hurry.is_set() or time.monotonic() + pause > until:
+                log.error(
+                    "ujobs.worker.outcomes_unwritten: %d outcome(s) could not be written before "
+                    "the worker exits (%s); their jobs run again once their leases run out [%s]",
+                    len(outcomes.leases()),
+                    exc,
+                    ErrorCode.DATABASE_UNAVAILABLE.value,
+                )
+                return
+            log.warning("ujobs.worker.db_error: %s", exc)
+        hurry.wait(pause)
 
 
 def write_isolating(write: Write, batch: list[Settlement], outcomes: OutcomeBatch) -> None:
