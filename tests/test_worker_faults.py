@@ -380,7 +380,9 @@ def test_an_outcome_survives_its_claim_connection_being_killed(
         )
         # The dead connection was replaced (found dead on checkout, or after one failed pass).
         now = db.execute(claim_pids, (claim_conn,)).fetchone()
-        assert now is not None and killed is not None and now[0] and not set(now[0]) & set(killed[0])
+        assert (
+            now is not None and killed is not None and now[0] and not set(now[0]) & set(killed[0])
+        )
     finally:
         gate_jobs.GATE.set()
         worker.stop(timeout_s=5)
