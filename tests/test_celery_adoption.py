@@ -70,8 +70,9 @@ def _broker_keys(r: redis.Redis) -> list[bytes]:
     return sorted(k for k in r.scan_iter() if not k.startswith(b"_kombu.binding"))
 
 
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_drained_messages_of_a_plain_app_continue_on_the_bridge(
-    ran_table: str, r: redis.Redis, tmp_path: Path
+    ran_table: str, r: redis.Redis, tmp_path: Path, pool: str
 ) -> None:
     dsn = ran_table
     chained = chain(ap.add.s(1, 2), ap.mul.s(10)).apply_async()
@@ -92,7 +93,9 @@ def test_drained_messages_of_a_plain_app_continue_on_the_bridge(
     assert migrated.returncode == 0, migrated.stderr
     assert r.llen(ap.QUEUE) == 0 and _broker_keys(r) == []
 
-    worker = WorkerProc(dsn, "apps.adopt_plain", ap.QUEUE, tmp_path / "worker.log")
+    worker = WorkerProc(
+        dsn, "apps.adopt_plain", ap.QUEUE, tmp_path / "worker.log", extra=["-P", pool, "-c", "2"]
+    )
     try:
         wait_for(
             lambda: "adopted the plain celery.Celery app 'adopt_plain'" in worker.output(),
