@@ -178,6 +178,12 @@ class CeleryApp(LoadedApp):
         if self._worker is not None:
             worker_signals.worker_ready(self._worker)
 
+    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+        from . import worker_signals
+
+        if self._worker is not None:
+            worker_signals.worker_shutting_down(self._worker, signum, hurry)
+
     def on_worker_shutdown(self, worker: Worker) -> None:
         from . import worker_signals
 
