@@ -33,7 +33,7 @@ _classes: dict[type, type] = {}
 _lock = threading.Lock()
 # Helpers ``celery.Celery`` caches per app (``cached_property``), built from the classes the app
 # had before adoption: dropped so the bridge's are built at their next use.
-_CACHED = ("amqp", "control", "Worker")
+_CACHED = ("amqp", "control", "Worker", "Beat")
 
 
 def adopted_class(cls: type) -> type:
