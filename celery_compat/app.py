@@ -18,7 +18,8 @@ occurrence ids) unless you set one.
 
 What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
 (``execution.py``); so does ``celery -A proj worker``, whose ``app.Worker`` is the bridge worker
-(``worker.py``), never a broker consumer.
+(``worker.py``), never a broker consumer; ``celery -A proj beat`` runs the bridge scheduler
+(``beat_service.py``).
 """
 
 from __future__ import annotations
@@ -115,12 +116,18 @@ class Celery(celery.Celery):  # type: ignore[misc]
             options["producer"] = BRIDGE_PRODUCER
         return super().send_task(name, args, kwargs, **options)
 
-    # -- `celery worker` ------------------------------------------------------------------------
+    # -- `celery worker`, `celery beat` ---------------------------------------------------------
 
     @functools.cached_property
     def Worker(self) -> Any:
         """What ``celery -A proj worker`` builds and starts: the bridge worker (``worker.py``)."""
         return self.subclass_with_self("celery_compat.worker:Worker")
+
+    @functools.cached_property
+    def Beat(self) -> Any:
+        """What ``celery -A proj beat`` builds and runs: the bridge scheduler, unless a scheduler
+        class is named (``beat_service.py``)."""
+        return self.subclass_with_self("celery_compat.beat_service:Beat")
 
     def close(self) -> None:
         backend = self._local.__dict__.get("backend") or self._backend_cache

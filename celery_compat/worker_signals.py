@@ -14,6 +14,7 @@ main process, in Celery's order (``celery/apps/worker.py``, ``celery/worker/work
         after_setup_logger(logger=root, ...), after_setup_task_logger(logger=celery.task, ...)
     celeryd_after_setup(sender=hostname, instance, conf)
     worker_ready(sender=consumer)
+    worker_shutting_down(sender=hostname, sig, how, exitcode)   # in the SIGTERM/SIGINT handler
     worker_shutdown(sender=instance)
 
 each ``--pool processes`` child (``celery/concurrency/prefork.py``: ``process_initializer``,
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +53,7 @@ from .execution import HOSTNAME
 ENV_LOGLEVEL = "CELERY_LOG_LEVEL"
 ENV_LOGFILE = "CELERY_LOG_FILE"
 ENV_HOSTNAME = "UJOBS_CELERY_HOSTNAME"
+log = logging.getLogger("celery_compat.worker_signals")
 
 
 @dataclass(eq=False)  # a sender: hashed by identity, as Celery's worker is
@@ -178,6 +181,23 @@ def worker_init(app: Any, bridge: Any, options: Mapping[str, Any]) -> WorkerInst
 def worker_ready(instance: WorkerInstance) -> None:
     consumer = ConsumerInstance(app=instance.app, hostname=instance.hostname, controller=instance)
     _raise_errors(signals.worker_ready.send(sender=consumer))
+
+
+def worker_shutting_down(instance: WorkerInstance, signum: int, hurry: bool) -> None:
+    """In the stop signal's handler, before the worker acts on it, as Celery's
+    ``_shutdown_handler``: ``sig`` its name, ``how`` ``Warm`` (bodies may finish) or ``Cold`` (a
+    second signal: handed back at once), ``exitcode`` the one this worker exits with (0: what
+    was running is handed back, never lost). A receiver's error is logged, never stops the stop."""
+    try:
+        sig = signal.Signals(signum).name
+    except ValueError:
+        sig = str(signum)
+    responses = signals.worker_shutting_down.send(
+        sender=instance.hostname, sig=sig, how="Cold" if hurry else "Warm", exitcode=0
+    )
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            log.error("worker_shutting_down receiver %r raised %r", receiver, response)
 
 
 def worker_shutdown(instance: WorkerInstance) -> None:

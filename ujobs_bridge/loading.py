@@ -152,7 +152,8 @@ class LoadedApp:
     # -- the worker's lifecycle, for apps that announce it (Celery's worker signals) --------------
     # ``ujobs-bridge worker`` calls these in the main process: ``on_worker_init`` once the worker
     # is built and before it starts (``options``: the command's flags, the DSN left out),
-    # ``on_worker_ready`` once it claims, ``on_worker_shutdown`` after it stopped. A
+    # ``on_worker_ready`` once it claims, ``on_worker_stopping`` as a stop signal arrives (before
+    # acting on it; again, with ``hurry``, on the second), ``on_worker_shutdown`` after it stopped. A
     # ``--pool processes`` child calls ``on_process_init`` after loading and binding the app, and
     # ``on_process_shutdown`` once as it exits. The engine's own apps announce nothing.
 
@@ -161,6 +162,10 @@ class LoadedApp:
 
     def on_worker_ready(self, worker: Worker) -> None:
         """The worker has started claiming (main process)."""
+
+    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+        """Signal ``signum`` asks the worker to stop: ``hurry`` False, running bodies may finish;
+        True (a second signal), they are handed back at once (main process, signal handler)."""
 
     def on_worker_shutdown(self, worker: Worker) -> None:
         """The worker has stopped (main process)."""

@@ -328,15 +328,20 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     hurry = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            hurry.set()
-            runner.hurry()
-        stop_requested.set()
-        runner.request_stop()
+        try:  # told first, as Celery's handler sends worker_shutting_down before acting
+            app.on_worker_stopping(runner, signum, stop_requested.is_set())
+        finally:
+            if stop_requested.is_set():
+                hurry.set()
+                runner.hurry()
+            stop_requested.set()
+            runner.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
+    if asked.nodename:
+        options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
     node = f" node={asked.nodename}" if asked.nodename else ""
