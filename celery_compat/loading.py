@@ -10,7 +10,8 @@ what the worker and the scheduler need from the app: one job per task
 (``execution.jobs_for_app``), its beat entries as periodic tasks plus any native ``task()`` of
 the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker settings the app
 sets explicitly, the revoked-ids LISTEN channel (``revoked_ids.py``), and ``bind(dsn)`` that
-gives a celery_compat app a bridge client on the worker's database.
+gives a celery_compat app a bridge client on the worker's database, and the remote-control
+commands answered with the app (``worker_control.py``).
 
 What it is not: the execution of a task (``execution.py``) or the beat conversion (``beat.py``).
 """
@@ -162,6 +163,16 @@ class CeleryApp(LoadedApp):
         from ujobs_bridge.dsn import ResolvedDatabase
 
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+
+    def control_commands(self) -> dict[str, Any]:
+        from . import worker_control
+
+        return worker_control.commands(self.app)
+
+    def control_encode(self, value: Any) -> str:
+        from . import worker_control
+
+        return worker_control.encode(value)
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order).
     def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:

@@ -43,11 +43,13 @@ _lock = threading.Lock()
 Reply = tuple[Any, ...]
 
 
-def child_init(app_spec: str | None, dsn: str) -> None:
+def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
     """Load ``-A`` in this child through its loader and bind the app to the parent's ``dsn``
-    (passed here, never through the environment)."""
-    from .. import loading
+    (passed here, never through the environment); ``node``: the parent's node name."""
+    from .. import context, loading
 
+    if node:
+        context.set_node_name(node)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _dsn.append(dsn)
