@@ -169,6 +169,11 @@ class CeleryApp(LoadedApp):
 
         return worker_control.commands(self.app)
 
+    def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        from . import worker_control
+
+        worker_control.apply_settings(self.app, settings)
+
     def control_encode(self, value: Any) -> str:
         from . import worker_control
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery.utils.functional import maybe_list
@@ -71,6 +71,29 @@ def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dic
 def _task_id(entry: InFlight) -> str:
     headers = entry.claimed.input.get("headers") if is_celery_input(entry.claimed.input) else None
     return str((headers or {}).get("id") or entry.claimed.id)
+
+
+SETTABLE = ("rate_limit", "time_limit", "soft_time_limit")
+
+
+def _set(state: ControlState, app: Any, task_name: str, **attrs: Any) -> None:
+    """Change the task here (thread bodies read it at their next run) and in the worker's task
+    settings, which a ``--pool processes`` child applies before its next body."""
+    task = app.tasks[task_name]
+    for attr, value in attrs.items():
+        setattr(task, attr, value)
+    state.worker.task_settings.setdefault(task_name, {}).update(attrs)
+
+
+def apply_settings(app: Any, settings: Mapping[str, Mapping[str, Any]]) -> None:
+    """In a pool child: the parent's task settings onto this process's tasks."""
+    for task_name, attrs in settings.items():
+        task = app.tasks.get(task_name)
+        if task is None:
+            continue
+        for attr, value in attrs.items():
+            if attr in SETTABLE:
+                setattr(task, attr, value)
 
 
 def commands(app: Any) -> dict[str, Handler]:
@@ -137,9 +160,7 @@ def commands(app: Any) -> dict[str, Handler]:
         if task_name not in app.tasks:
             log.error("Rate limit attempt for unknown task %s", task_name)
             return nok("unknown task")
-        if state.worker.config.pool == "processes":
-            return nok("rate_limit cannot reach the tasks of --pool processes children")
-        app.tasks[task_name].rate_limit = rate_limit
+        _set(state, app, task_name, rate_limit=rate_limit)
         if not rate_limit:
             log.info("Rate limits disabled for tasks of type %s", task_name)
             return ok("rate limit disabled successfully")
@@ -152,11 +173,7 @@ def commands(app: Any) -> dict[str, Handler]:
         if task_name not in app.tasks:
             log.error("Change time limit attempt for unknown task %s", task_name)
             return nok("unknown task")
-        if state.worker.config.pool == "processes":
-            return nok("time_limit cannot reach the tasks of --pool processes children")
-        task = app.tasks[task_name]
-        task.soft_time_limit = soft
-        task.time_limit = hard
+        _set(state, app, task_name, soft_time_limit=soft, time_limit=hard)
         log.info("New time limits for tasks of type %s: soft=%s hard=%s", task_name, soft, hard)
         return ok("time limits set successfully")
 

@@ -51,7 +51,10 @@ def test_nodes_are_registered_at_start_and_deleted_at_stop(dsn: str, workers: li
     live = {n.name: n for n in seen.nodes()}
     assert set(live) == {"w1@box", "w2@box"}
     assert live["w1@box"].queues == ["basic"] and live["w1@box"].concurrency == 2
-    assert live["w1@box"].pool == "threads" and "apps.presence_jobs.add" in live["w1@box"].info["registered"]
+    assert (
+        live["w1@box"].pool == "threads"
+        and "apps.presence_jobs.add" in live["w1@box"].info["registered"]
+    )
     assert seen.workers_per_queue() == {"basic": 2}
     workers[0].stop(timeout_s=5)
     assert {n.name for n in seen.nodes()} == {"w2@box"}
@@ -90,7 +93,9 @@ def test_control_commands_change_the_worker(dsn: str, workers: list[Worker]) -> 
         "ok": "task events already enabled"
     }
     assert w1.send_task_events and flipped == [True]
-    assert replies(dsn, "disable_events", destination=one)["w1@box"] == {"ok": "task events disabled"}
+    assert replies(dsn, "disable_events", destination=one)["w1@box"] == {
+        "ok": "task events disabled"
+    }
     assert replies(dsn, "autoscale", destination=one, arguments={"max": 4, "min": 1}) == {
         "w1@box": {"error": "ValueError('Autoscale not enabled')"}
     }

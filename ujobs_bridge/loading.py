@@ -156,6 +156,10 @@ class LoadedApp:
         (``ujobs_bridge.worker.control``), for commands only the app can answer."""
         return {}
 
+    def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        """In a ``--pool processes`` child: task settings remote control changed in the parent
+        (task name -> attribute -> value; all of them, each time they change)."""
+
     def control_encode(self, value: Any) -> str:
         """A command's reply as JSON text (the app's own JSON, when it has one)."""
         return json.dumps(value, default=str)

@@ -45,6 +45,7 @@ from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
 from .attempt import BodyResult, settle
+from .child import TaskSettings
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
 from .control import ControlState, Handler, Panel
@@ -102,6 +103,7 @@ class Worker(Steering):
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.node = node_name or default_node_name()
         self.dsn_host = mask_dsn(dsn)
+        self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
         self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
         self.send_task_events = False  # enable_events/disable_events flip it
         self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
@@ -133,6 +135,7 @@ class Worker(Steering):
             app_spec=app_spec,
             dsn=dsn,
             node=self.node,
+            task_settings=self.task_settings,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(

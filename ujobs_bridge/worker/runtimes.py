@@ -32,7 +32,7 @@ from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
-from .child import body_result_from_child, child_init, child_run
+from .child import TaskSettings, body_result_from_child, child_init, child_run
 from .inflight import InFlight
 
 Finished = Callable[[InFlight, BodyResult], None]
@@ -185,9 +185,17 @@ class ProcessRuntime:
     that has started cannot be interrupted (its outcome is fenced when it answers)."""
 
     def __init__(
-        self, size: int, finished: Finished, *, app_spec: str | None, dsn: str, node: str
+        self,
+        size: int,
+        finished: Finished,
+        *,
+        app_spec: str | None,
+        dsn: str,
+        node: str,
+        settings: TaskSettings,
     ) -> None:
         self.finished = finished
+        self.settings = settings  # the worker's task settings, sent along with each body
         # spawn, not fork: a forked child would share this process's sockets (the claim
         # connection, an app's result pool) and copy locks held by its threads.
         self._executor = ProcessPoolExecutor(
@@ -198,7 +206,7 @@ class ProcessRuntime:
         )
 
     def submit(self, entry: InFlight) -> None:
-        future = self._executor.submit(child_run, entry.claimed)
+        future = self._executor.submit(child_run, entry.claimed, self.settings or None)
         entry.started_at = time.time()
         if entry.definition.timeout_s is not None:
             entry.deadline = time.monotonic() + entry.definition.timeout_s
@@ -242,8 +250,10 @@ class Runtimes:
         app_spec: str | None,
         dsn: str,
         node: str = "",
+        task_settings: TaskSettings | None = None,
     ) -> None:
         self.node = node
+        self.task_settings: TaskSettings = {} if task_settings is None else task_settings
         self.pool = pool
         self.size = size
         self.registry = registry
@@ -263,7 +273,12 @@ class Runtimes:
         self._opened = True
         if self.pool == "processes":
             self.processes = ProcessRuntime(
-                self.size, self.finished, app_spec=self.app_spec, dsn=self.dsn, node=self.node
+                self.size,
+                self.finished,
+                app_spec=self.app_spec,
+                dsn=self.dsn,
+                node=self.node,
+                settings=self.task_settings,
             )
             return
         self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
