@@ -126,4 +126,4 @@ def listen_requests(conn: Conn) -> None:
 
 def listen_replies(conn: Conn, on: bool) -> None:
     """LISTEN (``on``) or UNLISTEN on ``x_control_reply`` (payload: a request id)."""
-    conn.execute(q("listen_control_reply" if on else "unlisten_control_reply"))
+    conn.execute(q("listen_control_reply") if on else q("unlisten_control_reply"))
