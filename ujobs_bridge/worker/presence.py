@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -123,6 +122,8 @@ class Presence(Service):
         super().stop()
 
     def _on_stop(self) -> None:
+        if not self.registered.is_set():  # never registered: nothing to delete, no connection
+            return
         try:
             nodes.node_delete(self.conn.get(), self.worker_id)
         except psycopg.Error as exc:  # the node expires on its own
@@ -212,7 +213,3 @@ def host_of(name: str) -> str:
 def default_node_name() -> str:
     """Celery's default node name: ``celery@<host>``."""
     return f"celery@{socket.gethostname()}"
-
-
-def pid() -> int:
-    return os.getpid()
