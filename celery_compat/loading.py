@@ -11,7 +11,8 @@ what the worker and the scheduler need from the app: one job per task
 the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker settings the app
 sets explicitly, the revoked-ids LISTEN channel (``revoked_ids.py``), and ``bind(dsn)`` that
 gives the app a bridge client on the worker's database (a plain ``celery.Celery`` app is adopted
-first, ``adoption.py``, so what its tasks send goes to Postgres, not to its broker).
+first, ``adoption.py``, so what its tasks send goes to Postgres, not to its broker), and the
+remote-control commands answered with the app (``worker_control.py``).
 
 What it is not: the execution of a task (``execution.py``) or the beat conversion (``beat.py``).
 """
@@ -165,6 +166,21 @@ class CeleryApp(LoadedApp):
         if adoption.adopt(self.app):  # plain Celery: sends and results move to Postgres too
             adoption.announce(self.app, self.spec)
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+
+    def control_commands(self) -> dict[str, Any]:
+        from . import worker_control
+
+        return worker_control.commands(self.app)
+
+    def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        from . import worker_control
+
+        worker_control.apply_settings(self.app, settings)
+
+    def control_encode(self, value: Any) -> str:
+        from . import worker_control
+
+        return worker_control.encode(value)
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order).
     def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:

@@ -46,6 +46,8 @@ from typing import Any
 from celery import signals
 from celery.utils.log import get_logger
 
+from ujobs_bridge.context import node_name
+
 from .execution import HOSTNAME
 
 # What a spawned child reads to set up logging and name itself as the main process did (Celery's
@@ -145,7 +147,7 @@ def worker_init(app: Any, bridge: Any, options: Mapping[str, Any]) -> WorkerInst
     """``celeryd_init``, ``worker_init``, logging, ``celeryd_after_setup``: before the worker
     starts. Leaves in the environment what a pool child needs to do the same."""
     app.loader.init_worker()  # as Celery's WorkController does first (the loader's own hook)
-    hostname = str(options.get("hostname") or HOSTNAME)
+    hostname = str(getattr(bridge, "node", None) or HOSTNAME)  # the worker's node name
     loglevel = _level(options.get("loglevel"))
     logfile = options.get("logfile") or None
     config = getattr(bridge, "config", None)
@@ -224,4 +226,4 @@ def process_shutdown() -> None:
 
 
 def _child_hostname() -> str:
-    return os.environ.get(ENV_HOSTNAME) or HOSTNAME
+    return node_name() or os.environ.get(ENV_HOSTNAME) or HOSTNAME

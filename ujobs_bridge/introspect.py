@@ -1,4 +1,5 @@
-"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats, stranded.
+"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats, stranded,
+and the live worker nodes (which processes run, and how many consume each queue).
 
 Why it exists: the CLI and any dashboard need the same answers, with the same safety rules:
 inputs and outputs are printed with secret-looking keys redacted unless asked, and an operation
@@ -18,7 +19,9 @@ import psycopg
 from .clock import SYSTEM_CLOCK, Clock
 from .db import connections
 from .db import jobs as driver
+from .db import nodes as node_store
 from .db import steps as step_store
+from .db.nodes import NodeRecord
 from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
@@ -103,6 +106,16 @@ class Introspector:
         lives in each worker's process); only that none has taken the job for that long."""
         with self._connect() as conn:
             return driver.job_stranded(conn, after_s=after_s, now=self.clock.sql_now())
+
+    def nodes(self) -> list[NodeRecord]:
+        """The live worker nodes (one per worker process; expired ones are not listed)."""
+        with self._connect() as conn:
+            return node_store.nodes_live(conn, self.clock.sql_now())
+
+    def workers_per_queue(self) -> dict[str, int]:
+        """Live worker processes per consumed queue; a queue nobody consumes is absent."""
+        with self._connect() as conn:
+            return node_store.nodes_per_queue(conn, self.clock.sql_now())
 
     def cancel(self, job_id: UUID, *, reason: str = "cancelled by an operator") -> JobRecord:
         with self._connect() as conn:

@@ -323,6 +323,9 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         app_spec=app_spec,
         channels=app.channels(),
         worker_id=worker_id,
+        node_name=asked.nodename or flags.node_name(None),
+        control=app.control_commands(),
+        control_encode=app.control_encode,
     )
     stop_requested = threading.Event()
     hurry = threading.Event()
@@ -344,7 +347,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
-    node = f" node={asked.nodename}" if asked.nodename else ""
+    node = f" node={runner.node}"
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
         f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
@@ -352,7 +355,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     )
     app.on_worker_ready(runner)
     while not stop_requested.wait(0.5):
-        pass
+        if runner.remote_shutdown.is_set():  # a `shutdown` command: drain as on SIGTERM
+            break
     click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     app.on_worker_shutdown(runner)
