@@ -5,15 +5,25 @@ them without importing anything named by the data. So payloads are JSON and noth
 JSON cannot carry (a datetime, a set, NaN, an object) is refused where it enters, with the job's
 name in the message, rather than stored half-way or pickled.
 
+A job's input is checked at the door, before any connection is touched (so a refused enqueue
+inside the caller's transaction leaves that transaction usable), and each refusal says where
+the value is and what to do: NaN or Infinity (JSON has neither), a NUL character or a lone
+surrogate (PostgreSQL text and jsonb hold neither), a dict key that is not a string (``{1: 2}``
+would come back as ``{"1": 2}``), nesting deeper than ``MAX_DEPTH`` levels, a value that
+contains itself.
+
 What it is not: a schema validator for job arguments.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from .errors import PayloadError
+from .errors import ErrorCode, PayloadError
+
+MAX_DEPTH = 64  # levels of list/dict nesting a job input may have
 
 _HINT = (
     "pass only str, int, float, bool, None, list and dict (with str keys); "
@@ -29,7 +39,126 @@ def dumps(value: Any, *, what: str) -> str:
 
 
 def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str) -> str:
-    return dumps({"args": list(args), "kwargs": kwargs}, what=f"the input of job {job_name!r}")
+    """The row's ``input``; raises :class:`PayloadError` (with where and why) for anything
+    JSON or PostgreSQL cannot hold as it is."""
+    what = f"the input of job {job_name!r}"
+    for index, arg in enumerate(args):
+        _check(arg, f"args[{index}]", 1, what, [])
+    for key, value in kwargs.items():
+        _check(value, f"kwargs[{key!r}]", 1, what, [])
+    text = dumps({"args": list(args), "kwargs": kwargs}, what=what)
+    if "\\u0000" in text:  # json escapes a NUL (or the text holds a backslash-u0000)
+        _find_text_problem(args, kwargs, what)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        _find_text_problem(args, kwargs, what)
+    return text
+
+
+def _refuse(what: str, where: str, problem: str, hint: str, code: ErrorCode) -> PayloadError:
+    if len(where) > 120:
+        where = where[:60] + "…" + where[-40:]
+    return PayloadError(f"{what}: {where} {problem}", hint=hint, code=code)
+
+
+def _check(value: Any, where: str, depth: int, what: str, path: list[int]) -> None:
+    """Walk ``value``: key types, NaN/Infinity, nesting depth, cycles (strings are checked on
+    the encoded text, in C, and walked only when that finds a problem)."""
+    kind = type(value)
+    if kind is float:
+        if not math.isfinite(value):
+            name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            raise _refuse(
+                what,
+                where,
+                f"is {name}, which JSON cannot carry",
+                "send None, or the value as a string (and parse it in the job)",
+                ErrorCode.PAYLOAD_NOT_JSON,
+            )
+        return
+    if not (isinstance(value, dict | list | tuple)):
+        return
+    if id(value) in path:
+        raise _refuse(
+            what,
+            where,
+            "contains itself (a circular reference)",
+            "pass a copy without the cycle, or the ids of the objects",
+            ErrorCode.PAYLOAD_NOT_JSON,
+        )
+    if depth > MAX_DEPTH:
+        raise _refuse(
+            what,
+            where,
+            f"nests deeper than {MAX_DEPTH} levels of lists and dicts",
+            "flatten it, or store the structure elsewhere and pass its id",
+            ErrorCode.PAYLOAD_TOO_DEEP,
+        )
+    path.append(id(value))
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _refuse(
+                    what,
+                    where,
+                    f"has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+                    + _came_back(key),
+                    "convert the keys with str() before enqueueing, or pass a list of pairs",
+                    ErrorCode.PAYLOAD_KEY_INVALID,
+                )
+            _check(item, f"{where}[{key!r}]", depth + 1, what, path)
+    else:
+        for index, item in enumerate(value):
+            _check(item, f"{where}[{index}]", depth + 1, what, path)
+    path.pop()
+
+
+def _came_back(key: Any) -> str:
+    """What JSON would silently turn ``key`` into, said as the end of the sentence."""
+    try:
+        text = next(iter(json.loads(json.dumps({key: None}))))
+    except (TypeError, ValueError):
+        return ""
+    return f", so it would come back as {text!r}"
+
+
+def _find_text_problem(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> None:
+    """The encoded input holds a NUL or a lone surrogate: find the string, say where."""
+    pending: list[tuple[Any, str]] = [(a, f"args[{i}]") for i, a in enumerate(args)]
+    pending += [(v, f"kwargs[{k!r}]") for k, v in kwargs.items()]
+    pending += [(k, f"the key {k!r} of kwargs") for k in kwargs]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            _check_text(value, where, what)
+        elif isinstance(value, dict):
+            pending += [(v, f"{where}[{k!r}]") for k, v in value.items()]
+            pending += [(k, f"a key of {where}") for k in value]
+        elif isinstance(value, list | tuple):
+            pending += [(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_text(value: str, where: str, what: str) -> None:
+    if "\x00" in value:
+        raise _refuse(
+            what,
+            where,
+            "holds a NUL character (\\x00), which PostgreSQL cannot store",
+            "remove it, or send binary data base64-encoded",
+            ErrorCode.PAYLOAD_TEXT_INVALID,
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise _refuse(
+            what,
+            where,
+            f"holds a lone surrogate ({bad!r}), which is not valid Unicode",
+            "decode bytes with errors='replace' (or send them base64-encoded)",
+            ErrorCode.PAYLOAD_TEXT_INVALID,
+        ) from None
 
 
 def decode_input(value: Any) -> tuple[list[Any], dict[str, Any]]:
