@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401 - session cleanup
-
 from celery_compat import enqueue_in
 from ujobs_bridge import job
 from ujobs_bridge.client import Client

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401 - session cleanup
-
 from ujobs_bridge.dsn import mask_dsn
 
 TESTS_DIR = Path(__file__).parent
