@@ -26,6 +26,7 @@ from rich.console import Console
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
 from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
 
+from .failure import check_broker_url, infrastructure_error, open_broker
 from .quarantine import quarantine
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ def run_drain(
         batch,
         management_url=management_url,
     )
-    source = _open(url, info, options)
+    source = open_broker(url, info, options)
     stats = Stats(broker=masked(url), queues=list(source.queues), dry_run=dry_run_flag)
     _warn_unworkable_queues(source.queues, err)
     try:
@@ -312,85 +313,6 @@ def _drain(
             loop.run(stats)
         except Exception as exc:
             raise infrastructure_error(exc, ctx.broker) from None
-
-
-def check_broker_url(url: str) -> None:
-    """A broker URL that cannot even be parsed is refused before anything connects, with the
-    URL masked and no secret in the message."""
-    from urllib.parse import urlsplit
-
-    from ujobs_bridge.dsn import mask_dsn, scrub
-    from ujobs_bridge.errors import ErrorCode, UjobsError
-
-    try:
-        if "://" not in url:
-            raise ValueError("it has no scheme:// part")
-        urlsplit(url).port  # noqa: B018 - raises ValueError on a port that is not a number
-    except ValueError as exc:
-        raise UjobsError(
-            f"the broker URL {mask_dsn(url)} is malformed: {scrub(str(exc), url)}",
-            hint="write it as redis://[:PASSWORD@]HOST:PORT/DB or amqp://USER:PASSWORD@HOST:PORT/"
-            "VHOST, percent-encoding special characters in the password",
-            code=ErrorCode.BROKER_URL_INVALID,
-        ) from None
-
-
-def _open(url: str, info: AppInfo, options: Any) -> Source:
-    from migrate.runner import open_source
-    from ujobs_bridge.dsn import mask_dsn, scrub
-    from ujobs_bridge.errors import ErrorCode, UjobsError
-
-    try:
-        return open_source(url, info, options)
-    except UjobsError:
-        raise
-    except Exception as exc:
-        raise UjobsError(
-            f"the broker {mask_dsn(url)} could not be opened: "
-            f"{type(exc).__name__}: {scrub(str(exc), url)}",
-            hint="check that the broker runs and that --broker (or the app's broker_url) is right",
-            code=ErrorCode.BROKER_UNAVAILABLE,
-        ) from None
-
-
-def infrastructure_error(exc: Exception, broker: str) -> Exception:
-    """What stopped a drain, labelled: the database or the broker failed (infrastructure: the
-    batch in hand stays in the broker and is taken again by the next run), or anything else
-    (a bug: raised as it is). A message never stops the drain: it is quarantined."""
-    import psycopg
-
-    from ujobs_bridge.dsn import mask_dsn
-    from ujobs_bridge.errors import DatabaseUnavailableError, ErrorCode, UjobsError
-
-    hint = (
-        "nothing is lost: what this run took but did not commit is still in the broker "
-        "(Redis: this drainer's processing lists; RabbitMQ: unacked, requeued); run migrate "
-        "again once it is back"
-    )
-    text = f"{type(exc).__name__}: {mask_dsn(str(exc)).strip()}"
-    if isinstance(exc, psycopg.Error):
-        return DatabaseUnavailableError(
-            f"the drain stopped: the database failed (infrastructure, not a message): {text}",
-            hint=hint,
-        )
-    if _is_broker_error(exc):
-        return UjobsError(
-            f"the drain stopped: the broker {broker} failed (infrastructure, not a message): "
-            + text,
-            hint=hint,
-            code=ErrorCode.BROKER_UNAVAILABLE,
-        )
-    return exc
-
-
-def _is_broker_error(exc: Exception) -> bool:
-    import amqp
-    import redis
-    from kombu.exceptions import OperationalError
-
-    return isinstance(
-        exc, OSError | redis.RedisError | amqp.exceptions.AMQPError | OperationalError
-    )
 
 
 migrate.add_command(quarantine)

@@ -19,7 +19,7 @@ from types import FrameType
 import click
 
 from ..db import schema
-from ..dsn import mask_dsn
+from ..dsn import check_dsn, mask_dsn
 from ..errors import ConfigError
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from .options import database, dsn_option
@@ -62,6 +62,8 @@ def relay(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     resolved = database(dsn)
+    if source_dsn:
+        check_dsn(source_dsn, "--source-dsn")
     try:
         runner = OutboxRelay(
             source_dsn or resolved.dsn, target_dsn=resolved.dsn, batch=batch, interval_s=interval_s
