@@ -19,7 +19,7 @@ from types import FrameType
 import click
 
 from ..db import schema
-from ..dsn import check_dsn, mask_dsn
+from ..dsn import mask_dsn
 from ..errors import ConfigError
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from .options import database, dsn_option
@@ -63,6 +63,8 @@ def relay(
     )
     resolved = database(dsn)
     if source_dsn:
+        from ..dsn import check_dsn
+
         check_dsn(source_dsn, "--source-dsn")
     try:
         runner = OutboxRelay(
