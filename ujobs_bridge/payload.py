@@ -42,11 +42,12 @@ def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str
     """The row's ``input``; raises :class:`PayloadError` (with where and why) for anything
     JSON or PostgreSQL cannot hold as it is."""
     what = f"the input of job {job_name!r}"
-    for index, arg in enumerate(args):
-        _check(arg, f"args[{index}]", 1, what, [])
-    for key, value in kwargs.items():
-        _check(value, f"kwargs[{key!r}]", 1, what, [])
-    text = dumps({"args": list(args), "kwargs": kwargs}, what=what)
+    value = {"args": list(args), "kwargs": kwargs}
+    try:
+        _walk(value, -1, set())  # so that an argument's own lists count from 1
+    except _Found as found:
+        raise found.error(what) from None
+    text = dumps(value, what=what)
     if "\\u0000" in text:  # json escapes a NUL (or the text holds a backslash-u0000)
         _find_text_problem(args, kwargs, what)
     try:
@@ -56,62 +57,92 @@ def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str
     return text
 
 
-def _refuse(what: str, where: str, problem: str, hint: str, code: ErrorCode) -> PayloadError:
-    if len(where) > 120:
-        where = where[:60] + "…" + where[-40:]
-    return PayloadError(f"{what}: {where} {problem}", hint=hint, code=code)
+_SCALARS = frozenset({str, int, bool, type(None)})
+_isfinite = math.isfinite
 
 
-def _check(value: Any, where: str, depth: int, what: str, path: list[int]) -> None:
-    """Walk ``value``: key types, NaN/Infinity, nesting depth, cycles (strings are checked on
-    the encoded text, in C, and walked only when that finds a problem)."""
-    kind = type(value)
-    if kind is float:
-        if not math.isfinite(value):
+class _Found(Exception):
+    """A problem met deep in the walk; the keys and indexes that lead to it are added on the way
+    back up (no path text is built unless something is found)."""
+
+    def __init__(self, kind: str, subject: Any = None) -> None:
+        self.kind = kind
+        self.subject = subject
+        self.trail: list[Any] = []
+
+    def error(self, what: str) -> PayloadError:
+        steps = self.trail[::-1]  # outermost first: "args"/"kwargs", then keys and indexes
+        where = steps[0] + "".join(f"[{step!r}]" for step in steps[1:]) if steps else "it"
+        if self.kind == "float":
+            value = self.subject
             name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-            raise _refuse(
+            return _refuse(
                 what,
                 where,
                 f"is {name}, which JSON cannot carry",
                 "send None, or the value as a string (and parse it in the job)",
                 ErrorCode.PAYLOAD_NOT_JSON,
             )
-        return
-    if not (isinstance(value, dict | list | tuple)):
-        return
-    if id(value) in path:
-        raise _refuse(
-            what,
-            where,
-            "contains itself (a circular reference)",
-            "pass a copy without the cycle, or the ids of the objects",
-            ErrorCode.PAYLOAD_NOT_JSON,
-        )
-    if depth > MAX_DEPTH:
-        raise _refuse(
+        if self.kind == "key":
+            key = self.subject
+            return _refuse(
+                what,
+                where,
+                f"has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+                + _came_back(key),
+                "convert the keys with str() before enqueueing, or pass a list of pairs",
+                ErrorCode.PAYLOAD_KEY_INVALID,
+            )
+        if self.kind == "cycle":
+            return _refuse(
+                what,
+                where,
+                "contains itself (a circular reference)",
+                "pass a copy without the cycle, or the ids of the objects",
+                ErrorCode.PAYLOAD_NOT_JSON,
+            )
+        return _refuse(
             what,
             where,
             f"nests deeper than {MAX_DEPTH} levels of lists and dicts",
             "flatten it, or store the structure elsewhere and pass its id",
             ErrorCode.PAYLOAD_TOO_DEEP,
         )
-    path.append(id(value))
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _refuse(
-                    what,
-                    where,
-                    f"has the key {key!r} ({type(key).__name__}); JSON keys are strings"
-                    + _came_back(key),
-                    "convert the keys with str() before enqueueing, or pass a list of pairs",
-                    ErrorCode.PAYLOAD_KEY_INVALID,
-                )
-            _check(item, f"{where}[{key!r}]", depth + 1, what, path)
-    else:
-        for index, item in enumerate(value):
-            _check(item, f"{where}[{index}]", depth + 1, what, path)
-    path.pop()
+
+
+def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int, path: set[int]) -> None:
+    """Check one container: its keys, its floats, its depth, that it is not its own ancestor;
+    strings are checked later on the encoded text (in C) and walked only if that finds one."""
+    if depth > MAX_DEPTH:
+        raise _Found("deep")
+    ident = id(value)
+    if ident in path:
+        raise _Found("cycle")
+    path.add(ident)
+    is_dict = isinstance(value, dict)
+    items: Any = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if is_dict and type(key) is not str:
+            raise _Found("key", key)
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        try:
+            if kind is float:
+                if not _isfinite(item):
+                    raise _Found("float", item)
+            elif kind is dict or kind is list or kind is tuple or isinstance(item, dict | list):
+                _walk(item, depth + 1, path)  # a subclass: JSON encodes it like its base
+        except _Found as found:
+            found.trail.append(key)
+            raise
+    path.discard(ident)
+
+
+def _refuse(what: str, where: str, problem: str, hint: str, code: ErrorCode) -> PayloadError:
+    if len(where) > 120:
+        where = where[:60] + "…" + where[-40:]
+    return PayloadError(f"{what}: {where} {problem}", hint=hint, code=code)
 
 
 def _came_back(key: Any) -> str:
