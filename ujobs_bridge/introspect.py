@@ -10,6 +10,7 @@ What it is not: the worker's claim path. Nothing here takes a lease.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 from uuid import UUID
@@ -31,12 +32,54 @@ SECRET_KEY = re.compile(r"pass|secret|token|key|authorization|cookie", re.IGNORE
 REDACTED = "***"
 
 
+# Headers that repeat a job's arguments as text (Celery's protocol: ``repr()`` of args and
+# kwargs); redacted like the arguments themselves.
+REPR_KEYS = frozenset({"argsrepr", "kwargsrepr"})
+MAX_REPR = 64 * 1024
+# In a repr that cannot be parsed (cut short, or custom): 'secret-key': value, up to , } or ).
+_REPR_PAIR = re.compile(
+    r"""(?P<key>(?P<q>['"])(?P<name>(?:(?!(?P=q)).)*)(?P=q)\s*:\s*)"""
+    r"""(?P<value>'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^,})\]]*)"""
+)
+
+
 def redact(value: Any) -> Any:
+    """``value`` with the value of every secret-looking key replaced by ``***``, and the
+    argument reprs (``argsrepr``/``kwargsrepr``) redacted the same way."""
     if isinstance(value, dict):
-        return {k: REDACTED if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if SECRET_KEY.search(str(k)):
+                out[k] = REDACTED
+            elif k in REPR_KEYS and isinstance(v, str):
+                out[k] = redact_repr(v)
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v) for v in value)
     return value
+
+
+def redact_repr(text: str) -> str:
+    """A ``repr()`` of arguments with its secret-looking keys' values hidden: parsed as a
+    literal (never evaluated) and redacted when it parses, else by pattern; one too large to
+    inspect is hidden whole."""
+    if len(text) > MAX_REPR:
+        return REDACTED
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _REPR_PAIR.sub(
+            lambda m: (
+                m.group("key") + repr(REDACTED)
+                if SECRET_KEY.search(m.group("name"))
+                else m.group(0)
+            ),
+            text,
+        )
+    hidden = redact(parsed)
+    return text if hidden == parsed else repr(hidden)
 
 
 def parse_id(text: str) -> UUID:
