@@ -40,7 +40,7 @@ from celery import signals, states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
-from ujobs_bridge.context import current_job
+from ujobs_bridge.context import current_job, node_name
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
@@ -76,7 +76,13 @@ PROTOCOL_HEADERS = frozenset(
         "chord",
     }
 )
-HOSTNAME = f"ujobs@{socket.gethostname()}"
+HOSTNAME = f"celery@{socket.gethostname()}"  # outside a worker; a worker's is its node name
+
+
+def hostname() -> str:
+    """``self.request.hostname``: the node name of the worker running in this process (Celery's
+    ``-n``, default ``celery@<host>``)."""
+    return node_name() or HOSTNAME
 
 
 class CeleryTaskFailed(Exception):
@@ -135,7 +141,7 @@ def _request(message: Any, redelivered: bool) -> dict[str, Any]:
         {
             "args": message.args,
             "kwargs": message.kwargs,
-            "hostname": HOSTNAME,
+            "hostname": hostname(),
             "is_eager": False,
             "properties": props,
             "reply_to": props.get("reply_to"),
@@ -291,7 +297,7 @@ def _received(app: Any, task: Any, message: Any, request: dict[str, Any]) -> Non
     )
     try:
         received: Any = Request(
-            carrier, app=app, task=task, hostname=HOSTNAME, body=body, decoded=True
+            carrier, app=app, task=task, hostname=hostname(), body=body, decoded=True
         )
     except Exception:  # a message Celery's Request cannot parse: handlers still get the fields
         received = Context(request)
@@ -337,7 +343,7 @@ def run_message(
                         message.kwargs,
                         request,
                         app=app,
-                        hostname=HOSTNAME,
+                        hostname=hostname(),
                     )
                 finally:
                     INTERRUPTER.unwatch(watched)

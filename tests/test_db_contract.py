@@ -412,7 +412,12 @@ def test_every_db_function_has_a_contract_test() -> None:
     fails: the db surface is the seam every other layer trusts."""
     contract = "\n".join(
         (TESTS / name).read_text()
-        for name in ("test_db_contract.py", "test_driver_contract.py", "test_testing_kit.py")
+        for name in (
+            "test_db_contract.py",
+            "test_db_contract_presence.py",
+            "test_driver_contract.py",
+            "test_testing_kit.py",
+        )
     )
     missing = []
     for path in sorted((ROOT / "ujobs_bridge" / "db").glob("*.py")):

@@ -62,6 +62,10 @@ def relay(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     resolved = database(dsn)
+    if source_dsn:
+        from ..dsn import check_dsn
+
+        check_dsn(source_dsn, "--source-dsn")
     try:
         runner = OutboxRelay(
             source_dsn or resolved.dsn, target_dsn=resolved.dsn, batch=batch, interval_s=interval_s

@@ -12,7 +12,8 @@ the floor.
 
 ``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
 attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
-the shutdown's hand-back), the heartbeat and the listener.
+the shutdown's hand-back), the heartbeat, the listener and the node's presence
+(``presence.py``: the node row and the remote-control mailbox, on the heartbeat's connection).
 
 Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
@@ -30,27 +31,32 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
-from .. import validation
+from .. import context, validation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db.connections import Backoff, Role, transient
+from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
 from .attempt import BodyResult, settle
+from .child import TaskSettings
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
+from .control import ControlState, Handler, Panel
 from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
 from .outcome_writes import flush_all, write_batch, write_isolating
+from .presence import Presence, default_node_name
 from .runtimes import LoopRuntime, Runtimes, StepWrites
+from .steering import Steering
 from .stopping import Stopper
 
 log = logging.getLogger("ujobs.worker")
@@ -58,9 +64,11 @@ log = logging.getLogger("ujobs.worker")
 RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
 
 
-class Worker:
+class Worker(Steering):
     """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
-    channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``)."""
+    channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
+    node (default ``celery@<host>``); ``control``: remote-control handlers added to the engine's
+    (``LoadedApp.control_commands``), whose replies ``control_encode`` turns into JSON text."""
 
     def __init__(
         self,
@@ -72,6 +80,9 @@ class Worker:
         app_spec: str | None = None,
         worker_id: str | None = None,
         channels: Sequence[ExtraChannel] = (),
+        node_name: str | None = None,
+        control: Mapping[str, Handler] | None = None,
+        control_encode: Callable[[Any], str] | None = None,
     ) -> None:
         self.dsn = dsn
         self.registry = dict(registry)
@@ -91,6 +102,13 @@ class Worker:
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.node = node_name or default_node_name()
+        self.dsn_host = mask_dsn(dsn)
+        self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
+        self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
+        self.send_task_events = False  # enable_events/disable_events flip it
+        self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
+        self.remote_shutdown = threading.Event()  # a `shutdown` command arrived
         self.outcomes = OutcomeBatch(
             threshold=self.config.capacity // 2, interval_s=self.config.ack_interval_s
         )
@@ -117,6 +135,8 @@ class Worker:
             stopping=self._stopping,
             app_spec=app_spec,
             dsn=dsn,
+            node=self.node,
+            task_settings=self.task_settings,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(
@@ -137,13 +157,24 @@ class Worker:
             on_lost=self.stopper.lease_lost,
             role=Role(f"worker:{self.id}:hb"),
         )
+        self.presence = Presence(
+            self.heartbeat.connection,
+            worker_id=self.id,
+            name=self.node,
+            ttl_s=self.config.lease_s,
+            beat_s=self.config.heartbeat_interval_s,
+            describe=self._describe,
+            panel=Panel(ControlState(self, self.node), control),
+            clock=clock,
+            **({"encode": control_encode} if control_encode else {}),
+        )
         self.listener = Listener(
             dsn,
             queues=self.queues,
             on_ready=self._wake.set,
             on_cancel=self.stopper.cancel_notified,
             role=Role(f"worker:{self.id}:listen"),
-            channels=channels,
+            channels=(*channels, self.presence.channel()),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,7 +186,9 @@ class Worker:
                 return
             self.runtimes.open()
             self.claims.connection()  # a wrong DSN fails here, not in the loop
+            context.set_node_name(self.node)
             self.heartbeat.start()
+            self.presence.start()
             self.listener.start()
             self.claim_loop.start()
             self.started.set()
@@ -172,6 +205,7 @@ class Worker:
 
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
+        self.presence.stop()  # the node leaves at once (inspect no longer lists it)
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
         self.stopper.hand_back_unstarted()
@@ -345,6 +379,8 @@ class Worker:
         """A body returned (called on its runtime's thread): settle the attempt unless a
         timeout, a cancel or the shutdown did already, and free its slot."""
         decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        name = entry.claimed.name
+        self.processed[name] = self.processed.get(name, 0) + 1  # approximate under races
         first = self.table.settle_once(entry, decided, release=True)
         if first and decided is None and entry.signal.code is ErrorCode.LEASE_LOST:
             log.warning(
