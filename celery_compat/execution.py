@@ -49,6 +49,7 @@ from . import rate_limit, revoked_ids
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
+from .outage import forget_outage, outage_handed_back, raise_if_outage
 from .sending import retries_held
 
 PROTOCOL_HEADERS = frozenset(
@@ -330,6 +331,7 @@ def run_message(
     )
     traced: Any = None
     rejection: Reject | None = None
+    forget_outage()
     with retries_held(message.task_id) as held:
         try:
             with joins_will_block():
@@ -360,6 +362,7 @@ def run_message(
         result, info = traced[0], traced[1]
         state = states.SUCCESS if info is None else info.state
         if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
+            raise_if_outage(message.task_id)  # a result store that met an outage: not a FAILURE
             text = getattr(result, "traceback", None) or repr(getattr(info, "retval", result))
             raise CeleryTaskFailed(text)
         if state != states.REJECTED:
@@ -377,7 +380,8 @@ def _runner(app: Any, name: str) -> Any:
     limits = conf_limits(app)  # once per worker, as Celery's WorkController does
 
     def run(value: Any) -> dict[str, str]:
-        return run_message(app, name, value, limits)
+        with outage_handed_back(name):  # a revoke/expiry/limit store that met an outage
+            return run_message(app, name, value, limits)
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run

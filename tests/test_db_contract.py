@@ -251,6 +251,87 @@ def test_a_pool_follows_the_connection_policy(dsn: str) -> None:
         pool.close()
 
 
+def _ended(db: Any, conn: psycopg.Connection[Any]) -> None:
+    """``pg_terminate_backend`` on ``conn``'s session, returning once it is gone."""
+    from conftest import wait_for
+
+    pid = conn.info.backend_pid
+    db.execute("select pg_terminate_backend(%s)", (pid,))
+    wait_for(
+        lambda: (
+            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            == (0,)
+        ),
+        what="the session to end",
+    )
+
+
+def test_transient_tells_the_infrastructures_errors_from_the_statements(dsn: str, db: Any) -> None:
+    role = connections.Role("contract:transient")
+    with connections.connect(dsn, role) as conn:
+        _ended(db, conn)
+        with pytest.raises(psycopg.Error) as ended:
+            conn.execute("select 1")
+    assert connections.transient(ended.value)  # AdminShutdown
+    with pytest.raises(psycopg.Error) as refused:
+        connections.connect(psycopg.conninfo.make_conninfo(dsn, port="1"), role)
+    assert connections.transient(refused.value)  # nobody listens: connection refused
+    with connections.connect(dsn, role) as conn:
+        with pytest.raises(psycopg.Error) as division:
+            conn.execute("select 1 / 0")
+        with pytest.raises(psycopg.Error) as missing:
+            conn.execute("select 1 from no_such_table")
+    assert not connections.transient(division.value)
+    assert not connections.transient(missing.value)
+    assert not connections.transient(ValueError("not a database error"))
+
+
+def test_check_refuses_a_connection_the_server_ended_and_pools_replace_it(
+    dsn: str, db: Any
+) -> None:
+    role = connections.Role("contract:check")
+    with connections.connect(dsn, role) as conn:
+        connections.check(conn)  # alive: no round trip, no error
+        _ended(db, conn)
+        with pytest.raises(psycopg.OperationalError):
+            connections.check(conn)
+    pool = connections.pool(dsn, role, min_size=1, max_size=1)
+    try:
+        with pool.connection() as first:
+            _ended(db, first)
+        with pool.connection() as second:  # the dead one is never handed out
+            assert second.execute("select 1").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_retrying_retries_transient_errors_only(dsn: str, db: Any) -> None:
+    role = connections.Role("contract:retrying")
+    stale = connections.connect(dsn, role)
+    _ended(db, stale)
+    calls: list[str] = []
+
+    def op() -> Any:
+        calls.append("call")
+        if len(calls) == 1:
+            return stale.execute("select 1").fetchone()  # AdminShutdown: retried
+        with connections.connect(dsn, role) as fresh:
+            return fresh.execute("select 2").fetchone()
+
+    assert connections.retrying(op, within_s=10) == (2,) and len(calls) == 2
+    stale.close()
+    with connections.connect(dsn, role) as conn:
+        calls.clear()
+
+        def bad() -> Any:
+            calls.append("call")
+            return conn.execute("select 1 / 0").fetchone()
+
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            connections.retrying(bad, within_s=10)
+    assert len(calls) == 1
+
+
 def test_enqueue_on_an_async_connection_joins_its_transaction(dsn: str, db: Any) -> None:
     import asyncio
 

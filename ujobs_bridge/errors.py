@@ -58,6 +58,8 @@ class ErrorCode(StrEnum):
     PAYLOAD_TEXT_INVALID = "UJ_PAYLOAD_TEXT_INVALID"
     PAYLOAD_TOO_DEEP = "UJ_PAYLOAD_TOO_DEEP"
     PAYLOAD_KEY_INVALID = "UJ_PAYLOAD_KEY_INVALID"
+    OUTPUT_TOO_LARGE = "UJ_OUTPUT_TOO_LARGE"
+    OUTPUT_REJECTED = "UJ_OUTPUT_REJECTED"
 
 
 class UjobsError(Exception):
@@ -112,6 +114,10 @@ class SchemaError(UjobsError):
 
 
 class DatabaseUnavailableError(UjobsError):
+    """The jobs database could not be reached (down, restarting, the connection lost). Raised
+    from a body (a step write, a result write), the attempt is handed back uncounted: the
+    outage is not the job's fault."""
+
     code = ErrorCode.DATABASE_UNAVAILABLE
 
 

@@ -38,7 +38,7 @@ import psycopg
 
 from .. import context, validation
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db.connections import Role
+from ..db.connections import Backoff, Role, transient
 from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
 from ..job import JobDefinition
@@ -53,6 +53,7 @@ from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
+from .outcome_writes import flush_all, write_batch, write_isolating
 from .presence import Presence, default_node_name
 from .runtimes import LoopRuntime, Runtimes, StepWrites
 from .steering import Steering
@@ -60,7 +61,7 @@ from .stopping import Stopper
 
 log = logging.getLogger("ujobs.worker")
 
-RETRY_PAUSE_S = 1.0  # after a failed pass of the claim loop
+RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
 
 
 class Worker(Steering):
@@ -152,7 +153,7 @@ class Worker(Steering):
             dsn,
             lease_s=self.config.lease_s,
             interval_s=self.config.heartbeat_interval_s,
-            held=self.table.held_leases,
+            held=lambda: self.table.held_leases() + self.outcomes.leases(),
             on_lost=self.stopper.lease_lost,
             role=Role(f"worker:{self.id}:hb"),
         )
@@ -211,11 +212,21 @@ class Worker(Steering):
         while time.monotonic() < deadline and not self._hurry.is_set():
             if not self.table.unsettled():
                 break
-            self._flush(force=True)
+            try:
+                self._flush(force=True)
+            except Exception as exc:  # an outage: the outcomes are kept for the last flush
+                self.claims.reset()
+                log.warning("ujobs.worker.db_error: %s", exc)
             self._wake.wait(0.05)
             self._wake.clear()
         self.stopper.hand_back_running()
-        self._flush(force=True)
+        flush_all(  # through an outage, while the leases may still be valid
+            lambda: self._flush(force=True),
+            self.outcomes,
+            reset=self.claims.reset,
+            until=max(deadline, time.monotonic()) + self.config.lease_s,
+            hurry=self._hurry,
+        )
         self.heartbeat.stop()
         self.listener.stop()
         self.runtimes.shutdown()
@@ -293,7 +304,7 @@ class Worker(Steering):
         until woken (a notification, a freed slot, a queued outcome) or the next poll."""
         self._wake.clear()
         if self._stopping.is_set() or self._pass():
-            return
+            return  # every free slot filled, or more outcomes due: the next pass at once
         wait = self.config.poll_s
         if self.outcomes:
             wait = min(wait, self.config.ack_interval_s)
@@ -303,10 +314,12 @@ class Worker(Steering):
 
     def _pass(self) -> bool:
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
-        per cycle instead of two."""
-        self.claims.sweep()
+        per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
+        lease, this worker's own sweep must not rescue the jobs whose results it holds."""
         self.stopper.check_deadlines()
         batch = self._take_due()
+        if not batch:
+            self.claims.sweep()
         held = len(self.table)
         free = self.config.capacity - held
         want = 0
@@ -318,20 +331,28 @@ class Worker(Steering):
             want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
+        rows: list[ClaimedJob] = []
         with self._jobs:  # what a pass claims, it runs with the same registry
             try:
                 if batch and want:
                     matched, rows = self.claims.write_then_claim(batch, want)
                 elif batch:
-                    matched, rows = self.claims.write(batch), []
+                    matched = self.claims.write(batch)
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                     matched, rows = set(), self.claims.claim(want)
-            except Exception:  # whatever failed, the outcomes wait for the next pass
-                self.outcomes.restore(batch)
-                raise
-            self.outcomes.written(batch, matched)
-            self._start(rows)
-        return want > 0 and len(rows) == want
+            except Exception as exc:  # whatever failed, the outcomes are kept
+                if not batch or transient(exc):
+                    self.outcomes.restore(batch)
+                    raise
+                log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
+                write_isolating(self.claims.write, batch, self.outcomes)  # keeps what it can't
+                want = 0
+            else:
+                self.outcomes.written(batch, matched)
+                self._start(rows)
+        if batch:
+            self.claims.sweep()
+        return (want > 0 and len(rows) == want) or self.outcomes.more()
 
     # ------------------------------------------------------------------ claim and dispatch
 
@@ -373,24 +394,21 @@ class Worker(Steering):
 
     def _flush(self, *, force: bool = False) -> int:
         batch = self._take_due(force=force)
-        if not batch:
-            return 0
-        try:
-            matched = self.claims.write(batch)
-        except Exception:  # whatever failed, the outcomes wait for the next flush
-            self.outcomes.restore(batch)
-            raise
-        self.outcomes.written(batch, matched)
+        if batch:
+            write_batch(self.claims.write, batch, self.outcomes)
         return len(batch)
 
 
 class ClaimLoop(Service):
     """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
-    and again; a database error resets the claim connection and pauses a second."""
+    and again; an error resets the claim connection and pauses, longer after each failure in a
+    row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
+    cheaply later, with every outcome kept."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        super().__init__("claim", interval_s=RETRY_PAUSE_S)
+        self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
+        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S)
 
     def tick(self) -> bool:
         """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
@@ -401,6 +419,7 @@ class ClaimLoop(Service):
             self.request_stop()
             return 0.0
         self.worker._cycle()
+        self.backoff.reset()
         return 0.0
 
     def _on_error(self, exc: Exception) -> float:
@@ -409,4 +428,4 @@ class ClaimLoop(Service):
             log.warning("ujobs.worker.db_error: %s", exc)
         else:
             log.exception("ujobs.worker.error")
-        return RETRY_PAUSE_S
+        return self.backoff.next()
