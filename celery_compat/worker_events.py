@@ -16,9 +16,12 @@ functions from its lifecycle hooks:
 * ``child_start`` / ``child_stop`` (a ``--pool processes`` child): the child maps the switch and
   emits its task events for the same node and main pid.
 
-As in Celery, ``disable_events`` stops task events only: a worker whose events were ever on
-keeps its heartbeat, so monitors do not take it for dead; one started without ``-E`` that gets
-``enable_events`` goes online at its next beat.
+Remote control (``celery -A proj control enable_events|disable_events``) flips the engine
+worker's ``send_task_events`` (``ujobs_bridge/worker/control.py``); ``start`` sets it from
+``-E`` and hooks ``event_switch.set_enabled`` to it. As in Celery, ``disable_events`` stops
+task events only: a worker whose events were ever on keeps its heartbeat, so monitors do not
+take it for dead; one started without ``-E`` that gets ``enable_events`` goes online at its
+next beat.
 
 What it is not: the task events (``task_events.py``) or their transport (``event_emitter.py``).
 """
@@ -149,6 +152,9 @@ def _start(
 ) -> WorkerEvents:
     on = wanted(app, options)
     event_switch.share(on)
+    if hasattr(worker, "task_events_hooks"):  # remote enable_events/disable_events flip the
+        worker.set_task_events(on)  # engine worker's send_task_events: the switch follows it
+        worker.task_events_hooks.append(event_switch.set_enabled)
     pid = os.getpid()
     os.environ[ENV_WORKER_PID] = str(pid)
     emitter = emitter_for(app, dsn=dsn)

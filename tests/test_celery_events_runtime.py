@@ -135,3 +135,43 @@ def test_pool_children_send_task_events_for_the_workers_node(dsn: str, tmp_path:
         raise
     finally:
         proc.close()
+
+
+@pytest.mark.slow
+def test_remote_disable_and_enable_events_reach_a_running_worker(dsn: str, tmp_path: Path) -> None:
+    node = f"ctl@{HOST}"
+    os.environ["EVENTS_APP_BROKER"] = ""  # Postgres only
+    try:
+        proc = WorkerProc(
+            dsn, "apps.celery_events_app", "events", tmp_path / "w.log", extra=["-E", "-n", node]
+        )
+    finally:
+        os.environ.pop("EVENTS_APP_BROKER", None)
+    try:
+        wait_for(lambda: stored(dsn, hostname=node, types=["worker-online"]), what="online")
+        with bound(ev.app, dsn):
+            control = ev.app.control
+            assert control.disable_events(reply=True, destination=[node], timeout=10) == [
+                {node: {"ok": "task events disabled"}}
+            ]
+            quiet = ev.add.delay(1, 1)
+            assert quiet.get(timeout=30) == 2
+            mark = stored(dsn)[-1]["id"]
+            wait_for(
+                lambda: stored(dsn, after_id=mark, hostname=node, types=["worker-heartbeat"]),
+                what="a heartbeat while task events are off",
+            )
+            assert stored(dsn, task_id=quiet.id) == []
+            assert control.enable_events(reply=True, destination=[node], timeout=10) == [
+                {node: {"ok": "task events enabled"}}
+            ]
+            loud = ev.add.delay(2, 2)
+            assert loud.get(timeout=30) == 4
+        wait_for(lambda: stored(dsn, task_id=loud.id, types=["task-succeeded"]), what="on again")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    except BaseException:
+        print(proc.output())
+        raise
+    finally:
+        proc.close()
