@@ -55,10 +55,10 @@ ACCEPTED = frozenset(
         "disable_prefetch",
         "schedule_filename",  # with -B only, which is refused
         "scheduler",
+        "task_events",  # -E: read by the app's worker hooks (worker_events.py)
     }
 )
 REFUSED = {
-    "task_events": "-E",
     "max_tasks_per_child": "--max-tasks-per-child",
     "max_memory_per_child": "--max-memory-per-child",
     "autoscale": "--autoscale",
@@ -137,6 +137,7 @@ class Worker:
                 nodename=self.hostname,
                 pidfile=pidfile,
                 logfile=logfile,
+                task_events=bool(kwargs.get("task_events")),
             )
             self.flags.config()
         except ConfigError as exc:

@@ -59,6 +59,7 @@ class WorkerFlags:
     pidfile: str | None = None
     logfile: str | None = None
     dsn: str | None = None
+    task_events: bool = False
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
@@ -191,7 +192,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "--events",
     "task_events",
     is_flag=True,
-    help="Refused: no task events yet.",
+    help="Send Celery's task and worker events (a Celery app: to Postgres, and to its broker "
+    "during a cutover, where Flower reads them).",
 )
 @click.option(
     "--max-tasks-per-child", type=int, default=None, help="Refused: children are not recycled."
@@ -239,7 +241,6 @@ def worker(
 ) -> None:
     """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
     refused = {
-        "-E": task_events,
         "--max-tasks-per-child": max_tasks_per_child,
         "--max-memory-per-child": max_memory_per_child,
         "--time-limit": time_limit,
@@ -265,6 +266,7 @@ def worker(
             pidfile=pidfile,
             logfile=logfile,
             dsn=dsn,
+            task_events=task_events,
         )
         asked.config()
     except ConfigError as exc:
@@ -306,6 +308,11 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     usage error (exit 2)."""
     jobs = loading.jobs_of(app)
     try:
+        if asked.task_events and not app.sends_events():
+            raise ConfigError(
+                f"-E: -A {app.spec} is not a Celery app, and task events are Celery's",
+                hint="drop -E; follow jobs with `ujobs-bridge jobs ls` / `jobs stats`",
+            )
         config = _with_app_settings(asked.config(), asked, app)
         config = _without_excluded(config, asked.exclude_queues, [d.queue for d in jobs.values()])
         flags.write_pidfile(asked.pidfile)

@@ -46,10 +46,6 @@ _FORMAT = re.compile(r"%(\w)")
 
 # Celery's flags with no meaning on the bridge yet: flag -> (why, what to use instead)
 REFUSED: Mapping[str, tuple[str, str]] = {
-    "-E": (
-        "task events are not emitted by the bridge worker yet",
-        "follow jobs with `ujobs-bridge jobs ls` / `jobs stats`; drop -E",
-    ),
     "--max-tasks-per-child": (
         "pool processes are not recycled after N tasks",
         "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
