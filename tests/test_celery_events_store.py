@@ -89,14 +89,20 @@ def test_a_killed_connection_loses_no_event_and_stores_none_twice(
     assert killed == (1,)
     for i in range(3):
         emitter.emit("task-succeeded", "n@h", 1, uuid=f"b{i}", result="1", runtime=0.0)
+    stored: list[int] = []
     with caplog.at_level(logging.WARNING, logger="celery_compat.events"):
-        assert emitter.tick() == 0  # the dead connection: held, warned
-        wait_for(lambda: emitter.tick() == 3, what="the held events on a fresh connection")
+        # The kill is seen either at checkout (the connection policy replaces the connection at
+        # once) or by the write (held, warned, written on a fresh connection at a later tick).
+        wait_for(
+            lambda: stored.append(emitter.tick()) or sum(stored) == 3,
+            what="the held events on a fresh connection",
+        )
     uuids = [e["uuid"] for e in event_log.read(db)]
     assert uuids == ["a0", "a1", "a2", "b0", "b1", "b2"]
     warned = [r for r in caplog.records if "postgres_unreachable" in r.getMessage()]
-    assert len(warned) == 1
-    assert any("postgres_reachable" in r.getMessage() for r in caplog.records)
+    assert len(warned) <= 1
+    if warned:
+        assert any("postgres_reachable" in r.getMessage() for r in caplog.records)
     emitter.stop()
 
 
