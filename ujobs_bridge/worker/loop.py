@@ -17,7 +17,11 @@ the shutdown's hand-back), the heartbeat and the listener.
 Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
 uncounted), ``reload()`` (run another registry and queues from the next claim on) and ``tick()``
-for tests.
+for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an error; one that dies
+(an error no loop survives, or the claim loop failing ``CLAIM_ERROR_STREAK`` times in a row on
+something other than the database) makes the worker fail: it hands back everything it holds
+uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge worker``
+exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their timeout.
 
 What it is not: the decision table for one attempt (``attempt.py``) or the CLI (``cli/worker.py``).
 """
@@ -39,6 +43,7 @@ from .. import validation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db.connections import Role
 from ..errors import ConfigError, ErrorCode
+from ..faults import fault
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
@@ -50,11 +55,12 @@ from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
 from .runtimes import LoopRuntime, Runtimes, StepWrites
-from .stopping import Stopper
+from .stopping import HungAttempt, Stopper
 
 log = logging.getLogger("ujobs.worker")
 
 RETRY_PAUSE_S = 1.0  # after a failed pass of the claim loop
+CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
 
 
 class Worker:
@@ -99,6 +105,8 @@ class Worker:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._hurry = threading.Event()
+        self.failed = threading.Event()  # set once a loop died and the worker stopped for it
+        self.failure: str | None = None
         self._lifecycle = threading.Lock()
         self._jobs = threading.Lock()  # registry, names, queues: swapped by reload() between claims
         self.table = InFlightTable(self.outcomes, self._wake)
@@ -144,6 +152,8 @@ class Worker:
             role=Role(f"worker:{self.id}:listen"),
             channels=channels,
         )
+        for loop in (self.claim_loop, self.heartbeat, self.listener):
+            loop.on_died = self._loop_died
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -173,14 +183,15 @@ class Worker:
         self.request_stop()
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
-        self.stopper.hand_back_unstarted()
+        code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
+        self.stopper.hand_back_unstarted(code)
         while time.monotonic() < deadline and not self._hurry.is_set():
             if not self.table.unsettled():
                 break
             self._flush(force=True)
             self._wake.wait(0.05)
             self._wake.clear()
-        self.stopper.hand_back_running()
+        self.stopper.hand_back_running(code)
         self._flush(force=True)
         self.heartbeat.stop()
         self.listener.stop()
@@ -192,6 +203,33 @@ class Worker:
         self._stopping.set()
         self.claim_loop.request_stop()
         self._wake.set()
+
+    def _loop_died(self, loop: str, exc: BaseException) -> None:
+        """A loop of this worker died: hand back what the worker holds and stop (on a thread of
+        its own: the dying loop's thread may be one that ``stop()`` joins)."""
+        if self.failure is not None or self.stopped.is_set():
+            return
+        self.failure = f"the {loop} loop died: {exc!r}"
+        log.critical(
+            "ujobs.worker.failed: %s; handing back %d job(s) uncounted and stopping (%s)",
+            self.failure,
+            len(self.table),
+            ErrorCode.WORKER_FAILED.value,
+        )
+        self.request_stop()
+
+        def stop() -> None:
+            try:
+                self.stop(timeout_s=0)
+            finally:
+                self.failed.set()
+
+        threading.Thread(target=stop, name="ujobs-worker-failed", daemon=True).start()
+
+    def hung(self) -> list[HungAttempt]:
+        """Bodies running past their timeout (their attempt already failed), for ``inspect
+        active`` and metrics."""
+        return self.stopper.hung()
 
     def hurry(self) -> None:
         """Cut a shutdown in progress short: hand back what still runs now."""
@@ -272,15 +310,13 @@ class Worker:
         per cycle instead of two."""
         self.claims.sweep()
         self.stopper.check_deadlines()
+        capacity, held = self.stopper.capacity(
+            self.config.concurrency, self.config.prefetch_multiplier
+        )
         batch = self._take_due()
-        held = len(self.table)
-        free = self.config.capacity - held
+        free = capacity - held
         want = 0
-        if (
-            free > 0
-            and not self._stopping.is_set()
-            and (not held or free >= max(1, self.config.capacity // 2))
-        ):
+        if free > 0 and not self._stopping.is_set() and (not held or free >= max(1, capacity // 2)):
             want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
@@ -306,6 +342,9 @@ class Worker:
         self.counts.claimed += len(rows)
         started: list[InFlight] = []
         for entry in entries:
+            if entry.claimed.undecodable is not None:
+                self.stopper.refuse_undecodable(entry)
+                continue
             if entry.claimed.expired:
                 self.stopper.abort(entry, ErrorCode.JOB_EXPIRED, "expired before it ran")
                 expired = Settlement(
@@ -350,11 +389,12 @@ class Worker:
 
 class ClaimLoop(Service):
     """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
-    and again; a database error resets the claim connection and pauses a second."""
+    and again; a database error resets the claim connection and pauses a second; other errors
+    too, but ``CLAIM_ERROR_STREAK`` of them in a row end the worker (``Service.on_died``)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        super().__init__("claim", interval_s=RETRY_PAUSE_S)
+        super().__init__("claim", interval_s=RETRY_PAUSE_S, error_streak=CLAIM_ERROR_STREAK)
 
     def tick(self) -> bool:
         """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
@@ -365,6 +405,8 @@ class ClaimLoop(Service):
             self.request_stop()
             return 0.0
         self.worker._cycle()
+        if self.worker.in_flight():
+            fault("worker.claim_loop")
         return 0.0
 
     def _on_error(self, exc: Exception) -> float:
