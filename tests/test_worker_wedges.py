@@ -11,7 +11,9 @@ processes: the worker goes on, or exits non-zero after handing back what it held
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +51,8 @@ def workers(dsn: str, queue: str, tmp_path: Path) -> Iterator[Any]:
     yield start
     for proc in started:
         proc.close()
+        with contextlib.suppress(ProcessLookupError):  # what outlived its worker
+            os.killpg(proc.pid, signal.SIGKILL)
     for proc in started:
         print(f"--- worker {proc.pid} (exit {proc.proc.returncode}) ---\n{proc.output()[-6000:]}")
 
@@ -221,12 +225,13 @@ def test_a_process_pool_hard_time_limit_kills_and_replaces_the_child(
 def test_pool_children_die_with_a_sigkilled_worker(
     client: Client, ledger: Any, workers: Any, queue: str
 ) -> None:
-    held = wedge_jobs.hangs.configure(client=client, queue=queue)
-    client.enqueue_many([held.call("busy", gate="never")])
+    wedge_jobs.spins_in_c.configure(client=client, queue=queue).enqueue("busy")
     worker = workers("--pool", "processes", "-c", "3")
     wait_for(lambda: effects(ledger, "start"), timeout=60, what="a body to start")
-    wait_for(lambda: len(children_of(worker.pid)) >= 3, timeout=60, what="the pool's children")
+    wait_for(lambda: children_of(worker.pid), timeout=60, what="the pool's children")
     children = children_of(worker.pid)
-    os.kill(worker.pid, 9)  # the worker alone, as the OOM killer does: not its process group
+    os.kill(
+        worker.pid, signal.SIGKILL
+    )  # the worker alone, as the OOM killer does: not its process group
     worker.proc.wait(timeout=10)
     wait_for(lambda: all(gone(pid) for pid in children), timeout=30, what="the children to die")

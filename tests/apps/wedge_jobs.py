@@ -72,3 +72,11 @@ def held(key: str, gate: str) -> str:
     record(key, "start")
     hold(gate)
     return key
+
+
+@job(queue="wedges", max_attempts=1)
+def spins_in_c(key: str) -> int:
+    """Record 'start', then run one long C call that never releases the GIL (no Python thread
+    of this process runs until it returns)."""
+    record(key, "start")
+    return sum(range(10**13))
