@@ -26,7 +26,9 @@ from worker_proc import WorkerProc
 
 from apps import wedge_jobs
 from conftest import wait_for
+from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge.client import Client
+from ujobs_bridge.loading import from_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 APP = "apps.wedge_jobs"
@@ -235,3 +237,25 @@ def test_pool_children_die_with_a_sigkilled_worker(
     )  # the worker alone, as the OOM killer does: not its process group
     worker.proc.wait(timeout=10)
     wait_for(lambda: all(gone(pid) for pid in children), timeout=30, what="the children to die")
+
+
+def test_hung_bodies_are_listed_for_inspect_until_they_return(
+    dsn: str, client: Client, ledger: Any, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)
+    ref = wedge_jobs.hangs.configure(client=client, queue=queue).enqueue("seen", gate="seen")
+    config = WorkerConfig(queues=(queue,), concurrency=1, lease_s=2, poll_s=0.1)
+    worker = Worker(dsn, from_module(wedge_jobs), config)
+    try:
+        worker.start()
+        [hung] = wait_for(worker.hung, timeout=30, what="the body to be listed as hung")
+        assert (hung.job_id, hung.name, hung.attempt, hung.timeout_s) == (ref.id, ref.name, 1, 1.0)
+        assert hung.overdue_s >= 1.0  # the grace after its deadline
+        wait_for(
+            lambda: row(ledger, ref.id)["state"] == "dead", what="the timed-out attempt written"
+        )
+        open_gate(ledger, "seen")
+        wait_for(lambda: not worker.hung(), timeout=30, what="the returned body to leave the list")
+    finally:
+        open_gate(ledger, "seen")
+        worker.stop(timeout_s=2)
