@@ -5,6 +5,9 @@ like, one leads. It also relays the transactional outbox of its database. SIGTER
 round and the relay batch in flight, gives the lease back, and exits 0. ``tasks ls`` shows each
 task's schedule, policy, next fire time and last occurrence.
 
+``serve`` is also what ``celery -A proj beat`` runs on a celery_compat app
+(``celery_compat/beat_service.py``).
+
 What it is not: the scheduler itself (``scheduler.py``).
 """
 
@@ -21,12 +24,13 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import loading
-from ..db import connections, schema
+from ..db import connections
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
+from ..schema_access import ensure_schema
 from .options import CLI_ROLE, app_option, database, dsn_option, json_option, print_json
 
 
@@ -104,12 +108,32 @@ def scheduler(
     logging.basicConfig(
         level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = resolve_app(app_spec)
+    serve(
+        resolve_app(app_spec),
+        interval_s=interval_s,
+        ttl_s=ttl_s,
+        purge=purge,
+        outbox=outbox,
+        dsn=dsn,
+    )
+
+
+def serve(
+    app: loading.LoadedApp | None,
+    *,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    purge: bool = True,
+    outbox: bool = True,
+    dsn: str | None = None,
+) -> None:
+    """Run the scheduler (and the relay) for ``app`` until SIGTERM/SIGINT. Shared by
+    ``ujobs-bridge scheduler`` and ``celery beat`` on a celery_compat app."""
     tasks = load_tasks(app, with_purge=purge)
     resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
     if app is not None:
         app.bind(resolved.dsn)
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     try:
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
     except ConfigError as exc:

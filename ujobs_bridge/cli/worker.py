@@ -1,6 +1,6 @@
 """``ujobs-bridge worker``: run jobs from the queues named with ``-Q``.
 
-Why it exists: it is the process operators deploy. It upgrades the schema, loads the jobs from
+Why it exists: it is the process operators deploy. It checks the schema, loads the jobs from
 ``-A`` (never from data), starts a ``Worker`` and turns SIGTERM/SIGINT into the two-phase drain:
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
 their attempt uncounted, exit 0. A second signal cuts the wait short. A worker whose loop died
@@ -26,9 +26,9 @@ from typing import NoReturn
 import click
 
 from .. import loading, validation
-from ..db import schema
 from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
+from ..schema_access import ensure_schema
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -316,7 +316,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         message = exc.render() if isinstance(exc, ConfigError) else str(exc)
         raise click.UsageError(message) from exc
     resolved = database(asked.dsn, config_dsn=app.database_url())
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     app.bind(resolved.dsn)
     worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
@@ -326,23 +326,31 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         app_spec=app_spec,
         channels=app.channels(),
         worker_id=worker_id,
+        node_name=asked.nodename or flags.node_name(None),
+        control=app.control_commands(),
+        control_encode=app.control_encode,
     )
     stop_requested = threading.Event()
     hurry = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            hurry.set()
-            runner.hurry()
-        stop_requested.set()
-        runner.request_stop()
+        try:  # told first, as Celery's handler sends worker_shutting_down before acting
+            app.on_worker_stopping(runner, signum, stop_requested.is_set())
+        finally:
+            if stop_requested.is_set():
+                hurry.set()
+                runner.hurry()
+            stop_requested.set()
+            runner.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
+    if asked.nodename:
+        options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
-    node = f" node={asked.nodename}" if asked.nodename else ""
+    node = f" node={runner.node}"
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
         f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
@@ -350,7 +358,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     )
     app.on_worker_ready(runner)
     while not stop_requested.wait(0.5) and not runner.failed.is_set():
-        pass
+        if runner.remote_shutdown.is_set():  # a `shutdown` command: drain as on SIGTERM
+            break
     if runner.failure is not None:
         runner.failed.wait()  # the worker hands back what it holds, then stops
         click.echo(

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..error_text import error_text
 from ..errors import AttemptAborted, ErrorCode
 from .attempt import BodyResult, RemoteJobError
-from .child import body_result_from_child, child_main
+from .child import TaskSettings, body_result_from_child, child_main
 from .inflight import InFlight
 
 if TYPE_CHECKING:
@@ -52,10 +52,11 @@ class Keeper:
     """One child process and the attempt it runs; used by its keeper thread only, except
     ``kill`` (any thread)."""
 
-    def __init__(self, index: int, app_spec: str | None, dsn: str) -> None:
+    def __init__(self, index: int, app_spec: str | None, dsn: str, node: str) -> None:
         self.index = index
         self.app_spec = app_spec
         self.dsn = dsn
+        self.node = node
         self.process: BaseProcess | None = None
         self.conn: Connection | None = None
         self.current: InFlight | None = None
@@ -68,7 +69,7 @@ class Keeper:
         ours, theirs = multiprocessing.Pipe()
         process = multiprocessing.get_context("spawn").Process(
             target=child_main,
-            args=(theirs, self.app_spec, self.dsn, os.getpid()),
+            args=(theirs, self.app_spec, self.dsn, self.node, os.getpid()),
             name=f"ujobs-child-{self.index}",
             daemon=True,
         )
@@ -140,12 +141,15 @@ class ProcessRuntime:
         app_spec: str | None,
         dsn: str,
         stopping: threading.Event,
+        node: str = "",
+        settings: TaskSettings | None = None,
     ) -> None:
         self.finished = finished
         self.stopping = stopping
+        self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        self._keepers = [Keeper(i, app_spec, dsn) for i in range(size)]
+        self._keepers = [Keeper(i, app_spec, dsn, node) for i in range(size)]
         self._threads = [
             threading.Thread(target=self._keep, args=(k,), name=f"ujobs-keeper-{k.index}")
             for k in self._keepers
@@ -192,6 +196,7 @@ class ProcessRuntime:
                     if entry.dropped or self.stopping.is_set():
                         continue  # handed back before it started
                     entry.started = True
+                    entry.started_at = time.time()
                     keeper.current = entry
                 try:
                     result = self._run(keeper, entry)
@@ -218,7 +223,7 @@ class ProcessRuntime:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
-            conn.send(entry.claimed)
+            conn.send((entry.claimed, self.settings or None))
             return body_result_from_child(keeper.receive(process, conn))
         except ChildLost as exc:
             keeper.discard()

@@ -29,6 +29,7 @@ from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
+from .child import TaskSettings
 from .children import ProcessRuntime
 from .inflight import InFlight
 
@@ -117,12 +118,19 @@ class ThreadRuntime:
     def shutdown(self) -> None:
         self._threads.shutdown()
 
+    def resize(self, size: int, current: int) -> None:
+        if size > current:
+            self._threads.grow(size - current)
+        elif size < current:
+            self._threads.shrink(current - size)
+
     def _run(self, entry: InFlight) -> None:
         with self._lock:
             if entry.dropped or self.stopping.is_set():
                 # Shutting down: a prefetched job must not start now; it is handed back.
                 return
             entry.started = True
+            entry.started_at = time.time()
         if entry.signal.aborted:
             self.finished(entry, BodyResult())
             return
@@ -164,6 +172,7 @@ class LoopRuntime:
             self._loop.close()
 
     async def _run(self, entry: InFlight) -> None:
+        entry.started_at = time.time()
         runner = self.steps.runner(entry)
         result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
         self.finished(entry, result)
@@ -185,7 +194,11 @@ class Runtimes:
         stopping: threading.Event,
         app_spec: str | None,
         dsn: str,
+        node: str = "",
+        task_settings: TaskSettings | None = None,
     ) -> None:
+        self.node = node
+        self.task_settings: TaskSettings = {} if task_settings is None else task_settings
         self.pool = pool
         self.size = size
         self.registry = registry
@@ -209,6 +222,8 @@ class Runtimes:
                 self.finished,
                 app_spec=self.app_spec,
                 dsn=self.dsn,
+                node=self.node,
+                settings=self.task_settings,
                 stopping=self.stopping,
             )
             return
@@ -233,6 +248,12 @@ class Runtimes:
 
     def interrupt(self, entry: InFlight) -> None:
         self._of(entry).interrupt(entry)
+
+    def resize(self, size: int) -> None:
+        """Run ``size`` thread bodies at once (the thread pool only)."""
+        if self.threads is not None:
+            self.threads.resize(size, self.size)
+        self.size = size
 
     def shutdown(self) -> None:
         for runtime in (self.processes, self.threads, self.loop):
