@@ -42,7 +42,9 @@ class JobRef:
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
     """One row a worker holds a lease on. ``deliveries`` counts every claim of the row, this
-    one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery."""
+    one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery.
+    ``undecodable``: the stored input could not be decoded (nested past the recursion limit):
+    the worker fails this row alone, with the reason, without running it."""
 
     id: UUID
     name: str
@@ -53,6 +55,7 @@ class ClaimedJob:
     lease_token: UUID
     expired: bool
     deliveries: int = 1
+    undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Why it exists: it is the process operators deploy. It checks the schema, loads the jobs from
 ``-A`` (never from data), starts a ``Worker`` and turns SIGTERM/SIGINT into the two-phase drain:
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
-their attempt uncounted, exit 0. A second signal cuts the wait short.
+their attempt uncounted, exit 0. A second signal cuts the wait short. A worker whose loop died
+(``Worker.failed``) hands back what it holds and exits 70, for a supervisor to restart it.
 
 Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``); ``serve`` is
 also what ``celery -A proj worker`` runs on a celery_compat app (``celery_compat/worker.py``).
@@ -25,7 +26,7 @@ from typing import NoReturn
 import click
 
 from .. import loading, validation
-from ..errors import ConfigError
+from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
 from ..schema_access import ensure_schema
 from ..worker.config import (
@@ -39,6 +40,8 @@ from ..worker.config import (
 from ..worker.loop import Worker
 from . import worker_flags as flags
 from .options import database, dsn_option
+
+EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
 
 @dataclass(frozen=True)
@@ -361,10 +364,18 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         err=True,
     )
     app.on_worker_ready(runner)
-    while not stop_requested.wait(0.5):
+    while not stop_requested.wait(0.5) and not runner.failed.is_set():
         if runner.remote_shutdown.is_set():  # a `shutdown` command: drain as on SIGTERM
             break
-    click.echo("worker: shutting down (signal again to hand back at once)", err=True)
+    if runner.failure is not None:
+        runner.failed.wait()  # the worker hands back what it holds, then stops
+        click.echo(
+            f"worker: {runner.failure}; handed back what it held, exiting {EXIT_FAILED} "
+            f"({ErrorCode.WORKER_FAILED.value})",
+            err=True,
+        )
+    else:
+        click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     app.on_worker_shutdown(runner)
     c = runner.counts
@@ -375,4 +386,5 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # bodies still running were handed back; do not wait for their threads
+    # bodies still running were handed back; do not wait for their threads
+    os._exit(EXIT_FAILED if runner.failure is not None else 0)

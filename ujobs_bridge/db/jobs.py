@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from ..errors import JobStateError
 from ..records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
@@ -178,9 +179,40 @@ class ClaimParams:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    reason: str
+
+
+def _input_loads(data: str | bytes) -> Any:
+    """A claimed row's input, or why it cannot be decoded: one bad row must not fail the batch
+    it came in (a claim commits before its rows are read)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return _Undecodable("nested too deeply to decode (past Python's recursion limit)")
+    except ValueError as exc:
+        return _Undecodable(f"not valid JSON ({exc})")
+
+
+def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
+    cur = conn.cursor()
+    set_json_loads(_input_loads, cur)
+    return cur
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    claimed = ClaimedJob(*row)
+    if isinstance(claimed.input, _Undecodable):
+        return replace(claimed, input={}, undecodable=claimed.input.reason)
+    return claimed
+
+
 def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
-    rows = conn.execute(q("job_claim"), claim.params()).fetchall()
-    return [ClaimedJob(*row) for row in rows]
+    """Claim a batch. A row whose input cannot be decoded comes back with ``undecodable`` set
+    (its input empty) instead of failing the batch."""
+    rows = _claim_cursor(conn).execute(q("job_claim"), claim.params()).fetchall()
+    return [_claimed(row) for row in rows]
 
 
 def job_settle_then_claim(
@@ -196,9 +228,9 @@ def job_settle_then_claim(
         if durable:
             conn.execute(q("tx_outcomes_durable"))
         settled = conn.execute(q("job_settle"), _settle_params(settlements, claim.now))
-        claimed = conn.execute(q("job_claim"), claim.params())
+        claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
     matched = {row[0] for row in settled.fetchall()}
-    return matched, [ClaimedJob(*row) for row in claimed.fetchall()]
+    return matched, [_claimed(row) for row in claimed.fetchall()]
 
 
 def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:

@@ -46,6 +46,10 @@ from ..steps import StepRunner
 T = TypeVar("T")
 OUTAGE_DELAY_S = 1.0  # an attempt handed back for a database outage runs again after this
 
+# The worker's own reasons to give an attempt back uncounted: its drain, a loop of its that
+# failed, bodies of other jobs hung in its slots. Nothing a body raises is among them.
+HANDED_BACK = frozenset({ErrorCode.WORKER_DRAINING, ErrorCode.WORKER_FAILED, ErrorCode.WORKER_HUNG})
+
 __all__ = [
     "BodyResult",
     "RemoteJobError",
@@ -242,7 +246,7 @@ def settle(
     """Where the row goes after this attempt; ``None`` means there is nothing to write."""
     if signal.aborted and signal.code in (ErrorCode.LEASE_LOST, ErrorCode.JOB_CANCELLED):
         return None  # the row is no longer ours: a write would be fenced anyway
-    if signal.aborted and signal.code is ErrorCode.WORKER_DRAINING:
+    if signal.aborted and signal.code in HANDED_BACK:
         return Settlement(
             claimed.id,
             claimed.lease_token,
@@ -257,7 +261,7 @@ def settle(
         return Settlement(
             claimed.id, claimed.lease_token, state=JobState.DONE, output_json=result.output_json
         )
-    if isinstance(error, AttemptAborted) and error.code is ErrorCode.WORKER_DRAINING:
+    if isinstance(error, AttemptAborted) and error.code in HANDED_BACK:
         return Settlement(
             claimed.id,
             claimed.lease_token,
@@ -277,21 +281,9 @@ def settle(
             error=error_text(error),
             uncount=1,
         )
-    if isinstance(error, KeyboardInterrupt | SystemExit):
-        return Settlement(
-            claimed.id,
-            claimed.lease_token,
-            state=JobState.READY,
-            error=error_text(error),
-            uncount=1,
-        )
     retryable = (
         not isinstance(error, PayloadError | StepError)
-        and (
-            error.retryable
-            if isinstance(error, RemoteJobError)
-            else definition.retry.retries(error) or isinstance(error, AttemptAborted)
-        )
+        and (error.retryable if isinstance(error, RemoteJobError) else retries(definition, error))
         and claimed.attempt < claimed.max_attempts
     )
     if retryable:
@@ -303,6 +295,18 @@ def settle(
             error=error_text(error),
         )
     return Settlement(claimed.id, claimed.lease_token, state=JobState.DEAD, error=error_text(error))
+
+
+def retries(definition: JobDefinition[Any, Any], error: BaseException) -> bool:
+    """Whether the job's retry policy wants another go after ``error``. A body that raised
+    ``SystemExit`` or ``KeyboardInterrupt`` failed like any other: a policy that retries every
+    ``Exception`` retries it too (only the worker's own drain hands an attempt back uncounted)."""
+    policy = definition.retry
+    if policy.retries(error) or isinstance(error, AttemptAborted):
+        return True
+    return isinstance(error, SystemExit | KeyboardInterrupt) and any(
+        issubclass(Exception, kind) for kind in policy.retry_on
+    )
 
 
 def _explicit(claimed: ClaimedJob, error: BaseException) -> Settlement | None:

@@ -5,7 +5,8 @@ still running, so renewals must not queue behind job bodies for a pooled connect
 exhaustion would turn into silent lease loss, then duplicates). One statement renews every held
 lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
-its leases at ``last good renewal start + lease - margin`` even without reaching the database.
+its leases at ``last good renewal start + lease - margin`` even without reaching the database
+(any failure of a renewal counts, not only a database error).
 
 A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight, then closes the
 connection.
@@ -24,6 +25,7 @@ import psycopg
 
 from ..db import jobs as driver
 from ..db.connections import Reconnecting, Role
+from ..faults import fault
 from ..records import JobState
 from ..service import Service
 
@@ -74,13 +76,17 @@ class Heartbeat(Service):
         if not leases:
             self._last_ok_start = started
             return
+        fault("heartbeat.tick")
         try:
             conn = self._conn.get()
             renewed = driver.job_heartbeat(conn, leases, self.lease_s)
             lost = [job_id for job_id, _ in leases if job_id not in renewed]
             states = driver.job_states(conn, lost) if lost else {}
-        except psycopg.Error as exc:
-            log.warning("ujobs.heartbeat.failed: %s", exc)
+        except Exception as exc:  # any failure: renew again next time, trust the leases less
+            if isinstance(exc, psycopg.Error):
+                log.warning("ujobs.heartbeat.failed: %s", exc)
+            else:
+                log.exception("ujobs.heartbeat.failed")
             self._conn.reset()
             if time.monotonic() > self._last_ok_start + self.lease_s - TRUST_MARGIN_S:
                 for job_id, _ in leases:

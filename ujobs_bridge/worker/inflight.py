@@ -37,6 +37,7 @@ class InFlight:
     started_at: float | None = None  # wall clock, when a body thread took it (inspect active)
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
+    reported_hung: bool = False  # logged as a body running past its timeout
 
 
 class InFlightTable:
@@ -91,6 +92,16 @@ class InFlightTable:
                 e
                 for e in self._entries.values()
                 if e.deadline is not None and now >= e.deadline and not e.settled
+            ]
+
+    def hung(self, before: float) -> list[InFlight]:
+        """Attempts already settled whose body still runs although its deadline (monotonic)
+        passed before ``before``: bodies running past their timeout."""
+        with self.lock:
+            return [
+                e
+                for e in self._entries.values()
+                if e.settled and e.deadline is not None and e.deadline <= before
             ]
 
     def held_leases(self) -> list[tuple[UUID, UUID]]:
