@@ -24,7 +24,15 @@ import click
 from rich.console import Console
 
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
-from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge import logs
+from ujobs_bridge.cli.options import (
+    CLI_ROLE,
+    database,
+    dsn_option,
+    json_option,
+    log_format_option,
+    print_json,
+)
 
 from .quarantine import quarantine
 
@@ -124,7 +132,10 @@ def _queues(value: str | None) -> list[str] | None:
     help="RabbitMQ --all-queues: the management API. Default: the broker's host, port 15672.",
 )
 @click.option("--dry-run", "dry_run_flag", is_flag=True, help="Count and classify; change nothing.")
-@click.option("--follow", is_flag=True, help="Keep draining until SIGTERM.")
+@click.option(
+    "--follow", is_flag=True, help="Keep draining until SIGTERM, logging a line per batch."
+)
+@log_format_option
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option(
     "--accept-content",
@@ -215,6 +226,7 @@ def run_drain(
     dsn: str | None,
     as_json: bool,
     dry_run_flag: bool = False,
+    log_format: logs.LogFormat = "text",
 ) -> None:
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
@@ -222,6 +234,8 @@ def run_drain(
     from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
 
     err = Console(stderr=True)
+    if follow:  # a line per batch (migrate.drain) while it runs
+        logs.setup("INFO", log_format)
     info = AppInfo.from_app(load_app(app_spec))
     url = broker or info.broker_url
     if not url:

@@ -71,6 +71,19 @@ def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) 
     return database(dsn, quiet=quiet, config_dsn=config_dsn)
 
 
+def log_format_option(fn: F) -> F:
+    """``--log-format text|json`` (default ``$UJOBS_LOG_FORMAT``, else text): see ``logs.py``."""
+    return click.option(
+        "--log-format",
+        "log_format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        envvar="UJOBS_LOG_FORMAT",
+        show_default=True,
+        help="text for people, json for log pipelines (one object per line, with job ids).",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 

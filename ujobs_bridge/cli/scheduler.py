@@ -10,7 +10,6 @@ What it is not: the scheduler itself (``scheduler.py``).
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from datetime import UTC, datetime
@@ -20,14 +19,23 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .. import loading
+from .. import loading, logs
 from ..db import connections, schema
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
+from ..logs import LogFormat
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
-from .options import CLI_ROLE, app_option, database, dsn_option, json_option, print_json
+from .options import (
+    CLI_ROLE,
+    app_option,
+    database,
+    dsn_option,
+    json_option,
+    log_format_option,
+    print_json,
+)
 
 
 def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:
@@ -90,6 +98,7 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@log_format_option
 @dsn_option
 def scheduler(
     app_spec: str | None,
@@ -98,12 +107,11 @@ def scheduler(
     purge: bool,
     outbox: bool,
     loglevel: str,
+    log_format: LogFormat,
     dsn: str | None,
 ) -> None:
     """Fire periodic tasks (leader-elected; run several) and relay the outbox."""
-    logging.basicConfig(
-        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(loglevel.upper(), log_format)
     app = resolve_app(app_spec)
     tasks = load_tasks(app, with_purge=purge)
     resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)

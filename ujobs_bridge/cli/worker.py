@@ -28,6 +28,7 @@ from .. import loading, validation
 from ..db import schema
 from ..errors import ConfigError
 from ..loading import LoadedApp
+from ..logs import LogFormat
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -38,7 +39,7 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option
+from .options import database, dsn_option, log_format_option
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class WorkerFlags:
     pidfile: str | None = None
     logfile: str | None = None
     dsn: str | None = None
+    log_format: LogFormat = "text"
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
@@ -176,6 +178,7 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "--pidfile", default=None, help="Write the pid here; refused while it names a live process."
 )
 @click.option("-f", "--logfile", default=None, help="Log to this file instead of stderr.")
+@log_format_option
 @click.option(
     "--without-heartbeat", is_flag=True, help="No-op: worker liveness is the lease heartbeat."
 )
@@ -225,6 +228,7 @@ def worker(
     hostname: str | None,
     pidfile: str | None,
     logfile: str | None,
+    log_format: LogFormat,
     without_heartbeat: bool,
     without_gossip: bool,
     without_mingle: bool,
@@ -265,11 +269,12 @@ def worker(
             pidfile=pidfile,
             logfile=logfile,
             dsn=dsn,
+            log_format=log_format,
         )
         asked.config()
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    flags.setup_logging(asked.loglevel, asked.logfile)
+    flags.setup_logging(asked.loglevel, asked.logfile, asked.log_format)
     serve(loading.resolve(app_spec), app_spec, asked)
 
 

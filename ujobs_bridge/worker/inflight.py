@@ -21,6 +21,7 @@ from uuid import UUID
 from ..context import AttemptSignal
 from ..job import JobDefinition
 from ..records import ClaimedJob, Settlement
+from . import job_log
 from .outcome_batch import OutcomeBatch
 
 
@@ -52,6 +53,8 @@ class InFlightTable:
         with self.lock:
             for entry in entries:
                 self._entries[entry.claimed.id] = entry
+        for entry in entries:
+            job_log.started(entry.claimed)
         return entries
 
     def settle_once(self, entry: InFlight, settlement: Settlement | None, *, release: bool) -> bool:
@@ -69,6 +72,8 @@ class InFlightTable:
                 self._entries.pop(entry.claimed.id, None)
         if first or release:
             self.wake.set()
+        if first:
+            job_log.settled(entry.claimed, settlement)
         return first
 
     def get(self, job_id: UUID) -> InFlight | None:

@@ -50,7 +50,7 @@ update x_jobs as j
  where j.id = picked.id
 returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
           (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-          j.deliveries
+          j.deliveries, j.traceparent, j.run_at
 
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
