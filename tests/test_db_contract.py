@@ -111,6 +111,43 @@ def test_cancel_then_requeue_gives_fresh_attempts_and_reads_show_it(db: Any) -> 
     assert driver.job_list(db, state="dead", queue=None, name=None, limit=5) == []
 
 
+def test_like_literal_and_paged_filtered_lists(db: Any) -> None:
+    assert driver.like_literal("a_b%c\\") == "a\\_b\\%c\\\\"
+    odd = driver.job_enqueue(db, spec(name="a_b"), None)
+    driver.job_enqueue(db, spec(name="axb"), None)
+    assert [r.id for r in driver.job_list(db, state=None, queue=None, name="a_b", limit=5)] == [
+        odd.id
+    ]  # an exact name is not a pattern
+    every = driver.job_list(db, state=None, queue=None, name=None, name_like="a%", limit=5)
+    assert len(every) == 2
+    second = driver.job_list(db, state=None, queue=None, name=None, limit=1, offset=1)
+    assert [r.id for r in second] == [every[1].id]
+    assert [
+        r.id for r in driver.job_list(db, state=None, queue=None, name=None, ids=[odd.id], limit=5)
+    ] == [odd.id]
+
+
+def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> None:
+    from ujobs_bridge.db import bulk
+
+    keep = driver.job_enqueue(db, spec(queue="other"), None)
+    driver.job_enqueue_many(db, [spec(name="bulk.x"), spec(name="bulk.y")], None)
+    where = bulk.JobFilter(queue="contract", name_like="bulk.%")
+    assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 2
+    db.execute("listen x_jobs_cancel")
+    assert bulk.job_cancel_matching(db, where, "UJ_JOB_CANCELLED: bulk") == 2
+    assert len(list(db.notifies(timeout=1, stop_after=2))) == 2  # running bodies are told
+    assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 0
+    assert bulk.job_count_matching(db, where, bulk.REQUEUEABLE) == 2
+    record = driver.job_get(db, keep.id)
+    assert record is not None and record.state is JobState.READY
+    keyed = driver.job_enqueue(db, spec(name="bulk.k", idempotency_key="kk"), None)
+    assert driver.job_cancel(db, keyed.id, "x")
+    driver.job_enqueue(db, spec(name="live.k", idempotency_key="kk"), None)  # holds the key now
+    assert bulk.job_requeue_matching(db, where, None) == 2  # the keyed one is skipped
+    assert bulk.job_count_matching(db, bulk.JobFilter(state="cancelled"), bulk.REQUEUEABLE) == 1
+
+
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
     driver.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
     running = claim_one(db)

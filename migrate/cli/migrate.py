@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
 from ujobs_bridge import logs
@@ -33,6 +34,7 @@ from ujobs_bridge.cli.options import (
     log_format_option,
     print_json,
 )
+from ujobs_bridge.cli.output import console
 
 from .quarantine import quarantine
 
@@ -233,7 +235,7 @@ def run_drain(
     from migrate.report import Stats, print_report
     from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
 
-    err = Console(stderr=True)
+    err = console(stderr=True)
     if follow:  # a line per batch (migrate.drain) while it runs
         logs.setup("INFO", log_format)
     info = AppInfo.from_app(load_app(app_spec))
@@ -242,7 +244,7 @@ def run_drain(
         raise click.UsageError("the app has no broker_url: pass --broker URL")
     accept = accept_from(info, accept_content, accept_pickle, max_bytes)
     if accept_pickle:
-        err.print(f"[bold red]{PICKLE_WARNING}")
+        err.print(Text(PICKLE_WARNING, style="bold red"))
     elif "pickle" in info.accept_content:
         err.print(
             "note: the app accepts pickle; pickle bodies are quarantined (pickle_refused) unless --accept-pickle"
@@ -273,7 +275,7 @@ def run_drain(
     if as_json:
         print_json(stats.as_json())
     else:
-        print_report(Console(), stats)
+        print_report(console(), stats)
 
 
 def _drain(

@@ -108,4 +108,11 @@ def database(
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    """``value`` as JSON; datetimes as ISO 8601 wherever they are (``jobs ls`` and ``jobs stats``
+    agree)."""
+    from .output import iso_default
+
+    click.echo(json.dumps(value, indent=2, default=iso_default, ensure_ascii=False))
+
+
+APP = app_option("Use this app's database (its ujobs_database_url); --dsn wins.")

@@ -16,8 +16,6 @@ from datetime import UTC, datetime
 from types import FrameType
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from .. import loading, logs
 from ..db import connections, schema
@@ -36,6 +34,7 @@ from .options import (
     log_format_option,
     print_json,
 )
+from .output import cell, console, table
 
 
 def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:
@@ -142,7 +141,8 @@ def scheduler(
         relay.stop()
     c = runner.counts
     click.echo(
-        f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} duplicates={c.duplicates}",
+        f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} "
+        f"beat_sends={c.sends} catch_ups={c.catch_ups} duplicates={c.duplicates}",
         err=True,
     )
 
@@ -188,15 +188,15 @@ def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> Non
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"{len(rows)} task(s)")
-    for col in ("name", "schedule", "policy", "next", "last occurrence"):
-        table.add_column(col, overflow="fold")
+    tasks_table = table(
+        f"{len(rows)} task(s)", ("name", "schedule", "policy", "next", "last occurrence")
+    )
     for r in rows:
-        cells = [str(r[k]) for k in ("name", "schedule", "policy", "next")]
+        cells = [cell(str(r[k])) for k in ("name", "schedule", "policy", "next")]
         last_text = "never"
         if r["last_occurrence"]:
             last_text = str(r["last_occurrence"]) + (
                 " (catch-up)" if r["last_was_catch_up"] else ""
             )
-        table.add_row(*cells, last_text)
-    Console().print(table)
+        tasks_table.add_row(*cells, cell(last_text))
+    console().print(tasks_table)

@@ -72,6 +72,8 @@ class SchedulerCounts:
     fired: int = 0
     duplicates: int = 0
     jobs: int = 0
+    sends: int = 0  # occurrences that sent through the fire's connection (Celery beat entries)
+    catch_ups: int = 0
     failed: int = 0
 
 
@@ -198,5 +200,7 @@ class Scheduler(Service):
             fired += 1
             self.counts.fired += 1
             self.counts.jobs += len(specs)
+            self.counts.sends += 1 if periodic.sends_in_fire else 0
+            self.counts.catch_ups += 1 if occurrence.catch_up else 0
         store.scheduler_watermark_set(conn, periodic.name, plan.result.watermark)
         return fired
