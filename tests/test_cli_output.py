@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from apps.celery_harness import bound
 from cli_proc import TESTS_DIR
 
+from apps.celery_harness import bound
 from ujobs_bridge import job
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
