@@ -38,6 +38,7 @@ from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.faults import fault
 from ujobs_bridge.service import Service
 
+from . import metrics
 from .appinfo import AppInfo
 from .batch import (
     DUPLICATE,
@@ -219,8 +220,10 @@ class DrainLoop(Service):
 
     def _count(self, results: list[Result], stats: Stats) -> None:
         stats.add(results)
+        batch = Counter(r.outcome for r in results)
+        for outcome, n in batch.items():
+            metrics.MESSAGES.labels(outcome).inc(n)
         if results and log.isEnabledFor(logging.INFO):
-            batch = Counter(r.outcome for r in results)
             log.info(
                 "migrate batch: taken=%d moved=%d duplicate=%d quarantined=%d (total moved=%d quarantined=%d)",
                 len(results),

@@ -148,6 +148,34 @@ def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> N
     assert bulk.job_count_matching(db, bulk.JobFilter(state="cancelled"), bulk.REQUEUEABLE) == 1
 
 
+def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: Any) -> None:
+    from ujobs_bridge.db import observe
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    due = now - timedelta(minutes=3)
+    driver.job_enqueue_many(
+        db,
+        [
+            spec(run_at=due),
+            spec(run_at=now - timedelta(minutes=1)),
+            spec(run_at=now + timedelta(hours=1)),
+        ],
+        now,
+    )
+    running = claim_one(db)  # the oldest due one (claims at the database's now)
+    finished = Settlement(running.id, running.lease_token, state=JobState.DONE)
+    assert driver.job_settle(db, [finished], now) == {running.id}
+    depth = {(d.queue, d.state): (d.jobs, d.oldest_due) for d in observe.observe_depth(db, now)}
+    assert depth == {
+        ("contract", "ready"): (1, now - timedelta(minutes=1)),
+        ("contract", "scheduled"): (1, None),
+    }
+    per_minute = observe.observe_finished_per_minute(db, 60, None)
+    assert [(m.state, m.jobs) for m in per_minute] == [("done", 1)]
+    assert observe.observe_finished_per_minute(db, 60, now - timedelta(days=1)) == []
+    assert observe.observe_outbox_lag(db, None) == (0, 0.0)
+
+
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
     driver.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
     running = claim_one(db)

@@ -13,6 +13,8 @@ installed: never from a database row or a message.
     ujobs_bridge.demo       part name    -> a demo part ``ujobs-bridge demo`` runs after its own
     ujobs_bridge.lookup     id kind      -> ``(conn, text) -> list[UUID]``: the jobs another id
                             names (a Celery task id), for ``jobs show`` and the dashboard
+    ujobs_bridge.metrics    name         -> ``(conn) -> Prometheus metric families`` read from
+                            the jobs database at scrape time (``metrics_db.py``)
 
 What it is not: a registry filled by import side effects. Nothing registers itself; a package is
 in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
@@ -32,6 +34,7 @@ LOADER_GROUP = "ujobs_bridge.loaders"
 RETENTION_GROUP = "ujobs_bridge.retention"
 DEMO_GROUP = "ujobs_bridge.demo"
 LOOKUP_GROUP = "ujobs_bridge.lookup"
+METRICS_GROUP = "ujobs_bridge.metrics"
 
 
 def entries(group: str) -> list[metadata.EntryPoint]:

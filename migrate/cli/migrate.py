@@ -32,6 +32,7 @@ from ujobs_bridge.cli.options import (
     dsn_option,
     json_option,
     log_format_option,
+    metrics_options,
     print_json,
 )
 from ujobs_bridge.cli.output import console
@@ -138,6 +139,7 @@ def _queues(value: str | None) -> list[str] | None:
     "--follow", is_flag=True, help="Keep draining until SIGTERM, logging a line per batch."
 )
 @log_format_option
+@metrics_options
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option(
     "--accept-content",
@@ -229,6 +231,8 @@ def run_drain(
     as_json: bool,
     dry_run_flag: bool = False,
     log_format: logs.LogFormat = "text",
+    metrics_port: int | None = None,
+    metrics_address: str = "127.0.0.1",
 ) -> None:
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
@@ -238,6 +242,14 @@ def run_drain(
     err = console(stderr=True)
     if follow:  # a line per batch (migrate.drain) while it runs
         logs.setup("INFO", log_format)
+    exporter = None
+    if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
+        from ujobs_bridge.metrics import REGISTRY
+        from ujobs_bridge.metrics_http import MetricsServer
+
+        exporter = MetricsServer(REGISTRY, port=metrics_port, address=metrics_address)
+        exporter.start()
+        err.print(f"metrics: http://{metrics_address}:{exporter.port}/metrics")
     info = AppInfo.from_app(load_app(app_spec))
     url = broker or info.broker_url
     if not url:
@@ -272,6 +284,8 @@ def run_drain(
             _drain(source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err)
     finally:
         source.close()
+        if exporter is not None:
+            exporter.stop()
     if as_json:
         print_json(stats.as_json())
     else:

@@ -84,6 +84,22 @@ def log_format_option(fn: F) -> F:
     )(fn)
 
 
+def metrics_options(fn: F) -> F:
+    """``--metrics-port N`` and ``--metrics-address``: serve /metrics, /healthz and /readyz."""
+    fn = click.option(
+        "--metrics-address",
+        default="127.0.0.1",
+        show_default=True,
+        help="Address for --metrics-port (0.0.0.0: every interface).",
+    )(fn)
+    return click.option(
+        "--metrics-port",
+        default=None,
+        type=click.IntRange(0, 65535),
+        help="Serve Prometheus /metrics, /healthz and /readyz on this port.",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 

@@ -17,11 +17,12 @@ from types import FrameType
 
 import click
 
-from .. import loading, logs
+from .. import loading, logs, metrics
 from ..db import connections, schema
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
 from ..logs import LogFormat
+from ..metrics_http import MetricsServer
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
@@ -32,6 +33,7 @@ from .options import (
     dsn_option,
     json_option,
     log_format_option,
+    metrics_options,
     print_json,
 )
 from .output import cell, console, table
@@ -98,6 +100,7 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @log_format_option
+@metrics_options
 @dsn_option
 def scheduler(
     app_spec: str | None,
@@ -107,6 +110,8 @@ def scheduler(
     outbox: bool,
     loglevel: str,
     log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_address: str,
     dsn: str | None,
 ) -> None:
     """Fire periodic tasks (leader-elected; run several) and relay the outbox."""
@@ -133,12 +138,19 @@ def scheduler(
     runner.start()
     if relay is not None:
         relay.start()
+    exporter = None
+    if metrics_port is not None:
+        exporter = MetricsServer(metrics.REGISTRY, port=metrics_port, address=metrics_address)
+        exporter.start()
+        click.echo(f"metrics: http://{metrics_address}:{exporter.port}/metrics", err=True)
     click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
     while not stop.wait(0.5):
         pass
     runner.stop()
     if relay is not None:
         relay.stop()
+    if exporter is not None:
+        exporter.stop()
     c = runner.counts
     click.echo(
         f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} "

@@ -24,11 +24,12 @@ from typing import NoReturn
 
 import click
 
-from .. import loading, validation
+from .. import health, loading, metrics, validation
 from ..db import schema
 from ..errors import ConfigError
 from ..loading import LoadedApp
 from ..logs import LogFormat
+from ..metrics_http import MetricsServer
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -39,7 +40,7 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option, log_format_option
+from .options import database, dsn_option, log_format_option, metrics_options
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class WorkerFlags:
     logfile: str | None = None
     dsn: str | None = None
     log_format: LogFormat = "text"
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
@@ -179,6 +182,7 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
 )
 @click.option("-f", "--logfile", default=None, help="Log to this file instead of stderr.")
 @log_format_option
+@metrics_options
 @click.option(
     "--without-heartbeat", is_flag=True, help="No-op: worker liveness is the lease heartbeat."
 )
@@ -229,6 +233,8 @@ def worker(
     pidfile: str | None,
     logfile: str | None,
     log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_address: str,
     without_heartbeat: bool,
     without_gossip: bool,
     without_mingle: bool,
@@ -270,12 +276,34 @@ def worker(
             logfile=logfile,
             dsn=dsn,
             log_format=log_format,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
         )
         asked.config()
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     flags.setup_logging(asked.loglevel, asked.logfile, asked.log_format)
     serve(loading.resolve(app_spec), app_spec, asked)
+
+
+def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServer | None:
+    """``--metrics-port``: this worker's series, ``/healthz``, and ``/readyz`` (ready while the
+    worker runs, is not shutting down, and its database answers)."""
+    if asked.metrics_port is None:
+        return None
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        if runner.stopping:
+            return False, {"worker": "shutting down"}
+        database = health.database_reachable(dsn)
+        return database.ok, {"worker": runner.id, "database": database.detail}
+
+    exporter = MetricsServer(
+        metrics.REGISTRY, port=asked.metrics_port, address=asked.metrics_address, ready=ready
+    )
+    exporter.start()
+    click.echo(f"metrics: http://{asked.metrics_address}:{exporter.port}/metrics", err=True)
+    return exporter
 
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
@@ -344,6 +372,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
     app.on_worker_init(runner, options)
     runner.start()
+    exporter = _serve_metrics(asked, runner, resolved.dsn)
     node = f" node={asked.nodename}" if asked.nodename else ""
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
@@ -355,6 +384,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         pass
     click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
+    if exporter is not None:
+        exporter.stop()
     app.on_worker_shutdown(runner)
     c = runner.counts
     click.echo(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from .. import metrics
 from ..context import AttemptSignal
 from ..job import JobDefinition
 from ..records import ClaimedJob, Settlement
@@ -37,6 +38,7 @@ class InFlight:
     dropped: bool = False  # taken back before it started: a body thread must skip it
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
+    claimed_at: float = 0.0  # monotonic, for the attempt duration metric
 
 
 class InFlightTable:
@@ -54,6 +56,7 @@ class InFlightTable:
             for entry in entries:
                 self._entries[entry.claimed.id] = entry
         for entry in entries:
+            entry.claimed_at = metrics.claimed(entry.claimed)
             job_log.started(entry.claimed)
         return entries
 
@@ -74,6 +77,8 @@ class InFlightTable:
             self.wake.set()
         if first:
             job_log.settled(entry.claimed, settlement)
+            outcome = "released" if settlement is None else job_log.outcome_of(settlement)
+            metrics.settled(entry.claimed, outcome, entry.claimed_at)
         return first
 
     def get(self, job_id: UUID) -> InFlight | None:
