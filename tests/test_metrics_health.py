@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from cli_proc import TESTS_DIR, CliProc
-from conftest import wait_for
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import wait_for
 from ujobs_bridge import loading
 from ujobs_bridge.client import Client
 from ujobs_bridge.metrics_db import DatabaseCollector
