@@ -146,6 +146,13 @@ def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> N
     driver.job_enqueue(db, spec(name="live.k", idempotency_key="kk"), None)  # holds the key now
     assert bulk.job_requeue_matching(db, where, None) == 2  # the keyed one is skipped
     assert bulk.job_count_matching(db, bulk.JobFilter(state="cancelled"), bulk.REQUEUEABLE) == 1
+    driver.job_enqueue(db, spec(), None)
+    running = claim_one(db)
+    dead = Settlement(running.id, running.lease_token, state=JobState.DEAD, error="boom")
+    assert driver.job_settle(db, [dead], None) == {running.id}
+    assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 1  # dead rows only
+    assert driver.job_get(db, running.id) is None
+    assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 0
 
 
 def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: Any) -> None:

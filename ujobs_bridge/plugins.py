@@ -15,6 +15,8 @@ installed: never from a database row or a message.
                             names (a Celery task id), for ``jobs show`` and the dashboard
     ujobs_bridge.metrics    name         -> ``(conn) -> Prometheus metric families`` read from
                             the jobs database at scrape time (``metrics_db.py``)
+    ujobs_bridge.dashboard  name         -> a factory of a dashboard ``Panel`` (pages of its own,
+                            sections on a job's page; ``dashboard/panels.py``)
 
 What it is not: a registry filled by import side effects. Nothing registers itself; a package is
 in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
@@ -35,6 +37,7 @@ RETENTION_GROUP = "ujobs_bridge.retention"
 DEMO_GROUP = "ujobs_bridge.demo"
 LOOKUP_GROUP = "ujobs_bridge.lookup"
 METRICS_GROUP = "ujobs_bridge.metrics"
+DASHBOARD_GROUP = "ujobs_bridge.dashboard"
 
 
 def entries(group: str) -> list[metadata.EntryPoint]:

@@ -64,3 +64,9 @@ def job_requeue_matching(conn: Conn, where: JobFilter, now: datetime | None) -> 
     key a live job holds; how many."""
     found = conn.execute(q("job_requeue_matching"), {**where.params(), "now": now}).fetchone()
     return int(found[0]) if found else 0
+
+
+def job_discard_matching(conn: Conn, where: JobFilter) -> int:
+    """Delete every dead row matching ``where`` (its steps go with it); how many."""
+    found = conn.execute(q("job_discard_matching"), where.params()).fetchone()
+    return int(found[0]) if found else 0

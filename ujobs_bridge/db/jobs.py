@@ -287,9 +287,12 @@ def job_list(
     name_like: str | None = None,
     ids: Sequence[UUID] | None = None,
     offset: int = 0,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[JobRecord]:
     """Newest first. ``name`` matches exactly, ``name_like`` is a LIKE pattern (``name`` wins);
-    ``ids`` narrows to those rows; paged by ``limit`` and ``offset``."""
+    ``ids`` narrows to those rows; ``since``/``until`` bound ``created_at`` (until excluded);
+    paged by ``limit`` and ``offset``."""
     params = {
         "state": state,
         "queue": queue,
@@ -297,6 +300,8 @@ def job_list(
         "ids": list(ids) if ids is not None else None,
         "limit": limit,
         "offset": offset,
+        "since": since,
+        "until": until,
     }
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(q("job_list"), params).fetchall()

@@ -154,6 +154,8 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
    and (%(queue)s::text is null or queue = %(queue)s)
    and (%(name_like)s::text is null or name like %(name_like)s)
    and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+   and (%(since)s::timestamptz is null or created_at >= %(since)s)
+   and (%(until)s::timestamptz is null or created_at < %(until)s)
  order by created_at desc, id
  limit %(limit)s offset %(offset)s
 
@@ -184,6 +186,19 @@ with target as (
     select pg_notify('x_jobs_cancel', id::text) from target
 )
 select count(*) from notified
+
+-- job_discard_matching --
+-- Every dead row matching the filter, deleted (steps cascade); the count of rows deleted.
+with target as (
+    delete from x_jobs
+     where state = 'dead'
+       and (%(state)s::text is null or state = %(state)s)
+       and (%(queue)s::text is null or queue = %(queue)s)
+       and (%(name_like)s::text is null or name like %(name_like)s)
+       and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+    returning id
+)
+select count(*) from target
 
 -- job_requeue_matching --
 -- Every dead or cancelled row matching the filter, requeued as `job_requeue` does, except one
