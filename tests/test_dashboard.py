@@ -240,3 +240,22 @@ def test_quarantine_shows_raw_bytes_safely_and_discards_from_the_page(
     wait_for(lambda: "?done=discarded" in driver.current_url, timeout=30, what="the discard")
     row = db.execute("select resolution from x_migrate_quarantine where id = %s", (entry_id,))
     assert row.fetchone() == ("discarded",)
+
+
+def test_a_celery_task_is_found_by_its_task_id_and_shows_its_chain(
+    dsn: str, tmp_path: Path, started: list[Any]
+) -> None:
+    from apps.celery_harness import bound
+    from apps.celery_tasks import add, mul
+
+    with bound(add.app, dsn):
+        result = (add.s(1, 2) | mul.s(10)).apply_async()
+    first = result.parent
+    dash = Dashboard(dsn, tmp_path / "dash.log")
+    started.append(dash)
+    status, page = dash.request(f"/jobs/{first.id}")
+    assert status == 200
+    assert f"<dd>{first.id}</dd>" in page and "PENDING (no result stored yet)" in page
+    assert f'href="/jobs/{result.id}">next in chain: {mul.name} {result.id}</a>' in page
+    status, listing = dash.request(f"/jobs?task_id={first.id}")
+    assert status == 200 and listing.count('<td class="id">') == 1
