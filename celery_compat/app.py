@@ -8,7 +8,9 @@ to the outside is swapped:
 * sending → ``x_jobs`` (``sending.BridgeAMQP``), except task names matching
   ``ujobs_broker_tasks`` globs, which still go to the Celery broker;
 * results → ``backend.PostgresBackend`` (whatever ``result_backend`` says);
-* ``control.revoke`` → a durable row change (``control.BridgeControl``).
+* ``control.revoke`` → a durable row change, remote control (``inspect``, ``broadcast``,
+  ``purge``) → the Postgres mailbox and job rows (``control.BridgeControl``);
+* ``celery purge`` → cancels ready messages in Postgres (``purge_command.py``).
 
 Configuration added: ``ujobs_database_url`` (else ``UJOBS_DATABASE_URL``, else the embedded
 Postgres), ``ujobs_broker_tasks`` (globs), ``ujobs_max_deliveries`` (claims before a message
@@ -18,7 +20,8 @@ occurrence ids) unless you set one.
 
 What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
 (``execution.py``); so does ``celery -A proj worker``, whose ``app.Worker`` is the bridge worker
-(``worker.py``), never a broker consumer.
+(``worker.py``), never a broker consumer; ``celery -A proj beat`` runs the bridge scheduler
+(``beat_service.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import psycopg
 
 from ujobs_bridge.client import Client, connect
 
+from . import purge_command
 from .sending import BRIDGE_PRODUCER, BridgeProducer
 
 _client_lock = threading.Lock()
@@ -68,7 +72,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
 
     @property
     def ujobs_client(self) -> Client:
-        """The jobs-database client (a pool), opened on first use with the schema upgraded."""
+        """The jobs-database client (a pool), opened on first use with the schema checked (``connect``)."""
         with _client_lock:
             if self._ujobs_client is None:
                 self._ujobs_client = connect(self.conf.get("ujobs_database_url") or None)
@@ -115,12 +119,28 @@ class Celery(celery.Celery):  # type: ignore[misc]
             options["producer"] = BRIDGE_PRODUCER
         return super().send_task(name, args, kwargs, **options)
 
-    # -- `celery worker` ------------------------------------------------------------------------
+    # -- `celery purge` -------------------------------------------------------------------------
+
+    def connection_for_write(self, url: Any = None, **kwargs: Any) -> Any:
+        """Inside the ``celery purge`` command, a connection whose ``queue_purge`` cancels the
+        ready messages of a queue in Postgres (the command purges through it); else Celery's
+        broker connection (``ujobs_broker_tasks``, events)."""
+        if url is None and purge_command.running():
+            return purge_command.PostgresPurgeConnection(self)
+        return super().connection_for_write(url, **kwargs)
+
+    # -- `celery worker`, `celery beat` ---------------------------------------------------------
 
     @functools.cached_property
     def Worker(self) -> Any:
         """What ``celery -A proj worker`` builds and starts: the bridge worker (``worker.py``)."""
         return self.subclass_with_self("celery_compat.worker:Worker")
+
+    @functools.cached_property
+    def Beat(self) -> Any:
+        """What ``celery -A proj beat`` builds and runs: the bridge scheduler, unless a scheduler
+        class is named (``beat_service.py``)."""
+        return self.subclass_with_self("celery_compat.beat_service:Beat")
 
     def close(self) -> None:
         backend = self._local.__dict__.get("backend") or self._backend_cache

@@ -44,6 +44,7 @@ from celery.utils.functional import _regen
 from ujobs_bridge.client import Client
 
 from .db import message_jobs, result_store
+from .outage import stored
 from .result_listener import ResultListener
 
 SAFETY_RECHECK_S = 2.0
@@ -89,32 +90,34 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         expires = self.expires
         return float(expires) if expires else None
 
+    # Each statement runs through ``outage.stored``: retried through a database outage, all but
+    # ``incr`` (a counter bumped twice would be wrong; the chord counter counts by task id).
+
     def get(self, key: Any) -> str | None:
-        with self.client.pool.connection() as conn:
-            return result_store.result_get(conn, bytes_to_str(key))
+        k = bytes_to_str(key)
+        return stored(self.client, lambda conn: result_store.result_get(conn, k))
 
     def mget(self, keys: Any) -> list[str | None]:
         wanted = [bytes_to_str(k) for k in keys]
-        with self.client.pool.connection() as conn:
-            found = result_store.result_mget(conn, wanted)
+        found = stored(self.client, lambda conn: result_store.result_mget(conn, wanted))
         return [found.get(k) for k in wanted]
 
     def set(self, key: Any, value: Any) -> None:
-        with self.client.pool.connection() as conn:
-            result_store.result_set(conn, bytes_to_str(key), bytes_to_str(value), self._ttl())
+        k, v, ttl = bytes_to_str(key), bytes_to_str(value), self._ttl()
+        stored(self.client, lambda conn: result_store.result_set(conn, k, v, ttl))
 
     def delete(self, key: Any) -> None:
-        with self.client.pool.connection() as conn:
-            result_store.result_delete(conn, bytes_to_str(key))
+        k = bytes_to_str(key)
+        stored(self.client, lambda conn: result_store.result_delete(conn, k))
 
     def incr(self, key: Any) -> int:
-        with self.client.pool.connection() as conn:
-            return result_store.counter_incr(conn, bytes_to_str(key))
+        k = bytes_to_str(key)
+        return stored(self.client, lambda conn: result_store.counter_incr(conn, k), again=False)
 
     def expire(self, key: Any, value: Any) -> None:
         if value:
-            with self.client.pool.connection() as conn:
-                result_store.result_expire(conn, bytes_to_str(key), float(value))
+            k, ttl = bytes_to_str(key), float(value)
+            stored(self.client, lambda conn: result_store.result_expire(conn, k, ttl))
 
     # -- chords -------------------------------------------------------------------------------
 
@@ -145,9 +148,9 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         request = getattr(self.app.current_task, "request", None)
         index = request.group_index if request is not None and request.group == group_id else None
         ttl = float(self.chord_expires) if self.chord_expires else None
-        with self.client.pool.connection() as conn:
-            key = bytes_to_str(self.get_key_for_group(group_id, ".t"))
-            result_store.chord_add(conn, key, str(result.id), index, ttl)
+        key = bytes_to_str(self.get_key_for_group(group_id, ".t"))
+        tid = str(result.id)
+        stored(self.client, lambda conn: result_store.chord_add(conn, key, tid, index, ttl))
 
     def on_chord_part_return(self, request: Any, state: str, result: Any, **kwargs: Any) -> Any:
         """Count this part once (by task id, atomically: a redelivered part counts nothing), then
@@ -160,10 +163,13 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             return None
         key = self.get_key_for_chord(gid)
         keys = [self.get_key_for_group(gid, suffix) for suffix in (".s", ".t", ".j")]
-        with self.client.pool.connection() as conn:
-            val = result_store.chord_part_incr(
-                conn, bytes_to_str(key), request.id, bytes_to_str(keys[2]), request.group_index
-            )
+        counted, listed = bytes_to_str(key), bytes_to_str(keys[2])
+        val = stored(
+            self.client,
+            lambda conn: result_store.chord_part_incr(
+                conn, counted, request.id, listed, request.group_index
+            ),
+        )
         if val is None:
             return None
         size_raw, added_raw = self.mget(keys[:2])
@@ -273,8 +279,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         return self._meta_from_jobs(bytes_to_str(task_id)) or meta
 
     def _meta_from_jobs(self, task_id: str) -> dict[str, Any] | None:
-        with self.client.pool.connection() as conn:
-            rows = message_jobs.jobs_of_task(conn, task_id)
+        rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, task_id))
         if not rows:
             return None
         _job_id, state, last_error, updated_at = rows[0]

@@ -40,7 +40,7 @@ from celery import signals, states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
-from ujobs_bridge.context import current_job
+from ujobs_bridge.context import current_job, node_name
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
@@ -49,6 +49,7 @@ from . import rate_limit, revoked_ids
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
+from .outage import forget_outage, outage_handed_back, raise_if_outage
 from .sending import retries_held
 
 PROTOCOL_HEADERS = frozenset(
@@ -75,7 +76,13 @@ PROTOCOL_HEADERS = frozenset(
         "chord",
     }
 )
-HOSTNAME = f"ujobs@{socket.gethostname()}"
+HOSTNAME = f"celery@{socket.gethostname()}"  # outside a worker; a worker's is its node name
+
+
+def hostname() -> str:
+    """``self.request.hostname``: the node name of the worker running in this process (Celery's
+    ``-n``, default ``celery@<host>``)."""
+    return node_name() or HOSTNAME
 
 
 class CeleryTaskFailed(Exception):
@@ -134,7 +141,7 @@ def _request(message: Any, redelivered: bool) -> dict[str, Any]:
         {
             "args": message.args,
             "kwargs": message.kwargs,
-            "hostname": HOSTNAME,
+            "hostname": hostname(),
             "is_eager": False,
             "properties": props,
             "reply_to": props.get("reply_to"),
@@ -290,7 +297,7 @@ def _received(app: Any, task: Any, message: Any, request: dict[str, Any]) -> Non
     )
     try:
         received: Any = Request(
-            carrier, app=app, task=task, hostname=HOSTNAME, body=body, decoded=True
+            carrier, app=app, task=task, hostname=hostname(), body=body, decoded=True
         )
     except Exception:  # a message Celery's Request cannot parse: handlers still get the fields
         received = Context(request)
@@ -324,6 +331,7 @@ def run_message(
     )
     traced: Any = None
     rejection: Reject | None = None
+    forget_outage()
     with retries_held(message.task_id) as held:
         try:
             with joins_will_block():
@@ -335,7 +343,7 @@ def run_message(
                         message.kwargs,
                         request,
                         app=app,
-                        hostname=HOSTNAME,
+                        hostname=hostname(),
                     )
                 finally:
                     INTERRUPTER.unwatch(watched)
@@ -354,6 +362,7 @@ def run_message(
         result, info = traced[0], traced[1]
         state = states.SUCCESS if info is None else info.state
         if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
+            raise_if_outage(message.task_id)  # a result store that met an outage: not a FAILURE
             text = getattr(result, "traceback", None) or repr(getattr(info, "retval", result))
             raise CeleryTaskFailed(text)
         if state != states.REJECTED:
@@ -371,7 +380,8 @@ def _runner(app: Any, name: str) -> Any:
     limits = conf_limits(app)  # once per worker, as Celery's WorkController does
 
     def run(value: Any) -> dict[str, str]:
-        return run_message(app, name, value, limits)
+        with outage_handed_back(name):  # a revoke/expiry/limit store that met an outage
+            return run_message(app, name, value, limits)
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run

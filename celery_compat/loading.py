@@ -10,7 +10,9 @@ what the worker and the scheduler need from the app: one job per task
 (``execution.jobs_for_app``), its beat entries as periodic tasks plus any native ``task()`` of
 the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker settings the app
 sets explicitly, the revoked-ids LISTEN channel (``revoked_ids.py``), and ``bind(dsn)`` that
-gives a celery_compat app a bridge client on the worker's database.
+gives the app a bridge client on the worker's database (a plain ``celery.Celery`` app is adopted
+first, ``adoption.py``, so what its tasks send goes to Postgres, not to its broker), and the
+remote-control commands answered with the app (``worker_control.py``).
 
 What it is not: the execution of a task (``execution.py``) or the beat conversion (``beat.py``).
 """
@@ -156,12 +158,29 @@ class CeleryApp(LoadedApp):
         return (revoked_ids.channel(),)
 
     def bind(self, dsn: str) -> None:
-        if not hasattr(self.app, "use_ujobs_client"):
-            return  # plain Celery: it sends through its own broker
         from ujobs_bridge.client import Client
         from ujobs_bridge.dsn import ResolvedDatabase
 
+        from . import adoption
+
+        if adoption.adopt(self.app):  # plain Celery: sends and results move to Postgres too
+            adoption.announce(self.app, self.spec)
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
+
+    def control_commands(self) -> dict[str, Any]:
+        from . import worker_control
+
+        return worker_control.commands(self.app)
+
+    def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        from . import worker_control
+
+        worker_control.apply_settings(self.app, settings)
+
+    def control_encode(self, value: Any) -> str:
+        from . import worker_control
+
+        return worker_control.encode(value)
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order).
     def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
@@ -174,6 +193,12 @@ class CeleryApp(LoadedApp):
 
         if self._worker is not None:
             worker_signals.worker_ready(self._worker)
+
+    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+        from . import worker_signals
+
+        if self._worker is not None:
+            worker_signals.worker_shutting_down(self._worker, signum, hurry)
 
     def on_worker_shutdown(self, worker: Worker) -> None:
         from . import worker_signals

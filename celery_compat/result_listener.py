@@ -44,7 +44,7 @@ class ResultListener(Service):
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._ready = threading.Event()
-        self._conn = Reconnecting(dsn, RESULTS_ROLE)
+        self._conn = Reconnecting(dsn, RESULTS_ROLE, checked=False)
         self._listening = False
 
     # ------------------------------------------------------------------ lifecycle (``Service``)

@@ -65,6 +65,12 @@ class RevokedIds:
     def __len__(self) -> int:
         return len(self._until)
 
+    def ids(self) -> list[str]:
+        """The ids known revoked (within the window), oldest first (``inspect revoked``)."""
+        with self._lock:
+            self._prune(self._clock())
+            return list(self._until)
+
     def add(self, entries: Iterable[tuple[str, float]]) -> None:
         """Add ``(task id, age in seconds)`` pairs; ids already known keep their age."""
         now = self._clock()

@@ -29,6 +29,7 @@ from kombu.exceptions import EncodeError
 
 from .db import message_jobs
 from .message_row import CeleryMessage
+from .queue_names import bridge_queue
 from .transaction import batch_hold, current_connection
 
 
@@ -151,7 +152,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 headers2.update(headers)
             if kwargs:
                 properties.update(kwargs)
-            qname = amqp.queue_name(queue, exchange, routing_key)
+            qname = bridge_queue(amqp.queue_name(queue, exchange, routing_key), name)
             exchange_name = exchange.name if hasattr(exchange, "name") else (exchange or "")
             routing_key = routing_key or qname
             if declare is None and isinstance(queue, Queue):

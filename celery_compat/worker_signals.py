@@ -14,6 +14,7 @@ main process, in Celery's order (``celery/apps/worker.py``, ``celery/worker/work
         after_setup_logger(logger=root, ...), after_setup_task_logger(logger=celery.task, ...)
     celeryd_after_setup(sender=hostname, instance, conf)
     worker_ready(sender=consumer)
+    worker_shutting_down(sender=hostname, sig, how, exitcode)   # in the SIGTERM/SIGINT handler
     worker_shutdown(sender=instance)
 
 each ``--pool processes`` child (``celery/concurrency/prefork.py``: ``process_initializer``,
@@ -37,12 +38,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery import signals
 from celery.utils.log import get_logger
+
+from ujobs_bridge.context import node_name
 
 from .execution import HOSTNAME
 
@@ -51,6 +55,7 @@ from .execution import HOSTNAME
 ENV_LOGLEVEL = "CELERY_LOG_LEVEL"
 ENV_LOGFILE = "CELERY_LOG_FILE"
 ENV_HOSTNAME = "UJOBS_CELERY_HOSTNAME"
+log = logging.getLogger("celery_compat.worker_signals")
 
 
 @dataclass(eq=False)  # a sender: hashed by identity, as Celery's worker is
@@ -142,7 +147,7 @@ def worker_init(app: Any, bridge: Any, options: Mapping[str, Any]) -> WorkerInst
     """``celeryd_init``, ``worker_init``, logging, ``celeryd_after_setup``: before the worker
     starts. Leaves in the environment what a pool child needs to do the same."""
     app.loader.init_worker()  # as Celery's WorkController does first (the loader's own hook)
-    hostname = str(options.get("hostname") or HOSTNAME)
+    hostname = str(getattr(bridge, "node", None) or HOSTNAME)  # the worker's node name
     loglevel = _level(options.get("loglevel"))
     logfile = options.get("logfile") or None
     config = getattr(bridge, "config", None)
@@ -180,6 +185,23 @@ def worker_ready(instance: WorkerInstance) -> None:
     _raise_errors(signals.worker_ready.send(sender=consumer))
 
 
+def worker_shutting_down(instance: WorkerInstance, signum: int, hurry: bool) -> None:
+    """In the stop signal's handler, before the worker acts on it, as Celery's
+    ``_shutdown_handler``: ``sig`` its name, ``how`` ``Warm`` (bodies may finish) or ``Cold`` (a
+    second signal: handed back at once), ``exitcode`` the one this worker exits with (0: what
+    was running is handed back, never lost). A receiver's error is logged, never stops the stop."""
+    try:
+        sig = signal.Signals(signum).name
+    except ValueError:
+        sig = str(signum)
+    responses = signals.worker_shutting_down.send(
+        sender=instance.hostname, sig=sig, how="Cold" if hurry else "Warm", exitcode=0
+    )
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            log.error("worker_shutting_down receiver %r raised %r", receiver, response)
+
+
 def worker_shutdown(instance: WorkerInstance) -> None:
     _raise_errors(signals.worker_shutdown.send(sender=instance))
 
@@ -204,4 +226,4 @@ def process_shutdown() -> None:
 
 
 def _child_hostname() -> str:
-    return os.environ.get(ENV_HOSTNAME) or HOSTNAME
+    return node_name() or os.environ.get(ENV_HOSTNAME) or HOSTNAME

@@ -40,6 +40,7 @@ UNKNOWN_TASK = "unknown_task"  # task name not registered in -A
 NOT_JSON_SAFE = "not_json_safe"  # decoded, but the values cannot be stored as JSON
 CHORD_UNRECOVERABLE = "chord_unrecoverable"  # a chord header part whose chord state is elsewhere
 DUPLICATE_CONFLICT = "duplicate_conflict"  # same (id, retries, nesting) as a job, other arguments
+DB_REJECTED = "db_rejected"  # decoded, but the database refused its row (found by splitting)
 
 REASONS = (
     MALFORMED,
@@ -53,6 +54,7 @@ REASONS = (
     NOT_JSON_SAFE,
     CHORD_UNRECOVERABLE,
     DUPLICATE_CONFLICT,
+    DB_REJECTED,
 )
 
 JSON = "application/json"
@@ -145,6 +147,8 @@ def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
         data = loads_json(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise Poison(MALFORMED, f"the kombu envelope is not JSON: {exc}") from None
+    except RecursionError:
+        raise Poison(MALFORMED, "the kombu envelope nests deeper than Python can read") from None
     if not isinstance(data, dict):
         raise Poison(MALFORMED, "the kombu envelope is not a JSON object")
     headers = data.get("headers") or {}

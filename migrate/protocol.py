@@ -18,6 +18,7 @@ What it is not: byte-level decoding (``decoding.py``) or the database write (``b
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -78,6 +79,64 @@ def _reused_encoder(encoder: Any) -> Callable[[Any], str]:
 
 _ENCODE_ANY = _reused_encoder(_ROW_ANY)
 _ENCODE_FROM_JSON = _reused_encoder(_ROW_FROM_JSON)
+
+
+# Header values stored as text columns (or looked up by them): PostgreSQL text holds no NUL and
+# only valid UTF-8, and the ledger's primary key (task id) must fit a btree index row.
+MAX_TEXT_BYTES = 1024
+_TEXT_HEADERS = (
+    ("task", "task name"),
+    ("id", "task id"),
+    ("group", "group id"),
+    ("root_id", "root id"),
+    ("parent_id", "parent id"),
+    ("traceparent", "traceparent"),
+)
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+# In JSON text written with ensure_ascii (as the row's input is): an escape preceded by an even
+# number of backslashes is a real one. \u0000 is a NUL; a high surrogate not followed by a low
+# one, or a low one not preceded by a high one, is a lone surrogate. jsonb refuses all three.
+_REAL = r"(?:^|[^\\])(?:\\\\)*"
+_NUL_ESCAPE = re.compile(_REAL + r"\\u0000")
+_LONE_HIGH = re.compile(_REAL + r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})", re.IGNORECASE)
+_LONE_LOW = re.compile(_REAL + r"(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}", re.IGNORECASE)
+
+
+def unstorable_escape(text: str) -> str | None:
+    """Why PostgreSQL's jsonb would refuse this ASCII JSON text, or None."""
+    if _NUL_ESCAPE.search(text):
+        return "a string holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store"
+    if _LONE_HIGH.search(text) or _LONE_LOW.search(text):
+        return "a string holds a lone UTF-16 surrogate, which is not valid Unicode"
+    return None
+
+
+def _storable_text(value: str, what: str, task: str | None, task_id: str | None) -> None:
+    problem = None
+    if "\x00" in value:
+        problem = f"the {what} holds a NUL character, which PostgreSQL text cannot store"
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            problem = f"the {what} holds a lone surrogate, which is not valid Unicode"
+        else:
+            if size > MAX_TEXT_BYTES:
+                problem = f"the {what} is {size} bytes long; at most {MAX_TEXT_BYTES} are accepted"
+    if problem is not None:
+        raise Poison(MALFORMED, problem, task=task, task_id=task_id)
+
+
+def _whole(value: Any, what: str, task: str | None, task_id: str | None) -> None:
+    """``retries``/``replaced_task_nesting``: a whole number that fits the ledger's int column."""
+    number = int(value or 0)  # TypeError/ValueError/OverflowError (1e400): the caller's Poison
+    if not INT4_MIN <= number <= INT4_MAX:
+        raise Poison(
+            MALFORMED,
+            f"header {what} is {str(value)[:40]}, out of range ({INT4_MIN}..{INT4_MAX})",
+            task=task,
+            task_id=task_id,
+        )
 
 
 @dataclass(slots=True)  # not frozen: made once per message, never changed
@@ -182,7 +241,7 @@ def _properties(envelope: Envelope, queue: str, broker: str) -> dict[str, Any]:
         raw = props.get("priority")
         try:
             source = max(0, min(REDIS_MAX_PRIORITY, int(raw))) if raw is not None else 0
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             source = 0
         props["ujobs_source_priority"] = raw
         props["priority"] = REDIS_MAX_PRIORITY - source
@@ -211,12 +270,16 @@ def to_message(
         raise Poison(
             MALFORMED, "the task name and id must be non-empty strings", task=task, task_id=task_id
         )
+    for key, what in _TEXT_HEADERS:
+        value = headers.get(key)
+        if isinstance(value, str):
+            _storable_text(value, what, task, task_id)
     try:
-        int(headers.get("retries") or 0)
-        int(headers.get("replaced_task_nesting") or 0)
+        for key in ("retries", "replaced_task_nesting"):
+            _whole(headers.get(key), key, task, task_id)
         parse_instant(headers.get("eta"))
         expires = parse_instant(headers.get("expires"))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise Poison(
             MALFORMED, f"bad retries/eta/expires header: {exc}", task=task, task_id=task_id
         ) from None
@@ -257,6 +320,10 @@ def to_message(
         raise Poison(
             NOT_JSON_SAFE, f"a value cannot be stored as JSON: {exc}", task=task, task_id=task_id
         ) from None
+    if "\\u0000" in input_text or "\\ud" in input_text:  # rare: then the exact check
+        problem = unstorable_escape(input_text)
+        if problem is not None:
+            raise Poison(NOT_JSON_SAFE, problem, task=task, task_id=task_id)
     message = CeleryMessage(
         headers=headers,
         args=args,

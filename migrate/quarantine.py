@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 from uuid import UUID
 
@@ -39,6 +40,7 @@ __all__ = [
     "open_counts",
     "put",
     "resolve",
+    "storable_text",
     "update_reason",
 ]
 
@@ -46,14 +48,45 @@ Conn = psycopg.Connection[Any]
 _VOLATILE = ("redelivered", "delivery_tag", "x-delivery-count")
 
 
-def json_safe(value: Any) -> Any:
-    """``value`` with anything JSON cannot hold rendered as text (for ``meta``)."""
-    return json.loads(json.dumps(value, default=str))
+MAX_META_DEPTH = 32
+TOO_DEEP = "<nested too deep>"
+
+
+def storable_text(text: str, limit: int | None = None) -> str:
+    """``text`` as PostgreSQL can store it: a NUL shown as ``\\x00``, a lone surrogate as its
+    ``\\udXXX`` escape; cut to ``limit`` characters."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if limit is None else text[:limit]
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as jsonb can hold it (for ``meta``): text that PostgreSQL can store, anything JSON
+    cannot hold (bytes, datetimes, NaN) rendered as text, nesting cut at ``MAX_META_DEPTH``.
+    Never raises: a poison message's metadata must not stop its own quarantine."""
+    if depth > MAX_META_DEPTH:
+        return TOO_DEEP
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {storable_text(str(k)): json_safe(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v, depth + 1) for v in value]
+    return storable_text(str(value))
 
 
 def fingerprint(raw: bytes, meta: dict[str, Any] | None) -> str:
     """sha256 of the raw bytes and the stable part of ``meta`` (redelivery flags left out)."""
     digest = hashlib.sha256(raw)
+    meta = json_safe(meta)
     if meta:
         stable = {k: v for k, v in meta.items() if k != "properties"}
         headers = {k: v for k, v in (stable.get("headers") or {}).items() if k not in _VOLATILE}
@@ -74,12 +107,12 @@ def put(
 ) -> bool:
     """Store one poison message; False when these bytes were already quarantined (seen += 1)."""
     new = rows.NewEntry(
-        broker=broker,
-        queue=queue,
+        broker=storable_text(broker),
+        queue=storable_text(queue),
         reason=poison.reason,
-        detail=poison.detail[:2000],
-        task=poison.task,
-        task_id=poison.task_id,
+        detail=storable_text(poison.detail, 2000),
+        task=storable_text(poison.task, 2000) if poison.task is not None else None,
+        task_id=storable_text(poison.task_id, 2000) if poison.task_id is not None else None,
         format=fmt,
         raw=raw,
         meta=json_safe(meta) if meta is not None else None,
@@ -104,7 +137,7 @@ def resolve(conn: Conn, entry_id: int, resolution: str, job_id: UUID | None = No
 
 
 def update_reason(conn: Conn, entry_id: int, poison: Poison) -> None:
-    rows.set_reason(conn, rows.Reason(entry_id, poison.reason, poison.detail[:2000]))
+    rows.set_reason(conn, rows.Reason(entry_id, poison.reason, storable_text(poison.detail, 2000)))
 
 
 def open_counts(conn: Conn) -> dict[str, int]:

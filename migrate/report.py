@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
+from .quarantine import storable_text
 
 OUTCOMES = (MOVED, EXPIRED, DUPLICATE, QUARANTINED, QUARANTINE_SEEN)
 
@@ -59,7 +60,10 @@ class Stats:
             self.outcomes[r.outcome] += 1
             queue = self.per_queue[r.taken.queue]
             queue[r.outcome] += 1
-            task = self.per_task[(r.taken.queue, r.task or "?")]
+            name = r.task or "?"
+            if r.reason and r.task:  # a poison message's task name may be anything: printable
+                name = storable_text(r.task, 200)
+            task = self.per_task[(r.taken.queue, name)]
             task[r.outcome] += 1
             if r.reason:
                 self.reasons[r.reason] += 1

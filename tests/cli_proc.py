@@ -17,17 +17,25 @@ TESTS_DIR = Path(__file__).parent
 
 
 class CliProc:
-    def __init__(self, args: list[str], log: Path, *, faults: str = "") -> None:
+    def __init__(
+        self, args: list[str], log: Path, *, faults: str = "", env: dict[str, str] | None = None
+    ) -> None:
+        extra = env or {}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), env.get("PYTHONPATH", "")])
         env["UJOBS_FAULTS"] = faults
-        env.pop("UJOBS_DATABASE_URL", None)  # every command gets --dsn explicitly
+        env.pop("UJOBS_DATABASE_URL", None)  # every command gets --dsn (or -A's database)
+        env.update(extra)
         self.args = args
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ujobs_bridge", *args],
-            stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=TESTS_DIR, start_new_session=True,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=TESTS_DIR,
+            start_new_session=True,
         )
 
     @property

@@ -18,7 +18,9 @@ import pytest
 
 from ujobs_bridge import FrozenClock, connect
 from ujobs_bridge.client import Client
+from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.testing import TemporaryDatabase, admin_dsn_from_env, dsn_for
+from ujobs_bridge.testing.cluster import PrivateCluster
 from ujobs_bridge.testing.pytest import database_or_skip, in_ci
 
 ADMIN_DSN = admin_dsn_from_env()
@@ -79,7 +81,9 @@ def frozen_client(dsn: str, clock: FrozenClock) -> Iterator[Client]:
         c.close()
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> object:
+def wait_for(
+    condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition"
+) -> object:
     """Poll ``condition`` until it is truthy or the deadline passes (never a bare sleep)."""
     import threading
     import time
@@ -93,3 +97,34 @@ def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         pause.wait(0.02)
+
+
+@pytest.fixture(scope="module")
+def private_cluster() -> Iterator[PrivateCluster]:
+    """A Postgres server of this module's own (``PrivateCluster``: temporary ``initdb`` on a free
+    port) that its tests may stop, crash and restart; never the shared server. Skips when no
+    server binaries are installed (fails under CI)."""
+    try:
+        cluster = PrivateCluster()
+    except DatabaseUnavailableError as exc:
+        if CI:
+            raise
+        pytest.skip(str(exc))
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def private_database(private_cluster: PrivateCluster) -> Iterator[TemporaryDatabase]:
+    with TemporaryDatabase(private_cluster.admin_dsn, prefix="ujb_outage") as database:
+        yield database
+
+
+@pytest.fixture
+def outage_dsn(private_cluster: PrivateCluster, private_database: TemporaryDatabase) -> str:
+    """The private cluster's database, up (a test that failed mid-outage left it down) and
+    emptied for this test."""
+    if not private_cluster.running:
+        private_cluster.start()
+    private_database.reset()
+    return private_database.dsn

@@ -2,7 +2,8 @@
 scheduler -A`` beside it, then beat stopped: each occurrence is one message, and none is missing.
 
 Why it exists: DESIGN §2 stage 2 promises "no gap, no double fire" when the bridge scheduler
-takes over beat. ``celery_compat.Celery`` makes ``celery beat`` use ``BeatScheduler``, which sends
+takes over beat. ``celery beat -S celery_compat.beat_scheduler:BeatScheduler`` runs Celery's beat
+with ``BeatScheduler`` (plain ``celery beat`` on a celery_compat app is the bridge scheduler), which sends
 each occurrence under the id the bridge scheduler uses (``occurrence_task_id``), on the same
 anchored 1-second grid, so the Celery ledger keeps one message per occurrence while both run.
 The end-to-end test waits on conditions (``wait_for``), never sleeps for an outcome; the others
@@ -193,7 +194,9 @@ class BeatProc:
         env["UJOBS_DATABASE_URL"] = dsn
         self.log = tmp_path / "celery-beat.log"
         self._out = self.log.open("w")
-        args = ["-A", module, "beat", "-s", str(tmp_path / "celerybeat-schedule")]
+        # -S names the hand-over scheduler: without it, `celery beat` is the bridge scheduler
+        args = ["-A", module, "beat", "-S", "celery_compat.beat_scheduler:BeatScheduler"]
+        args += ["-s", str(tmp_path / "celerybeat-schedule")]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", *args, "--max-interval", "1", "-l", "info"],
             stdout=self._out,

@@ -151,8 +151,11 @@ def test_revoke_marks_an_unstarted_id_revoked_and_replies_like_a_worker(app: Any
     backend = app.backend
     started, not_started = "started-elsewhere", "never-sent"
     backend.store_result(started, {"hostname": "other@host"}, states.STARTED)
-    reply = app.control.revoke([started, not_started], reply=True)
-    assert reply and "ok" in next(iter(reply[0].values()))
+    assert app.control.revoke("unheard", reply=True, timeout=0.5) == []  # no worker runs
+    with start_worker(app, perform_ping_check=False, hostname="rev@test"):
+        reply = app.control.revoke([started, not_started], reply=True, timeout=5)
+    assert reply is not None and [next(iter(r)) for r in reply] == ["rev@test"]
+    assert "flagged as revoked" in reply[0]["rev@test"]["ok"]
     assert backend.get_state(started) == states.STARTED  # another worker owns that state
     assert backend.get_state(not_started) == states.REVOKED
     assert app.control.revoke("another") is None  # no reply asked, none given
@@ -323,3 +326,25 @@ def test_django_task_delay_on_commit_sends_only_after_the_commit(pytester: pytes
         "-p", "celery_compat.contrib.pytest", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=1)
+
+
+def test_celerys_own_manager_inspects_the_test_worker(app: Any) -> None:
+    """Celery's test ``Manager``, unmodified, drives the bridge's test worker: ``inspect()``
+    answers from its node, ``assert_accepted`` sees a running task, ``wait_until_idle`` purges
+    and waits through remote control over Postgres."""
+    from celery.contrib.testing.manager import Manager as CeleryManager
+
+    with start_worker(app, perform_ping_check=False, hostname="mgr@test") as w:
+        manager = CeleryManager(app)
+        assert manager.inspect().ping() == {"mgr@test": {"ok": "pong"}}
+        held = app.tasks["contrib.held"].delay()
+        assert STARTED.wait(10)
+        manager.assert_accepted([held.id], timeout=10)
+        active = manager.inspect().active()["mgr@test"]
+        assert [(a["id"], a["name"], a["hostname"]) for a in active] == [
+            (held.id, "contrib.held", "mgr@test")
+        ]
+        GATE.set()
+        assert held.get(timeout=10) == "released"
+        manager.wait_until_idle()
+        assert w.hostname == "mgr@test"

@@ -169,7 +169,9 @@ def test_broker_tasks_go_to_redis_in_protocol_v2_and_not_to_postgres(
 
 
 @pytest.mark.filterwarnings("ignore::celery.exceptions.CDeprecationWarning")  # Celery's, on queue=
-def test_a_tasks_own_queue_is_where_it_is_sent_and_where_the_worker_listens(dsn: str, db: Any) -> None:
+def test_a_tasks_own_queue_is_where_it_is_sent_and_where_the_worker_listens(
+    dsn: str, db: Any
+) -> None:
     """``@app.task(queue="reports")``: Celery's ``apply_async`` routes the message there, so the
     bridge worker must consume that queue without ``-Q`` (it once listened on the default only)."""
     from celery_compat.execution import jobs_for_app
@@ -188,5 +190,7 @@ def test_a_tasks_own_queue_is_where_it_is_sent_and_where_the_worker_listens(dsn:
     queues = {j.name: j.queue for j in jobs_for_app(app)}
     assert queues["own_queue.report"] == "reports" and queues["own_queue.plain"] == "celery"
     report.delay()
-    assert db.execute("select queue from x_jobs where name = 'own_queue.report'").fetchone() == ("reports",)
+    assert db.execute("select queue from x_jobs where name = 'own_queue.report'").fetchone() == (
+        "reports",
+    )
     app.close()

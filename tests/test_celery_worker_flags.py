@@ -26,6 +26,7 @@ from ujobs_bridge.cli import worker_flags as flags
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 HOST = socket.gethostname()
+CELERY = str(Path(sys.executable).parent / "celery")  # the real console script of this venv
 
 
 def _env(dsn: str) -> dict[str, str]:
@@ -150,7 +151,7 @@ def test_the_celery_console_script_runs_the_bridge_worker(dsn: str, tmp_path: Pa
     log = tmp_path / "celery.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "apps.celery_cli_worker", "worker",
+            [CELERY, "-A", "apps.celery_cli_worker", "worker",
              "-l", "INFO", "-c", "2", "-Q", "a,b", "-n", "w1@%h"],
             stdout=out, stderr=subprocess.STDOUT, env=_env(dsn), cwd=TESTS_DIR,
             start_new_session=True,
@@ -179,7 +180,7 @@ def test_the_celery_console_script_runs_the_bridge_worker(dsn: str, tmp_path: Pa
 
 def test_the_celery_console_script_refuses_a_flag_with_no_meaning_here(dsn: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "apps.celery_cli_worker", "worker", "-B"],
+        [CELERY, "-A", "apps.celery_cli_worker", "worker", "-B"],
         env=_env(dsn), cwd=TESTS_DIR, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr

@@ -26,6 +26,7 @@ MAIN_ORDER = [
     "worker_init",
     "celeryd_after_setup",
     "worker_ready",
+    "worker_shutting_down",
     "worker_shutdown",
 ]
 
@@ -86,6 +87,7 @@ def test_thread_pool_fires_the_main_process_signals_in_celerys_order(
         "after_setup_logger",
         "celeryd_after_setup",
         "worker_ready",
+        "worker_shutting_down",
         "worker_shutdown",
     ], fired
     # Celery's thread pool has no child process: no worker_process_* signal
@@ -98,6 +100,8 @@ def test_thread_pool_fires_the_main_process_signals_in_celerys_order(
     assert detail["worker_init"] == "ok=True concurrency=2"
     assert detail["after_setup_logger"] == "root=True loglevel=20"
     assert detail["worker_ready"] == "ok=True"
+    hostname = detail["celeryd_init"].split()[0].removeprefix("sender=")
+    assert detail["worker_shutting_down"] == f"sender={hostname} sig=SIGTERM how=Warm exitcode=0"
     assert detail["worker_shutdown"] == "ok=True"
 
 
@@ -123,6 +127,7 @@ def test_process_pool_fires_process_signals_in_each_child(
         "setup_logging",
         "celeryd_after_setup",
         "worker_ready",
+        "worker_shutting_down",
         "worker_shutdown",
     ], fired
     children = {pid for _, pid, _ in fired if pid != worker.pid}

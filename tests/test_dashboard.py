@@ -92,7 +92,7 @@ def test_overview_numbers_match_the_database_and_every_page_renders(
     assert "dead 2" in driver.find_element(By.CSS_SELECTOR, ".legend").text
     screenshot(driver, "overview")
     for name, path in [("jobs", "/jobs"), ("dead", "/dead"), ("scheduled", "/scheduled"),
-                       ("workers", "/workers"), ("quarantine", "/quarantine")]:  # fmt: skip
+                       ("workers-none", "/workers"), ("quarantine", "/quarantine")]:  # fmt: skip
         driver.get(dash.base + path)
         assert driver.find_element(By.TAG_NAME, "h1").text, path
         screenshot(driver, name)
@@ -128,6 +128,10 @@ def test_requeueing_a_dead_job_from_its_page_makes_a_worker_run_it(
     driver.get(f"{dash.base}/jobs/{ref.id}")
     assert driver.find_element(By.ID, "output").text == "42"
     screenshot(driver, "job-done")
+    driver.get(f"{dash.base}/workers")
+    (row,) = driver.find_elements(By.CSS_SELECTOR, "#workers tbody tr[data-node]")
+    assert "basic" in row.text and "threads" in row.text
+    screenshot(driver, "workers")
 
 
 def test_a_script_argument_is_shown_as_text_and_runs_nothing(

@@ -18,12 +18,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from conftest import ADMIN_DSN
 from ujobs_bridge.db import connections, schema
 from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.db import steps as steps_db
 from ujobs_bridge.db import testing as testing_db
 from ujobs_bridge.db.steps import Lease
-from ujobs_bridge.errors import SchemaError
+from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,7 +259,7 @@ def test_an_event_sent_before_the_wait_is_consumed_once_by_one_step(db: Any) -> 
 def test_the_schema_runner_reports_and_refuses_what_is_missing(dsn: str) -> None:
     shipped = schema.available()
     assert [m.version for m in shipped] == list(range(1, len(shipped) + 1))
-    assert schema.pending(dsn) == [] and schema.upgrade(dsn) == []  # already current: no-op
+    assert schema.check(dsn) == [] and schema.upgrade(dsn) == []  # already current: no-op
     schema.require_current(dsn)
     with connections.connect(dsn, connections.Role("test")) as conn:
         assert [a.version for a in schema.applied(conn)] == [m.version for m in shipped]
@@ -274,12 +275,39 @@ def test_an_empty_database_is_refused_until_upgraded(pg_dsn: str) -> None:
     try:
         with pytest.raises(SchemaError):
             schema.require_current(dsn)
-        assert len(schema.pending(dsn)) == len(schema.available())
+        assert len(schema.check(dsn)) == len(schema.available())
         assert [m.version for m in schema.upgrade(dsn)] == [m.version for m in schema.available()]
         schema.require_current(dsn)
     finally:
         with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
             testing_db.database_drop(admin, name)
+
+
+def test_grant_gives_a_role_row_privileges_on_every_x_table_and_refuses_an_unknown_role(
+    dsn: str,
+) -> None:
+    role = f"ujb_contract_{uuid.uuid4().hex[:8]}"
+    with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
+        admin.execute(psycopg.sql.SQL("create role {}").format(psycopg.sql.Identifier(role)))
+    try:
+        granted = schema.grant(dsn, role)
+        assert {"x_jobs", "x_job_steps", "x_schema_version"} <= set(granted)
+        assert schema.grant(dsn, role) == granted  # idempotent
+        with connections.connect(dsn, connections.Role("test")) as conn:
+            row = conn.execute(
+                "select has_table_privilege(%(r)s, 'x_jobs', 'update'),"
+                " has_table_privilege(%(r)s, 'x_jobs', 'truncate')",
+                {"r": role},
+            ).fetchone()
+        assert row == (True, False)
+        with pytest.raises(SchemaError) as unknown:
+            schema.grant(dsn, f"{role}_missing")
+        assert unknown.value.code == ErrorCode.ROLE_NOT_FOUND
+    finally:
+        with connections.connect(dsn, connections.Role("test")) as conn:
+            conn.execute(psycopg.sql.SQL("drop owned by {}").format(psycopg.sql.Identifier(role)))
+        with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
+            admin.execute(psycopg.sql.SQL("drop role {}").format(psycopg.sql.Identifier(role)))
 
 
 def test_a_pool_follows_the_connection_policy(dsn: str) -> None:
@@ -293,6 +321,87 @@ def test_a_pool_follows_the_connection_policy(dsn: str) -> None:
             assert (name, timeout, conn.autocommit) == ("ujobs:contract:pool", "1500ms", True)
     finally:
         pool.close()
+
+
+def _ended(db: Any, conn: psycopg.Connection[Any]) -> None:
+    """``pg_terminate_backend`` on ``conn``'s session, returning once it is gone."""
+    from conftest import wait_for
+
+    pid = conn.info.backend_pid
+    db.execute("select pg_terminate_backend(%s)", (pid,))
+    wait_for(
+        lambda: (
+            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            == (0,)
+        ),
+        what="the session to end",
+    )
+
+
+def test_transient_tells_the_infrastructures_errors_from_the_statements(dsn: str, db: Any) -> None:
+    role = connections.Role("contract:transient")
+    with connections.connect(dsn, role) as conn:
+        _ended(db, conn)
+        with pytest.raises(psycopg.Error) as ended:
+            conn.execute("select 1")
+    assert connections.transient(ended.value)  # AdminShutdown
+    with pytest.raises(psycopg.Error) as refused:
+        connections.connect(psycopg.conninfo.make_conninfo(dsn, port="1"), role)
+    assert connections.transient(refused.value)  # nobody listens: connection refused
+    with connections.connect(dsn, role) as conn:
+        with pytest.raises(psycopg.Error) as division:
+            conn.execute("select 1 / 0")
+        with pytest.raises(psycopg.Error) as missing:
+            conn.execute("select 1 from no_such_table")
+    assert not connections.transient(division.value)
+    assert not connections.transient(missing.value)
+    assert not connections.transient(ValueError("not a database error"))
+
+
+def test_check_refuses_a_connection_the_server_ended_and_pools_replace_it(
+    dsn: str, db: Any
+) -> None:
+    role = connections.Role("contract:check")
+    with connections.connect(dsn, role) as conn:
+        connections.check(conn)  # alive: no round trip, no error
+        _ended(db, conn)
+        with pytest.raises(psycopg.OperationalError):
+            connections.check(conn)
+    pool = connections.pool(dsn, role, min_size=1, max_size=1)
+    try:
+        with pool.connection() as first:
+            _ended(db, first)
+        with pool.connection() as second:  # the dead one is never handed out
+            assert second.execute("select 1").fetchone() == (1,)
+    finally:
+        pool.close()
+
+
+def test_retrying_retries_transient_errors_only(dsn: str, db: Any) -> None:
+    role = connections.Role("contract:retrying")
+    stale = connections.connect(dsn, role)
+    _ended(db, stale)
+    calls: list[str] = []
+
+    def op() -> Any:
+        calls.append("call")
+        if len(calls) == 1:
+            return stale.execute("select 1").fetchone()  # AdminShutdown: retried
+        with connections.connect(dsn, role) as fresh:
+            return fresh.execute("select 2").fetchone()
+
+    assert connections.retrying(op, within_s=10) == (2,) and len(calls) == 2
+    stale.close()
+    with connections.connect(dsn, role) as conn:
+        calls.clear()
+
+        def bad() -> Any:
+            calls.append("call")
+            return conn.execute("select 1 / 0").fetchone()
+
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            connections.retrying(bad, within_s=10)
+    assert len(calls) == 1
 
 
 def test_enqueue_on_an_async_connection_joins_its_transaction(dsn: str, db: Any) -> None:
@@ -375,7 +484,12 @@ def test_every_db_function_has_a_contract_test() -> None:
     fails: the db surface is the seam every other layer trusts."""
     contract = "\n".join(
         (TESTS / name).read_text()
-        for name in ("test_db_contract.py", "test_driver_contract.py", "test_testing_kit.py")
+        for name in (
+            "test_db_contract.py",
+            "test_db_contract_presence.py",
+            "test_driver_contract.py",
+            "test_testing_kit.py",
+        )
     )
     missing = []
     for path in sorted((ROOT / "ujobs_bridge" / "db").glob("*.py")):

@@ -179,11 +179,40 @@ def test_health_exit_code_follows_the_database_and_the_backlog_age(
     assert ok.returncode == 0, ok.stdout + ok.stderr
     report = json.loads(ok.stdout)
     assert report["ok"] is True
-    assert {c["name"] for c in report["checks"]} >= {"database", "schema", "workers"}
+    assert {c["name"] for c in report["checks"]} == {"database", "schema"}
     add.configure(client=client, run_at=datetime.now(UTC) - timedelta(minutes=10)).enqueue(1, 1)
-    late = health(dsn, "--queue", "basic", "--max-age", "60")
+    late = health(dsn, "--max-age", "60")
     assert late.returncode == 1, late.stdout
     assert "FAIL backlog:basic: oldest ready job waited" in late.stdout
-    assert health(dsn, "--queue", "basic", "--max-age", "3600").returncode == 0
     gone = health("postgresql://postgres@127.0.0.1:1/none?connect_timeout=2")
     assert gone.returncode == 1 and "FAIL database: unreachable" in gone.stdout
+
+
+def test_health_fails_without_a_live_worker_on_a_queue_and_passes_with_one(
+    dsn: str, tmp_path: Path, procs: list[CliProc]
+) -> None:
+    none = health(dsn, "--queue", "basic")
+    assert none.returncode == 1, none.stdout
+    assert "FAIL workers:basic: 0 live worker(s)" in none.stdout
+    proc = CliProc(
+        ["worker", "-A", "apps.basic_jobs", "--poll", "0.2", "--dsn", dsn], tmp_path / "w.log"
+    )
+    procs.append(proc)
+    wait_for(lambda: " ready: " in proc.output(), timeout=60, what="the worker to be ready")
+    served = health(dsn, "--queue", "basic", "--json")
+    assert served.returncode == 0, served.stdout
+    (check,) = [c for c in json.loads(served.stdout)["checks"] if c["name"] == "workers:basic"]
+    assert check == {
+        "name": "workers:basic",
+        "ok": True,
+        "detail": "1 live worker(s)",
+        "skipped": False,
+    }
+    registry = CollectorRegistry()
+    registry.register(DatabaseCollector(dsn))
+    assert (
+        value(samples(generate_latest(registry).decode()), "ujobs_live_workers", queue="basic") == 1
+    )
+    proc.term()
+    assert proc.wait(timeout=30) == 0, proc.output()
+    assert health(dsn, "--queue", "basic").returncode == 1  # a clean exit removes its node

@@ -235,7 +235,10 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
     ran.touch()
     gate = ms.unique("gate")  # the Celery worker waits in its first task until this is pushed
     env = dict(
-        os.environ, MIGRATE_TEST_BROKER=ms.REDIS_URL, MIGRATE_TEST_OUT=str(ran), MIGRATE_TEST_GATE=gate
+        os.environ,
+        MIGRATE_TEST_BROKER=ms.REDIS_URL,
+        MIGRATE_TEST_OUT=str(ran),
+        MIGRATE_TEST_GATE=gate,
     )
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     log = (tmp_path / "celery.log").open("w")

@@ -116,8 +116,10 @@ def test_a_commit_the_client_saw_fail_is_neither_rerun_nor_duplicated(
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f2b")
     workers("step.after_persist=exec_then_raise@1")
     wait_for(lambda: job_state(ledger, ref.id)[0] == "done", timeout=30, what="the job to finish")
-    _state, attempt, _output, last_error = job_state(ledger, ref.id)
-    assert attempt == 2 and "OperationalError" in (last_error or "")
+    _state, attempt, _output, _last_error = job_state(ledger, ref.id)
+    # The error is the infrastructure's: the step write is retried within the attempt, finds the
+    # row its first commit wrote, and goes on; no attempt charged.
+    assert attempt == 1
     assert ledger.execute(
         "select count(*) from x_job_steps where run_id = %s and name = 'charge'", (ref.id,)
     ).fetchone() == (1,)
@@ -204,8 +206,9 @@ def test_an_ambiguous_event_consume_resumes_with_the_first_event_and_leaves_the_
     )
     state, attempt, output, last_error = job_state(ledger, ref.id)
     assert state == "done", last_error
-    # the fault fired on the consume and cost exactly one counted attempt (the park is uncounted)
-    assert attempt == 2 and "fault event.after_consume_commit" in (last_error or "")
+    # the fault fired on the consume, an infrastructure error: retried within the attempt, which
+    # finds the event its step already took; no attempt charged (the park is uncounted too)
+    assert attempt == 1
     assert output["paid"] == {"n": 1}
     assert len(effects(ledger, "end")) == 1  # the body got past the wait once
     step_rows = ledger.execute(

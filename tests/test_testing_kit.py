@@ -150,7 +150,7 @@ def test_reset_empties_every_ujobs_table_and_keeps_the_schema(
     pg_database.reset()
     assert enqueued(db) == []
     assert db.execute("select count(*) from x_job_steps").fetchone() == (0,)
-    assert schema.pending(pg_database.dsn) == []  # the schema and its record stay
+    assert schema.check(pg_database.dsn) == []  # the schema and its record stay
     assert perform(add.call(1, 1), client=frozen_client).state is JobState.DONE
 
 

@@ -1,9 +1,9 @@
 """The engine's connection to one database: a small psycopg pool plus the enqueue entry points.
 
 Why it exists: producers need somewhere to send jobs that is not a global. ``connect()`` resolves
-the database (flag, env, embedded), upgrades the schema if asked, and returns a ``Client`` that
-owns an autocommit pool, so a one-by-one enqueue is one round trip. Passing ``conn=`` instead
-runs the insert on the CALLER's connection, inside the caller's transaction.
+the database (flag, env, embedded), checks the schema (read-only, ``schema_access``), and returns
+a ``Client`` that owns an autocommit pool, so a one-by-one enqueue is one round trip. Passing
+``conn=`` instead runs the insert on the CALLER's connection, inside the caller's transaction.
 
 What it is not: a worker, or the job registry. ``default_client()`` exists only so that
 ``my_job.enqueue()`` works in a script without wiring; anything long-lived should hold a Client.
@@ -19,11 +19,12 @@ from typing import Any
 import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
-from .db import connections, schema
+from .db import connections
 from .db import jobs as driver
 from .db.jobs import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
 from .records import JobRef
+from .schema_access import ensure_schema
 
 CLIENT_ROLE = connections.Role("client")
 
@@ -81,13 +82,17 @@ def connect(
     dsn: str | None = None,
     *,
     clock: Clock = SYSTEM_CLOCK,
-    upgrade: bool = True,
+    upgrade: bool | None = None,
     max_size: int = 4,
 ) -> Client:
-    """Open a Client on ``dsn`` (else ``UJOBS_DATABASE_URL``, else the embedded Postgres)."""
+    """Open a Client on ``dsn`` (else ``UJOBS_DATABASE_URL``, else the embedded Postgres).
+
+    The schema is checked read-only and a missing migration refused with the fix; ``upgrade=None``
+    applies it only on the embedded database or under ``UJOBS_AUTO_UPGRADE=1``, ``True`` always,
+    ``False`` skips the check (the caller vouches for the schema, as test kits do)."""
     database = resolve(dsn)
-    if upgrade:
-        schema.upgrade(database.dsn)
+    if upgrade is not False:
+        ensure_schema(database, upgrade=upgrade)
     return Client(database, clock=clock, max_size=max_size)
 
 

@@ -102,6 +102,22 @@ def current_job() -> JobContext:
     return ctx
 
 
+# The node name of the worker running in this process (Celery's ``celery@host``): set by the
+# worker when it starts (and by a ``--pool processes`` child from its parent), read by bodies
+# (celery_compat's ``self.request.hostname``). One per process, as with Celery's workers.
+_node_name: list[str] = []
+
+
+def node_name() -> str | None:
+    """The node name of the worker running in this process, if one runs."""
+    return _node_name[-1] if _node_name else None
+
+
+def set_node_name(name: str) -> None:
+    """Called by the worker (and a pool child) that runs in this process."""
+    _node_name[:] = [name]
+
+
 def bind(ctx: JobContext | None) -> contextvars.Token[JobContext | None]:
     return _current.set(ctx)
 

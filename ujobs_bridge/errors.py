@@ -29,6 +29,8 @@ class ErrorCode(StrEnum):
     APP_NOT_FOUND = "UJ_APP_NOT_FOUND"
     SCHEMA_OUTDATED = "UJ_SCHEMA_OUTDATED"
     SCHEMA_NEWER = "UJ_SCHEMA_NEWER"
+    SCHEMA_PRIVILEGE = "UJ_SCHEMA_PRIVILEGE"
+    ROLE_NOT_FOUND = "UJ_ROLE_NOT_FOUND"
     MIGRATION_INVALID = "UJ_MIGRATION_INVALID"
     DATABASE_UNAVAILABLE = "UJ_DATABASE_UNAVAILABLE"
     EMBEDDED_FAILED = "UJ_EMBEDDED_FAILED"
@@ -50,6 +52,14 @@ class ErrorCode(StrEnum):
     PURGE_TARGET_DUPLICATE = "UJ_PURGE_TARGET_DUPLICATE"
     BROKER_DISCOVERY_FAILED = "UJ_BROKER_DISCOVERY_FAILED"
     TASK_UNREGISTERED = "UJ_TASK_UNREGISTERED"
+    DSN_INVALID = "UJ_DSN_INVALID"
+    BROKER_URL_INVALID = "UJ_BROKER_URL_INVALID"
+    BROKER_UNAVAILABLE = "UJ_BROKER_UNAVAILABLE"
+    PAYLOAD_TEXT_INVALID = "UJ_PAYLOAD_TEXT_INVALID"
+    PAYLOAD_TOO_DEEP = "UJ_PAYLOAD_TOO_DEEP"
+    PAYLOAD_KEY_INVALID = "UJ_PAYLOAD_KEY_INVALID"
+    OUTPUT_TOO_LARGE = "UJ_OUTPUT_TOO_LARGE"
+    OUTPUT_REJECTED = "UJ_OUTPUT_REJECTED"
 
 
 class UjobsError(Exception):
@@ -104,6 +114,10 @@ class SchemaError(UjobsError):
 
 
 class DatabaseUnavailableError(UjobsError):
+    """The jobs database could not be reached (down, restarting, the connection lost). Raised
+    from a body (a step write, a result write), the attempt is handed back uncounted: the
+    outage is not the job's fault."""
+
     code = ErrorCode.DATABASE_UNAVAILABLE
 
 

@@ -19,6 +19,7 @@ import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
 from .db import connections, observe, schema, session
+from .errors import SchemaError
 from .metrics_db import live_workers
 
 HEALTH_ROLE = connections.Role("health")
@@ -68,11 +69,14 @@ def check(
         return HealthReport([reachable])
     checks = [reachable]
     try:
-        missing = schema.pending(dsn)
+        missing = schema.check(dsn)
     except psycopg.errors.UndefinedTable:
         checks.append(
             Check("schema", False, "no ujobs-bridge schema: run `ujobs-bridge db upgrade`")
         )
+        return HealthReport(checks)
+    except SchemaError as exc:  # newer than this package
+        checks.append(Check("schema", False, exc.message))
         return HealthReport(checks)
     checks.append(
         Check(

@@ -1,4 +1,5 @@
-"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats, stranded.
+"""Read and steer jobs for operators: list, show, cancel, requeue, dead letters, stats, stranded,
+and the live worker nodes (which processes run, and how many consume each queue).
 
 Why it exists: the CLI and any dashboard need the same answers, with the same safety rules:
 inputs and outputs are printed with secret-looking keys redacted unless asked, and an operation
@@ -9,6 +10,7 @@ What it is not: the worker's claim path. Nothing here takes a lease.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 from uuid import UUID
@@ -19,7 +21,9 @@ from . import plugins
 from .clock import SYSTEM_CLOCK, Clock
 from .db import bulk, connections
 from .db import jobs as driver
+from .db import nodes as node_store
 from .db import steps as step_store
+from .db.nodes import NodeRecord
 from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
@@ -29,12 +33,54 @@ SECRET_KEY = re.compile(r"pass|secret|token|key|authorization|cookie", re.IGNORE
 REDACTED = "***"
 
 
+# Headers that repeat a job's arguments as text (Celery's protocol: ``repr()`` of args and
+# kwargs); redacted like the arguments themselves.
+REPR_KEYS = frozenset({"argsrepr", "kwargsrepr"})
+MAX_REPR = 64 * 1024
+# In a repr that cannot be parsed (cut short, or custom): 'secret-key': value, up to , } or ).
+_REPR_PAIR = re.compile(
+    r"""(?P<key>(?P<q>['"])(?P<name>(?:(?!(?P=q)).)*)(?P=q)\s*:\s*)"""
+    r"""(?P<value>'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^,})\]]*)"""
+)
+
+
 def redact(value: Any) -> Any:
+    """``value`` with the value of every secret-looking key replaced by ``***``, and the
+    argument reprs (``argsrepr``/``kwargsrepr``) redacted the same way."""
     if isinstance(value, dict):
-        return {k: REDACTED if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if SECRET_KEY.search(str(k)):
+                out[k] = REDACTED
+            elif k in REPR_KEYS and isinstance(v, str):
+                out[k] = redact_repr(v)
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v) for v in value)
     return value
+
+
+def redact_repr(text: str) -> str:
+    """A ``repr()`` of arguments with its secret-looking keys' values hidden: parsed as a
+    literal (never evaluated) and redacted when it parses, else by pattern; one too large to
+    inspect is hidden whole."""
+    if len(text) > MAX_REPR:
+        return REDACTED
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _REPR_PAIR.sub(
+            lambda m: (
+                m.group("key") + repr(REDACTED)
+                if SECRET_KEY.search(m.group("name"))
+                else m.group(0)
+            ),
+            text,
+        )
+    hidden = redact(parsed)
+    return text if hidden == parsed else repr(hidden)
 
 
 def parse_id(text: str) -> UUID:
@@ -183,6 +229,16 @@ class Introspector:
         lives in each worker's process); only that none has taken the job for that long."""
         with self._connect() as conn:
             return driver.job_stranded(conn, after_s=after_s, now=self.clock.sql_now())
+
+    def nodes(self) -> list[NodeRecord]:
+        """The live worker nodes (one per worker process; expired ones are not listed)."""
+        with self._connect() as conn:
+            return node_store.nodes_live(conn, self.clock.sql_now())
+
+    def workers_per_queue(self) -> dict[str, int]:
+        """Live worker processes per consumed queue; a queue nobody consumes is absent."""
+        with self._connect() as conn:
+            return node_store.nodes_per_queue(conn, self.clock.sql_now())
 
     def cancel(self, job_id: UUID, *, reason: str = "cancelled by an operator") -> JobRecord:
         with self._connect() as conn:

@@ -87,6 +87,12 @@ def _options(
             hint="pass one of them",
             code=ErrorCode.JOB_OPTION_INVALID,
         )
+    if run_at is not None and not isinstance(run_at, datetime):
+        raise ConfigError(
+            f"run_at must be a datetime, got {type(run_at).__name__} {run_at!r}",
+            hint="pass an aware datetime, or delay= in seconds",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
     if run_at is not None and run_at.tzinfo is None:
         raise ConfigError(
             f"run_at {run_at!r} has no time zone",
@@ -104,17 +110,18 @@ def _options(
             )
         expires_at = expires
     elif expires is not None:
-        expires_in = validation.seconds("expires", expires)
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > 512
-    ):
-        raise ConfigError(
-            f"idempotency_key {idempotency_key!r} is not allowed",
-            hint="use a non-empty string of at most 512 characters",
-            code=ErrorCode.JOB_OPTION_INVALID,
-        )
+        expires_in = validation.seconds("expires", expires, maximum=validation.MAX_DELAY_S)
+    if idempotency_key is not None:
+        validation.text_option("idempotency_key", idempotency_key, max_length=512)
+    for what, text in (("tenant_id", tenant_id), ("traceparent", traceparent)):
+        if text is not None:
+            validation.text_option(what, text, max_length=256)
+    if enqueued_by is not None:
+        validation.text_option("enqueued_by", enqueued_by, max_length=256)
     return EnqueueOptions(
-        delay_s=validation.seconds("delay", delay, allow_zero=True) if delay is not None else 0.0,
+        delay_s=validation.seconds("delay", delay, allow_zero=True, maximum=validation.MAX_DELAY_S)
+        if delay is not None
+        else 0.0,
         run_at=run_at.astimezone(UTC) if run_at is not None else None,
         idempotency_key=idempotency_key,
         priority=_priority(priority) if priority is not None else None,
@@ -351,7 +358,9 @@ def job(
             priority=priority,
             retry=policy,
             timeout_s=validation.seconds("timeout", timeout) if timeout is not None else None,
-            expires_s=validation.seconds("expires", expires) if expires is not None else None,
+            expires_s=validation.seconds("expires", expires, maximum=validation.MAX_DELAY_S)
+            if expires is not None
+            else None,
         )
 
     if fn is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
 from collections.abc import Iterable, Mapping
 from types import ModuleType
@@ -30,6 +31,7 @@ from .job import JobDefinition
 
 if TYPE_CHECKING:
     from .scheduling.task import PeriodicTask
+    from .worker.control import Handler
     from .worker.listener import ExtraChannel
     from .worker.loop import Worker
 
@@ -149,10 +151,24 @@ class LoadedApp:
     def bind(self, dsn: str) -> None:
         """Point the app's own sends and results at the worker's database ``dsn``."""
 
+    def control_commands(self) -> dict[str, Handler]:
+        """Remote-control handlers that add to or replace the engine's
+        (``ujobs_bridge.worker.control``), for commands only the app can answer."""
+        return {}
+
+    def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        """In a ``--pool processes`` child: task settings remote control changed in the parent
+        (task name -> attribute -> value; all of them, each time they change)."""
+
+    def control_encode(self, value: Any) -> str:
+        """A command's reply as JSON text (the app's own JSON, when it has one)."""
+        return json.dumps(value, default=str)
+
     # -- the worker's lifecycle, for apps that announce it (Celery's worker signals) --------------
     # ``ujobs-bridge worker`` calls these in the main process: ``on_worker_init`` once the worker
     # is built and before it starts (``options``: the command's flags, the DSN left out),
-    # ``on_worker_ready`` once it claims, ``on_worker_shutdown`` after it stopped. A
+    # ``on_worker_ready`` once it claims, ``on_worker_stopping`` as a stop signal arrives (before
+    # acting on it; again, with ``hurry``, on the second), ``on_worker_shutdown`` after it stopped. A
     # ``--pool processes`` child calls ``on_process_init`` after loading and binding the app, and
     # ``on_process_shutdown`` once as it exits. The engine's own apps announce nothing.
 
@@ -161,6 +177,10 @@ class LoadedApp:
 
     def on_worker_ready(self, worker: Worker) -> None:
         """The worker has started claiming (main process)."""
+
+    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+        """Signal ``signum`` asks the worker to stop: ``hurry`` False, running bodies may finish;
+        True (a second signal), they are handed back at once (main process, signal handler)."""
 
     def on_worker_shutdown(self, worker: Worker) -> None:
         """The worker has stopped (main process)."""

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from . import plugins
 from .clock import SYSTEM_CLOCK, Clock
-from .db import connections, observe
+from .db import connections, nodes, observe
 
 log = logging.getLogger("ujobs.metrics")
 METRICS_ROLE = connections.Role("metrics")
@@ -33,11 +33,11 @@ SHOWN_STATES = ("ready", "scheduled", "running", "sleeping", "waiting", "dead")
 
 
 def live_workers(conn: psycopg.Connection[Any]) -> dict[str, int] | None:
-    """Live workers per queue, from worker presence; ``None`` while the engine has no presence
-    to read. TO FILL: once the node table (worker presence, migration 0009) is merged, read it
-    here (nodes whose heartbeat is recent, per queue they consume); ``health`` and the
-    ``ujobs_live_workers`` series both call only this function."""
-    return None
+    """Live worker processes per queue they consume, from worker presence (``x_worker_nodes``:
+    nodes whose heartbeat has not expired); ``health``, the dashboard and the
+    ``ujobs_live_workers`` series all ask only this function. ``None`` would mean a database
+    without presence (kept in the signature for callers that must say "unknown")."""
+    return nodes.nodes_per_queue(conn, None)
 
 
 def _age_s(oldest: datetime | None, now: datetime) -> float:

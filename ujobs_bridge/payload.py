@@ -5,15 +5,25 @@ them without importing anything named by the data. So payloads are JSON and noth
 JSON cannot carry (a datetime, a set, NaN, an object) is refused where it enters, with the job's
 name in the message, rather than stored half-way or pickled.
 
+A job's input is checked at the door, before any connection is touched (so a refused enqueue
+inside the caller's transaction leaves that transaction usable), and each refusal says where
+the value is and what to do: NaN or Infinity (JSON has neither), a NUL character or a lone
+surrogate (PostgreSQL text and jsonb hold neither), a dict key that is not a string (``{1: 2}``
+would come back as ``{"1": 2}``), nesting deeper than ``MAX_DEPTH`` levels, a value that
+contains itself.
+
 What it is not: a schema validator for job arguments.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from .errors import PayloadError
+from .errors import ErrorCode, PayloadError
+
+MAX_DEPTH = 64  # levels of list/dict nesting a job input may have
 
 _HINT = (
     "pass only str, int, float, bool, None, list and dict (with str keys); "
@@ -29,7 +39,157 @@ def dumps(value: Any, *, what: str) -> str:
 
 
 def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str) -> str:
-    return dumps({"args": list(args), "kwargs": kwargs}, what=f"the input of job {job_name!r}")
+    """The row's ``input``; raises :class:`PayloadError` (with where and why) for anything
+    JSON or PostgreSQL cannot hold as it is."""
+    what = f"the input of job {job_name!r}"
+    value = {"args": list(args), "kwargs": kwargs}
+    try:
+        _walk(value, -1, set())  # so that an argument's own lists count from 1
+    except _Found as found:
+        raise found.error(what) from None
+    text = dumps(value, what=what)
+    if "\\u0000" in text:  # json escapes a NUL (or the text holds a backslash-u0000)
+        _find_text_problem(args, kwargs, what)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        _find_text_problem(args, kwargs, what)
+    return text
+
+
+_SCALARS = frozenset({str, int, bool, type(None)})
+_isfinite = math.isfinite
+
+
+class _Found(Exception):
+    """A problem met deep in the walk; the keys and indexes that lead to it are added on the way
+    back up (no path text is built unless something is found)."""
+
+    def __init__(self, kind: str, subject: Any = None) -> None:
+        self.kind = kind
+        self.subject = subject
+        self.trail: list[Any] = []
+
+    def error(self, what: str) -> PayloadError:
+        steps = self.trail[::-1]  # outermost first: "args"/"kwargs", then keys and indexes
+        where = steps[0] + "".join(f"[{step!r}]" for step in steps[1:]) if steps else "it"
+        if self.kind == "float":
+            value = self.subject
+            name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            return _refuse(
+                what,
+                where,
+                f"is {name}, which JSON cannot carry",
+                "send None, or the value as a string (and parse it in the job)",
+                ErrorCode.PAYLOAD_NOT_JSON,
+            )
+        if self.kind == "key":
+            key = self.subject
+            return _refuse(
+                what,
+                where,
+                f"has the key {key!r} ({type(key).__name__}); JSON keys are strings"
+                + _came_back(key),
+                "convert the keys with str() before enqueueing, or pass a list of pairs",
+                ErrorCode.PAYLOAD_KEY_INVALID,
+            )
+        if self.kind == "cycle":
+            return _refuse(
+                what,
+                where,
+                "contains itself (a circular reference)",
+                "pass a copy without the cycle, or the ids of the objects",
+                ErrorCode.PAYLOAD_NOT_JSON,
+            )
+        return _refuse(
+            what,
+            where,
+            f"nests deeper than {MAX_DEPTH} levels of lists and dicts",
+            "flatten it, or store the structure elsewhere and pass its id",
+            ErrorCode.PAYLOAD_TOO_DEEP,
+        )
+
+
+def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int, path: set[int]) -> None:
+    """Check one container: its keys, its floats, its depth, that it is not its own ancestor;
+    strings are checked later on the encoded text (in C) and walked only if that finds one."""
+    if depth > MAX_DEPTH:
+        raise _Found("deep")
+    ident = id(value)
+    if ident in path:
+        raise _Found("cycle")
+    path.add(ident)
+    is_dict = isinstance(value, dict)
+    items: Any = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if is_dict and type(key) is not str:
+            raise _Found("key", key)
+        kind = type(item)
+        if kind in _SCALARS:
+            continue
+        try:
+            if kind is float:
+                if not _isfinite(item):
+                    raise _Found("float", item)
+            elif kind is dict or kind is list or kind is tuple or isinstance(item, dict | list):
+                _walk(item, depth + 1, path)  # a subclass: JSON encodes it like its base
+        except _Found as found:
+            found.trail.append(key)
+            raise
+    path.discard(ident)
+
+
+def _refuse(what: str, where: str, problem: str, hint: str, code: ErrorCode) -> PayloadError:
+    if len(where) > 120:
+        where = where[:60] + "…" + where[-40:]
+    return PayloadError(f"{what}: {where} {problem}", hint=hint, code=code)
+
+
+def _came_back(key: Any) -> str:
+    """What JSON would silently turn ``key`` into, said as the end of the sentence."""
+    try:
+        text = next(iter(json.loads(json.dumps({key: None}))))
+    except (TypeError, ValueError):
+        return ""
+    return f", so it would come back as {text!r}"
+
+
+def _find_text_problem(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> None:
+    """The encoded input holds a NUL or a lone surrogate: find the string, say where."""
+    pending: list[tuple[Any, str]] = [(a, f"args[{i}]") for i, a in enumerate(args)]
+    pending += [(v, f"kwargs[{k!r}]") for k, v in kwargs.items()]
+    pending += [(k, f"the key {k!r} of kwargs") for k in kwargs]
+    while pending:
+        value, where = pending.pop()
+        if isinstance(value, str):
+            _check_text(value, where, what)
+        elif isinstance(value, dict):
+            pending += [(v, f"{where}[{k!r}]") for k, v in value.items()]
+            pending += [(k, f"a key of {where}") for k in value]
+        elif isinstance(value, list | tuple):
+            pending += [(v, f"{where}[{i}]") for i, v in enumerate(value)]
+
+
+def _check_text(value: str, where: str, what: str) -> None:
+    if "\x00" in value:
+        raise _refuse(
+            what,
+            where,
+            "holds a NUL character (\\x00), which PostgreSQL cannot store",
+            "remove it, or send binary data base64-encoded",
+            ErrorCode.PAYLOAD_TEXT_INVALID,
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        raise _refuse(
+            what,
+            where,
+            f"holds a lone surrogate ({bad!r}), which is not valid Unicode",
+            "decode bytes with errors='replace' (or send them base64-encoded)",
+            ErrorCode.PAYLOAD_TEXT_INVALID,
+        ) from None
 
 
 def decode_input(value: Any) -> tuple[list[Any], dict[str, Any]]:

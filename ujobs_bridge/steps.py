@@ -29,11 +29,13 @@ from . import validation
 from .clock import Clock
 from .context import AttemptSignal
 from .db import steps as store
+from .db.connections import retrying, transient
 from .db.steps import Lease, StepRecord
 from .error_text import error_text
 from .errors import (
     AttemptAborted,
     ConfigError,
+    DatabaseUnavailableError,
     ErrorCode,
     EventTimeoutError,
     StepError,
@@ -46,6 +48,7 @@ T = TypeVar("T")
 
 DEFAULT_EVENT_RETENTION_S = 7 * 24 * 3600.0
 STEP_NAME_MAX = 200
+STEP_RETRY_S = 60.0  # the longest a step write is retried through an outage (or lease lost)
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
@@ -73,10 +76,31 @@ class StepRunner:
 
     # ---------------------------------------------------------------- bookkeeping
 
+    def _db(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``op`` on a step connection. An infrastructure error (a restart, a lost
+        connection, "starting up") is retried with backoff while the attempt may still hold its
+        lease (every step statement is safe to run twice: a repeated write finds its own row),
+        then raised as ``DatabaseUnavailableError``, which hands the attempt back uncounted."""
+
+        def once() -> T:
+            with self.connection() as conn:
+                return op(conn)
+
+        try:
+            return retrying(once, within_s=STEP_RETRY_S, gave_up=lambda: self.signal.aborted)
+        except psycopg.Error as exc:
+            if not transient(exc):
+                raise
+            raise DatabaseUnavailableError(
+                f"the jobs database was unavailable for a step write of job {self.lease.run_id}:"
+                f" {exc}",
+                hint="the attempt is handed back uncounted and runs again once it is back",
+            ) from exc
+
     def _recorded_steps(self) -> dict[int, StepRecord]:
         if self._recorded is None:
-            with self.connection() as conn:
-                self._recorded = {r.ordinal: r for r in store.step_list(conn, self.lease.run_id)}
+            run_id = self.lease.run_id
+            self._recorded = {r.ordinal: r for r in self._db(lambda c: store.step_list(c, run_id))}
         return self._recorded
 
     def _check(self) -> None:
@@ -123,8 +147,8 @@ class StepRunner:
         return existing.status == "completed" and existing.job_attempt == self.lease.job_attempt
 
     def _read_back(self, name: str) -> StepRecord | None:
-        with self.connection() as conn:
-            rows = store.step_list(conn, self.lease.run_id)
+        run_id = self.lease.run_id
+        rows = self._db(lambda c: store.step_list(c, run_id))
         return next((r for r in rows if r.name == name), None)
 
     # ---------------------------------------------------------------- run
@@ -162,8 +186,8 @@ class StepRunner:
     def _persist(self, name: str, ordinal: int, value: Any, started: datetime) -> Any:
         output = dumps(value, what=f"the result of step {name!r}")
         self._check()  # a step write after the stop signal is refused
-        with self.connection() as conn:
-            wrote = store.step_complete(conn, self.lease, name, ordinal, output, started)
+        lease = self.lease
+        wrote = self._db(lambda c: store.step_complete(c, lease, name, ordinal, output, started))
         if wrote:
             return value
         existing = self._read_back(name)
@@ -174,8 +198,8 @@ class StepRunner:
     def _record_failure(self, name: str, ordinal: int, exc: Exception, started: datetime) -> None:
         if self.signal.aborted:
             return
-        with self.connection() as conn:
-            store.step_fail(conn, self.lease, name, ordinal, error_text(exc), started)
+        text, lease = error_text(exc), self.lease
+        self._db(lambda c: store.step_fail(c, lease, name, ordinal, text, started))
 
     # ---------------------------------------------------------------- sleep
 
@@ -196,10 +220,11 @@ class StepRunner:
         if recorded is not None and recorded.status == "completed":
             return
         now = self.clock.sql_now()
-        with self.connection() as conn:
+
+        def write(conn: psycopg.Connection[Any]) -> tuple[bool, Any] | None:
             if recorded is not None and store.step_wake_if_due(conn, self.lease, name, now):
-                return
-            ok, wake_at = store.step_suspend(
+                return None
+            return store.step_suspend(
                 conn,
                 self.lease,
                 name,
@@ -211,6 +236,11 @@ class StepRunner:
                 correlation_key=None,
                 now=now,
             )
+
+        written = self._db(write)
+        if written is None:
+            return
+        ok, wake_at = written
         if not ok:
             existing = self._read_back(name)
             if existing is not None and self._ours(existing):
@@ -240,7 +270,9 @@ class StepRunner:
             return self._event_outcome(name, recorded.output)
         started = datetime.now(UTC)
         now = self.clock.sql_now()
-        with self.connection() as conn:
+        timed_out = {"timed_out": True, "event": event, "key": key}
+
+        def take(conn: psycopg.Connection[Any]) -> tuple[str, Any]:
             found, payload = store.event_take(
                 conn,
                 self.lease,
@@ -255,8 +287,7 @@ class StepRunner:
             if found == "lost":
                 raise self._lost()
             if found == "event":
-                return payload
-            timed_out = {"timed_out": True, "event": event, "key": key}
+                return "event", payload
             if (
                 recorded is not None
                 and recorded.status == "waiting"
@@ -265,8 +296,8 @@ class StepRunner:
                     conn, self.lease, name, now, dumps(timed_out, what="timeout")
                 )
             ):
-                return self._event_outcome(name, timed_out)
-            ok, wake_at = store.step_suspend(
+                return "timed_out", timed_out
+            return "suspended", store.step_suspend(
                 conn,
                 self.lease,
                 name,
@@ -278,6 +309,13 @@ class StepRunner:
                 correlation_key=key,
                 now=now,
             )
+
+        kind, value = self._db(take)
+        if kind == "event":
+            return value
+        if kind == "timed_out":
+            return self._event_outcome(name, value)
+        ok, wake_at = value
         if not ok:
             raise self._lost()
         until = "no timeout" if timeout_s is None else f"until {wake_at}"

@@ -71,8 +71,16 @@ def positive_int(what: str, value: object, *, minimum: int = 1, maximum: int | N
     return value
 
 
-def seconds(what: str, value: object, *, allow_zero: bool = False) -> float:
-    """A duration given as seconds or a timedelta; finite and positive (or zero if allowed)."""
+# The longest delay or expiry accepted: 100 years. Longer ones are mistakes (milliseconds given
+# as seconds, a timestamp given as a delay) and past ~290,000 years PostgreSQL's timestamps end.
+MAX_DELAY_S = 100 * 365.25 * 86400
+
+
+def seconds(
+    what: str, value: object, *, allow_zero: bool = False, maximum: float | None = None
+) -> float:
+    """A duration given as seconds or a timedelta; finite and positive (or zero if allowed), and
+    at most ``maximum`` seconds when given."""
     if isinstance(value, timedelta):
         number = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -92,4 +100,36 @@ def seconds(what: str, value: object, *, allow_zero: bool = False) -> float:
         raise ConfigError(
             f"{what} is {number}s, which is not allowed", hint=f"set {what} {least} seconds"
         )
+    if maximum is not None and number > maximum:
+        raise ConfigError(
+            f"{what} is {number:g}s, more than the {maximum:g}s accepted",
+            hint=f"set {what} to at most {maximum:g} seconds (~{maximum / 31_557_600:g} years); "
+            "a run_at datetime says 'at that time' directly",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
     return number
+
+
+def text_option(what: str, value: object, *, max_length: int) -> str:
+    """A text option stored as a column (tenant id, idempotency key, traceparent): a non-empty
+    string PostgreSQL can store, at most ``max_length`` characters."""
+    problem = None
+    if not isinstance(value, str):
+        problem = f"is {type(value).__name__} {value!r}, not a string"
+    elif not value or len(value) > max_length:
+        problem = f"is {len(value)} characters long"
+    elif "\x00" in value:
+        problem = "holds a NUL character, which PostgreSQL cannot store"
+    else:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "holds a lone surrogate, which is not valid Unicode"
+    if problem is not None:
+        raise ConfigError(
+            f"{what} {problem}",
+            hint=f"pass {what} as a non-empty string of at most {max_length} characters "
+            "(convert numbers with str())",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
+    return value  # type: ignore[return-value]  # checked: a str

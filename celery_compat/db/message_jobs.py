@@ -1,5 +1,5 @@
-"""Celery messages as job rows: the ledger-deduplicated insert (single and batch) and the rows of
-a task id.
+"""Celery messages as job rows: the ledger-deduplicated insert (single and batch), the rows of
+a task id, and the purge of ready messages.
 
 Why it exists: a Celery message becomes a job through the engine's ONE insert (``x_jobs_insert``,
 migration 0008), after the facade's ledger (``x_celery_tasks``) has absorbed duplicates, so the
@@ -77,3 +77,14 @@ def jobs_of_task(conn: Conn, task_id: str) -> list[tuple[UUID, str, str | None, 
     """The job rows of a Celery task id, newest message (highest retries) first."""
     rows = conn.execute(q("celery_jobs_of_task"), {"task_id": task_id}).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+PURGED_REASON = "UJ_JOB_CANCELLED: purged"
+
+
+def purge_ready(conn: Conn, queues: Sequence[str]) -> dict[str, int]:
+    """Cancel the ready messages of ``queues`` (Celery's purge); returns how many per queue."""
+    rows = conn.execute(
+        q("celery_purge_ready"), {"queues": list(queues), "error": PURGED_REASON}
+    ).fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}

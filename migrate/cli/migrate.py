@@ -37,6 +37,7 @@ from ujobs_bridge.cli.options import (
 )
 from ujobs_bridge.cli.output import console
 
+from .failure import check_broker_url, infrastructure_error, open_broker
 from .quarantine import quarantine
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ def run_drain(
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
     from migrate.report import Stats, print_report
-    from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
+    from migrate.runner import SourceOptions, broker_kind, dry_run, masked
 
     err = console(stderr=True)
     if follow:  # a line per batch (migrate.drain) while it runs
@@ -261,6 +262,7 @@ def run_drain(
         err.print(
             "note: the app accepts pickle; pickle bodies are quarantined (pickle_refused) unless --accept-pickle"
         )
+    check_broker_url(url)
     ctx = Context(info, accept, masked(url), broker_kind(url))
     options = SourceOptions(
         queues,
@@ -270,7 +272,7 @@ def run_drain(
         batch,
         management_url=management_url,
     )
-    source = open_source(url, info, options)
+    source = open_broker(url, info, options)
     stats = Stats(broker=masked(url), queues=list(source.queues), dry_run=dry_run_flag)
     _warn_unworkable_queues(source.queues, err)
     try:
@@ -308,10 +310,11 @@ def _drain(
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
     from ujobs_bridge import loading
-    from ujobs_bridge.db import connections, schema
+    from ujobs_bridge.db import connections
+    from ujobs_bridge.schema_access import ensure_schema
 
     resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -336,7 +339,11 @@ def _drain(
                 f"draining {', '.join(source.queues) or '(no queues)'} from {ctx.broker}"
                 + (" (follow)" if follow else "")
             )
-        DrainLoop(source, conn, ctx, stop, batch, follow, limit, poll_s, on_batch).run(stats)
+        loop = DrainLoop(source, conn, ctx, stop, batch, follow, limit, poll_s, on_batch)
+        try:
+            loop.run(stats)
+        except Exception as exc:
+            raise infrastructure_error(exc, ctx.broker) from None
 
 
 migrate.add_command(quarantine)

@@ -71,6 +71,11 @@ def on_ready(sender: Any, **kw: Any) -> None:
     record("worker_ready", f"ok={sender.app is app and sender.controller.app is app}")
 
 
+@signals.worker_shutting_down.connect
+def on_shutting_down(sender: Any, sig: str, how: str, exitcode: int, **kw: Any) -> None:
+    record("worker_shutting_down", f"sender={sender} sig={sig} how={how} exitcode={exitcode}")
+
+
 @signals.worker_shutdown.connect
 def on_shutdown(sender: Any, **kw: Any) -> None:
     record("worker_shutdown", f"ok={sender.app is app}")

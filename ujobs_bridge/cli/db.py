@@ -1,7 +1,8 @@
-"""``ujobs-bridge db upgrade | status``: install and inspect the schema.
+"""``ujobs-bridge db upgrade | grant | status``: install, grant and inspect the schema.
 
-Why it exists: the schema is versioned and forward-only; operators upgrade it explicitly in a
-deploy step (long-running commands also upgrade it themselves, safely under concurrency).
+Why it exists: the schema is versioned and forward-only; the schema owner upgrades it explicitly
+in a deploy step and grants the application role what the runtime uses. Long-running commands
+only check it (read-only), except on the embedded database or with ``UJOBS_AUTO_UPGRADE=1``.
 
 What it is not: the migration runner (``db/schema.py``).
 """
@@ -32,6 +33,19 @@ def upgrade(dsn: str | None) -> None:
             click.echo(f"applied {m.version:04d}_{m.name}")
     else:
         click.echo("schema is up to date")
+
+
+@db.command()
+@click.argument("role")
+@dsn_option
+def grant(role: str, dsn: str | None) -> None:
+    """Give ROLE what the runtime needs (row privileges on the x_ tables; no DDL); run as the
+    schema owner after `db upgrade`, and again after an upgrade that adds tables."""
+    resolved = database(dsn)
+    granted = schema.grant(resolved.dsn, role)
+    click.echo(
+        f"granted {role} connect, schema usage and row privileges on {len(granted)} relations"
+    )
 
 
 @db.command()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from ..db.connections import Role
-from ..dsn import ResolvedDatabase, mask_dsn, resolve
+from ..dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -111,6 +111,7 @@ def database(
     app itself connects to, so its sends and the command agree), else ``$UJOBS_DATABASE_URL``,
     else the embedded Postgres."""
     if not dsn and config_dsn:
+        check_dsn(config_dsn, "-A app's ujobs_database_url")
         resolved = ResolvedDatabase(
             config_dsn,
             "config",

@@ -18,11 +18,11 @@ from types import FrameType
 import click
 
 from .. import logs
-from ..db import schema
 from ..dsn import mask_dsn
 from ..errors import ConfigError
 from ..logs import LogFormat
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
+from ..schema_access import ensure_schema
 from .options import database, dsn_option, log_format_option
 
 
@@ -67,13 +67,17 @@ def relay(
     """Publish staged rows in order until SIGTERM (which finishes the batch in hand)."""
     logs.setup(loglevel.upper(), log_format)
     resolved = database(dsn)
+    if source_dsn:
+        from ..dsn import check_dsn
+
+        check_dsn(source_dsn, "--source-dsn")
     try:
         runner = OutboxRelay(
             source_dsn or resolved.dsn, target_dsn=resolved.dsn, batch=batch, interval_s=interval_s
         )
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -5,6 +5,9 @@ like, one leads. It also relays the transactional outbox of its database. SIGTER
 round and the relay batch in flight, gives the lease back, and exits 0. ``tasks ls`` shows each
 task's schedule, policy, next fire time and last occurrence.
 
+``serve`` is also what ``celery -A proj beat`` runs on a celery_compat app
+(``celery_compat/beat_service.py``).
+
 What it is not: the scheduler itself (``scheduler.py``).
 """
 
@@ -18,7 +21,7 @@ from types import FrameType
 import click
 
 from .. import loading, logs, metrics
-from ..db import connections, schema
+from ..db import connections
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
 from ..logs import LogFormat
@@ -26,6 +29,7 @@ from ..metrics_http import MetricsServer
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
+from ..schema_access import ensure_schema
 from .options import (
     CLI_ROLE,
     app_option,
@@ -116,12 +120,36 @@ def scheduler(
 ) -> None:
     """Fire periodic tasks (leader-elected; run several) and relay the outbox."""
     logs.setup(loglevel.upper(), log_format)
-    app = resolve_app(app_spec)
+    serve(
+        resolve_app(app_spec),
+        interval_s=interval_s,
+        ttl_s=ttl_s,
+        purge=purge,
+        outbox=outbox,
+        dsn=dsn,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
+    )
+
+
+def serve(
+    app: loading.LoadedApp | None,
+    *,
+    interval_s: float = DEFAULT_INTERVAL_S,
+    ttl_s: float = DEFAULT_TTL_S,
+    purge: bool = True,
+    outbox: bool = True,
+    dsn: str | None = None,
+    metrics_port: int | None = None,
+    metrics_address: str = "127.0.0.1",
+) -> None:
+    """Run the scheduler (and the relay) for ``app`` until SIGTERM/SIGINT. Shared by
+    ``ujobs-bridge scheduler`` and ``celery beat`` on a celery_compat app."""
     tasks = load_tasks(app, with_purge=purge)
     resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
     if app is not None:
         app.bind(resolved.dsn)
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     try:
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
     except ConfigError as exc:

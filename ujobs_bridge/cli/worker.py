@@ -1,6 +1,6 @@
 """``ujobs-bridge worker``: run jobs from the queues named with ``-Q``.
 
-Why it exists: it is the process operators deploy. It upgrades the schema, loads the jobs from
+Why it exists: it is the process operators deploy. It checks the schema, loads the jobs from
 ``-A`` (never from data), starts a ``Worker`` and turns SIGTERM/SIGINT into the two-phase drain:
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
 their attempt uncounted, exit 0. A second signal cuts the wait short.
@@ -25,11 +25,11 @@ from typing import NoReturn
 import click
 
 from .. import health, loading, metrics, validation
-from ..db import schema
 from ..errors import ConfigError
 from ..loading import LoadedApp
 from ..logs import LogFormat
 from ..metrics_http import MetricsServer
+from ..schema_access import ensure_schema
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -346,7 +346,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         message = exc.render() if isinstance(exc, ConfigError) else str(exc)
         raise click.UsageError(message) from exc
     resolved = database(asked.dsn, config_dsn=app.database_url())
-    schema.upgrade(resolved.dsn)
+    ensure_schema(resolved)
     app.bind(resolved.dsn)
     worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
@@ -356,24 +356,32 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         app_spec=app_spec,
         channels=app.channels(),
         worker_id=worker_id,
+        node_name=asked.nodename or flags.node_name(None),
+        control=app.control_commands(),
+        control_encode=app.control_encode,
     )
     stop_requested = threading.Event()
     hurry = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop_requested.is_set():
-            hurry.set()
-            runner.hurry()
-        stop_requested.set()
-        runner.request_stop()
+        try:  # told first, as Celery's handler sends worker_shutting_down before acting
+            app.on_worker_stopping(runner, signum, stop_requested.is_set())
+        finally:
+            if stop_requested.is_set():
+                hurry.set()
+                runner.hurry()
+            stop_requested.set()
+            runner.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
+    if asked.nodename:
+        options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
     exporter = _serve_metrics(asked, runner, resolved.dsn)
-    node = f" node={asked.nodename}" if asked.nodename else ""
+    node = f" node={runner.node}"
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
         f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
@@ -381,7 +389,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     )
     app.on_worker_ready(runner)
     while not stop_requested.wait(0.5):
-        pass
+        if runner.remote_shutdown.is_set():  # a `shutdown` command: drain as on SIGTERM
+            break
     click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     if exporter is not None:

@@ -74,7 +74,7 @@ REFUSED: Mapping[str, tuple[str, str]] = {
     ),
     "--purge": (
         "the worker does not discard waiting messages at start",
-        "purging ready messages from Postgres is not available yet: cancel jobs with `ujobs-bridge jobs cancel ID`",
+        "purge ready messages first with `celery -A proj purge -f` (or app.control.purge())",
     ),
     "-B": (
         "the bridge worker does not embed a scheduler",

@@ -19,10 +19,10 @@ from starlette.routing import BaseRoute, Route
 
 from .. import validation
 from ..db import jobs as driver
+from ..db import nodes
 from ..db import steps as step_db
 from ..errors import ConfigError
 from ..introspect import REDACTED, lookup_ids, name_pattern, parse_state, redact, suspended_reason
-from ..metrics_db import live_workers
 from ..records import JobRecord
 from . import views
 from .panels import JobSection
@@ -177,9 +177,22 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         return site.render(request, "scheduled.html", {"tasks": rows, "leader": leader})
 
     def workers_page(request: Request) -> Response:
+        now = config.clock.now()
         with site.connect() as conn:
-            workers = live_workers(conn)
-        return site.render(request, "workers.html", {"workers": workers})
+            found = nodes.nodes_live(conn, config.clock.sql_now())
+        rows = [
+            {
+                "node": n,
+                "active": n.info.get("active", "-"),
+                "processed": sum(
+                    v for v in (n.info.get("processed") or {}).values() if isinstance(v, int)
+                ),
+                "beat": views.age_text((now - n.heartbeat_at).total_seconds()),
+                "up": views.age_text((now - n.started_at).total_seconds()),
+            }
+            for n in found
+        ]
+        return site.render(request, "workers.html", {"workers": rows})
 
     return [
         Route("/", guarded(overview)),

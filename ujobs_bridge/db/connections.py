@@ -9,14 +9,26 @@ idle-in-transaction limit (a paused process must not hold row locks forever), an
 the server closed it. Written once here, the next policies (reconnect backoff, PgBouncer
 transaction mode, a connection budget) have one place to go.
 
+Outages (a restart, a failover, ``pg_terminate_backend``) are a policy too. ``transient(exc)``
+says whether an error is the infrastructure's (the connection lost, the server shutting down or
+"starting up", a serialization failure or deadlock: worth retrying, never a job's fault) or the
+statement's; ``Backoff`` paces the retries; and no connection is handed out dead: pools and
+``Reconnecting`` run ``check`` on checkout, which costs a zero-timeout ``select()`` on the socket
+and a round trip only when the server already said something (a connection the server closed
+is readable at once: its goodbye, then end of file).
+
 What it is not: an owner. The loop or client that asks for a connection owns and closes it.
 """
 
 from __future__ import annotations
 
+import random
+import select
 import threading
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -26,6 +38,15 @@ APPLICATION_NAME_LIMIT = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
 
 Conn = psycopg.Connection[Any]
 Pool = ConnectionPool[Conn]
+T = TypeVar("T")
+
+# SQLSTATEs of the infrastructure, not of a statement: connection exceptions (class 08), the
+# server shutting down or starting up (57P01-57P05), too many connections, and the two
+# conflicts a retry resolves (serialization failure, deadlock).
+TRANSIENT_CLASSES = ("08",)
+TRANSIENT_STATES = frozenset(
+    {"57P01", "57P02", "57P03", "57P04", "57P05", "53300", "40001", "40P01"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +72,72 @@ class Role:
         return out
 
 
+def transient(exc: BaseException) -> bool:
+    """True if ``exc`` is the infrastructure's (retry it, never charge a job for it): a lost or
+    refused connection, a server shutting down or starting up, a serialization failure or a
+    deadlock. An error of the statement itself (bad data, a constraint, a missing table) is not."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    state = exc.sqlstate
+    if state is None:  # raised by the client: the connection is gone, or a pool timed out
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return state.startswith(TRANSIENT_CLASSES) or state in TRANSIENT_STATES
+
+
+def check(conn: Conn) -> None:
+    """Raise if ``conn`` is dead; the pool's (and ``Reconnecting``'s) check on checkout. An idle
+    connection's socket is silent unless the server closed it (it says why, then hangs up) or
+    sent a notice: only then is a round trip spent to find out which."""
+    if conn.closed:
+        raise psycopg.OperationalError("the connection is closed")
+    if conn.info.transaction_status is not psycopg.pq.TransactionStatus.IDLE:
+        return  # in use (a transaction of its owner): its next statement will tell
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        ConnectionPool.check_connection(conn)
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Exponential pauses with jitter between retries of one failing thing: ``next()`` gives the
+    pause to take now, ``reset()`` after a success."""
+
+    base_s: float = 0.05
+    cap_s: float = 5.0
+    failures: int = 0
+    random: Callable[[], float] = field(default=random.random, repr=False)
+
+    def next(self) -> float:
+        raw = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
+        self.failures += 1
+        return raw / 2 + raw / 2 * self.random()
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+def retrying(
+    op: Callable[[], T],
+    *,
+    within_s: float,
+    gave_up: Callable[[], bool] = lambda: False,
+    backoff: Backoff | None = None,
+) -> T:
+    """Run ``op`` until it returns; a transient error is retried with backoff for ``within_s``
+    seconds (or until ``gave_up()``), then re-raised, as is any other error at once. Only for
+    operations that are safe to run twice (idempotent, or whose caller reads back what landed)."""
+    pace = backoff or Backoff()
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return op()
+        except psycopg.Error as exc:
+            pause = pace.next()
+            if not transient(exc) or gave_up() or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+
+
 def connect(dsn: str, role: Role) -> Conn:
     """A new connection under ``role``'s policy."""
     return psycopg.connect(dsn, **role.kwargs())
@@ -59,8 +146,9 @@ def connect(dsn: str, role: Role) -> Conn:
 def pool(
     dsn: str, role: Role, *, min_size: int = 1, max_size: int = 4, name: str | None = None
 ) -> Pool:
-    """An open pool whose connections follow ``role``'s policy; ``name`` (the pool's own name in
-    psycopg's logs) defaults to the role's application_name."""
+    """An open pool whose connections follow ``role``'s policy and are checked on checkout (a
+    connection the server closed is replaced, never handed out); ``name`` (the pool's own name
+    in psycopg's logs) defaults to the role's application_name."""
     return ConnectionPool(
         dsn,
         min_size=min_size,
@@ -68,24 +156,35 @@ def pool(
         kwargs=role.kwargs(),
         open=True,
         name=name or role.application_name,
+        check=check,
     )
 
 
 class Reconnecting:
     """One long-lived connection of a loop: ``get()`` opens it, or opens it again once closed
-    (by ``reset()`` after an error, or by the server). Thread-safe."""
+    (by ``reset()`` after an error, or by the server: with ``checked``, ``get()`` runs ``check``
+    first, so a loop's first statement after a restart does not fail on the old connection; a
+    LISTEN connection passes ``checked=False``, since a new connection would not be listening).
+    Thread-safe."""
 
-    def __init__(self, dsn: str, role: Role) -> None:
+    def __init__(self, dsn: str, role: Role, *, checked: bool = True) -> None:
         self.dsn = dsn
         self.role = role
+        self.checked = checked
         self._conn: Conn | None = None
         self._lock = threading.Lock()
 
     def get(self) -> Conn:
         with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = connect(self.dsn, self.role)
-            return self._conn
+            conn = self._conn
+            if conn is not None and not conn.closed and self.checked:
+                try:
+                    check(conn)
+                except psycopg.Error:
+                    conn.close()
+            if conn is None or conn.closed:
+                self._conn = conn = connect(self.dsn, self.role)
+            return conn
 
     @property
     def open(self) -> bool:

@@ -4,8 +4,8 @@ Why it exists: the dashboard's overview, the ``/metrics`` scrape and ``health`` 
 questions of the database, every few seconds, of a table that may hold millions of done rows;
 one statement per question (``sql/observe.sql``), each written to use migration 0015's indexes.
 
-What it is not: the operator's per-job reads (``jobs.py``) or the presence of workers (the node
-table, another migration: see ``metrics_db.live_workers``).
+What it is not: the operator's per-job reads (``jobs.py``) or the presence of workers
+(``nodes.py``).
 """
 
 from __future__ import annotations

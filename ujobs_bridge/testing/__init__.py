@@ -9,6 +9,8 @@ schema, the real insert, claim, attempt core and settle. The kit gives
   (the row's state, output, error, attempt, the row itself); ``perform_again`` runs the next one;
 - ``run_until_idle(worker)``: tick a real ``Worker`` until nothing it can run is due;
 - ``enqueued(client, name=my_job, args=[...])``: the matching job rows, oldest first;
+- ``PrivateCluster``: a Postgres server of the test's own (temporary ``initdb``, free port) to
+  stop, crash and restart in outage tests;
 - a pytest plugin, ``pytest -p ujobs_bridge.testing.pytest`` (fixtures ``ujobs_database``,
   ``ujobs_dsn``, ``ujobs_client``, ``ujobs_clock``).
 
@@ -18,6 +20,7 @@ Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
 
 from __future__ import annotations
 
+from .cluster import PrivateCluster
 from .database import (
     ADMIN_DSN_ENV,
     DEFAULT_ADMIN_DSN,
@@ -33,6 +36,7 @@ __all__ = [
     "ADMIN_DSN_ENV",
     "DEFAULT_ADMIN_DSN",
     "Performed",
+    "PrivateCluster",
     "TemporaryDatabase",
     "admin_dsn_from_env",
     "dsn_for",

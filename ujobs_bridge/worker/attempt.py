@@ -29,7 +29,14 @@ from typing import Any, TypeVar
 from .. import context, steps, tracing
 from ..context import AttemptSignal, JobContext
 from ..error_text import FormattedError, error_text
-from ..errors import AttemptAborted, ErrorCode, PayloadError, StepError, StepSuspended
+from ..errors import (
+    AttemptAborted,
+    DatabaseUnavailableError,
+    ErrorCode,
+    PayloadError,
+    StepError,
+    StepSuspended,
+)
 from ..job import JobDefinition
 from ..outcomes import Cancel, Discard, Outcome, Snooze
 from ..payload import decode_input, dumps
@@ -37,6 +44,7 @@ from ..records import ClaimedJob, JobState, Settlement
 from ..steps import StepRunner
 
 T = TypeVar("T")
+OUTAGE_DELAY_S = 1.0  # an attempt handed back for a database outage runs again after this
 
 __all__ = [
     "BodyResult",
@@ -270,6 +278,15 @@ def settle(
     outcome = _explicit(claimed, error)
     if outcome is not None:
         return outcome
+    if isinstance(error, DatabaseUnavailableError):  # our outage, not the job's failure
+        return Settlement(
+            claimed.id,
+            claimed.lease_token,
+            state=JobState.READY,
+            delay_s=OUTAGE_DELAY_S,
+            error=error_text(error),
+            uncount=1,
+        )
     if isinstance(error, KeyboardInterrupt | SystemExit):
         return Settlement(
             claimed.id,

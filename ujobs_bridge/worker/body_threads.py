@@ -22,12 +22,28 @@ class BodyThreads(Generic[T]):
     def __init__(self, size: int, run: Callable[[T], None], *, name: str = "ujobs-body") -> None:
         self._queue: queue.SimpleQueue[T | None] = queue.SimpleQueue()
         self._run = run
+        self._name = name
         self._threads = [
             threading.Thread(target=self._loop, name=f"{name}-{i}", daemon=True)
             for i in range(size)
         ]
         for thread in self._threads:
             thread.start()
+
+    def grow(self, n: int) -> None:
+        """Start ``n`` more threads."""
+        for _ in range(n):
+            thread = threading.Thread(
+                target=self._loop, name=f"{self._name}-{len(self._threads)}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def shrink(self, n: int) -> None:
+        """Let ``n`` threads exit once they are free (a running body finishes first)."""
+        for _ in range(min(n, len(self._threads) - 1)):
+            self._threads.pop()
+            self._queue.put(None)
 
     def submit(self, item: T) -> None:
         self._queue.put(item)

@@ -35,19 +35,26 @@ from ..records import ClaimedJob
 from ..steps import StepRunner
 from .attempt import BodyResult, RemoteJobError, run_body
 
+# task name -> attribute -> value, as remote control set them in the parent (picklable)
+TaskSettings = dict[str, dict[str, Any]]
+
 _registry: dict[str, JobDefinition[Any, Any]] = {}
 _dsn: list[str] = []
 _pool: list[Pool] = []
+_app: list[Any] = []  # the LoadedApp of -A, once loaded
+_settings: list[Any] = [None]  # the task settings last applied (see child_run)
 _lock = threading.Lock()
 
 Reply = tuple[Any, ...]
 
 
-def child_init(app_spec: str | None, dsn: str) -> None:
+def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
     """Load ``-A`` in this child through its loader and bind the app to the parent's ``dsn``
-    (passed here, never through the environment)."""
-    from .. import loading
+    (passed here, never through the environment); ``node``: the parent's node name."""
+    from .. import context, loading
 
+    if node:
+        context.set_node_name(node)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _dsn.append(dsn)
@@ -55,6 +62,7 @@ def child_init(app_spec: str | None, dsn: str) -> None:
         app = loading.resolve(app_spec)
         _registry.update(loading.jobs_of(app))
         app.bind(dsn)
+        _app.append(app)
         _on_exit(app.on_process_shutdown)
         app.on_process_init()
 
@@ -91,10 +99,15 @@ def _connection() -> AbstractContextManager[Conn]:
     return _pool[0].connection()
 
 
-def child_run(claimed: ClaimedJob) -> Reply:
+def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Reply:
     """Run one claimed job's body here through the attempt core, with the same
     ``current_job()`` and ``step`` a thread body gets (its signal never fires: a cancel is fenced
-    when the child answers), and answer with a plain reply."""
+    when the child answers), and answer with a plain reply. ``settings``: the parent's task
+    settings changed by remote control (``rate_limit``, ``time_limit``), applied to this child's
+    app before the body when they differ from the last ones applied."""
+    if settings != _settings[0] and _app:
+        _app[0].apply_task_settings(settings or {})
+        _settings[0] = settings
     definition = _registry[claimed.name]
     runner = StepRunner(
         lease=Lease(claimed.id, claimed.lease_token, claimed.attempt),

@@ -55,6 +55,12 @@ class Heartbeat(Service):
         self._last_ok_start = time.monotonic()
         super().__init__("heartbeat", interval_s=interval_s, wait_first=True)
 
+    @property
+    def connection(self) -> Reconnecting:
+        """Its one connection, which the node's presence (``presence.py``) shares: each of their
+        statements autocommits, so the two loops interleave safely."""
+        return self._conn
+
     def _on_start(self) -> None:
         self._last_ok_start = time.monotonic()
 

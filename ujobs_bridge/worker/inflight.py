@@ -36,6 +36,7 @@ class InFlight:
     future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
     started: bool = False  # a body thread took it (thread runtime)
     dropped: bool = False  # taken back before it started: a body thread must skip it
+    started_at: float | None = None  # wall clock, when a body thread took it (inspect active)
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
     claimed_at: float = 0.0  # monotonic, for the attempt duration metric

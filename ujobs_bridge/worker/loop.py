@@ -12,7 +12,8 @@ the floor.
 
 ``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
 attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
-the shutdown's hand-back), the heartbeat and the listener.
+the shutdown's hand-back), the heartbeat, the listener and the node's presence
+(``presence.py``: the node row and the remote-control mailbox, on the heartbeat's connection).
 
 Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
@@ -30,36 +31,44 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
-from .. import validation
+from .. import context, validation
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db.connections import Role
+from ..db.connections import Backoff, Role, transient
+from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
 from .attempt import BodyResult, settle
+from .child import TaskSettings
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
+from .control import ControlState, Handler, Panel
 from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
+from .outcome_writes import flush_all, write_batch, write_isolating
+from .presence import Presence, default_node_name
 from .runtimes import LoopRuntime, Runtimes, StepWrites
+from .steering import Steering
 from .stopping import Stopper
 
 log = logging.getLogger("ujobs.worker")
 
-RETRY_PAUSE_S = 1.0  # after a failed pass of the claim loop
+RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
 
 
-class Worker:
+class Worker(Steering):
     """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
-    channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``)."""
+    channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
+    node (default ``celery@<host>``); ``control``: remote-control handlers added to the engine's
+    (``LoadedApp.control_commands``), whose replies ``control_encode`` turns into JSON text."""
 
     def __init__(
         self,
@@ -71,6 +80,9 @@ class Worker:
         app_spec: str | None = None,
         worker_id: str | None = None,
         channels: Sequence[ExtraChannel] = (),
+        node_name: str | None = None,
+        control: Mapping[str, Handler] | None = None,
+        control_encode: Callable[[Any], str] | None = None,
     ) -> None:
         self.dsn = dsn
         self.registry = dict(registry)
@@ -90,6 +102,13 @@ class Worker:
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.node = node_name or default_node_name()
+        self.dsn_host = mask_dsn(dsn)
+        self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
+        self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
+        self.send_task_events = False  # enable_events/disable_events flip it
+        self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
+        self.remote_shutdown = threading.Event()  # a `shutdown` command arrived
         self.outcomes = OutcomeBatch(
             threshold=self.config.capacity // 2, interval_s=self.config.ack_interval_s
         )
@@ -116,6 +135,8 @@ class Worker:
             stopping=self._stopping,
             app_spec=app_spec,
             dsn=dsn,
+            node=self.node,
+            task_settings=self.task_settings,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(
@@ -132,9 +153,20 @@ class Worker:
             dsn,
             lease_s=self.config.lease_s,
             interval_s=self.config.heartbeat_interval_s,
-            held=self.table.held_leases,
+            held=lambda: self.table.held_leases() + self.outcomes.leases(),
             on_lost=self.stopper.lease_lost,
             role=Role(f"worker:{self.id}:hb"),
+        )
+        self.presence = Presence(
+            self.heartbeat.connection,
+            worker_id=self.id,
+            name=self.node,
+            ttl_s=self.config.lease_s,
+            beat_s=self.config.heartbeat_interval_s,
+            describe=self._describe,
+            panel=Panel(ControlState(self, self.node), control),
+            clock=clock,
+            **({"encode": control_encode} if control_encode else {}),
         )
         self.listener = Listener(
             dsn,
@@ -142,7 +174,7 @@ class Worker:
             on_ready=self._wake.set,
             on_cancel=self.stopper.cancel_notified,
             role=Role(f"worker:{self.id}:listen"),
-            channels=channels,
+            channels=(*channels, self.presence.channel()),
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -154,7 +186,9 @@ class Worker:
                 return
             self.runtimes.open()
             self.claims.connection()  # a wrong DSN fails here, not in the loop
+            context.set_node_name(self.node)
             self.heartbeat.start()
+            self.presence.start()
             self.listener.start()
             self.claim_loop.start()
             self.started.set()
@@ -171,17 +205,28 @@ class Worker:
 
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
+        self.presence.stop()  # the node leaves at once (inspect no longer lists it)
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
         self.stopper.hand_back_unstarted()
         while time.monotonic() < deadline and not self._hurry.is_set():
             if not self.table.unsettled():
                 break
-            self._flush(force=True)
+            try:
+                self._flush(force=True)
+            except Exception as exc:  # an outage: the outcomes are kept for the last flush
+                self.claims.reset()
+                log.warning("ujobs.worker.db_error: %s", exc)
             self._wake.wait(0.05)
             self._wake.clear()
         self.stopper.hand_back_running()
-        self._flush(force=True)
+        flush_all(  # through an outage, while the leases may still be valid
+            lambda: self._flush(force=True),
+            self.outcomes,
+            reset=self.claims.reset,
+            until=max(deadline, time.monotonic()) + self.config.lease_s,
+            hurry=self._hurry,
+        )
         self.heartbeat.stop()
         self.listener.stop()
         self.runtimes.shutdown()
@@ -259,7 +304,7 @@ class Worker:
         until woken (a notification, a freed slot, a queued outcome) or the next poll."""
         self._wake.clear()
         if self._stopping.is_set() or self._pass():
-            return
+            return  # every free slot filled, or more outcomes due: the next pass at once
         wait = self.config.poll_s
         if self.outcomes:
             wait = min(wait, self.config.ack_interval_s)
@@ -269,10 +314,12 @@ class Worker:
 
     def _pass(self) -> bool:
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
-        per cycle instead of two."""
-        self.claims.sweep()
+        per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
+        lease, this worker's own sweep must not rescue the jobs whose results it holds."""
         self.stopper.check_deadlines()
         batch = self._take_due()
+        if not batch:
+            self.claims.sweep()
         held = len(self.table)
         free = self.config.capacity - held
         want = 0
@@ -284,20 +331,28 @@ class Worker:
             want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
+        rows: list[ClaimedJob] = []
         with self._jobs:  # what a pass claims, it runs with the same registry
             try:
                 if batch and want:
                     matched, rows = self.claims.write_then_claim(batch, want)
                 elif batch:
-                    matched, rows = self.claims.write(batch), []
+                    matched = self.claims.write(batch)
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                     matched, rows = set(), self.claims.claim(want)
-            except Exception:  # whatever failed, the outcomes wait for the next pass
-                self.outcomes.restore(batch)
-                raise
-            self.outcomes.written(batch, matched)
-            self._start(rows)
-        return want > 0 and len(rows) == want
+            except Exception as exc:  # whatever failed, the outcomes are kept
+                if not batch or transient(exc):
+                    self.outcomes.restore(batch)
+                    raise
+                log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
+                write_isolating(self.claims.write, batch, self.outcomes)  # keeps what it can't
+                want = 0
+            else:
+                self.outcomes.written(batch, matched)
+                self._start(rows)
+        if batch:
+            self.claims.sweep()
+        return (want > 0 and len(rows) == want) or self.outcomes.more()
 
     # ------------------------------------------------------------------ claim and dispatch
 
@@ -324,6 +379,8 @@ class Worker:
         """A body returned (called on its runtime's thread): settle the attempt unless a
         timeout, a cancel or the shutdown did already, and free its slot."""
         decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        name = entry.claimed.name
+        self.processed[name] = self.processed.get(name, 0) + 1  # approximate under races
         first = self.table.settle_once(entry, decided, release=True)
         if first and decided is None and entry.signal.code is ErrorCode.LEASE_LOST:
             log.warning(
@@ -337,24 +394,21 @@ class Worker:
 
     def _flush(self, *, force: bool = False) -> int:
         batch = self._take_due(force=force)
-        if not batch:
-            return 0
-        try:
-            matched = self.claims.write(batch)
-        except Exception:  # whatever failed, the outcomes wait for the next flush
-            self.outcomes.restore(batch)
-            raise
-        self.outcomes.written(batch, matched)
+        if batch:
+            write_batch(self.claims.write, batch, self.outcomes)
         return len(batch)
 
 
 class ClaimLoop(Service):
     """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
-    and again; a database error resets the claim connection and pauses a second."""
+    and again; an error resets the claim connection and pauses, longer after each failure in a
+    row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
+    cheaply later, with every outcome kept."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        super().__init__("claim", interval_s=RETRY_PAUSE_S)
+        self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
+        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S)
 
     def tick(self) -> bool:
         """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
@@ -365,6 +419,7 @@ class ClaimLoop(Service):
             self.request_stop()
             return 0.0
         self.worker._cycle()
+        self.backoff.reset()
         return 0.0
 
     def _on_error(self, exc: Exception) -> float:
@@ -373,4 +428,4 @@ class ClaimLoop(Service):
             log.warning("ujobs.worker.db_error: %s", exc)
         else:
             log.exception("ujobs.worker.error")
-        return RETRY_PAUSE_S
+        return self.backoff.next()

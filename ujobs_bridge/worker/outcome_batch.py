@@ -5,6 +5,10 @@ outcomes in batches (flushed when half the worker's capacity is waiting, when th
 waited ``ack_interval``, or when the worker goes idle) is where the headroom is. Each outcome
 carries its attempt's lease token, so a write whose lease was lost changes nothing, and an
 outcome whose write failed is kept and written again (a repeat is fenced if the first landed).
+A batch is bounded by count and by bytes (``max_items``, ``max_bytes``), so a backlog built up
+during an outage, or a few large results, never becomes one document too big to store; the
+leases of outcomes not written yet are still renewed by the heartbeat (``leases()``), so a
+finished job is not rescued from under its result.
 
 What it is not: the decision of what the outcome is (``attempt.py``).
 """
@@ -21,6 +25,15 @@ from ..records import JobState, Settlement
 
 log = logging.getLogger("ujobs.worker")
 
+MAX_ITEMS = 1000
+MAX_BYTES = 32 * 1024 * 1024
+ITEM_OVERHEAD = 160  # id, token, state and the rest of one item of the batch document
+
+
+def size_of(s: Settlement) -> int:
+    """About how many bytes ``s`` adds to a batch document (characters, not encoded bytes)."""
+    return ITEM_OVERHEAD + len(s.output_json or "") + len(s.error or "")
+
 
 @dataclass(slots=True)
 class WorkerCounts:
@@ -35,13 +48,23 @@ class WorkerCounts:
 
 
 class OutcomeBatch:
-    def __init__(self, *, threshold: int, interval_s: float) -> None:
+    def __init__(
+        self,
+        *,
+        threshold: int,
+        interval_s: float,
+        max_items: int = MAX_ITEMS,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.threshold = max(1, threshold)
         self.interval_s = interval_s
+        self.max_items = max(1, max_items)
+        self.max_bytes = max_bytes
         self.counts = WorkerCounts()
         self._lock = threading.Lock()
         self._pending: list[Settlement] = []
         self._since = 0.0
+        self._cut = False
 
     def add(self, settlement: Settlement) -> None:
         with self._lock:
@@ -52,8 +75,19 @@ class OutcomeBatch:
     def __bool__(self) -> bool:
         return bool(self._pending)
 
+    def more(self) -> bool:
+        """True if the last batch taken was cut by its bounds: the rest is due at once."""
+        with self._lock:
+            return self._cut and bool(self._pending)
+
+    def leases(self) -> list[tuple[UUID, UUID]]:
+        """(job id, lease token) of each outcome not written yet."""
+        with self._lock:
+            return [(s.id, s.token) for s in self._pending]
+
     def take_due(self, *, force: bool = False, idle: bool = False) -> list[Settlement]:
-        """The batch to write now, or nothing if it is better to wait for more."""
+        """The batch to write now (at most ``max_items`` outcomes and about ``max_bytes``, but
+        at least one), or nothing if it is better to wait for more."""
         with self._lock:
             if not self._pending:
                 return []
@@ -65,7 +99,14 @@ class OutcomeBatch:
             )
             if not due:
                 return []
-            batch, self._pending = self._pending, []
+            taken, size = 0, 0
+            for s in self._pending:
+                size += size_of(s)
+                if taken and (taken >= self.max_items or size > self.max_bytes):
+                    break
+                taken += 1
+            batch, self._pending = self._pending[:taken], self._pending[taken:]
+            self._cut = bool(self._pending)
             return batch
 
     def restore(self, batch: list[Settlement]) -> None:

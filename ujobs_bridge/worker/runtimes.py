@@ -32,7 +32,7 @@ from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
-from .child import body_result_from_child, child_init, child_run
+from .child import TaskSettings, body_result_from_child, child_init, child_run
 from .inflight import InFlight
 
 Finished = Callable[[InFlight, BodyResult], None]
@@ -120,12 +120,19 @@ class ThreadRuntime:
     def shutdown(self) -> None:
         self._threads.shutdown()
 
+    def resize(self, size: int, current: int) -> None:
+        if size > current:
+            self._threads.grow(size - current)
+        elif size < current:
+            self._threads.shrink(current - size)
+
     def _run(self, entry: InFlight) -> None:
         with self._lock:
             if entry.dropped or self.stopping.is_set():
                 # Shutting down: a prefetched job must not start now; it is handed back.
                 return
             entry.started = True
+            entry.started_at = time.time()
         if entry.signal.aborted:
             self.finished(entry, BodyResult())
             return
@@ -167,6 +174,7 @@ class LoopRuntime:
             self._loop.close()
 
     async def _run(self, entry: InFlight) -> None:
+        entry.started_at = time.time()
         runner = self.steps.runner(entry)
         result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
         self.finished(entry, result)
@@ -176,19 +184,30 @@ class ProcessRuntime:
     """Every body in a spawned child (``child.py``); the parent keeps the deadline, and a body
     that has started cannot be interrupted (its outcome is fenced when it answers)."""
 
-    def __init__(self, size: int, finished: Finished, *, app_spec: str | None, dsn: str) -> None:
+    def __init__(
+        self,
+        size: int,
+        finished: Finished,
+        *,
+        app_spec: str | None,
+        dsn: str,
+        node: str,
+        settings: TaskSettings,
+    ) -> None:
         self.finished = finished
+        self.settings = settings  # the worker's task settings, sent along with each body
         # spawn, not fork: a forked child would share this process's sockets (the claim
         # connection, an app's result pool) and copy locks held by its threads.
         self._executor = ProcessPoolExecutor(
             max_workers=size,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=child_init,
-            initargs=(app_spec, dsn),
+            initargs=(app_spec, dsn, node),
         )
 
     def submit(self, entry: InFlight) -> None:
-        future = self._executor.submit(child_run, entry.claimed)
+        future = self._executor.submit(child_run, entry.claimed, self.settings or None)
+        entry.started_at = time.time()
         if entry.definition.timeout_s is not None:
             entry.deadline = time.monotonic() + entry.definition.timeout_s
         future.add_done_callback(functools.partial(self._done, entry))
@@ -230,7 +249,11 @@ class Runtimes:
         stopping: threading.Event,
         app_spec: str | None,
         dsn: str,
+        node: str = "",
+        task_settings: TaskSettings | None = None,
     ) -> None:
+        self.node = node
+        self.task_settings: TaskSettings = {} if task_settings is None else task_settings
         self.pool = pool
         self.size = size
         self.registry = registry
@@ -250,7 +273,12 @@ class Runtimes:
         self._opened = True
         if self.pool == "processes":
             self.processes = ProcessRuntime(
-                self.size, self.finished, app_spec=self.app_spec, dsn=self.dsn
+                self.size,
+                self.finished,
+                app_spec=self.app_spec,
+                dsn=self.dsn,
+                node=self.node,
+                settings=self.task_settings,
             )
             return
         self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
@@ -274,6 +302,12 @@ class Runtimes:
 
     def interrupt(self, entry: InFlight) -> None:
         self._of(entry).interrupt(entry)
+
+    def resize(self, size: int) -> None:
+        """Run ``size`` thread bodies at once (the thread pool only)."""
+        if self.threads is not None:
+            self.threads.resize(size, self.size)
+        self.size = size
 
     def shutdown(self) -> None:
         for runtime in (self.processes, self.threads, self.loop):

@@ -9,9 +9,11 @@ worker questions from what the database knows: a task whose job row is ``running
 ``active``, one whose row finished is ``ready``; ``ping`` answers for the in-process
 ``start_worker`` worker while it runs; purge cancels the rows that are due and not started.
 
-What it is not: remote control for production workers (``app.control.inspect()`` keeps
-Celery's behaviour and needs a broker), nor a per-worker view: every answer is the database's,
-reported under the test worker's node name.
+What it is not: needed any more for remote control. Celery's own ``Manager`` works unchanged
+against bridge workers (their nodes answer ``inspect()`` over Postgres; see
+``tests/test_celery_contrib.py``); this subclass is kept only because the conformance shim
+still uses it (its ``query_task`` also reports finished rows as ``ready``), until the
+conformance run is switched to Celery's Manager.
 """
 
 from __future__ import annotations

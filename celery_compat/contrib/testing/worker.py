@@ -18,8 +18,10 @@ current and default, the ``celery.ping`` round trip before the block runs, and
 What it is not: Celery's worker. ``pool`` is always threads in this process (``solo``,
 ``prefork`` and ``threads`` all mean that); the task registry is read at start and again by
 ``reload()`` (as on Celery, call it after defining tasks once the worker runs: it also starts
-consuming the queues those tasks route to); remote control (``inspect``) has no worker to
-answer it. The tasks' database is the app's (``app.ujobs_client``).
+consuming the queues those tasks route to). It registers a node named ``hostname`` (Celery's
+default ``gen<pid>@<host>``) that answers remote control (``app.control.inspect()``, Celery's
+own test ``Manager``) as any bridge worker does. The tasks' database is the app's
+(``app.ujobs_client``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from celery.utils.imports import reload_from_cwd
 from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 
-from celery_compat import revoked_ids
+from celery_compat import revoked_ids, worker_control
 from celery_compat.execution import jobs_for_app
 from ujobs_bridge import Worker, WorkerConfig, loading
 
@@ -168,6 +170,7 @@ def _build_worker(
     pool: str,
     queues: tuple[str, ...] | None,
     options: dict[str, Any],
+    hostname: str,
 ) -> Worker:
     if pool not in POOLS:
         raise ValueError(f"start_worker(pool={pool!r}): use one of {', '.join(POOLS)}")
@@ -181,7 +184,13 @@ def _build_worker(
         lease_s=float(options.pop("lease_s", 10.0)),
     )
     return Worker(
-        app.ujobs_client.dsn, loading.build(jobs), config, channels=(revoked_ids.channel(),)
+        app.ujobs_client.dsn,
+        loading.build(jobs),
+        config,
+        channels=(revoked_ids.channel(),),
+        node_name=hostname,
+        control=worker_control.commands(app),
+        control_encode=worker_control.encode,
     )
 
 
@@ -215,7 +224,7 @@ def start_worker(
             assert "celery.ping" in app.tasks
         hostname = str(kwargs.pop("hostname", None) or anon_nodename())
         queues = _queue_list(kwargs.pop("queues", None))
-        bridge = _build_worker(app, concurrency, pool, queues, kwargs)
+        bridge = _build_worker(app, concurrency, pool, queues, kwargs, hostname)
         worker = TestWorker(app, bridge, hostname, pool, queues)
         tracked = _WorkerState(app)
         tracked.connect()

@@ -217,3 +217,19 @@ select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::flo
   from x_celery_revoked
  where created_at > coalesce(%(now)s, now()) - make_interval(secs => %(window_s)s)
  order by created_at, task_id
+
+-- celery_purge_ready --
+-- Celery's purge: the ready messages of the given queues are cancelled (they never run; the
+-- retention sweep deletes them later), per queue, in one statement. Running, sleeping and waiting
+-- rows are left alone: a worker holds them, as a Celery worker holds its unacked messages.
+with gone as (
+    update x_jobs
+       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
+           last_error = %(error)s, updated_at = now(), finished_at = now()
+     where state = 'ready' and queue = any(%(queues)s)
+    returning queue
+)
+select q.queue, count(gone.queue)::int
+  from unnest(%(queues)s::text[]) as q(queue)
+  left join gone on gone.queue = q.queue
+ group by q.queue

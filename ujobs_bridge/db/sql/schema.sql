@@ -20,3 +20,34 @@ insert into x_schema_version (version, name) values (%(version)s, %(name)s)
 
 -- schema_table_exists --
 select to_regclass('x_schema_version') is not null as present
+
+-- schema_role_exists --
+select exists (select 1 from pg_roles where rolname = %(role)s) as present
+
+-- schema_grantable_relations --
+-- The project's relations in the current schema (tables and the identity sequences behind them),
+-- discovered from the catalog so that a table a later migration adds is granted too.
+select c.relname, c.relkind = 'S' as is_sequence
+from pg_class c
+where c.relnamespace = current_schema()::regnamespace
+  and c.relname like 'x\_%'
+  and c.relkind in ('r', 'p', 'S')
+order by c.relname
+
+-- schema_current_names --
+select current_database(), current_schema()
+
+-- schema_grant_connect --
+-- ``{database}``, ``{schema}``, ``{role}``, ``{relation}`` are filled by psycopg.sql.Identifier,
+-- never by text.
+grant connect on database {database} to {role}
+
+-- schema_grant_usage --
+grant usage on schema {schema} to {role}
+
+-- schema_grant_table --
+-- Exactly the row privileges the runtime uses: no TRUNCATE, REFERENCES, TRIGGER or DDL.
+grant select, insert, update, delete on table {relation} to {role}
+
+-- schema_grant_sequence --
+grant usage, select on sequence {relation} to {role}

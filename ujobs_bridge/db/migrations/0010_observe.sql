@@ -1,4 +1,4 @@
--- 0015_observe (numbered 0009 on branch i12-see only, until 0009-0014 are merged: rename it to
+-- 0015_observe (numbered 0010 on branch i12-see only, until 0010-0014 are merged: rename it to
 -- 0015_observe.sql at merge): indexes for the reads an operator's screens and scrapes make (the dashboard's
 -- overview, /metrics, `health`), so they stay index scans on a table of millions of done rows.
 -- Forward-only. Applied in one transaction under an advisory lock by schema.py (a plain CREATE
