@@ -103,22 +103,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
-class TextFormatter(logging.Formatter):
-    """The classic one-line format; a job line's ``error`` (its traceback) follows, indented."""
-
-    def __init__(self) -> None:
-        super().__init__(TEXT_FORMAT)
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        error = record.__dict__.get("error")
-        if isinstance(error, str) and error and record.levelno >= logging.WARNING:
-            text += "\n" + "\n".join("    " + line for line in error.splitlines())
-        return text
-
-
 def formatter(fmt: LogFormat) -> logging.Formatter:
-    return JsonFormatter() if fmt == "json" else TextFormatter()
+    """JSON lines, or the classic one-line text (a job's traceback is in JSON's ``error``, and
+    in text only at DEBUG, as its own line: ``worker/job_log.py``)."""
+    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
 
 
 def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None) -> None:

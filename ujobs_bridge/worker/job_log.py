@@ -99,7 +99,9 @@ def settled(claimed: ClaimedJob, settlement: Settlement | None) -> None:
             _summary(settlement.error),
             extra=_fields(claimed, outcome=outcome, error=settlement.error),
         )
-    elif outcome in ("snoozed", "handed_back"):
+    if outcome in ("retried", "dead", "cancelled") and log.isEnabledFor(logging.DEBUG):
+        log.debug("job traceback: %s:\n%s", _label(claimed), settlement.error or "")
+    if outcome in ("snoozed", "handed_back"):
         log.info(
             "job %s: %s: %s",
             outcome.replace("_", " "),
@@ -107,5 +109,5 @@ def settled(claimed: ClaimedJob, settlement: Settlement | None) -> None:
             _summary(settlement.error),
             extra=_fields(claimed, outcome=outcome, delay_s=settlement.delay_s),
         )
-    elif log.isEnabledFor(logging.DEBUG):
+    elif outcome not in ("retried", "dead", "cancelled") and log.isEnabledFor(logging.DEBUG):
         log.debug("job %s: %s", outcome, _label(claimed), extra=_fields(claimed, outcome=outcome))
