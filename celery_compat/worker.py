@@ -14,6 +14,7 @@ What it is not: Celery's ``WorkController``: no consumer, no broker connection, 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -138,6 +139,8 @@ class Worker:
                 pidfile=pidfile,
                 logfile=logfile,
                 task_events=bool(kwargs.get("task_events")),
+                # Celery's CLI has no --log-format: the bridge's environment variable sets it
+                log_format="json" if os.environ.get("UJOBS_LOG_FORMAT") == "json" else "text",
             )
             self.flags.config()
         except ConfigError as exc:
@@ -154,7 +157,7 @@ class Worker:
             app.conf.task_soft_time_limit = soft
         if self.include:
             app.conf.include = (*(app.conf.include or ()), *self.include)
-        flags.setup_logging(self.flags.loglevel, self.flags.logfile)
+        flags.setup_logging(self.flags.loglevel, self.flags.logfile, self.flags.log_format)
         app.loader.import_default_modules()
         spec = _app_spec()
         sys.stderr.write(

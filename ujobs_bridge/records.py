@@ -44,7 +44,9 @@ class ClaimedJob:
     """One row a worker holds a lease on. ``deliveries`` counts every claim of the row, this
     one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery.
     ``undecodable``: the stored input could not be decoded (nested past the recursion limit):
-    the worker fails this row alone, with the reason, without running it."""
+    the worker fails this row alone, with the reason, without running it.
+    ``traceparent`` is the enqueuer's W3C trace context; ``due_at`` the ``run_at`` it was
+    claimed at (pick-up latency is the claim's time minus it)."""
 
     id: UUID
     name: str
@@ -56,6 +58,8 @@ class ClaimedJob:
     expired: bool
     deliveries: int = 1
     undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
+    traceparent: str | None = None
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,11 @@ from typing import NoReturn
 
 import click
 
-from .. import loading, validation
+from .. import health, loading, metrics, validation
 from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
+from ..logs import LogFormat
+from ..metrics_http import MetricsServer
 from ..schema_access import ensure_schema
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
@@ -39,7 +41,7 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option
+from .options import database, dsn_option, log_format_option, metrics_options
 
 EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
@@ -63,6 +65,9 @@ class WorkerFlags:
     logfile: str | None = None
     dsn: str | None = None
     task_events: bool = False
+    log_format: LogFormat = "text"
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
@@ -180,6 +185,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "--pidfile", default=None, help="Write the pid here; refused while it names a live process."
 )
 @click.option("-f", "--logfile", default=None, help="Log to this file instead of stderr.")
+@log_format_option
+@metrics_options
 @click.option(
     "--without-heartbeat", is_flag=True, help="No-op: worker liveness is the lease heartbeat."
 )
@@ -230,6 +237,9 @@ def worker(
     hostname: str | None,
     pidfile: str | None,
     logfile: str | None,
+    log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_address: str,
     without_heartbeat: bool,
     without_gossip: bool,
     without_mingle: bool,
@@ -270,12 +280,35 @@ def worker(
             logfile=logfile,
             dsn=dsn,
             task_events=task_events,
+            log_format=log_format,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
         )
         asked.config()
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    flags.setup_logging(asked.loglevel, asked.logfile)
+    flags.setup_logging(asked.loglevel, asked.logfile, asked.log_format)
     serve(loading.resolve(app_spec), app_spec, asked)
+
+
+def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServer | None:
+    """``--metrics-port``: this worker's series, ``/healthz``, and ``/readyz`` (ready while the
+    worker runs, is not shutting down, and its database answers)."""
+    if asked.metrics_port is None:
+        return None
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        if runner.stopping:
+            return False, {"worker": "shutting down"}
+        database = health.database_reachable(dsn)
+        return database.ok, {"worker": runner.id, "database": database.detail}
+
+    exporter = MetricsServer(
+        metrics.REGISTRY, port=asked.metrics_port, address=asked.metrics_address, ready=ready
+    )
+    exporter.start()
+    click.echo(f"metrics: http://{asked.metrics_address}:{exporter.port}/metrics", err=True)
+    return exporter
 
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
@@ -357,6 +390,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
+    exporter = _serve_metrics(asked, runner, resolved.dsn)
     node = f" node={runner.node}"
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
@@ -377,6 +411,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     else:
         click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
+    if exporter is not None:
+        exporter.stop()
     app.on_worker_shutdown(runner)
     c = runner.counts
     click.echo(

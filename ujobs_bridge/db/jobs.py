@@ -304,19 +304,54 @@ def job_get(conn: Conn, job_id: UUID) -> JobRecord | None:
     return None if row is None else _record(row)
 
 
+def like_literal(text: str) -> str:
+    """``text`` as a LIKE pattern matching exactly itself (``\\``, ``%`` and ``_`` escaped)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def job_list(
-    conn: Conn, *, state: str | None, queue: str | None, name: str | None, limit: int
+    conn: Conn,
+    *,
+    state: str | None,
+    queue: str | None,
+    name: str | None,
+    limit: int,
+    name_like: str | None = None,
+    ids: Sequence[UUID] | None = None,
+    offset: int = 0,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[JobRecord]:
+    """Newest first. ``name`` matches exactly, ``name_like`` is a LIKE pattern (``name`` wins);
+    ``ids`` narrows to those rows; ``since``/``until`` bound ``created_at`` (until excluded);
+    paged by ``limit`` and ``offset``."""
+    params = {
+        "state": state,
+        "queue": queue,
+        "name_like": like_literal(name) if name is not None else name_like,
+        "ids": list(ids) if ids is not None else None,
+        "limit": limit,
+        "offset": offset,
+        "since": since,
+        "until": until,
+    }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            q("job_list"), {"state": state, "queue": queue, "name": name, "limit": limit}
-        ).fetchall()
+        rows = cur.execute(q("job_list"), params).fetchall()
     return [_record(r) for r in rows]
 
 
-def job_dead(conn: Conn, *, limit: int) -> list[JobRecord]:
+def job_dead(
+    conn: Conn,
+    *,
+    limit: int,
+    queue: str | None = None,
+    name_like: str | None = None,
+    offset: int = 0,
+) -> list[JobRecord]:
+    """Dead letters, most recently dead first; filtered by queue and a LIKE pattern, paged."""
+    params = {"limit": limit, "queue": queue, "name_like": name_like, "offset": offset}
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(q("job_dead"), {"limit": limit}).fetchall()
+        rows = cur.execute(q("job_dead"), params).fetchall()
     return [_record(r) for r in rows]
 
 

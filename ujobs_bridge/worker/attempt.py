@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import context, steps
+from .. import context, steps, tracing
 from ..context import AttemptSignal, JobContext
 from ..error_text import FormattedError, error_text
 from ..errors import (
@@ -118,6 +118,11 @@ def _bound(claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None
         context.unbind(token)
 
 
+def _failed(error: BaseException | None) -> bool:
+    """An attempt whose span is marked as an error: not a suspension or a chosen outcome."""
+    return error is not None and not isinstance(error, Outcome | StepSuspended)
+
+
 def _returned(value: Any, name: str) -> BodyResult:
     if isinstance(value, Outcome):  # an outcome may be returned as well as raised
         return BodyResult(error=value)
@@ -134,15 +139,17 @@ def run_body(
     def`` body runs on a fresh event loop (in a helper thread if this thread already runs one)."""
     if definition.is_async:
         return _on_fresh_loop(run_body_async(definition, claimed, signal, runner))
-    with _bound(claimed, signal, runner):
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
         try:
             args, kwargs = decode_input(claimed.input)
             value = definition.fn(*args, **kwargs)
             if inspect.iscoroutine(value):  # a sync wrapper around an async body
                 value = _on_fresh_loop(value)
-            return _returned(value, claimed.name)
+            result = _returned(value, claimed.name)
         except BaseException as exc:  # the decision table sorts every kind
-            return BodyResult(error=exc)
+            result = BodyResult(error=exc)
+        record(result.error, _failed(result.error))
+        return result
 
 
 async def run_body_async(
@@ -154,18 +161,21 @@ async def run_body_async(
     """Run an ``async def`` body on the running loop, with its context and steps bound and its
     ``timeout=`` applied (a timeout aborts the signal and fails the attempt)."""
     timeout = definition.timeout_s
-    with _bound(claimed, signal, runner):
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
         try:
             if timeout is None:
-                return await _awaited(definition, claimed, signal)
-            return await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
+                result = await _awaited(definition, claimed, signal)
+            else:
+                result = await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
         except TimeoutError:
             signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
-            return BodyResult(
+            result = BodyResult(
                 error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
             )
         except asyncio.CancelledError:  # the loop went away under the body: nothing to say
-            return BodyResult()
+            result = BodyResult()
+        record(result.error, _failed(result.error))
+        return result
 
 
 async def _awaited(
