@@ -41,7 +41,7 @@ from . import bridge_cli, private_pg
 from .procs import BenchTimeout, Group, check_alive
 
 BATCH = 1000
-BACKLOG = 10_000
+BACKLOG = 2_000
 RETENTION_S = 5.0
 PURGE_EVERY_S = 1.0
 POLL_S = 0.25
