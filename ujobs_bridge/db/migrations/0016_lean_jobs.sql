@@ -56,7 +56,7 @@ select id, lease_token from x_jobs where state = 'running' and lease_token is no
 -- No cost delay: these vacuums are small and frequent. (autovacuum_naptime is server-wide: see
 -- the README's "Table health".)
 alter table x_jobs set (
-    fillfactor = 70,
+    fillfactor = 30,
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000,
     autovacuum_vacuum_insert_scale_factor = 0,
@@ -71,3 +71,64 @@ alter table x_job_leases set (
     autovacuum_vacuum_insert_threshold = 1000,
     autovacuum_vacuum_cost_delay = 0
 );
+
+-- The insert wakes idle workers itself (one pg_notify per distinct queue of the rows it
+-- inserted, sent at commit, as before), so the statement trigger goes: its transition table
+-- copied every inserted row into a tuplestore only to read their queues back. x_jobs_insert is
+-- the only statement that inserts job rows (0008); same signature, same rows, same result.
+drop trigger x_jobs_notify_insert_trg on x_jobs;
+drop function x_jobs_notify_insert();
+
+create or replace function x_jobs_insert(
+    p_now              timestamptz,
+    p_ids              uuid[],
+    p_names            text[],
+    p_queues           text[],
+    p_inputs           text[],
+    p_idempotency_keys text[],
+    p_max_attempts     int[],
+    p_priorities       smallint[],
+    p_run_ats          timestamptz[],
+    p_delays           float8[],
+    p_expires_ats      timestamptz[],
+    p_expires_ins      float8[],
+    p_tenant_ids       text[],
+    p_traceparents     text[],
+    p_enqueued_bys     text[],
+    p_cancel_reasons   text[]
+) returns setof uuid language plpgsql volatile as $fn$
+begin
+    return query
+    with inserted as (
+        insert into x_jobs
+            (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+             state, last_error, finished_at, tenant_id, traceparent, enqueued_by,
+             created_at, updated_at)
+        select u.id, u.name, u.queue, u.input::jsonb, u.idempotency_key, u.max_attempts,
+               u.priority, u.due,
+               coalesce(u.expires_at, u.due + make_interval(secs => u.expires_in_s)),
+               case when u.cancel_reason is null then 'ready' else 'cancelled' end,
+               u.cancel_reason,
+               case when u.cancel_reason is null then null else now() end,
+               u.tenant_id, u.traceparent, u.enqueued_by, now(), now()
+          from (
+            select r.*,
+                   coalesce(r.run_at, coalesce(p_now, now()) + make_interval(secs => r.delay_s))
+                       as due
+              from unnest(p_ids, p_names, p_queues, p_inputs, p_idempotency_keys,
+                          p_max_attempts, p_priorities, p_run_ats, p_delays, p_expires_ats,
+                          p_expires_ins, p_tenant_ids, p_traceparents, p_enqueued_bys,
+                          p_cancel_reasons)
+                as r(id, name, queue, input, idempotency_key, max_attempts, priority, run_at,
+                     delay_s, expires_at, expires_in_s, tenant_id, traceparent, enqueued_by,
+                     cancel_reason)
+          ) as u
+        on conflict do nothing
+        returning x_jobs.id, x_jobs.queue, x_jobs.state
+    ), woken as materialized (
+        select count(pg_notify('x_jobs_ready', q.queue)) as queues
+          from (select distinct queue from inserted where state = 'ready') as q
+    )
+    select inserted.id from inserted cross join woken;
+end
+$fn$;
