@@ -21,15 +21,24 @@ _HINT = (
 )
 
 
+# One encoder for every payload: ``json.dumps`` with these options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
 def dumps(value: Any, *, what: str) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{what} is not JSON-serialisable: {exc}", hint=_HINT) from exc
 
 
 def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str) -> str:
-    return dumps({"args": list(args), "kwargs": kwargs}, what=f"the input of job {job_name!r}")
+    try:  # the message is built only when it is needed: this runs once per job enqueued
+        return _ENCODER.encode({"args": list(args), "kwargs": kwargs})
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"the input of job {job_name!r} is not JSON-serialisable: {exc}", hint=_HINT
+        ) from exc
 
 
 def decode_input(value: Any) -> tuple[list[Any], dict[str, Any]]:
