@@ -48,7 +48,7 @@ POLL_S = 0.25
 SEGMENTS = 10
 # What the README's "Table health" section recommends for the server (per-table settings come
 # with the schema, migration 0016).
-RECOMMENDED: dict[str, str] = {"autovacuum_naptime": "10s"}
+RECOMMENDED: dict[str, str] = {"autovacuum_naptime": "1s"}
 CLAIM_INDEX = "x_jobs_claim_idx"
 
 
