@@ -58,9 +58,9 @@ select id, lease_token from x_jobs where state = 'running' and lease_token is no
 alter table x_jobs set (
     fillfactor = 30,
     autovacuum_vacuum_scale_factor = 0,
-    autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0,
-    autovacuum_vacuum_insert_threshold = 5000,
+    autovacuum_vacuum_insert_threshold = 1000,
     autovacuum_analyze_scale_factor = 0.02,
     autovacuum_vacuum_cost_delay = 0
 );
