@@ -1,6 +1,22 @@
 -- 0016_lean_jobs: x_jobs stays lean under a steady flow of jobs.
 -- Forward-only. Applied in one transaction under an advisory lock by schema.py.
 
+-- Room on each page for the settle's HOT version, and vacuum by row count, not by a share of
+-- the table: a queue table's live rows are few and its churn is all of its writes, so the
+-- default 20% of the table means "almost never" while the claim index fills with dead entries.
+-- No cost delay: these vacuums are small and frequent. (autovacuum_naptime is server-wide: see
+-- the README's "Table health".) Set first: adding the stored columns below rewrites the table,
+-- and the rewrite then leaves that room on every page already.
+alter table x_jobs set (
+    fillfactor = 30,
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0,
+    autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
 -- Why: an update is HOT (the new row version on the same page, no new entry in any index, the
 -- old one pruned by the next reader without VACUUM) only when no column any index names (key,
 -- INCLUDE or partial predicate) changes. Every x_jobs index named `state` or a lease column, so
@@ -49,21 +65,7 @@ create table x_job_leases (
 );
 insert into x_job_leases (job_id, token)
 select id, lease_token from x_jobs where state = 'running' and lease_token is not null;
-
--- Room on each page for the settle's HOT version, and vacuum by row count, not by a share of
--- the table: a queue table's live rows are few and its churn is all of its writes, so the
--- default 20% of the table means "almost never" while the claim index fills with dead entries.
--- No cost delay: these vacuums are small and frequent. (autovacuum_naptime is server-wide: see
--- the README's "Table health".)
-alter table x_jobs set (
-    fillfactor = 30,
-    autovacuum_vacuum_scale_factor = 0,
-    autovacuum_vacuum_threshold = 1000,
-    autovacuum_vacuum_insert_scale_factor = 0,
-    autovacuum_vacuum_insert_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02,
-    autovacuum_vacuum_cost_delay = 0
-);
+-- Vacuumed as often as x_jobs (see above): every lease is one insert and one delete.
 alter table x_job_leases set (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 1000,
