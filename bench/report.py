@@ -34,8 +34,10 @@ def fmt(value: float, unit: str) -> str:
         return "-"
     if unit == "jobs/s":
         return f"{value:,.0f}"
-    if unit == "ms":
+    if unit in ("ms", "x"):
         return f"{value:.2f}"
+    if unit == "rows":
+        return f"{value:,.0f}"
     return f"{value:.1f}"
 
 
@@ -231,6 +233,38 @@ def targets(results: Results) -> list[Target]:
     out.append(_steps_target(results))
     out.extend(celery_shaped_targets(results))
     out.extend(migrate_targets(results))
+    out.extend(lean_targets(results))
+    return out
+
+
+LEAN_GOALS = (
+    # (label in the cell, target name, minimum, maximum)
+    ("last tenth ÷ first tenth", "throughput of the last tenth ÷ the first", 0.85, None),
+    ("HOT share of updates on x_jobs", "HOT share of updates on x_jobs (%)", 50.0, None),
+    ("x_jobs_claim_idx after VACUUM", "claim index after a routine VACUUM (MiB)", None, 1.0),
+)
+
+
+def lean_targets(results: Results) -> list[Target]:
+    """The lean-table cell: flat throughput, HOT updates, a small claim index."""
+    out: list[Target] = []
+    jobs = results.settings.get("lean_jobs", 0)
+    for label, name, minimum, maximum in LEAN_GOALS:
+        row = results.rows.get(("ujobs", cells.LEAN, label))
+        full = f"ujobs lean table, {jobs:,} jobs: {name}"
+        if row is None or math.isnan(row.median):
+            out.append(Target(full, "not measured", "", _goal(minimum, maximum), None))
+            continue
+        out.append(
+            Target(
+                full,
+                fmt(row.median, row.unit),
+                "",
+                _goal(minimum, maximum),
+                _verdict(row.median, minimum, maximum),
+                row.median,
+            )
+        )
     return out
 
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -30,9 +30,12 @@ from .sql import q
 Conn = psycopg.Connection[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueSpec:
-    """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now."""
+class EnqueueSpec(NamedTuple):
+    """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now.
+
+    Immutable like the frozen dataclass it was, but built in a fraction of the time: one is
+    built per job enqueued, so on ``enqueue_many``'s path its constructor was a measurable share
+    of the cost per row."""
 
     id: UUID
     name: str
