@@ -24,7 +24,14 @@ import click
 from rich.console import Console
 
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
-from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.options import (
+    CLI_ROLE,
+    database,
+    dsn_option,
+    json_option,
+    pgbouncer_option,
+    print_json,
+)
 
 from .failure import check_broker_url, infrastructure_error, open_broker
 from .quarantine import quarantine
@@ -170,6 +177,7 @@ def _queues(value: str | None) -> list[str] | None:
     default=None,
     help="Names this drainer's Redis processing lists. Default: the host name.",
 )
+@pgbouncer_option
 @dsn_option
 @json_option
 @click.pass_context

@@ -22,7 +22,7 @@ from ..dsn import mask_dsn
 from ..errors import ConfigError
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from ..schema_access import ensure_schema
-from .options import database, dsn_option
+from .options import database, dsn_option, pgbouncer_option
 
 
 @click.group()
@@ -53,6 +53,7 @@ def outbox() -> None:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@pgbouncer_option
 @dsn_option
 def relay(
     source_dsn: str | None, batch: int, interval_s: float, loglevel: str, dsn: str | None

@@ -31,7 +31,15 @@ from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
 from ..schema_access import ensure_schema
-from .options import CLI_ROLE, app_option, database, dsn_option, json_option, print_json
+from .options import (
+    CLI_ROLE,
+    app_option,
+    database,
+    dsn_option,
+    json_option,
+    pgbouncer_option,
+    print_json,
+)
 
 
 def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:
@@ -94,6 +102,7 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@pgbouncer_option
 @dsn_option
 def scheduler(
     app_spec: str | None,
@@ -138,7 +147,8 @@ def serve(
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    relay = OutboxRelay(resolved.dsn) if outbox else None
+    # The relay shares the scheduler's connection: the process holds one at rest.
+    relay = OutboxRelay(resolved.dsn, connection=runner.connection) if outbox else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -153,9 +163,9 @@ def serve(
     click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
     while not stop.wait(0.5):
         pass
-    runner.stop()
     if relay is not None:
-        relay.stop()
+        relay.stop()  # first: the runner's stop closes the connection they share
+    runner.stop()
     c = runner.counts
     click.echo(
         f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} duplicates={c.duplicates}",

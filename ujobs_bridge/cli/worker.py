@@ -38,7 +38,7 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option
+from .options import database, dsn_option, listen_dsn_option, pgbouncer_option
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "-B", "--beat", is_flag=True, help="Refused: run `ujobs-bridge scheduler` as its own process."
 )
+@pgbouncer_option
+@listen_dsn_option
 @dsn_option
 def worker(
     app_spec: str,
