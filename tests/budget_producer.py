@@ -21,7 +21,6 @@ THREADS = 4
 def main(kind: str) -> None:
     if kind == "engine":
         from apps.budget_jobs import noop
-
         from ujobs_bridge import connect
 
         client = connect(os.environ["UJOBS_DATABASE_URL"], upgrade=False)

@@ -202,7 +202,6 @@ def worker_ready(db: Db, proc: CliProc) -> None:
 
 def enqueue_stepped(dsn: str, count: int, hold_s: float) -> None:
     from apps.budget_jobs import stepped
-
     from ujobs_bridge import connect
 
     with connect(dsn, upgrade=False) as client:
@@ -244,7 +243,6 @@ def test_a_celery_compat_worker_holds_two_at_rest_and_its_result_pool_under_load
     dsn: str, db: Db, procs: Callable[..., CliProc]
 ) -> None:
     from apps.budget_celery import app, slow_add
-
     from ujobs_bridge import connect
 
     concurrency = 4
@@ -284,14 +282,11 @@ def test_a_scheduler_holds_one_connection_for_its_election_rounds_and_relay(
     dsn: str, db: Db, procs: Callable[..., CliProc]
 ) -> None:
     from apps.outbox_jobs import deliver
-
     from ujobs_bridge.outbox.staging import stage
 
     db.execute("truncate x_scheduler_leader, x_scheduler_state, x_scheduler_fires, x_outbox")
-    proc = procs(
-        ["scheduler", "-A", "apps.sched_tasks", "--no-purge", "--lease", "3", "--interval",
-         "0.25", "--dsn", dsn]  # fmt: skip
-    )
+    args = ["scheduler", "-A", "apps.sched_tasks", "--no-purge", "--lease", "3"]
+    proc = procs([*args, "--interval", "0.25", "--dsn", dsn])
     wait_for(lambda: " ready:" in proc.output(), timeout=60, what="the scheduler to start")
     wait_for(
         lambda: db.execute("select count(*) from x_scheduler_fires").fetchone() != (0,),
@@ -426,10 +421,8 @@ def test_migrate_follow_holds_one_connection(
         pytest.skip(f"Redis is not reachable: {exc}")
     db.execute("truncate x_migrate_quarantine")
     try:
-        proc = procs(
-            ["migrate", "-A", "apps.migrate_proj", "--broker", url, "-Q", queue, "--follow",
-             "--poll", "0.1", "--dsn", dsn]  # fmt: skip
-        )
+        args = ["migrate", "-A", "apps.migrate_proj", "--broker", url, "-Q", queue]
+        proc = procs([*args, "--follow", "--poll", "0.1", "--dsn", dsn])
         wait_for(lambda: "draining" in proc.output(), timeout=60, what="the drainer to start")
         wait_for(lambda: sum(held(db, proc.pid).values()) == 1, timeout=30, what="its connection")
         rest = at_rest(db, proc.pid)

@@ -138,7 +138,10 @@ class PgBouncer:
     def _wait_listening(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 1):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 1),
+            ):
                 return
             if time.monotonic() > deadline:
                 raise DatabaseUnavailableError(
