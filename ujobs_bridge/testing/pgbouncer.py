@@ -107,6 +107,7 @@ class PgBouncer:
                     f"unix_socket_dir = {self.dir}",
                     "auth_type = trust",
                     f"auth_file = {auth}",
+                    f"admin_users = {self.user}",
                     "pool_mode = transaction",
                     f"default_pool_size = {self.pool_size}",
                     "max_client_conn = 1000",
@@ -149,6 +150,15 @@ class PgBouncer:
                     hint="check the log",
                 )
             time.sleep(0.05)  # the port is not open yet: try again
+
+    def clients(self) -> list[tuple[str, str]]:
+        """``(database, application_name)`` of each client connected now (``SHOW CLIENTS`` on
+        the admin console), the console's own connection left out."""
+        from ..db import testing as testing_db
+
+        return [
+            c for c in testing_db.pgbouncer_clients(self.dsn("pgbouncer")) if c[0] != "pgbouncer"
+        ]
 
     def pid(self) -> int | None:
         try:
