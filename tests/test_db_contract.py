@@ -556,6 +556,19 @@ def test_a_shared_connection_runs_one_users_block_at_a_time(dsn: str) -> None:
         inside.set()
         release.wait(0.2)  # the other thread is now blocked on the block, not in the transaction
         assert not seen
+        waiter: list[BaseException] = []
+
+        def impatient() -> None:
+            try:
+                with shared.using(wait_s=0.05):
+                    pass
+            except connections.Busy as exc:
+                waiter.append(exc)
+
+        third = threading.Thread(target=impatient)
+        third.start()
+        third.join(10)
+        assert len(waiter) == 1 and connections.transient(waiter[0])
     thread.join(10)
     assert seen == [psycopg.pq.TransactionStatus.IDLE]
     shared.close()

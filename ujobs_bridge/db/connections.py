@@ -133,6 +133,11 @@ def pool_idle_s() -> float:
     return value if value > 0 else DEFAULT_POOL_IDLE_S
 
 
+class Busy(psycopg.OperationalError):
+    """``Reconnecting.using(wait_s=...)`` gave up: another loop held the shared connection
+    longer. The connection itself may be fine: do not reset it."""
+
+
 def transient(exc: BaseException) -> bool:
     """True if ``exc`` is the infrastructure's (retry it, never charge a job for it): a lost or
     refused connection, a server shutting down or starting up, a serialization failure or a
@@ -245,10 +250,15 @@ class Reconnecting:
         self._use = threading.RLock()
 
     @contextlib.contextmanager
-    def using(self) -> Iterator[Conn]:
-        """The connection, for this thread alone until the block ends (re-entrant)."""
-        with self._use:
+    def using(self, *, wait_s: float | None = None) -> Iterator[Conn]:
+        """The connection, for this thread alone until the block ends (re-entrant). ``wait_s``:
+        wait at most that long for another user's block to end, else raise ``Busy``."""
+        if not self._use.acquire(timeout=-1 if wait_s is None else wait_s):
+            raise Busy(f"the shared connection ({self.role.application_name}) stayed busy")
+        try:
             yield self.get()
+        finally:
+            self._use.release()
 
     def get(self) -> Conn:
         with self._lock:

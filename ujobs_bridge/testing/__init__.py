@@ -31,8 +31,8 @@ from .database import (
 )
 from .enqueued import enqueued
 from .idle import run_until_idle
-from .pgbouncer import PgBouncer
 from .perform import Performed, perform, perform_again
+from .pgbouncer import PgBouncer
 
 __all__ = [
     "ADMIN_DSN_ENV",

@@ -3,8 +3,10 @@
 Why it exists: a lease is the only thing that stops another worker from rescuing a job that is
 still running, so renewals must not queue behind job bodies for a pooled connection (pool
 exhaustion would turn into silent lease loss, then duplicates). They run on the connection the
-claim loop and the node's presence share (``Reconnecting.using``): they wait at most for one
-claim-loop statement, never for a body, and the worker holds one connection fewer. One statement renews every held
+claim loop and the node's presence share (``Reconnecting.using``): they wait for one
+claim-loop statement, never for a body, and the worker holds one connection fewer. A statement
+that holds the connection longer than a heartbeat interval counts as a failed renewal, so the
+trust limit below still applies. One statement renews every held
 lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
 its leases at ``last good renewal start + lease - margin`` even without reaching the database.
@@ -25,7 +27,7 @@ from uuid import UUID
 import psycopg
 
 from ..db import jobs as driver
-from ..db.connections import Reconnecting
+from ..db.connections import Busy, Reconnecting
 from ..records import JobState
 from ..service import Service
 
@@ -65,13 +67,14 @@ class Heartbeat(Service):
             self._last_ok_start = started
             return
         try:
-            with self._conn.using() as conn:
+            with self._conn.using(wait_s=self.interval_s) as conn:
                 renewed = driver.job_heartbeat(conn, leases, self.lease_s)
                 lost = [job_id for job_id, _ in leases if job_id not in renewed]
                 states = driver.job_states(conn, lost) if lost else {}
         except psycopg.Error as exc:
             log.warning("ujobs.heartbeat.failed: %s", exc)
-            self._conn.reset()
+            if not isinstance(exc, Busy):  # a claim statement still holds it: not broken
+                self._conn.reset()
             if time.monotonic() > self._last_ok_start + self.lease_s - TRUST_MARGIN_S:
                 for job_id, _ in leases:
                     self.on_lost(job_id, None)
