@@ -13,7 +13,8 @@ claimed before (``JobContext.redelivered``); the hard time limit (FAILURE ``Time
 ``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED, ``task_revoked``, no
 ``task_failure``), both as for a killed child (``interrupts.py``); ``Reject``; ``result.get()``
 refused inside a body (``allow_join_result()`` still works); and a task's own retry message is
-sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten.
+sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten. Under
+``-E`` each of those moments also sends Celery's task event (``task_events.py``).
 
 How a run ends, for the job row: SUCCESS, RETRY (the retry is a new row, sent by
 ``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback (Celery's retries are
@@ -45,7 +46,7 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from . import rate_limit, revoked_ids
+from . import rate_limit, revoked_ids, task_events
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
@@ -316,15 +317,23 @@ def run_message(
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
     task = app.tasks[name]
     request = _request(message, ctx.redelivered)
+    events = task_events.node(task)  # None: events off (the common case costs one check)
     expires = message.expires
     if expires is not None and expires <= ctx.clock.now():
         _revoke(task, message.task_id, request, expired=True, terminated=False)
+        if events:
+            task_events.revoked(events, message.task_id, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
     if revoked_ids.REVOKED.is_revoked(app, message.task_id):  # claimed, then revoked: never runs
         _revoke(task, message.task_id, request, expired=False, terminated=False)
+        if events:
+            task_events.revoked(events, message.task_id, expired=False, terminated=False)
         raise Cancel(f"task {message.task_id} revoked before it started")
     rate_limit.take_or_snooze(app, task, ctx)
     _received(app, task, message, request)
+    if events:
+        task_events.received(events, message)
+        task_events.started(events, message.task_id)
     soft, hard = _limits(task, message.headers, limits)
     watched = INTERRUPTER.watch(
         ctx.signal, soft, hard, should_terminate=lambda: _terminates(app, message.task_id)
@@ -356,8 +365,15 @@ def run_message(
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
             _revoke(task, message.task_id, request, expired=False, terminated=True)
+            if events:
+                task_events.revoked(events, message.task_id, expired=False, terminated=True)
             raise Cancel(f"task {message.task_id} terminated by revoke")
-        raise CeleryTaskFailed(_hard_time_limit(task, message, request, float(hard or 0)))
+        limit_text = _hard_time_limit(task, message, request, float(hard or 0))
+        if events:
+            task_events.failed(events, message.task_id, TimeLimitExceeded(hard), limit_text)
+        raise CeleryTaskFailed(limit_text)
+    if events and traced is not None:
+        task_events.traced(events, message.task_id, traced)
     if traced is not None:
         result, info = traced[0], traced[1]
         state = states.SUCCESS if info is None else info.state
@@ -370,6 +386,8 @@ def run_message(
         retval = getattr(info, "retval", None)
         rejection = retval if isinstance(retval, Reject) else Reject(retval, requeue=False)
     assert rejection is not None
+    if events:
+        task_events.rejected(events, message.task_id, rejection, traced)
     if rejection.requeue:
         raise Snooze(0)
     _rejected(task, message, request, rejection)

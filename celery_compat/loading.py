@@ -34,6 +34,7 @@ from ujobs_bridge.worker.listener import ExtraChannel
 if TYPE_CHECKING:
     from ujobs_bridge.worker.loop import Worker
 
+    from .worker_events import WorkerEvents
     from .worker_signals import WorkerInstance
 
 
@@ -134,6 +135,8 @@ class CeleryApp(LoadedApp):
         super().__init__(spec, target)
         self.app = app
         self._worker: WorkerInstance | None = None
+        self._events: WorkerEvents | None = None
+        self._dsn: str | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
         from .execution import jobs_for_app
@@ -157,7 +160,11 @@ class CeleryApp(LoadedApp):
 
         return (revoked_ids.channel(),)
 
+    def sends_events(self) -> bool:
+        return True
+
     def bind(self, dsn: str) -> None:
+        self._dsn = dsn  # where this process's events go
         from ujobs_bridge.client import Client
         from ujobs_bridge.dsn import ResolvedDatabase
 
@@ -182,17 +189,23 @@ class CeleryApp(LoadedApp):
 
         return worker_control.encode(value)
 
-    # Celery's worker signals, at the worker's moments (worker_signals.py has the order).
+    # Celery's worker signals, at the worker's moments (worker_signals.py has the order), and
+    # Celery's events under -E (worker_events.py), for the node name the signals use.
     def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
-        from . import worker_signals
+        from . import worker_events, worker_signals
 
         self._worker = worker_signals.worker_init(self.app, worker, options)
+        self._events = worker_events.start(
+            self.app, worker, options, self._worker.hostname, self._dsn or worker.dsn
+        )  # never raises: a worker whose events cannot start runs without them
 
     def on_worker_ready(self, worker: Worker) -> None:
         from . import worker_signals
 
         if self._worker is not None:
             worker_signals.worker_ready(self._worker)
+        if self._events is not None:
+            self._events.ready()
 
     def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
         from . import worker_signals
@@ -203,18 +216,22 @@ class CeleryApp(LoadedApp):
     def on_worker_shutdown(self, worker: Worker) -> None:
         from . import worker_signals
 
+        if self._events is not None:
+            self._events.shutdown()
         if self._worker is not None:
             worker_signals.worker_shutdown(self._worker)
 
     def on_process_init(self) -> None:
-        from . import worker_signals
+        from . import worker_events, worker_signals
 
         worker_signals.process_init(self.app)
+        worker_events.child_start(self.app, worker_signals.child_hostname(), self._dsn)
 
     def on_process_shutdown(self) -> None:
-        from . import worker_signals
+        from . import worker_events, worker_signals
 
         worker_signals.process_shutdown()
+        worker_events.child_stop(self.app)
 
 
 class CeleryLoader:

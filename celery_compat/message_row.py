@@ -22,6 +22,7 @@ from uuid import UUID
 
 from kombu.utils import json as kombu_json
 
+from ujobs_bridge import tracing
 from ujobs_bridge.ids import new_job_id
 
 PRIORITY_MIN, PRIORITY_MAX = 0, 255
@@ -113,7 +114,7 @@ class CeleryMessage:
             "priority": self.priority,
             "run_at": self.eta,
             "now": now,
-            "traceparent": (self.headers.get("traceparent") or None),
+            "traceparent": (self.headers.get("traceparent") or tracing.current_traceparent()),
             "enqueued_by": "celery_compat",
         }
 

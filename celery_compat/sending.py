@@ -27,6 +27,7 @@ from celery.app.amqp import AMQP
 from kombu.entity import Queue
 from kombu.exceptions import EncodeError
 
+from . import task_events
 from .db import message_jobs
 from .message_row import CeleryMessage
 from .queue_names import bridge_queue
@@ -147,7 +148,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                     confirm_timeout=confirm_timeout,
                     **kwargs,
                 )
-            headers2, properties, body, _sent_event = message
+            headers2, properties, body, sent_event = message
             if headers:
                 headers2.update(headers)
             if kwargs:
@@ -186,6 +187,14 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 exchange=exchange_name,
                 routing_key=routing_key,
             )
+            if sent_event:  # task_send_sent_event: Celery's task-sent, queued (never blocks)
+                task_events.sent(
+                    amqp.app,
+                    sent_event,
+                    queue=qname,
+                    exchange=exchange_name,
+                    routing_key=routing_key,
+                )
             return None
 
         return send_task_message

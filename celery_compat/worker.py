@@ -14,6 +14,7 @@ What it is not: Celery's ``WorkController``: no consumer, no broker connection, 
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -55,10 +56,10 @@ ACCEPTED = frozenset(
         "disable_prefetch",
         "schedule_filename",  # with -B only, which is refused
         "scheduler",
+        "task_events",  # -E: read by the app's worker hooks (worker_events.py)
     }
 )
 REFUSED = {
-    "task_events": "-E",
     "max_tasks_per_child": "--max-tasks-per-child",
     "max_memory_per_child": "--max-memory-per-child",
     "autoscale": "--autoscale",
@@ -137,6 +138,9 @@ class Worker:
                 nodename=self.hostname,
                 pidfile=pidfile,
                 logfile=logfile,
+                task_events=bool(kwargs.get("task_events")),
+                # Celery's CLI has no --log-format: the bridge's environment variable sets it
+                log_format="json" if os.environ.get("UJOBS_LOG_FORMAT") == "json" else "text",
             )
             self.flags.config()
         except ConfigError as exc:
@@ -153,7 +157,7 @@ class Worker:
             app.conf.task_soft_time_limit = soft
         if self.include:
             app.conf.include = (*(app.conf.include or ()), *self.include)
-        flags.setup_logging(self.flags.loglevel, self.flags.logfile)
+        flags.setup_logging(self.flags.loglevel, self.flags.logfile, self.flags.log_format)
         app.loader.import_default_modules()
         spec = _app_spec()
         sys.stderr.write(

@@ -215,15 +215,16 @@ def process_init(app: Any) -> None:
         _level(int(os.environ.get(ENV_LOGLEVEL) or logging.WARNING)),
         os.environ.get(ENV_LOGFILE),
     )
-    _raise_errors(signals.worker_process_init.send(sender=_child_hostname()))
+    _raise_errors(signals.worker_process_init.send(sender=child_hostname()))
 
 
 def process_shutdown() -> None:
     """In a pool child, as it exits (Celery's ``process_destructor``)."""
     _raise_errors(
-        signals.worker_process_shutdown.send(sender=_child_hostname(), pid=os.getpid(), exitcode=0)
+        signals.worker_process_shutdown.send(sender=child_hostname(), pid=os.getpid(), exitcode=0)
     )
 
 
-def _child_hostname() -> str:
+def child_hostname() -> str:
+    """The node name of the worker a pool child belongs to (its signals and events use it)."""
     return node_name() or os.environ.get(ENV_HOSTNAME) or HOSTNAME

@@ -22,6 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
 from .quarantine import storable_text
@@ -152,27 +153,27 @@ def _reasons_text(counts: Counter[str]) -> str:
 
 def final_table(stats: Stats) -> Table:
     verb = "would" if stats.dry_run else "done"
-    table = Table(title=f"migrate ({verb}): {stats.taken:,} message(s) from {stats.broker}")
+    table = Table(title=Text(f"migrate ({verb}): {stats.taken:,} message(s) from {stats.broker}"))
     for col in ("queue", "moved", "expired", "duplicates", "quarantined", "reasons", "redelivered"):
         table.add_column(col, justify="right" if col not in ("queue", "reasons") else "left")
     for queue, c in sorted(stats.per_queue.items()):
         table.add_row(
-            queue,
+            Text(queue),
             f"{c[MOVED]:,}",
             f"{c[EXPIRED]:,}",
             f"{c[DUPLICATE] + c[QUARANTINE_SEEN]:,}",
             f"{c[QUARANTINED]:,}",
-            _reasons_text(c),
+            Text(_reasons_text(c)),
             "",
         )
     o = stats.outcomes
     table.add_row(
-        "[bold]total",
+        Text("total", style="bold"),
         f"{o[MOVED]:,}",
         f"{o[EXPIRED]:,}",
         f"{o[DUPLICATE] + o[QUARANTINE_SEEN]:,}",
         f"{o[QUARANTINED]:,}",
-        ", ".join(f"{k} {v}" for k, v in sorted(stats.reasons.items())),
+        Text(", ".join(f"{k} {v}" for k, v in sorted(stats.reasons.items()))),
         f"{stats.redelivered:,}",
     )
     return table
@@ -180,7 +181,7 @@ def final_table(stats: Stats) -> Table:
 
 def dry_run_table(stats: Stats) -> Table:
     table = Table(
-        title=f"dry run: {stats.taken:,} message(s) in {stats.broker}; nothing was changed"
+        title=Text(f"dry run: {stats.taken:,} message(s) in {stats.broker}; nothing was changed")
     )
     for col in ("queue", "task", "count", "expired", "would quarantine", "why"):
         table.add_column(
@@ -189,7 +190,12 @@ def dry_run_table(stats: Stats) -> Table:
     for (queue, task), c in sorted(stats.per_task.items()):
         count = sum(c[o] for o in OUTCOMES)
         table.add_row(
-            queue, task, f"{count:,}", f"{c[EXPIRED]:,}", f"{c[QUARANTINED]:,}", _reasons_text(c)
+            Text(queue),
+            Text(task),
+            f"{count:,}",
+            f"{c[EXPIRED]:,}",
+            f"{c[QUARANTINED]:,}",
+            Text(_reasons_text(c)),
         )
     return table
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,10 +38,25 @@ from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.faults import fault
 from ujobs_bridge.service import Service
 
+from . import metrics
 from .appinfo import AppInfo
-from .batch import Context, Prepared, Result, Taken, classify, commit_prepared, prepare
+from .batch import (
+    DUPLICATE,
+    MOVED,
+    QUARANTINE_SEEN,
+    QUARANTINED,
+    Context,
+    Prepared,
+    Result,
+    Taken,
+    classify,
+    commit_prepared,
+    prepare,
+)
 from .defaults import DEFAULT_BATCH, DEFAULT_POLL_S
 from .report import Stats
+
+log = logging.getLogger("migrate.drain")
 
 
 class Source(Protocol):
@@ -203,6 +220,25 @@ class DrainLoop(Service):
 
     def _count(self, results: list[Result], stats: Stats) -> None:
         stats.add(results)
+        batch = Counter(r.outcome for r in results)
+        for outcome, n in batch.items():
+            metrics.MESSAGES.labels(outcome).inc(n)
+        if results and log.isEnabledFor(logging.INFO):
+            log.info(
+                "migrate batch: taken=%d moved=%d duplicate=%d quarantined=%d (total moved=%d quarantined=%d)",
+                len(results),
+                batch[MOVED],
+                batch[DUPLICATE],
+                batch[QUARANTINED] + batch[QUARANTINE_SEEN],
+                stats.outcomes[MOVED],
+                stats.outcomes[QUARANTINED] + stats.outcomes[QUARANTINE_SEEN],
+                extra={
+                    "taken": len(results),
+                    "moved": batch[MOVED],
+                    "duplicate": batch[DUPLICATE],
+                    "quarantined": batch[QUARANTINED] + batch[QUARANTINE_SEEN],
+                },
+            )
         if self.on_batch is not None:
             self.on_batch(stats)
 

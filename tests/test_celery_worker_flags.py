@@ -94,7 +94,6 @@ def test_celery_flags_run_a_task_under_the_expanded_node_name(plain: WorkerProc)
         (["--autoscale", "10,2"], "a fixed size with -c"),
         (["--max-tasks-per-child", "100"], "not recycled"),
         (["--time-limit", "30"], "task_time_limit"),
-        (["-E"], "task events"),
         (["-P", "eventlet"], "green pool"),
         (["-P", "solo", "-c", "4"], "one body at a time"),
         (["-X", "plain,ujobs"], "leaves no queue"),

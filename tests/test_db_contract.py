@@ -112,6 +112,78 @@ def test_cancel_then_requeue_gives_fresh_attempts_and_reads_show_it(db: Any) -> 
     assert driver.job_list(db, state="dead", queue=None, name=None, limit=5) == []
 
 
+def test_like_literal_and_paged_filtered_lists(db: Any) -> None:
+    assert driver.like_literal("a_b%c\\") == "a\\_b\\%c\\\\"
+    odd = driver.job_enqueue(db, spec(name="a_b"), None)
+    driver.job_enqueue(db, spec(name="axb"), None)
+    assert [r.id for r in driver.job_list(db, state=None, queue=None, name="a_b", limit=5)] == [
+        odd.id
+    ]  # an exact name is not a pattern
+    every = driver.job_list(db, state=None, queue=None, name=None, name_like="a%", limit=5)
+    assert len(every) == 2
+    second = driver.job_list(db, state=None, queue=None, name=None, limit=1, offset=1)
+    assert [r.id for r in second] == [every[1].id]
+    assert [
+        r.id for r in driver.job_list(db, state=None, queue=None, name=None, ids=[odd.id], limit=5)
+    ] == [odd.id]
+
+
+def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> None:
+    from ujobs_bridge.db import bulk
+
+    keep = driver.job_enqueue(db, spec(queue="other"), None)
+    driver.job_enqueue_many(db, [spec(name="bulk.x"), spec(name="bulk.y")], None)
+    where = bulk.JobFilter(queue="contract", name_like="bulk.%")
+    assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 2
+    db.execute("listen x_jobs_cancel")
+    assert bulk.job_cancel_matching(db, where, "UJ_JOB_CANCELLED: bulk") == 2
+    assert len(list(db.notifies(timeout=1, stop_after=2))) == 2  # running bodies are told
+    assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 0
+    assert bulk.job_count_matching(db, where, bulk.REQUEUEABLE) == 2
+    record = driver.job_get(db, keep.id)
+    assert record is not None and record.state is JobState.READY
+    keyed = driver.job_enqueue(db, spec(name="bulk.k", idempotency_key="kk"), None)
+    assert driver.job_cancel(db, keyed.id, "x")
+    driver.job_enqueue(db, spec(name="live.k", idempotency_key="kk"), None)  # holds the key now
+    assert bulk.job_requeue_matching(db, where, None) == 2  # the keyed one is skipped
+    assert bulk.job_count_matching(db, bulk.JobFilter(state="cancelled"), bulk.REQUEUEABLE) == 1
+    driver.job_enqueue(db, spec(), None)
+    running = claim_one(db)
+    dead = Settlement(running.id, running.lease_token, state=JobState.DEAD, error="boom")
+    assert driver.job_settle(db, [dead], None) == {running.id}
+    assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 1  # dead rows only
+    assert driver.job_get(db, running.id) is None
+    assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 0
+
+
+def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: Any) -> None:
+    from ujobs_bridge.db import observe
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    due = now - timedelta(minutes=3)
+    driver.job_enqueue_many(
+        db,
+        [
+            spec(run_at=due),
+            spec(run_at=now - timedelta(minutes=1)),
+            spec(run_at=now + timedelta(hours=1)),
+        ],
+        now,
+    )
+    running = claim_one(db)  # the oldest due one (claims at the database's now)
+    finished = Settlement(running.id, running.lease_token, state=JobState.DONE)
+    assert driver.job_settle(db, [finished], now) == {running.id}
+    depth = {(d.queue, d.state): (d.jobs, d.oldest_due) for d in observe.observe_depth(db, now)}
+    assert depth == {
+        ("contract", "ready"): (1, now - timedelta(minutes=1)),
+        ("contract", "scheduled"): (1, None),
+    }
+    per_minute = observe.observe_finished_per_minute(db, 60, None)
+    assert [(m.state, m.jobs) for m in per_minute] == [("done", 1)]
+    assert observe.observe_finished_per_minute(db, 60, now - timedelta(days=1)) == []
+    assert observe.observe_outbox_lag(db, None) == (0, 0.0)
+
+
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
     driver.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
     running = claim_one(db)

@@ -141,6 +141,12 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
             "insert into x_celery_results (key, value, expires_at) values (%s, '{}', %s)",
             (key, expired),
         )
+    for days in (8, 1):  # Celery's events (x_celery_events): the week-old one goes
+        db.execute(
+            "insert into x_celery_events (type, hostname, at, fields)"
+            " values ('worker-heartbeat', 'n@h', %s, '{}')",
+            (now - days * DAY,),
+        )
     return ids
 
 
@@ -188,6 +194,7 @@ def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: time
         "x_outbox": 1,
         "x_scheduler_fires": 2,
         "x_celery": 1,
+        "x_celery_events": 1,
     }
     assert results(pdb) == {"celery-task-meta-expired-yesterday", "celery-task-meta-no-expiry"}
     assert labels(pdb) == SURVIVORS  # never a live row, never one younger than the cutoff
@@ -319,6 +326,7 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(
         "purge:x_outbox": 2,
         "purge:x_scheduler_fires": 2,
         "purge:x_celery": 2,
+        "purge:x_celery_events": 2,
     }
     assert "done-old-late" in labels(pdb)  # the x_jobs step was not run again
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}  # the next table ran

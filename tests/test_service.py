@@ -169,3 +169,46 @@ def test_the_drain_loop_ticks_one_batch_and_runs_to_the_end_on_its_own_thread(ds
         loop.stop()
         assert loop.stopped.is_set() and loop.error is None
         assert loop.stats.remaining == 0 and not loop.stats.stopped_by_signal
+
+
+class Raising(Service):
+    """Each pass raises the next error of ``errors`` (then passes quietly)."""
+
+    def __init__(self, errors: list[BaseException], streak: int | None = None) -> None:
+        super().__init__("raising", interval_s=0.0, error_streak=streak)
+        self.errors = errors
+        self.died: list[tuple[str, BaseException]] = []
+        self.gone = threading.Event()
+        self.on_died = lambda name, exc: (self.died.append((name, exc)), self.gone.set())
+
+    def tick(self) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def _on_error(self, exc: Exception) -> float:
+        return 0.0
+
+
+def test_a_loop_that_cannot_go_on_tells_its_owner_instead_of_dying_silently() -> None:
+    exit_ = SystemExit("from a pass")
+    service = Raising([RuntimeError("survived"), exit_])
+    service.start()
+    assert service.gone.wait(10)
+    service.stop()
+    assert service.died == [("raising", exit_)]
+
+
+def test_unexpected_errors_in_a_row_end_a_loop_with_a_streak_but_database_errors_never_do() -> None:
+    db_errors: list[BaseException] = [psycopg.OperationalError("down") for _ in range(5)]
+    service = Raising([*db_errors, ValueError("1"), ValueError("2"), ValueError("3")], streak=3)
+    service.start()
+    assert service.gone.wait(10)
+    service.stop()
+    [(name, exc)] = service.died
+    assert name == "raising"
+    assert isinstance(exc, ValueError) and str(exc) == "3"
+    survives = Raising([ValueError("a"), ValueError("b")], streak=3)  # then passes quietly
+    survives.start()
+    wait_for(lambda: not survives.errors, what="both errors to be raised")
+    survives.stop()
+    assert survives.died == []

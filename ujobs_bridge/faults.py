@@ -6,7 +6,8 @@ only hit that gap if the code names it. ``fault("step.after_persist")`` does not
 environment arms that point, e.g. ``UJOBS_FAULTS="step.after_persist=kill@2"``: SIGKILL this
 process on the second time the point is reached. Actions: ``kill``, ``raise`` (RuntimeError),
 ``exec_then_raise`` (psycopg.OperationalError: the caller sees an error for a write that
-committed), ``sleep:<ms>``, ``pause`` (SIGSTOP self).
+committed), ``sleep:<ms>``, ``pause`` (SIGSTOP self), ``exit`` (SystemExit: what no
+``except Exception`` catches, so it ends the thread it is raised in).
 
 What it is not: a chaos tool for production. Reading it costs one dict lookup per point.
 """
@@ -59,6 +60,8 @@ def fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
     elif action.startswith("sleep:"):
         threading.Event().wait(int(action.split(":", 1)[1]) / 1000)
+    elif action == "exit":
+        raise SystemExit(f"fault {point}: injected exit")
     elif action == "exec_then_raise":
         import psycopg
 

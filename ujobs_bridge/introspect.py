@@ -17,8 +17,9 @@ from uuid import UUID
 
 import psycopg
 
+from . import plugins
 from .clock import SYSTEM_CLOCK, Clock
-from .db import connections
+from .db import bulk, connections
 from .db import jobs as driver
 from .db import nodes as node_store
 from .db import steps as step_store
@@ -91,6 +92,33 @@ def parse_id(text: str) -> UUID:
         ) from exc
 
 
+def name_pattern(glob: str | None) -> str | None:
+    """A ``--name`` glob (``*`` any run, ``?`` one character; anything else literal) as a LIKE
+    pattern; a name without wildcards matches only itself."""
+    if glob is None:
+        return None
+    out = []
+    for ch in glob:
+        if ch == "*":
+            out.append("%")
+        elif ch == "?":
+            out.append("_")
+        else:
+            out.append(driver.like_literal(ch))
+    return "".join(out)
+
+
+def lookup_ids(conn: psycopg.Connection[Any], text: str) -> list[UUID]:
+    """The jobs another kind of id names (a Celery task id), asked of every installed
+    ``ujobs_bridge.lookup`` plugin, in their order; none when nothing knows the id."""
+    found: list[UUID] = []
+    for _, lookup in plugins.load_all(plugins.LOOKUP_GROUP):
+        for job_id in lookup(conn, text):
+            if job_id not in found:
+                found.append(job_id)
+    return found
+
+
 def parse_state(text: str | None) -> JobState | None:
     if text is None:
         return None
@@ -118,6 +146,29 @@ class Introspector:
             )
         return record
 
+    def find(self, text: str) -> list[JobRecord]:
+        """The job ``text`` names: a job id, else the jobs of a Celery task id (newest message
+        first). Raises ``JobNotFoundError`` when nothing matches."""
+        with self._connect() as conn:
+            try:
+                record = driver.job_get(conn, UUID(text))
+            except ValueError:
+                record = None
+            if record is not None:
+                return [record]
+            ids = lookup_ids(conn, text)
+            records = [r for r in (driver.job_get(conn, i) for i in ids) if r is not None]
+        if not records:
+            raise JobNotFoundError(
+                f"no job {text}: neither a job id nor a known Celery task id",
+                hint="check the id with `ujobs-bridge jobs ls`",
+            )
+        return records
+
+    def task_job_ids(self, task_id: str) -> list[UUID]:
+        with self._connect() as conn:
+            return lookup_ids(conn, task_id)
+
     def steps(self, job_id: UUID) -> list[StepRecord]:
         with self._connect() as conn:
             return step_store.step_list(conn, job_id)
@@ -128,16 +179,45 @@ class Introspector:
         state: JobState | None = None,
         queue: str | None = None,
         name: str | None = None,
+        task_id: str | None = None,
         limit: int = 50,
+        offset: int = 0,
     ) -> list[JobRecord]:
+        """Newest first; ``name`` is a glob, ``task_id`` a Celery task id."""
         with self._connect() as conn:
+            ids = lookup_ids(conn, task_id) if task_id is not None else None
             return driver.job_list(
-                conn, state=state.value if state else None, queue=queue, name=name, limit=limit
+                conn,
+                state=state.value if state else None,
+                queue=queue,
+                name=None,
+                name_like=name_pattern(name),
+                ids=ids,
+                limit=limit,
+                offset=offset,
             )
 
-    def dead(self, *, limit: int = 50) -> list[JobRecord]:
+    def dead(
+        self, *, limit: int = 50, offset: int = 0, queue: str | None = None, name: str | None = None
+    ) -> list[JobRecord]:
         with self._connect() as conn:
-            return driver.job_dead(conn, limit=limit)
+            return driver.job_dead(
+                conn, limit=limit, offset=offset, queue=queue, name_like=name_pattern(name)
+            )
+
+    def count_matching(self, where: bulk.JobFilter, states: tuple[str, ...]) -> int:
+        with self._connect() as conn:
+            return bulk.job_count_matching(conn, where, states)
+
+    def cancel_matching(
+        self, where: bulk.JobFilter, *, reason: str = "cancelled by an operator"
+    ) -> int:
+        with self._connect() as conn:
+            return bulk.job_cancel_matching(conn, where, f"UJ_JOB_CANCELLED: {reason}")
+
+    def requeue_matching(self, where: bulk.JobFilter) -> int:
+        with self._connect() as conn:
+            return bulk.job_requeue_matching(conn, where, self.clock.sql_now())
 
     def stats(self) -> list[QueueStat]:
         with self._connect() as conn:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
 
-from . import validation
+from . import tracing, validation
 from .db import jobs as driver
 from .db.jobs import EnqueueSpec
 from .errors import ConfigError, ErrorCode
@@ -163,7 +163,7 @@ class EnqueueRequest:
             expires_at=o.expires_at,
             expires_in_s=None if o.expires_at is not None else expires_in,
             tenant_id=o.tenant_id,
-            traceparent=o.traceparent,
+            traceparent=o.traceparent or tracing.current_traceparent(),
             enqueued_by=o.enqueued_by,
         )
 

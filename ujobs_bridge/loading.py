@@ -151,6 +151,11 @@ class LoadedApp:
     def bind(self, dsn: str) -> None:
         """Point the app's own sends and results at the worker's database ``dsn``."""
 
+    def sends_events(self) -> bool:
+        """Does the app send monitoring events when the worker is given ``-E`` (Celery's task
+        events)? The engine's own apps do not, so ``-E`` is refused for them."""
+        return False
+
     def control_commands(self) -> dict[str, Handler]:
         """Remote-control handlers that add to or replace the engine's
         (``ujobs_bridge.worker.control``), for commands only the app can answer."""

@@ -11,6 +11,12 @@ installed: never from a database row or a message.
                             framework, consulted only once that module is imported; loading.py)
     ujobs_bridge.retention  target name  -> a callable returning ``PurgeTarget``s
     ujobs_bridge.demo       part name    -> a demo part ``ujobs-bridge demo`` runs after its own
+    ujobs_bridge.lookup     id kind      -> ``(conn, text) -> list[UUID]``: the jobs another id
+                            names (a Celery task id), for ``jobs show`` and the dashboard
+    ujobs_bridge.metrics    name         -> ``(conn) -> Prometheus metric families`` read from
+                            the jobs database at scrape time (``metrics_db.py``)
+    ujobs_bridge.dashboard  name         -> a factory of a dashboard ``Panel`` (pages of its own,
+                            sections on a job's page; ``dashboard/panels.py``)
 
 What it is not: a registry filled by import side effects. Nothing registers itself; a package is
 in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
@@ -29,6 +35,9 @@ CLI_GROUP = "ujobs_bridge.cli"
 LOADER_GROUP = "ujobs_bridge.loaders"
 RETENTION_GROUP = "ujobs_bridge.retention"
 DEMO_GROUP = "ujobs_bridge.demo"
+LOOKUP_GROUP = "ujobs_bridge.lookup"
+METRICS_GROUP = "ujobs_bridge.metrics"
+DASHBOARD_GROUP = "ujobs_bridge.dashboard"
 
 
 def entries(group: str) -> list[metadata.EntryPoint]:

@@ -42,7 +42,11 @@ class JobRef:
 @dataclass(frozen=True, slots=True)
 class ClaimedJob:
     """One row a worker holds a lease on. ``deliveries`` counts every claim of the row, this
-    one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery."""
+    one included (never given back, unlike ``attempt``): above 1, this claim is a redelivery.
+    ``undecodable``: the stored input could not be decoded (nested past the recursion limit):
+    the worker fails this row alone, with the reason, without running it.
+    ``traceparent`` is the enqueuer's W3C trace context; ``due_at`` the ``run_at`` it was
+    claimed at (pick-up latency is the claim's time minus it)."""
 
     id: UUID
     name: str
@@ -53,6 +57,9 @@ class ClaimedJob:
     lease_token: UUID
     expired: bool
     deliveries: int = 1
+    traceparent: str | None = None
+    due_at: datetime | None = None
+    undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
 
 
 @dataclass(frozen=True, slots=True)

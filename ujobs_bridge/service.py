@@ -9,6 +9,12 @@ subclass supplies ``tick()``, one pass that tests call directly with a frozen cl
 optionally ``_pass()`` (a tick plus how long to wait before the next), ``_on_start``,
 ``_on_stop`` and ``_on_error``.
 
+A pass that raises an ``Exception`` is logged and the loop goes on after a pause. A loop that
+cannot go on (an error no ``except Exception`` catches, such as ``SystemExit`` raised on its
+thread, an ``_on_error`` that raises, or ``error_streak`` failed passes in a row that were not
+database errors) is *dead*: it logs why and calls ``on_died(name, exc)``, so its owner can stop
+instead of living on without it (a worker whose claim loop died must not keep renewing leases).
+
 What it is not: a supervisor or a scheduler. A service never restarts itself after ``stop()``
 unless ``start()`` is called again, and its interval is a pause between passes, not a timetable.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -27,10 +34,19 @@ log = logging.getLogger("ujobs.service")
 class Service:
     """A loop on its own daemon thread: ``tick()`` every ``interval_s`` until ``stop()``."""
 
-    def __init__(self, name: str, *, interval_s: float, wait_first: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        interval_s: float,
+        wait_first: bool = False,
+        error_streak: int | None = None,
+    ) -> None:
         self.service_name = name
         self.interval_s = interval_s
         self.wait_first = wait_first
+        self.error_streak = error_streak  # None: unexpected errors never end the loop
+        self.on_died: Callable[[str, BaseException], None] | None = None
         self._stop = threading.Event()
         self.started = threading.Event()  # set once start() has launched the loop
         self.stopped = threading.Event()  # set once stop() has joined it and released what it held
@@ -103,12 +119,26 @@ class Service:
         self.stopped.set()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # the loop cannot go on: say so, and tell the owner
+            log.critical("ujobs.%s.died: %r", self.service_name, exc, exc_info=exc)
+            if self.on_died is not None:
+                self.on_died(self.service_name, exc)
+
+    def _loop(self) -> None:
         if self.wait_first and self._stop.wait(self.interval_s):
             return
+        streak = 0
         while not self._stop.is_set():
             try:
                 pause = self._pass()
+                streak = 0
             except Exception as exc:  # a loop that dies silently is worse than any one error
                 pause = self._on_error(exc)
+                if not isinstance(exc, psycopg.Error):
+                    streak += 1
+                    if self.error_streak is not None and streak >= self.error_streak:
+                        raise
             if pause > 0:
                 self._stop.wait(pause)

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ujobs_bridge.cli.options import json_option, print_json
+from ujobs_bridge.cli.output import cell, console
 from ujobs_bridge.errors import ConfigError
 
 from . import app_for_command
@@ -73,15 +73,15 @@ def convert(app_spec: str, strict: bool, as_json: bool) -> None:
             day_or = "" if r["day_or"] is None else ("or" if r["day_or"] else "AND")
             last = r["next"] if r["ok"] else "cannot map (below)"
             table.add_row(
-                r["name"],
-                str(r["task"] or "-"),
-                r["schedule"],
-                _schedule_text(r),
-                day_or,
-                str(r["catch_up"] or "-"),
-                str(last),
+                cell(r["name"]),
+                cell(str(r["task"] or "-")),
+                cell(r["schedule"]),
+                cell(_schedule_text(r)),
+                cell(day_or),
+                cell(str(r["catch_up"] or "-")),
+                cell(str(last)),
             )
-        Console().print(table)
+        console().print(table)
         for r in refused:
             click.echo(f"cannot map {r['name']!r}: {r['reason']}")
         notes: dict[str, list[str]] = {}

@@ -22,16 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
+from ujobs_bridge import logs
 from ujobs_bridge.cli.options import (
     CLI_ROLE,
     database,
     dsn_option,
     json_option,
+    log_format_option,
+    metrics_options,
     pgbouncer_option,
     print_json,
 )
+from ujobs_bridge.cli.output import console
 
 from .failure import check_broker_url, infrastructure_error, open_broker
 from .quarantine import quarantine
@@ -132,7 +137,11 @@ def _queues(value: str | None) -> list[str] | None:
     help="RabbitMQ --all-queues: the management API. Default: the broker's host, port 15672.",
 )
 @click.option("--dry-run", "dry_run_flag", is_flag=True, help="Count and classify; change nothing.")
-@click.option("--follow", is_flag=True, help="Keep draining until SIGTERM.")
+@click.option(
+    "--follow", is_flag=True, help="Keep draining until SIGTERM, logging a line per batch."
+)
+@log_format_option
+@metrics_options
 @click.option("--limit", default=None, type=click.IntRange(min=1), help="Stop after N messages.")
 @click.option(
     "--accept-content",
@@ -224,20 +233,33 @@ def run_drain(
     dsn: str | None,
     as_json: bool,
     dry_run_flag: bool = False,
+    log_format: logs.LogFormat = "text",
+    metrics_port: int | None = None,
+    metrics_address: str = "127.0.0.1",
 ) -> None:
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
     from migrate.report import Stats, print_report
     from migrate.runner import SourceOptions, broker_kind, dry_run, masked
 
-    err = Console(stderr=True)
+    err = console(stderr=True)
+    if follow:  # a line per batch (migrate.drain) while it runs
+        logs.setup("INFO", log_format)
+    exporter = None
+    if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
+        from ujobs_bridge.metrics import REGISTRY
+        from ujobs_bridge.metrics_http import MetricsServer
+
+        exporter = MetricsServer(REGISTRY, port=metrics_port, address=metrics_address)
+        exporter.start()
+        err.print(f"metrics: http://{metrics_address}:{exporter.port}/metrics")
     info = AppInfo.from_app(load_app(app_spec))
     url = broker or info.broker_url
     if not url:
         raise click.UsageError("the app has no broker_url: pass --broker URL")
     accept = accept_from(info, accept_content, accept_pickle, max_bytes)
     if accept_pickle:
-        err.print(f"[bold red]{PICKLE_WARNING}")
+        err.print(Text(PICKLE_WARNING, style="bold red"))
     elif "pickle" in info.accept_content:
         err.print(
             "note: the app accepts pickle; pickle bodies are quarantined (pickle_refused) unless --accept-pickle"
@@ -266,10 +288,12 @@ def run_drain(
             _drain(source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err)
     finally:
         source.close()
+        if exporter is not None:
+            exporter.stop()
     if as_json:
         print_json(stats.as_json())
     else:
-        print_report(Console(), stats)
+        print_report(console(), stats)
 
 
 def _drain(

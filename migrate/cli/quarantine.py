@@ -14,8 +14,8 @@ import sys
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from migrate.defaults import DEFAULT_MAX_BYTES, PICKLE_WARNING
 from ujobs_bridge.cli.options import (
@@ -26,6 +26,7 @@ from ujobs_bridge.cli.options import (
     json_option,
     print_json,
 )
+from ujobs_bridge.cli.output import cell, console
 from ujobs_bridge.db import connections
 
 
@@ -67,7 +68,7 @@ def ls(
     if as_json:
         print_json({"entries": [e.as_json() for e in found], "open_by_reason": counts})
         return
-    table = Table(title=f"{len(found)} quarantined message(s)")
+    table = Table(title=Text(f"{len(found)} quarantined message(s)"))
     for col in (
         "id",
         "queue",
@@ -82,20 +83,20 @@ def ls(
         table.add_column(col, overflow="fold")
     for e in found:
         table.add_row(
-            str(e.id),
-            e.queue,
-            e.reason,
-            e.task or "",
-            e.task_id or "",
-            f"{e.size:,}",
-            str(e.seen),
-            e.created_at.isoformat(timespec="seconds"),
-            e.resolution or "",
+            cell(str(e.id)),
+            cell(e.queue),
+            cell(e.reason),
+            cell(e.task),
+            cell(e.task_id),
+            cell(f"{e.size:,}"),
+            cell(str(e.seen)),
+            cell(e.created_at.isoformat(timespec="seconds")),
+            cell(e.resolution),
         )
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     if counts:
-        console.print("open: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        out.print("open: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
 @quarantine.command()
@@ -133,8 +134,8 @@ def show(
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in data.items():
-        table.add_row(key, escape("" if value is None else str(value)))
-    Console().print(table)
+        table.add_row(key, cell(value))
+    console().print(table)
 
 
 @quarantine.command()

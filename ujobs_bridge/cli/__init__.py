@@ -30,6 +30,7 @@ from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
 # stop the others from starting. Static imports, so no module is ever named by data.
 ENGINE_COMMANDS = (
     "db", "worker", "jobs", "demo", "events", "purge", "outbox", "scheduler", "tasks",
+    "embedded", "health", "dashboard",
 )  # fmt: skip
 
 
@@ -62,6 +63,18 @@ def _load(name: str) -> click.Command | None:
         from .outbox import outbox
 
         return outbox
+    if name == "dashboard":
+        from .dashboard import dashboard
+
+        return dashboard
+    if name == "health":
+        from .health import health
+
+        return health
+    if name == "embedded":
+        from .embedded import embedded
+
+        return embedded
     if name in ("scheduler", "tasks"):
         from .scheduler import scheduler, tasks
 

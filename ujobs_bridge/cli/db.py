@@ -10,11 +10,11 @@ What it is not: the migration runner (``db/schema.py``).
 from __future__ import annotations
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from ..db import connections, schema
 from .options import CLI_ROLE, database, dsn_option, json_option, print_json
+from .output import console
 
 
 @click.group()
@@ -77,6 +77,6 @@ def status(dsn: str | None, as_json: bool) -> None:
         table.add_row(f"{m.version:04d}", m.name, m.applied_at.isoformat(timespec="seconds"))
     for p in pending:
         table.add_row(f"{p.version:04d}", p.name, "[yellow]pending[/yellow]")
-    Console().print(table)
+    console(markup=True).print(table)
     if pending:
         click.echo(f"{len(pending)} pending: run `ujobs-bridge db upgrade`")

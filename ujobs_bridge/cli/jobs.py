@@ -1,37 +1,32 @@
-"""``ujobs-bridge jobs ls | show | cancel | requeue | dead | stats``.
+"""``ujobs-bridge jobs ls | show | dead | stats`` (``cancel`` and ``requeue``: ``jobs_steer.py``).
 
-Why it exists: an operator needs to see the backlog, read one job's story (attempts, last error,
-lease), stop a job (a running body is signalled at once) and give a dead letter another go,
-from a shell, as tables for people or ``--json`` for scripts.
+Why it exists: an operator needs to see the backlog and read one job's story (attempts, last
+error, lease, steps), found by its job id or the Celery task id in a worker's log, from a shell,
+as tables for people (every value printed as text, never markup; one row per line in a pipe) or
+``--json`` for scripts.
 
 What it is not: the queries (``introspect.py``).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .. import validation
 from ..errors import ConfigError
-from ..introspect import Introspector, parse_id, parse_state, redact, step_json, suspended_reason
+from ..introspect import Introspector, parse_state, redact, step_json, suspended_reason
 from ..records import JobRecord
-from .options import app_database, app_option, dsn_option, json_option, print_json
+from . import jobs_steer
+from .options import APP, app_database, dsn_option, json_option, print_json
+from .output import cell, console, table
 
 
 def _introspector(app_spec: str | None, dsn: str | None, as_json: bool) -> Introspector:
     return Introspector(app_database(app_spec, dsn, quiet=as_json).dsn)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = (
-        json.dumps(value, default=str, ensure_ascii=False) if not isinstance(value, str) else value
-    )
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _when(value: Any) -> str:
@@ -47,24 +42,34 @@ def _record_json(record: JobRecord, show_input: bool) -> dict[str, Any]:
 
 
 def _table(records: list[JobRecord], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("id", "name", "queue", "state", "attempt", "run at", "last error"):
-        table.add_column(col, overflow="fold")
+    out = table(title, ("id", "name", "queue", "state", "attempt", "run at", "last error"))
     for r in records:
         error = (r.last_error or "").strip().splitlines()
-        table.add_row(
-            str(r.id),
-            r.name,
-            r.queue,
-            r.state.value,
-            f"{r.attempt}/{r.max_attempts}",
-            _when(r.run_at),
-            _short(error[-1] if error else "", 50),
+        out.add_row(
+            cell(str(r.id)),
+            cell(r.name),
+            cell(r.queue),
+            cell(r.state.value),
+            cell(f"{r.attempt}/{r.max_attempts}"),
+            cell(_when(r.run_at)),
+            cell(error[-1] if error else "", 80),
         )
-    return table
+    return out
 
 
-APP = app_option("Use this app's database (its ujobs_database_url); --dsn wins.")
+def _paging(limit: int, offset: int) -> None:
+    try:
+        validation.positive_int("--limit", limit, maximum=10_000)
+        if offset < 0:
+            raise ConfigError(f"--offset {offset} is negative", hint="pass 0 or more")
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+
+
+def _page_note(shown: int, limit: int, offset: int) -> str | None:
+    if shown == limit:
+        return f"more may follow: --offset {offset + limit}"
+    return None
 
 
 @click.group()
@@ -77,8 +82,10 @@ def jobs() -> None:
     "--state", default=None, help="ready, running, sleeping, waiting, done, dead or cancelled."
 )
 @click.option("--queue", default=None)
-@click.option("--name", default=None)
+@click.option("--name", default=None, help="A job name or a glob: 'billing.*', '*.send_?'.")
+@click.option("--task-id", default=None, help="The jobs of this Celery task id.")
 @click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--offset", default=0, show_default=True, type=int, help="Skip this many (paging).")
 @APP
 @dsn_option
 @json_option
@@ -86,7 +93,9 @@ def ls(
     state: str | None,
     queue: str | None,
     name: str | None,
+    task_id: str | None,
     limit: int,
+    offset: int,
     app_spec: str | None,
     dsn: str | None,
     as_json: bool,
@@ -96,20 +105,24 @@ def ls(
         parsed = parse_state(state)
         if queue is not None:
             validation.queue_name(queue)
-        validation.positive_int("--limit", limit, maximum=10_000)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
+    _paging(limit, offset)
     records = _introspector(app_spec, dsn, as_json).jobs(
-        state=parsed, queue=queue, name=name, limit=limit
+        state=parsed, queue=queue, name=name, task_id=task_id, limit=limit, offset=offset
     )
     if as_json:
         print_json([_record_json(r, False) for r in records])
-    else:
-        Console().print(_table(records, f"{len(records)} job(s)"))
+        return
+    out = console()
+    out.print(_table(records, f"{len(records)} job(s)"))
+    note = _page_note(len(records), limit, offset)
+    if note:
+        click.echo(note, err=True)
 
 
 @jobs.command()
-@click.argument("job_id")
+@click.argument("job_id", metavar="ID")
 @click.option(
     "--show-input",
     is_flag=True,
@@ -121,9 +134,17 @@ def ls(
 def show(
     job_id: str, show_input: bool, app_spec: str | None, dsn: str | None, as_json: bool
 ) -> None:
-    """Show one job: state, attempts, lease, input, output, last error, and its steps."""
+    """Show one job (ID: a job id, or a Celery task id: its newest message's job): state,
+    attempts, lease, input, output, last error, and its steps."""
     introspector = _introspector(app_spec, dsn, as_json)
-    record = introspector.get(parse_id(job_id))
+    found = introspector.find(job_id)
+    record = found[0]
+    if len(found) > 1 and not as_json:
+        others = ", ".join(str(r.id) for r in found[1:])
+        click.echo(
+            f"task {job_id} has {len(found)} jobs (one per message); newest shown, others: {others}",
+            err=True,
+        )
     steps = introspector.steps(record.id)
     data = _record_json(record, show_input)
     reason = suspended_reason(record, steps)
@@ -132,21 +153,22 @@ def show(
         data["steps"] = [step_json(s, show_input) for s in steps]
         print_json(data)
         return
-    table = Table(title=f"job {record.id}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
+    fields = Table(title=Text(f"job {record.id}"), show_header=False)
+    fields.add_column("field", style="bold")
+    fields.add_column("value", overflow="fold")
     for key, value in data.items():
         if key in ("id",):
             continue
-        table.add_row(key, "" if value is None else _short(value, 2000))
+        fields.add_row(cell(key), cell(value, 4000))
     if reason:
-        table.add_row("suspended", reason)
-    console = Console()
-    console.print(table)
+        fields.add_row(cell("suspended"), cell(reason))
+    out = console()
+    out.print(fields)
     if steps:
-        step_table = Table(title=f"{len(steps)} step(s)")
-        for col in ("#", "name", "status", "attempts", "started", "took", "output / error"):
-            step_table.add_column(col, overflow="fold")
+        step_table = table(
+            f"{len(steps)} step(s)",
+            ("#", "name", "status", "attempts", "started", "took", "output / error"),
+        )
         for s in steps:
             took = ""
             if s.completed_at is not None:
@@ -161,57 +183,50 @@ def show(
             if s.status in ("sleeping", "waiting") and s.wake_at is not None:
                 shown = f"until {_when(s.wake_at)}"
             step_table.add_row(
-                str(s.ordinal + 1),
-                s.name,
-                s.status,
-                str(s.attempts),
-                _when(s.started_at),
-                took,
-                _short(shown, 60),
+                cell(str(s.ordinal + 1)),
+                cell(s.name),
+                cell(s.status),
+                cell(str(s.attempts)),
+                cell(_when(s.started_at)),
+                cell(took),
+                cell(shown, 200),
             )
-        console.print(step_table)
+        out.print(step_table)
+
+
+jobs.add_command(jobs_steer.cancel)
+jobs.add_command(jobs_steer.requeue)
 
 
 @jobs.command()
-@click.argument("job_id")
-@APP
-@dsn_option
-@json_option
-def cancel(job_id: str, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
-    """Cancel a live job; a running body is signalled at once."""
-    record = _introspector(app_spec, dsn, as_json).cancel(parse_id(job_id))
-    if as_json:
-        print_json(_record_json(record, False))
-    else:
-        click.echo(f"cancelled {record.id} ({record.name})")
-
-
-@jobs.command()
-@click.argument("job_id")
-@APP
-@dsn_option
-@json_option
-def requeue(job_id: str, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
-    """Give a dead or cancelled job a fresh set of attempts, due now."""
-    record = _introspector(app_spec, dsn, as_json).requeue(parse_id(job_id))
-    if as_json:
-        print_json(_record_json(record, False))
-    else:
-        click.echo(f"requeued {record.id} ({record.name})")
-
-
-@jobs.command()
+@click.option("--queue", default=None)
+@click.option("--name", default=None, help="A job name or a glob.")
 @click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--offset", default=0, show_default=True, type=int, help="Skip this many (paging).")
 @APP
 @dsn_option
 @json_option
-def dead(limit: int, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
+def dead(
+    queue: str | None,
+    name: str | None,
+    limit: int,
+    offset: int,
+    app_spec: str | None,
+    dsn: str | None,
+    as_json: bool,
+) -> None:
     """List dead letters, most recent first."""
-    records = _introspector(app_spec, dsn, as_json).dead(limit=limit)
+    _paging(limit, offset)
+    records = _introspector(app_spec, dsn, as_json).dead(
+        limit=limit, offset=offset, queue=queue, name=name
+    )
     if as_json:
         print_json([_record_json(r, False) for r in records])
-    else:
-        Console().print(_table(records, f"{len(records)} dead letter(s)"))
+        return
+    console().print(_table(records, f"{len(records)} dead letter(s)"))
+    note = _page_note(len(records), limit, offset)
+    if note:
+        click.echo(note, err=True)
 
 
 @jobs.command()
@@ -260,22 +275,29 @@ def stats(stranded_after: float, app_spec: str | None, dsn: str | None, as_json:
             ]
         )
         return
-    table = Table(title="jobs by queue and state")
-    for col in ("queue", "state", "jobs", "oldest run at"):
-        table.add_column(col)
+    by_state = table("jobs by queue and state", ("queue", "state", "jobs", "oldest run at"))
     for r in rows:
-        table.add_row(r.queue, r.state.value, str(r.jobs), _when(r.oldest_run_at))
-    console = Console()
-    console.print(table)
+        by_state.add_row(
+            cell(r.queue), cell(r.state.value), cell(str(r.jobs)), cell(_when(r.oldest_run_at))
+        )
+    out = console()
+    out.print(by_state)
     if not stranded:
         return
-    waiting = Table(title=f"due for at least {after:g}s and not claimed, by name")
-    for col in ("queue", "state", "name", "jobs", "oldest run at"):
-        waiting.add_column(col)
+    waiting = table(
+        f"due for at least {after:g}s and not claimed, by name",
+        ("queue", "state", "name", "jobs", "oldest run at"),
+    )
     for s in stranded:
-        waiting.add_row(s.queue, s.state.value, s.name, str(s.jobs), _when(s.oldest_run_at))
-    console.print(waiting)
-    console.print(
+        waiting.add_row(
+            cell(s.queue),
+            cell(s.state.value),
+            cell(s.name),
+            cell(str(s.jobs)),
+            cell(_when(s.oldest_run_at)),
+        )
+    out.print(waiting)
+    out.print(
         "No worker has claimed these: either none runs on the queue, they are behind a backlog, "
         "or no running worker declares the name (its worker logs 'Received unregistered task'). "
         "Deploy a worker that declares it, or `ujobs-bridge jobs cancel` them."

@@ -112,6 +112,35 @@ def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) 
     return database(dsn, quiet=quiet, config_dsn=config_dsn)
 
 
+def log_format_option(fn: F) -> F:
+    """``--log-format text|json`` (default ``$UJOBS_LOG_FORMAT``, else text): see ``logs.py``."""
+    return click.option(
+        "--log-format",
+        "log_format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        envvar="UJOBS_LOG_FORMAT",
+        show_default=True,
+        help="text for people, json for log pipelines (one object per line, with job ids).",
+    )(fn)
+
+
+def metrics_options(fn: F) -> F:
+    """``--metrics-port N`` and ``--metrics-address``: serve /metrics, /healthz and /readyz."""
+    fn = click.option(
+        "--metrics-address",
+        default="127.0.0.1",
+        show_default=True,
+        help="Address for --metrics-port (0.0.0.0: every interface).",
+    )(fn)
+    return click.option(
+        "--metrics-port",
+        default=None,
+        type=click.IntRange(0, 65535),
+        help="Serve Prometheus /metrics, /healthz and /readyz on this port.",
+    )(fn)
+
+
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(fn)
 
@@ -137,4 +166,11 @@ def database(
 
 
 def print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    """``value`` as JSON; datetimes as ISO 8601 wherever they are (``jobs ls`` and ``jobs stats``
+    agree)."""
+    from .output import iso_default
+
+    click.echo(json.dumps(value, indent=2, default=iso_default, ensure_ascii=False))
+
+
+APP = app_option("Use this app's database (its ujobs_database_url); --dsn wins.")

@@ -11,18 +11,19 @@ What it is not: the relay (``outbox/relay.py``) or staging (``outbox/staging.py`
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from types import FrameType
 
 import click
 
+from .. import logs
 from ..dsn import mask_dsn
 from ..errors import ConfigError
+from ..logs import LogFormat
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from ..schema_access import ensure_schema
-from .options import database, dsn_option, pgbouncer_option
+from .options import database, dsn_option, log_format_option, pgbouncer_option
 
 
 @click.group()
@@ -54,14 +55,18 @@ def outbox() -> None:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @pgbouncer_option
+@log_format_option
 @dsn_option
 def relay(
-    source_dsn: str | None, batch: int, interval_s: float, loglevel: str, dsn: str | None
+    source_dsn: str | None,
+    batch: int,
+    interval_s: float,
+    loglevel: str,
+    log_format: LogFormat,
+    dsn: str | None,
 ) -> None:
     """Publish staged rows in order until SIGTERM (which finishes the batch in hand)."""
-    logging.basicConfig(
-        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(loglevel.upper(), log_format)
     resolved = database(dsn)
     if source_dsn:
         from ..dsn import check_dsn

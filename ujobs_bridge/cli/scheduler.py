@@ -13,20 +13,19 @@ What it is not: the scheduler itself (``scheduler.py``).
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from datetime import UTC, datetime
 from types import FrameType
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .. import loading
+from .. import loading, logs, metrics
 from ..db import connections
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
+from ..logs import LogFormat
+from ..metrics_http import MetricsServer
 from ..outbox.relay import OutboxRelay
 from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
 from ..scheduling.task import PeriodicTask
@@ -37,9 +36,12 @@ from .options import (
     database,
     dsn_option,
     json_option,
+    log_format_option,
+    metrics_options,
     pgbouncer_option,
     print_json,
 )
+from .output import cell, console, table
 
 
 def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:
@@ -103,6 +105,8 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @pgbouncer_option
+@log_format_option
+@metrics_options
 @dsn_option
 def scheduler(
     app_spec: str | None,
@@ -111,12 +115,13 @@ def scheduler(
     purge: bool,
     outbox: bool,
     loglevel: str,
+    log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_address: str,
     dsn: str | None,
 ) -> None:
     """Fire periodic tasks (leader-elected; run several) and relay the outbox."""
-    logging.basicConfig(
-        level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.setup(loglevel.upper(), log_format)
     serve(
         resolve_app(app_spec),
         interval_s=interval_s,
@@ -124,6 +129,8 @@ def scheduler(
         purge=purge,
         outbox=outbox,
         dsn=dsn,
+        metrics_port=metrics_port,
+        metrics_address=metrics_address,
     )
 
 
@@ -135,6 +142,8 @@ def serve(
     purge: bool = True,
     outbox: bool = True,
     dsn: str | None = None,
+    metrics_port: int | None = None,
+    metrics_address: str = "127.0.0.1",
 ) -> None:
     """Run the scheduler (and the relay) for ``app`` until SIGTERM/SIGINT. Shared by
     ``ujobs-bridge scheduler`` and ``celery beat`` on a celery_compat app."""
@@ -160,15 +169,23 @@ def serve(
     runner.start()
     if relay is not None:
         relay.start()
+    exporter = None
+    if metrics_port is not None:
+        exporter = MetricsServer(metrics.REGISTRY, port=metrics_port, address=metrics_address)
+        exporter.start()
+        click.echo(f"metrics: http://{metrics_address}:{exporter.port}/metrics", err=True)
     click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
     while not stop.wait(0.5):
         pass
     if relay is not None:
         relay.stop()  # first: the runner's stop closes the connection they share
     runner.stop()
+    if exporter is not None:
+        exporter.stop()
     c = runner.counts
     click.echo(
-        f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} duplicates={c.duplicates}",
+        f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} "
+        f"beat_sends={c.sends} catch_ups={c.catch_ups} duplicates={c.duplicates}",
         err=True,
     )
 
@@ -214,15 +231,15 @@ def ls(app_spec: str | None, purge: bool, dsn: str | None, as_json: bool) -> Non
     if as_json:
         print_json(rows)
         return
-    table = Table(title=f"{len(rows)} task(s)")
-    for col in ("name", "schedule", "policy", "next", "last occurrence"):
-        table.add_column(col, overflow="fold")
+    tasks_table = table(
+        f"{len(rows)} task(s)", ("name", "schedule", "policy", "next", "last occurrence")
+    )
     for r in rows:
-        cells = [str(r[k]) for k in ("name", "schedule", "policy", "next")]
+        cells = [cell(str(r[k])) for k in ("name", "schedule", "policy", "next")]
         last_text = "never"
         if r["last_occurrence"]:
             last_text = str(r["last_occurrence"]) + (
                 " (catch-up)" if r["last_was_catch_up"] else ""
             )
-        table.add_row(*cells, last_text)
-    Console().print(table)
+        tasks_table.add_row(*cells, cell(last_text))
+    console().print(tasks_table)

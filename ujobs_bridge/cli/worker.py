@@ -3,7 +3,8 @@
 Why it exists: it is the process operators deploy. It checks the schema, loads the jobs from
 ``-A`` (never from data), starts a ``Worker`` and turns SIGTERM/SIGINT into the two-phase drain:
 stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back the rest with
-their attempt uncounted, exit 0. A second signal cuts the wait short.
+their attempt uncounted, exit 0. A second signal cuts the wait short. A worker whose loop died
+(``Worker.failed``) hands back what it holds and exits 70, for a supervisor to restart it.
 
 Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``); ``serve`` is
 also what ``celery -A proj worker`` runs on a celery_compat app (``celery_compat/worker.py``).
@@ -24,9 +25,11 @@ from typing import NoReturn
 
 import click
 
-from .. import loading, validation
-from ..errors import ConfigError
+from .. import health, loading, metrics, validation
+from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
+from ..logs import LogFormat
+from ..metrics_http import MetricsServer
 from ..schema_access import ensure_schema
 from ..worker.config import (
     DEFAULT_CONCURRENCY,
@@ -38,7 +41,16 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option, listen_dsn_option, pgbouncer_option
+from .options import (
+    database,
+    dsn_option,
+    listen_dsn_option,
+    log_format_option,
+    metrics_options,
+    pgbouncer_option,
+)
+
+EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,10 @@ class WorkerFlags:
     pidfile: str | None = None
     logfile: str | None = None
     dsn: str | None = None
+    task_events: bool = False
+    log_format: LogFormat = "text"
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
@@ -176,6 +192,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "--pidfile", default=None, help="Write the pid here; refused while it names a live process."
 )
 @click.option("-f", "--logfile", default=None, help="Log to this file instead of stderr.")
+@log_format_option
+@metrics_options
 @click.option(
     "--without-heartbeat", is_flag=True, help="No-op: worker liveness is the lease heartbeat."
 )
@@ -191,7 +209,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "--events",
     "task_events",
     is_flag=True,
-    help="Refused: no task events yet.",
+    help="Send Celery's task and worker events (a Celery app: to Postgres, and to its broker "
+    "during a cutover, where Flower reads them).",
 )
 @click.option(
     "--max-tasks-per-child", type=int, default=None, help="Refused: children are not recycled."
@@ -227,6 +246,9 @@ def worker(
     hostname: str | None,
     pidfile: str | None,
     logfile: str | None,
+    log_format: LogFormat,
+    metrics_port: int | None,
+    metrics_address: str,
     without_heartbeat: bool,
     without_gossip: bool,
     without_mingle: bool,
@@ -241,7 +263,6 @@ def worker(
 ) -> None:
     """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
     refused = {
-        "-E": task_events,
         "--max-tasks-per-child": max_tasks_per_child,
         "--max-memory-per-child": max_memory_per_child,
         "--time-limit": time_limit,
@@ -267,12 +288,36 @@ def worker(
             pidfile=pidfile,
             logfile=logfile,
             dsn=dsn,
+            task_events=task_events,
+            log_format=log_format,
+            metrics_port=metrics_port,
+            metrics_address=metrics_address,
         )
         asked.config()
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    flags.setup_logging(asked.loglevel, asked.logfile)
+    flags.setup_logging(asked.loglevel, asked.logfile, asked.log_format)
     serve(loading.resolve(app_spec), app_spec, asked)
+
+
+def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServer | None:
+    """``--metrics-port``: this worker's series, ``/healthz``, and ``/readyz`` (ready while the
+    worker runs, is not shutting down, and its database answers)."""
+    if asked.metrics_port is None:
+        return None
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        if runner.stopping:
+            return False, {"worker": "shutting down"}
+        database = health.database_reachable(dsn)
+        return database.ok, {"worker": runner.id, "database": database.detail}
+
+    exporter = MetricsServer(
+        metrics.REGISTRY, port=asked.metrics_port, address=asked.metrics_address, ready=ready
+    )
+    exporter.start()
+    click.echo(f"metrics: http://{asked.metrics_address}:{exporter.port}/metrics", err=True)
+    return exporter
 
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
@@ -308,6 +353,11 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     usage error (exit 2)."""
     jobs = loading.jobs_of(app)
     try:
+        if asked.task_events and not app.sends_events():
+            raise ConfigError(
+                f"-E: -A {app.spec} is not a Celery app, and task events are Celery's",
+                hint="drop -E; follow jobs with `ujobs-bridge jobs ls` / `jobs stats`",
+            )
         config = _with_app_settings(asked.config(), asked, app)
         config = _without_excluded(config, asked.exclude_queues, [d.queue for d in jobs.values()])
         flags.write_pidfile(asked.pidfile)
@@ -349,6 +399,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
+    exporter = _serve_metrics(asked, runner, resolved.dsn)
     node = f" node={runner.node}"
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
@@ -356,11 +407,21 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         err=True,
     )
     app.on_worker_ready(runner)
-    while not stop_requested.wait(0.5):
+    while not stop_requested.wait(0.5) and not runner.failed.is_set():
         if runner.remote_shutdown.is_set():  # a `shutdown` command: drain as on SIGTERM
             break
-    click.echo("worker: shutting down (signal again to hand back at once)", err=True)
+    if runner.failure is not None:
+        runner.failed.wait()  # the worker hands back what it holds, then stops
+        click.echo(
+            f"worker: {runner.failure}; handed back what it held, exiting {EXIT_FAILED} "
+            f"({ErrorCode.WORKER_FAILED.value})",
+            err=True,
+        )
+    else:
+        click.echo("worker: shutting down (signal again to hand back at once)", err=True)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
+    if exporter is not None:
+        exporter.stop()
     app.on_worker_shutdown(runner)
     c = runner.counts
     click.echo(
@@ -370,4 +431,5 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # bodies still running were handed back; do not wait for their threads
+    # bodies still running were handed back; do not wait for their threads
+    os._exit(EXIT_FAILED if runner.failure is not None else 0)

@@ -22,7 +22,9 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from .. import logs
 from ..errors import ConfigError
+from ..logs import LogFormat
 
 LOG_LEVELS: Mapping[str, int] = {
     "DEBUG": logging.DEBUG,
@@ -46,10 +48,6 @@ _FORMAT = re.compile(r"%(\w)")
 
 # Celery's flags with no meaning on the bridge yet: flag -> (why, what to use instead)
 REFUSED: Mapping[str, tuple[str, str]] = {
-    "-E": (
-        "task events are not emitted by the bridge worker yet",
-        "follow jobs with `ujobs-bridge jobs ls` / `jobs stats`; drop -E",
-    ),
     "--max-tasks-per-child": (
         "pool processes are not recycled after N tasks",
         "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
@@ -147,13 +145,10 @@ def pool(value: str, concurrency: int | None) -> tuple[str, int | None]:
     return mapped, forced if forced is not None else concurrency
 
 
-def setup_logging(level: int, logfile: str | None) -> None:
-    """Log at ``level`` to stderr, or to ``logfile`` (Celery's ``-f``) when given."""
-    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    if logfile:
-        logging.basicConfig(level=level, format=fmt, filename=logfile, force=True)
-    else:
-        logging.basicConfig(level=level, format=fmt, force=True)
+def setup_logging(level: int, logfile: str | None, log_format: LogFormat = "text") -> None:
+    """Log at ``level`` to stderr, or to ``logfile`` (Celery's ``-f``) when given, as text or
+    JSON lines (``--log-format``)."""
+    logs.setup(level, log_format, logfile)
 
 
 def _alive(pid: int) -> bool:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 
 from ..errors import JobStateError
 from ..records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
@@ -178,9 +179,40 @@ class ClaimParams:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    reason: str
+
+
+def _input_loads(data: str | bytes) -> Any:
+    """A claimed row's input, or why it cannot be decoded: one bad row must not fail the batch
+    it came in (a claim commits before its rows are read)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return _Undecodable("nested too deeply to decode (past Python's recursion limit)")
+    except ValueError as exc:
+        return _Undecodable(f"not valid JSON ({exc})")
+
+
+def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
+    cur = conn.cursor()
+    set_json_loads(_input_loads, cur)
+    return cur
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    claimed = ClaimedJob(*row)
+    if isinstance(claimed.input, _Undecodable):
+        return replace(claimed, input={}, undecodable=claimed.input.reason)
+    return claimed
+
+
 def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
-    rows = conn.execute(q("job_claim"), claim.params()).fetchall()
-    return [ClaimedJob(*row) for row in rows]
+    """Claim a batch. A row whose input cannot be decoded comes back with ``undecodable`` set
+    (its input empty) instead of failing the batch."""
+    rows = _claim_cursor(conn).execute(q("job_claim"), claim.params()).fetchall()
+    return [_claimed(row) for row in rows]
 
 
 def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
@@ -206,9 +238,9 @@ def job_settle_then_claim(
         if durable:
             conn.execute(q("tx_outcomes_durable"))
         settled = conn.execute(q("job_settle"), _settle_params(settlements, claim.now))
-        claimed = conn.execute(q("job_claim"), claim.params())
+        claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
     matched = {row[0] for row in settled.fetchall()}
-    return matched, [ClaimedJob(*row) for row in claimed.fetchall()]
+    return matched, [_claimed(row) for row in claimed.fetchall()]
 
 
 def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:
@@ -282,19 +314,54 @@ def job_get(conn: Conn, job_id: UUID) -> JobRecord | None:
     return None if row is None else _record(row)
 
 
+def like_literal(text: str) -> str:
+    """``text`` as a LIKE pattern matching exactly itself (``\\``, ``%`` and ``_`` escaped)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def job_list(
-    conn: Conn, *, state: str | None, queue: str | None, name: str | None, limit: int
+    conn: Conn,
+    *,
+    state: str | None,
+    queue: str | None,
+    name: str | None,
+    limit: int,
+    name_like: str | None = None,
+    ids: Sequence[UUID] | None = None,
+    offset: int = 0,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[JobRecord]:
+    """Newest first. ``name`` matches exactly, ``name_like`` is a LIKE pattern (``name`` wins);
+    ``ids`` narrows to those rows; ``since``/``until`` bound ``created_at`` (until excluded);
+    paged by ``limit`` and ``offset``."""
+    params = {
+        "state": state,
+        "queue": queue,
+        "name_like": like_literal(name) if name is not None else name_like,
+        "ids": list(ids) if ids is not None else None,
+        "limit": limit,
+        "offset": offset,
+        "since": since,
+        "until": until,
+    }
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            q("job_list"), {"state": state, "queue": queue, "name": name, "limit": limit}
-        ).fetchall()
+        rows = cur.execute(q("job_list"), params).fetchall()
     return [_record(r) for r in rows]
 
 
-def job_dead(conn: Conn, *, limit: int) -> list[JobRecord]:
+def job_dead(
+    conn: Conn,
+    *,
+    limit: int,
+    queue: str | None = None,
+    name_like: str | None = None,
+    offset: int = 0,
+) -> list[JobRecord]:
+    """Dead letters, most recently dead first; filtered by queue and a LIKE pattern, paged."""
+    params = {"limit": limit, "queue": queue, "name_like": name_like, "offset": offset}
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(q("job_dead"), {"limit": limit}).fetchall()
+        rows = cur.execute(q("job_dead"), params).fetchall()
     return [_record(r) for r in rows]
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 
+from .. import metrics
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db import jobs as driver
 from ..db import scheduling as store
@@ -72,6 +73,8 @@ class SchedulerCounts:
     fired: int = 0
     duplicates: int = 0
     jobs: int = 0
+    sends: int = 0  # occurrences that sent through the fire's connection (Celery beat entries)
+    catch_ups: int = 0
     failed: int = 0
 
 
@@ -210,5 +213,10 @@ class Scheduler(Service):
             fired += 1
             self.counts.fired += 1
             self.counts.jobs += len(specs)
+            self.counts.sends += 1 if periodic.sends_in_fire else 0
+            self.counts.catch_ups += 1 if occurrence.catch_up else 0
+            metrics.SCHEDULER_FIRES.labels(periodic.name).inc()
+            if occurrence.catch_up:
+                metrics.SCHEDULER_CATCH_UPS.labels(periodic.name).inc()
         store.scheduler_watermark_set(conn, periodic.name, plan.result.watermark)
         return fired

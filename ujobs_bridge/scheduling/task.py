@@ -181,6 +181,12 @@ class PeriodicTask:
         self._enqueue_in_fire = enqueue_in_fire
         self.job = job
 
+    @property
+    def sends_in_fire(self) -> bool:
+        """True if its occurrences send through the fire's connection themselves (a Celery beat
+        entry's ``apply_async``) instead of returning requests."""
+        return self._enqueue_in_fire is not None
+
     def __repr__(self) -> str:
         return f"<task {self.name} {self.schedule.describe()} catch_up={self.catch_up}>"
 

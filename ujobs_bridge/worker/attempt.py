@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import context, steps
+from .. import context, steps, tracing
 from ..context import AttemptSignal, JobContext
 from ..error_text import FormattedError, error_text
 from ..errors import (
@@ -45,6 +45,10 @@ from ..steps import StepRunner
 
 T = TypeVar("T")
 OUTAGE_DELAY_S = 1.0  # an attempt handed back for a database outage runs again after this
+
+# The worker's own reasons to give an attempt back uncounted: its drain, a loop of its that
+# failed, bodies of other jobs hung in its slots. Nothing a body raises is among them.
+HANDED_BACK = frozenset({ErrorCode.WORKER_DRAINING, ErrorCode.WORKER_FAILED, ErrorCode.WORKER_HUNG})
 
 __all__ = [
     "BodyResult",
@@ -114,6 +118,11 @@ def _bound(claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None
         context.unbind(token)
 
 
+def _failed(error: BaseException | None) -> bool:
+    """An attempt whose span is marked as an error: not a suspension or a chosen outcome."""
+    return error is not None and not isinstance(error, Outcome | StepSuspended)
+
+
 def _returned(value: Any, name: str) -> BodyResult:
     if isinstance(value, Outcome):  # an outcome may be returned as well as raised
         return BodyResult(error=value)
@@ -130,15 +139,17 @@ def run_body(
     def`` body runs on a fresh event loop (in a helper thread if this thread already runs one)."""
     if definition.is_async:
         return _on_fresh_loop(run_body_async(definition, claimed, signal, runner))
-    with _bound(claimed, signal, runner):
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
         try:
             args, kwargs = decode_input(claimed.input)
             value = definition.fn(*args, **kwargs)
             if inspect.iscoroutine(value):  # a sync wrapper around an async body
                 value = _on_fresh_loop(value)
-            return _returned(value, claimed.name)
+            result = _returned(value, claimed.name)
         except BaseException as exc:  # the decision table sorts every kind
-            return BodyResult(error=exc)
+            result = BodyResult(error=exc)
+        record(result.error, _failed(result.error))
+        return result
 
 
 async def run_body_async(
@@ -150,18 +161,21 @@ async def run_body_async(
     """Run an ``async def`` body on the running loop, with its context and steps bound and its
     ``timeout=`` applied (a timeout aborts the signal and fails the attempt)."""
     timeout = definition.timeout_s
-    with _bound(claimed, signal, runner):
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
         try:
             if timeout is None:
-                return await _awaited(definition, claimed, signal)
-            return await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
+                result = await _awaited(definition, claimed, signal)
+            else:
+                result = await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
         except TimeoutError:
             signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
-            return BodyResult(
+            result = BodyResult(
                 error=AttemptAborted(ErrorCode.JOB_TIMEOUT, f"timed out after {timeout}s")
             )
         except asyncio.CancelledError:  # the loop went away under the body: nothing to say
-            return BodyResult()
+            result = BodyResult()
+        record(result.error, _failed(result.error))
+        return result
 
 
 async def _awaited(
@@ -242,7 +256,7 @@ def settle(
     """Where the row goes after this attempt; ``None`` means there is nothing to write."""
     if signal.aborted and signal.code in (ErrorCode.LEASE_LOST, ErrorCode.JOB_CANCELLED):
         return None  # the row is no longer ours: a write would be fenced anyway
-    if signal.aborted and signal.code is ErrorCode.WORKER_DRAINING:
+    if signal.aborted and signal.code in HANDED_BACK:
         return Settlement(
             claimed.id,
             claimed.lease_token,
@@ -257,7 +271,7 @@ def settle(
         return Settlement(
             claimed.id, claimed.lease_token, state=JobState.DONE, output_json=result.output_json
         )
-    if isinstance(error, AttemptAborted) and error.code is ErrorCode.WORKER_DRAINING:
+    if isinstance(error, AttemptAborted) and error.code in HANDED_BACK:
         return Settlement(
             claimed.id,
             claimed.lease_token,
@@ -277,21 +291,9 @@ def settle(
             error=error_text(error),
             uncount=1,
         )
-    if isinstance(error, KeyboardInterrupt | SystemExit):
-        return Settlement(
-            claimed.id,
-            claimed.lease_token,
-            state=JobState.READY,
-            error=error_text(error),
-            uncount=1,
-        )
     retryable = (
         not isinstance(error, PayloadError | StepError)
-        and (
-            error.retryable
-            if isinstance(error, RemoteJobError)
-            else definition.retry.retries(error) or isinstance(error, AttemptAborted)
-        )
+        and (error.retryable if isinstance(error, RemoteJobError) else retries(definition, error))
         and claimed.attempt < claimed.max_attempts
     )
     if retryable:
@@ -303,6 +305,18 @@ def settle(
             error=error_text(error),
         )
     return Settlement(claimed.id, claimed.lease_token, state=JobState.DEAD, error=error_text(error))
+
+
+def retries(definition: JobDefinition[Any, Any], error: BaseException) -> bool:
+    """Whether the job's retry policy wants another go after ``error``. A body that raised
+    ``SystemExit`` or ``KeyboardInterrupt`` failed like any other: a policy that retries every
+    ``Exception`` retries it too (only the worker's own drain hands an attempt back uncounted)."""
+    policy = definition.retry
+    if policy.retries(error) or isinstance(error, AttemptAborted):
+        return True
+    return isinstance(error, SystemExit | KeyboardInterrupt) and any(
+        issubclass(Exception, kind) for kind in policy.retry_on
+    )
 
 
 def _explicit(claimed: ClaimedJob, error: BaseException) -> Settlement | None:

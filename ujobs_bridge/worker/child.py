@@ -1,4 +1,5 @@
-"""The child side of ``--pool processes``: import the ``-A`` module once, run bodies by name.
+"""The child side of ``--pool processes``: import the ``-A`` module once, run bodies by name,
+one at a time, for as long as the parent lives.
 
 Why it exists: CPU-bound bodies need processes, as Celery's prefork pool gives them. The child
 resolves a job name through the registry it built from the operator's ``-A`` module — never by
@@ -6,20 +7,27 @@ importing a name taken from the row — and answers with plain tuples (JSON text
 suspension's wake time), not pickled objects, so nothing from the database is unpickled. Durable
 steps work in the child too: it writes them under the attempt's lease token on its own pool.
 
-What it is not: a lease keeper. Leases, fencing and outcomes stay in the parent, and a cancel
-cannot interrupt a child's body (it is fenced when it returns).
+The child dies with its parent: it asks the kernel for SIGKILL when the parent's thread that
+spawned it ends (``PR_SET_PDEATHSIG``, Linux), and a watch thread waits on the parent as the
+fallback elsewhere (and runs the exit hooks first, then exits).
+
+What it is not: a lease keeper or the pool (``children.py``). Leases, fencing and outcomes stay
+in the parent, which kills the child of a body it stops (timeout, cancel, lost lease).
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ..clock import SYSTEM_CLOCK
@@ -28,12 +36,12 @@ from ..db import connections
 from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
 from ..error_text import error_text
-from ..errors import AttemptAborted, ErrorCode, PayloadError, StepError, StepSuspended
+from ..errors import ErrorCode, PayloadError, StepError, StepSuspended
 from ..job import JobDefinition
 from ..outcomes import Cancel, Discard, Snooze
 from ..records import ClaimedJob
 from ..steps import StepRunner
-from .attempt import BodyResult, RemoteJobError, run_body
+from .attempt import BodyResult, RemoteJobError, retries, run_body
 
 # task name -> attribute -> value, as remote control set them in the parent (picklable)
 TaskSettings = dict[str, dict[str, Any]]
@@ -48,6 +56,49 @@ _lock = threading.Lock()
 Reply = tuple[Any, ...]
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def child_main(
+    conn: Connection, app_spec: str | None, dsn: str, node: str, parent_pid: int
+) -> None:
+    """A pool child's life: die with the parent, load ``-A``, say ready, then run one claimed
+    job per message (``(claimed, task settings)``) until told to stop (``None``) or the
+    parent's end of the pipe closes."""
+    _die_with_parent(parent_pid)
+    try:
+        child_init(app_spec, dsn, node)
+    except BaseException as exc:  # the parent reports it, for the job it wanted to run here
+        conn.send(("init_failed", error_text(exc)))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if message is None:
+            return
+        try:
+            reply = child_run(*message)
+        except Exception as exc:  # e.g. a name this child's registry lacks: fail this attempt
+            reply = ("error", error_text(exc), False)
+        conn.send(reply)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this child when its parent's spawning thread ends (Linux); if the parent is
+    already gone, exit now."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watch thread (``_on_exit``) still ends the child
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
 def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
     """Load ``-A`` in this child through its loader and bind the app to the parent's ``dsn``
     (passed here, never through the environment); ``node``: the parent's node name."""
@@ -58,13 +109,15 @@ def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _dsn.append(dsn)
-    if app_spec is not None:
-        app = loading.resolve(app_spec)
-        _registry.update(loading.jobs_of(app))
-        app.bind(dsn)
-        _app.append(app)
-        _on_exit(app.on_process_shutdown)
-        app.on_process_init()
+    if app_spec is None:
+        _on_exit(lambda: None)
+        return
+    app = loading.resolve(app_spec)
+    _registry.update(loading.jobs_of(app))
+    app.bind(dsn)
+    _app.append(app)
+    _on_exit(app.on_process_shutdown)
+    app.on_process_init()
 
 
 def _on_exit(hook: Callable[[], None]) -> None:
@@ -134,12 +187,9 @@ def _reply(definition: JobDefinition[Any, Any], result: BodyResult) -> Reply:
         return ("discard", exc.reason)
     if isinstance(exc, StepError):
         return ("step_error", exc.message, exc.hint, exc.code.value)
-    if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: the child's own end
-        raise exc
-    # the parent's decision table, for what only the child can judge (the exception's class)
-    retryable = not isinstance(exc, PayloadError) and (
-        definition.retry.retries(exc) or isinstance(exc, AttemptAborted)
-    )
+    # the parent's decision table, for what only the child can judge (the exception's class);
+    # a body's SystemExit or KeyboardInterrupt is its failure, not the child's end
+    retryable = not isinstance(exc, PayloadError) and retries(definition, exc)
     return ("error", error_text(exc), retryable)
 
 

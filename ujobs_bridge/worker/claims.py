@@ -26,6 +26,7 @@ from uuid import UUID
 
 import psycopg
 
+from .. import metrics
 from ..clock import Clock
 from ..db import jobs as driver
 from ..db import session
@@ -180,6 +181,7 @@ class Claims:
             )
             if rescued:
                 self.counts.rescued += len(rescued)
+                metrics.LEASE_RESCUES.inc(len(rescued))
                 log.info("ujobs.worker.rescued: %d", len(rescued))
             driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
             self._dead_unregistered(conn)

@@ -9,7 +9,8 @@ that holds the connection longer than a heartbeat interval counts as a failed re
 trust limit below still applies. One statement renews every held
 lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
-its leases at ``last good renewal start + lease - margin`` even without reaching the database.
+its leases at ``last good renewal start + lease - margin`` even without reaching the database
+(any failure of a renewal counts, not only a database error).
 
 A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight; the connection is
 closed by its owner (the claim loop's ``Claims``).
@@ -28,6 +29,7 @@ import psycopg
 
 from ..db import jobs as driver
 from ..db.connections import Busy, Reconnecting
+from ..faults import fault
 from ..records import JobState
 from ..service import Service
 
@@ -66,13 +68,17 @@ class Heartbeat(Service):
         if not leases:
             self._last_ok_start = started
             return
+        fault("heartbeat.tick")
         try:
             with self._conn.using(wait_s=self.interval_s) as conn:
                 renewed = driver.job_heartbeat(conn, leases, self.lease_s)
                 lost = [job_id for job_id, _ in leases if job_id not in renewed]
                 states = driver.job_states(conn, lost) if lost else {}
-        except psycopg.Error as exc:
-            log.warning("ujobs.heartbeat.failed: %s", exc)
+        except Exception as exc:  # any failure: renew again next time, trust the leases less
+            if isinstance(exc, psycopg.Error):
+                log.warning("ujobs.heartbeat.failed: %s", exc)
+            else:
+                log.exception("ujobs.heartbeat.failed")
             if not isinstance(exc, Busy):  # a claim statement still holds it: not broken
                 self._conn.reset()
             if time.monotonic() > self._last_ok_start + self.lease_s - TRUST_MARGIN_S:

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from .. import metrics
 from ..context import AttemptSignal
 from ..job import JobDefinition
 from ..records import ClaimedJob, Settlement
+from . import job_log
 from .outcome_batch import OutcomeBatch
 
 
@@ -37,6 +39,8 @@ class InFlight:
     started_at: float | None = None  # wall clock, when a body thread took it (inspect active)
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
+    reported_hung: bool = False  # logged as a body running past its timeout
+    claimed_at: float = 0.0  # monotonic, for the attempt duration metric
 
 
 class InFlightTable:
@@ -53,6 +57,9 @@ class InFlightTable:
         with self.lock:
             for entry in entries:
                 self._entries[entry.claimed.id] = entry
+        for entry in entries:
+            entry.claimed_at = metrics.claimed(entry.claimed)
+            job_log.started(entry.claimed)
         return entries
 
     def settle_once(self, entry: InFlight, settlement: Settlement | None, *, release: bool) -> bool:
@@ -70,6 +77,10 @@ class InFlightTable:
                 self._entries.pop(entry.claimed.id, None)
         if first or release:
             self.wake.set()
+        if first:
+            job_log.settled(entry.claimed, settlement)
+            outcome = "released" if settlement is None else job_log.outcome_of(settlement)
+            metrics.settled(entry.claimed, outcome, entry.claimed_at)
         return first
 
     def get(self, job_id: UUID) -> InFlight | None:
@@ -91,6 +102,16 @@ class InFlightTable:
                 e
                 for e in self._entries.values()
                 if e.deadline is not None and now >= e.deadline and not e.settled
+            ]
+
+    def hung(self, before: float) -> list[InFlight]:
+        """Attempts already settled whose body still runs although its deadline (monotonic)
+        passed before ``before``: bodies running past their timeout."""
+        with self.lock:
+            return [
+                e
+                for e in self._entries.values()
+                if e.settled and e.deadline is not None and e.deadline <= before
             ]
 
     def held_leases(self) -> list[tuple[UUID, UUID]]:

@@ -22,7 +22,11 @@ the shutdown's hand-back), the heartbeat, the listener and the node's presence
 Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
 uncounted), ``reload()`` (run another registry and queues from the next claim on) and ``tick()``
-for tests.
+for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an error; one that dies
+(an error no loop survives, or the claim loop failing ``CLAIM_ERROR_STREAK`` times in a row on
+something other than the database) makes the worker fail: it hands back everything it holds
+uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge worker``
+exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their timeout.
 
 What it is not: the decision table for one attempt (``attempt.py``) or the CLI (``cli/worker.py``).
 """
@@ -45,6 +49,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..db.connections import Backoff, Role, listen_dsn, transient
 from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
+from ..faults import fault
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
@@ -61,11 +66,12 @@ from .outcome_writes import flush_all, write_batch, write_isolating
 from .presence import Presence, default_node_name
 from .runtimes import LoopRuntime, Runtimes, StepWrites
 from .steering import Steering
-from .stopping import Stopper
+from .stopping import HungAttempt, Stopper
 
 log = logging.getLogger("ujobs.worker")
 
 RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
+CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
 
 
 class Worker(Steering):
@@ -125,6 +131,8 @@ class Worker(Steering):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._hurry = threading.Event()
+        self.failed = threading.Event()  # set once a loop died and the worker stopped for it
+        self.failure: str | None = None
         self._lifecycle = threading.Lock()
         self._jobs = threading.Lock()  # registry, names, queues: swapped by reload() between claims
         self.table = InFlightTable(self.outcomes, self._wake)
@@ -182,6 +190,8 @@ class Worker(Steering):
             role=Role(f"worker:{self.id}:listen"),
             channels=(*channels, self.presence.channel()),
         )
+        for loop in (self.claim_loop, self.heartbeat, self.listener, self.presence):
+            loop.on_died = self._loop_died
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -215,7 +225,8 @@ class Worker(Steering):
         self.presence.stop()  # the node leaves at once (inspect no longer lists it)
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
-        self.stopper.hand_back_unstarted()
+        code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
+        self.stopper.hand_back_unstarted(code)
         while time.monotonic() < deadline and not self._hurry.is_set():
             if not self.table.unsettled():
                 break
@@ -226,7 +237,7 @@ class Worker(Steering):
                 log.warning("ujobs.worker.db_error: %s", exc)
             self._wake.wait(0.05)
             self._wake.clear()
-        self.stopper.hand_back_running()
+        self.stopper.hand_back_running(code)
         flush_all(  # through an outage, while the leases may still be valid
             lambda: self._flush(force=True),
             self.outcomes,
@@ -244,6 +255,33 @@ class Worker(Steering):
         self._stopping.set()
         self.claim_loop.request_stop()
         self._wake.set()
+
+    def _loop_died(self, loop: str, exc: BaseException) -> None:
+        """A loop of this worker died: hand back what the worker holds and stop (on a thread of
+        its own: the dying loop's thread may be one that ``stop()`` joins)."""
+        if self.failure is not None or self.stopped.is_set():
+            return
+        self.failure = f"the {loop} loop died: {exc!r}"
+        log.critical(
+            "ujobs.worker.failed: %s; handing back %d job(s) uncounted and stopping (%s)",
+            self.failure,
+            len(self.table),
+            ErrorCode.WORKER_FAILED.value,
+        )
+        self.request_stop()
+
+        def stop() -> None:
+            try:
+                self.stop(timeout_s=0)
+            finally:
+                self.failed.set()
+
+        threading.Thread(target=stop, name="ujobs-worker-failed", daemon=True).start()
+
+    def hung(self) -> list[HungAttempt]:
+        """Bodies running past their timeout (their attempt already failed), for ``inspect
+        active`` and metrics."""
+        return self.stopper.hung()
 
     def hurry(self) -> None:
         """Cut a shutdown in progress short: hand back what still runs now."""
@@ -324,17 +362,15 @@ class Worker(Steering):
         per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
         lease, this worker's own sweep must not rescue the jobs whose results it holds."""
         self.stopper.check_deadlines()
+        capacity, held = self.stopper.capacity(
+            self.config.concurrency, self.config.prefetch_multiplier
+        )
         batch = self._take_due()
         if not batch:
             self.claims.sweep()
-        held = len(self.table)
-        free = self.config.capacity - held
+        free = capacity - held
         want = 0
-        if (
-            free > 0
-            and not self._stopping.is_set()
-            and (not held or free >= max(1, self.config.capacity // 2))
-        ):
+        if free > 0 and not self._stopping.is_set() and (not held or free >= max(1, capacity // 2)):
             want = min(free, self.config.claim_batch)
         if not batch and not want:
             return False
@@ -368,6 +404,9 @@ class Worker(Steering):
         self.counts.claimed += len(rows)
         started: list[InFlight] = []
         for entry in entries:
+            if entry.claimed.undecodable is not None:
+                self.stopper.refuse_undecodable(entry)
+                continue
             if entry.claimed.expired:
                 self.stopper.abort(entry, ErrorCode.JOB_EXPIRED, "expired before it ran")
                 expired = Settlement(
@@ -410,12 +449,13 @@ class ClaimLoop(Service):
     """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
     and again; an error resets the claim connection and pauses, longer after each failure in a
     row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
-    cheaply later, with every outcome kept."""
+    cheaply later, with every outcome kept; ``CLAIM_ERROR_STREAK`` errors in a row that are not
+    database errors end the worker (``Service.on_died``)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
-        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S)
+        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
     def tick(self) -> bool:
         """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
@@ -427,6 +467,8 @@ class ClaimLoop(Service):
             return 0.0
         self.worker._cycle()
         self.backoff.reset()
+        if self.worker.in_flight():
+            fault("worker.claim_loop")
         return 0.0
 
     def _on_error(self, exc: Exception) -> float:

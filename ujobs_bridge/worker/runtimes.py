@@ -6,7 +6,7 @@ runs inside is the same attempt core (``attempt.run_body`` / ``run_body_async``,
 ``child.child_run`` on top of it), and every body reports to the same ``Finished`` callback.
 ``Runtimes`` picks one per attempt (``--pool processes`` runs everything in children; otherwise
 ``async def`` bodies go to the event loop and the rest to the body threads), so the claim loop
-sees one runtime.
+sees one runtime. The process pool lives in ``children.py``.
 
 What it is not: the outcome table (``attempt.py``), the claim loop (``loop.py``), or the place an
 attempt is settled (``inflight.py``).
@@ -15,12 +15,9 @@ attempt is settled (``inflight.py``).
 from __future__ import annotations
 
 import asyncio
-import functools
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -32,7 +29,8 @@ from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
-from .child import TaskSettings, body_result_from_child, child_init, child_run
+from .child import TaskSettings
+from .children import ProcessRuntime
 from .inflight import InFlight
 
 Finished = Callable[[InFlight, BodyResult], None]
@@ -180,59 +178,6 @@ class LoopRuntime:
         self.finished(entry, result)
 
 
-class ProcessRuntime:
-    """Every body in a spawned child (``child.py``); the parent keeps the deadline, and a body
-    that has started cannot be interrupted (its outcome is fenced when it answers)."""
-
-    def __init__(
-        self,
-        size: int,
-        finished: Finished,
-        *,
-        app_spec: str | None,
-        dsn: str,
-        node: str,
-        settings: TaskSettings,
-    ) -> None:
-        self.finished = finished
-        self.settings = settings  # the worker's task settings, sent along with each body
-        # spawn, not fork: a forked child would share this process's sockets (the claim
-        # connection, an app's result pool) and copy locks held by its threads.
-        self._executor = ProcessPoolExecutor(
-            max_workers=size,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=child_init,
-            initargs=(app_spec, dsn, node),
-        )
-
-    def submit(self, entry: InFlight) -> None:
-        future = self._executor.submit(child_run, entry.claimed, self.settings or None)
-        entry.started_at = time.time()
-        if entry.definition.timeout_s is not None:
-            entry.deadline = time.monotonic() + entry.definition.timeout_s
-        future.add_done_callback(functools.partial(self._done, entry))
-        entry.future = future
-
-    def unstart(self, entry: InFlight) -> bool:
-        return entry.future is not None and entry.future.cancel()
-
-    def interrupt(self, entry: InFlight) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    def _done(self, entry: InFlight, future: Future[Any]) -> None:
-        if future.cancelled():
-            return
-        try:
-            reply = future.result()
-        except BaseException as exc:  # the child died or could not run the job
-            self.finished(entry, BodyResult(error=exc))
-            return
-        self.finished(entry, body_result_from_child(reply))
-
-
 class Runtimes:
     """The runtime of each attempt, chosen by the pool and the body's kind. ``open()`` builds
     them (idempotent), so a worker that is built but never run starts no thread or process, and
@@ -279,6 +224,7 @@ class Runtimes:
                 dsn=self.dsn,
                 node=self.node,
                 settings=self.task_settings,
+                stopping=self.stopping,
             )
             return
         self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)

@@ -50,7 +50,7 @@ update x_jobs as j
  where j.id = picked.id
 returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
           (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-          j.deliveries
+          j.deliveries, j.traceparent, j.run_at
 
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
@@ -144,15 +144,82 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
  where id = %(id)s
 
 -- job_list --
+-- `name_like` is a LIKE pattern (a glob translated by the caller, `\` escapes); `ids` narrows to
+-- given rows (a Celery task id's jobs); paged by `limit`/`offset`, newest first.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
   from x_jobs
  where (%(state)s::text is null or state = %(state)s)
    and (%(queue)s::text is null or queue = %(queue)s)
-   and (%(name)s::text is null or name = %(name)s)
+   and (%(name_like)s::text is null or name like %(name_like)s)
+   and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+   and (%(since)s::timestamptz is null or created_at >= %(since)s)
+   and (%(until)s::timestamptz is null or created_at < %(until)s)
  order by created_at desc, id
- limit %(limit)s
+ limit %(limit)s offset %(offset)s
+
+-- job_count_matching --
+-- How many rows a bulk cancel or requeue with the same filter would consider.
+select count(*)
+  from x_jobs
+ where (%(state)s::text is null or state = %(state)s)
+   and (%(queue)s::text is null or queue = %(queue)s)
+   and (%(name_like)s::text is null or name like %(name_like)s)
+   and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+   and state = any(%(states)s::text[])
+
+-- job_cancel_matching --
+-- Every live row matching the filter, cancelled as `job_cancel` does (a running body is
+-- signalled through x_jobs_cancel); the count of rows cancelled.
+with target as (
+    update x_jobs
+       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
+           last_error = %(error)s, updated_at = now(), finished_at = now()
+     where state in ('ready', 'running', 'sleeping', 'waiting')
+       and (%(state)s::text is null or state = %(state)s)
+       and (%(queue)s::text is null or queue = %(queue)s)
+       and (%(name_like)s::text is null or name like %(name_like)s)
+       and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+    returning id
+), notified as (
+    select pg_notify('x_jobs_cancel', id::text) from target
+)
+select count(*) from notified
+
+-- job_discard_matching --
+-- Every dead row matching the filter, deleted (steps cascade); the count of rows deleted.
+with target as (
+    delete from x_jobs
+     where state = 'dead'
+       and (%(state)s::text is null or state = %(state)s)
+       and (%(queue)s::text is null or queue = %(queue)s)
+       and (%(name_like)s::text is null or name like %(name_like)s)
+       and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
+    returning id
+)
+select count(*) from target
+
+-- job_requeue_matching --
+-- Every dead or cancelled row matching the filter, requeued as `job_requeue` does, except one
+-- whose idempotency key a live job holds (it would collide); the count of rows requeued.
+with target as (
+    update x_jobs as j
+       set state = 'ready', attempt = 0, run_at = coalesce(%(now)s, now()), output = null,
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           updated_at = now(), finished_at = null
+     where j.state in ('dead', 'cancelled')
+       and (%(state)s::text is null or j.state = %(state)s)
+       and (%(queue)s::text is null or j.queue = %(queue)s)
+       and (%(name_like)s::text is null or j.name like %(name_like)s)
+       and (%(ids)s::uuid[] is null or j.id = any(%(ids)s::uuid[]))
+       and (j.idempotency_key is null or not exists (
+            select 1 from x_jobs as live
+             where live.idempotency_key = j.idempotency_key
+               and live.state in ('ready', 'running', 'sleeping', 'waiting')))
+    returning j.id
+)
+select count(*) from target
 
 -- job_dead --
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
@@ -160,8 +227,10 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
        enqueued_by, created_at, updated_at, finished_at
   from x_jobs
  where state = 'dead'
+   and (%(queue)s::text is null or queue = %(queue)s)
+   and (%(name_like)s::text is null or name like %(name_like)s)
  order by updated_at desc, id
- limit %(limit)s
+ limit %(limit)s offset %(offset)s
 
 -- job_stats --
 select queue, state, count(*) as jobs, min(run_at) as oldest_run_at

@@ -60,7 +60,7 @@ update x_jobs as j
  where j.id = picked.id
 returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
           (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-          j.deliveries
+          j.deliveries, j.traceparent, j.run_at
 
 -- testing_jobs_due --
 -- How many jobs a worker of these queues and job names could claim now (job_claim's filter).

@@ -1,0 +1,47 @@
+"""A celery_compat app in a cutover: its ``broker_url`` names a Redis broker (db 3 by default,
+``EVENTS_APP_BROKER`` to change it), so the bridge worker's ``-E`` events are published there as
+well as stored in Postgres. Tasks that succeed, fail, retry once and are rejected, for the
+event tests (``tests/test_celery_events*.py``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery.exceptions import Reject
+
+from celery_compat import Celery
+
+app = Celery("celery_events_app")
+app.conf.broker_url = os.environ.get("EVENTS_APP_BROKER", "redis://127.0.0.1:6379/3")
+app.conf.task_default_queue = "events"
+app.conf.broker_connection_timeout = 2
+if os.environ.get("EVENTS_APP_SENT_EVENT"):
+    app.conf.task_send_sent_event = True
+
+
+@app.task
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.task
+def boom(message: str) -> None:
+    raise ValueError(message)
+
+
+@app.task(bind=True, max_retries=2, default_retry_delay=0)
+def flaky(self: Any) -> str:
+    if self.request.retries == 0:
+        raise self.retry(countdown=0)
+    return "second time"
+
+
+@app.task
+def refuse() -> None:
+    raise Reject("not for us", requeue=False)
+
+
+@app.task(ignore_result=True)
+def noop() -> None:
+    return None

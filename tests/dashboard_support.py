@@ -1,0 +1,94 @@
+"""The dashboard as a real server (``ujobs-bridge dashboard`` subprocess on a free port) and a
+real headless Chromium driving it (Debian's ``chromium`` and ``chromium-driver``), for
+``test_dashboard*.py``. Screenshots go to ``artifacts/dashboard/`` (ignored by git)."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_proc import CliProc
+
+from conftest import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts" / "dashboard"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Dashboard:
+    def __init__(self, dsn: str, log: Path, *flags: str) -> None:
+        self.port = free_port()
+        self.proc = CliProc(["dashboard", "--port", str(self.port), *flags, "--dsn", dsn], log)
+        self.base = f"http://127.0.0.1:{self.port}"
+        wait_for(
+            lambda: self.request("/healthz")[0] == 200 or self.proc.proc.poll() is not None,
+            timeout=60,
+            what="the dashboard to answer",
+        )
+        assert self.proc.proc.poll() is None, self.proc.output()
+
+    def request(
+        self, path: str, *, data: dict[str, str] | None = None, auth: tuple[str, str] | None = None
+    ) -> tuple[int, str]:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        request = urllib.request.Request(self.base + path, data=body)
+        if auth is not None:
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(request, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def close(self) -> None:
+        self.proc.close()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def browser() -> Any:
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
+        pytest.skip(
+            "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1360,900",
+                "--disable-dev-shm-usage"):  # fmt: skip
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def screenshot(driver: Any, name: str) -> Path:
+    """A full-height screenshot of the current page under artifacts/dashboard/NAME.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = int(driver.execute_script("return document.documentElement.scrollHeight"))
+    driver.set_window_size(1360, max(600, min(height + 40, 2400)))
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path

@@ -1,0 +1,264 @@
+"""Real worker processes that must not wedge (issue 13, faults 3, 6 and 7, and orphan children).
+
+Why it exists: a worker that stays up but makes no progress is worse than one that dies: its
+heartbeat keeps renewing leases of jobs it will never run, so no other worker can rescue them.
+Each test runs ``python -m ujobs_bridge worker`` subprocesses (lease 2 s) on a queue of its own,
+makes one thing go wrong (a loop dies, a pool child is SIGKILLed, a row cannot be decoded, bodies
+hang past their timeout ignoring every signal, a body raises ``SystemExit``, the worker itself is
+SIGKILLed), and asserts on the job rows, the effect ledger (``apps/wedge_jobs.py``) and the
+processes: the worker goes on, or exits non-zero after handing back what it held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from test_worker_faults import effects, ledger, open_gate, row
+from worker_proc import WorkerProc
+
+from apps import wedge_jobs
+from conftest import wait_for
+from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge.client import Client
+from ujobs_bridge.loading import from_module
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+APP = "apps.wedge_jobs"
+__all__ = ["ledger"]  # a fixture, used as a parameter
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"ww_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def workers(dsn: str, queue: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[WorkerProc] = []
+
+    def start(*extra: str, faults: str = "") -> WorkerProc:
+        log = tmp_path / f"worker{len(started)}.log"
+        proc = WorkerProc(dsn, APP, queue, log, extra=list(extra), faults=faults)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
+        with contextlib.suppress(ProcessLookupError):  # what outlived its worker
+            os.killpg(proc.pid, signal.SIGKILL)
+    for proc in started:
+        print(f"--- worker {proc.pid} (exit {proc.proc.returncode}) ---\n{proc.output()[-6000:]}")
+
+
+def states(db: Any, ids: list[Any]) -> dict[str, int]:
+    found = db.execute(
+        "select state, count(*) from x_jobs where id = any(%s) group by state", (ids,)
+    ).fetchall()
+    return dict(found)
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+# ---------------------------------------------------------------- fault 7: SystemExit from a body
+
+
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+@pytest.mark.parametrize("kind", ["exit", "interrupt"])
+def test_a_body_raising_systemexit_or_keyboardinterrupt_is_a_counted_failure(
+    client: Client, ledger: Any, workers: Any, queue: str, kind: str, pool: str
+) -> None:
+    ref = wedge_jobs.exits.configure(client=client, queue=queue).enqueue("x", kind)
+    worker = workers("--pool", pool, "-c", "1")
+    wait_for(
+        lambda: row(ledger, ref.id)["state"] == "dead", timeout=60, what="the job to dead-letter"
+    )
+    r = row(ledger, ref.id)
+    assert r["attempt"] == 3  # max_attempts: every run was counted
+    assert ("SystemExit" if kind == "exit" else "KeyboardInterrupt") in (r["last_error"] or "")
+    assert [e["attempt"] for e in effects(ledger, "start")] == [1, 2, 3]
+    after = wedge_jobs.quick.configure(client=client, queue=queue).enqueue("after")
+    wait_for(
+        lambda: row(ledger, after.id)["state"] == "done", timeout=30, what="a later job to run"
+    )
+    assert worker.proc.poll() is None
+
+
+# ---------------------------------------------------------------- fault 3: no zombies
+
+
+def test_a_killed_pool_child_is_replaced_and_its_job_retried_counted(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    ref = wedge_jobs.kills_its_child.configure(client=client, queue=queue).enqueue("oom")
+    worker = workers("--pool", "processes", "-c", "1")
+    wait_for(lambda: row(ledger, ref.id)["state"] == "done", timeout=60, what="the retried job")
+    r = row(ledger, ref.id)
+    assert r["attempt"] == 2 and r["output"]["attempt"] == 2
+    first, second = effects(ledger, "start")
+    assert first["pid"] != second["pid"]  # a new child ran the retry
+    assert first["pid"] not in children_of(worker.pid)
+    quick = wedge_jobs.quick.configure(client=client, queue=queue)
+    refs = client.enqueue_many([quick.call(f"q{i}") for i in range(5)])
+    ids = [ref.id for ref in refs]
+    wait_for(lambda: states(ledger, ids) == {"done": 5}, timeout=30, what="later jobs to run")
+    assert worker.proc.poll() is None
+    assert "UJ_WORKER_LOST" in worker.output()
+
+
+def test_a_row_nested_too_deep_to_decode_fails_alone_with_a_reason(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    deep = '{"args": [' + "[" * 990 + "]" * 990 + "]}"  # json.dumps would recurse too
+    poison = wedge_jobs.echo.configure(client=client, queue=queue).enqueue("shallow for now")
+    ledger.execute(  # as another producer (SQL, an older client) could have written it
+        "update x_jobs set input = %s::jsonb where id = %s", (deep, poison.id)
+    )
+    quick = wedge_jobs.quick.configure(queue=queue)
+    ids = [ref.id for ref in client.enqueue_many([quick.call(f"d{i}") for i in range(5)])]
+    worker = workers()
+    wait_for(
+        lambda: row(ledger, poison.id)["state"] == "dead", timeout=30, what="the poison row to fail"
+    )
+    wait_for(lambda: states(ledger, ids) == {"done": 5}, timeout=30, what="the rest of its batch")
+    r = row(ledger, poison.id)
+    assert r["attempt"] == 1 and "UJ_PAYLOAD_UNDECODABLE" in r["last_error"]
+    assert "nested" in r["last_error"]
+    assert [row(ledger, i)["attempt"] for i in ids] == [1] * 5  # nobody else was charged
+    later = wedge_jobs.quick.configure(client=client, queue=queue).enqueue("later")
+    wait_for(lambda: row(ledger, later.id)["state"] == "done", timeout=30, what="a later job")
+    assert worker.proc.poll() is None
+
+
+@pytest.mark.parametrize("point", ["worker.claim_loop", "heartbeat.tick"])
+def test_a_worker_loop_that_dies_ends_the_process_non_zero_after_handing_back(
+    client: Client, ledger: Any, workers: Any, queue: str, point: str
+) -> None:
+    held = wedge_jobs.held.configure(client=client, queue=queue).enqueue("held", gate="later")
+    worker = workers(faults=f"{point}=exit")
+    code = worker.wait(timeout=60)
+    assert code == 70, worker.output()
+    r = row(ledger, held.id)
+    assert (r["state"], r["attempt"], r["lease_token"]) == ("ready", 0, None)
+    assert "UJ_WORKER_FAILED" in (r["last_error"] or "")
+    assert "UJ_WORKER_FAILED" in worker.output()
+    open_gate(ledger, "later")
+
+
+# ---------------------------------------------------------------- fault 6: hung bodies
+
+
+def test_hung_bodies_release_the_jobs_claimed_behind_them(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    """The issue's case: 4 bodies hung past their timeout (ignoring every signal) on a worker
+    with 4 slots, 40 quick jobs claimed behind them: a healthy second worker runs the 40."""
+    hang = wedge_jobs.hangs.configure(queue=queue)  # priority 10: claimed and started first
+    hung = [r.id for r in client.enqueue_many([hang.call(f"h{i}", gate="hung") for i in range(4)])]
+    quick = wedge_jobs.quick.configure(queue=queue)
+    ids = [r.id for r in client.enqueue_many([quick.call(f"q{i}") for i in range(40)])]
+    stuck = workers("-c", "4")
+    wait_for(
+        lambda: len(effects(ledger, "start")) == 4, timeout=30, what="the 4 hung bodies to start"
+    )
+    healthy = workers("-c", "4")
+    try:
+        wait_for(lambda: states(ledger, ids) == {"done": 40}, timeout=60, what="the 40 quick jobs")
+        assert {r["output"]["pid"] for r in map(lambda i: row(ledger, i), ids)} == {healthy.pid}
+        assert {row(ledger, i)["attempt"] for i in ids} == {1}  # handed back uncounted
+        for job_id in hung:  # the timed-out attempts were written, their leases not kept
+            r = row(ledger, job_id)
+            assert (r["state"], r["attempt"], r["lease_token"]) == ("dead", 1, None)
+            assert "UJ_JOB_TIMEOUT" in r["last_error"]
+        wait_for(
+            lambda: "ujobs.worker.hung" in stuck.output(), timeout=10, what="a hung-body warning"
+        )
+    finally:
+        open_gate(ledger, "hung")
+    later = wedge_jobs.quick.configure(queue=queue)
+    more = [r.id for r in client.enqueue_many([later.call(f"l{i}") for i in range(8)])]
+    wait_for(
+        lambda: states(ledger, more) == {"done": 8}, timeout=30, what="jobs after the bodies return"
+    )
+    assert stuck.proc.poll() is None and healthy.proc.poll() is None
+
+
+def test_a_process_pool_hard_time_limit_kills_and_replaces_the_child(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    hung = wedge_jobs.hangs.configure(client=client, queue=queue).enqueue("h", gate="never")
+    worker = workers("--pool", "processes", "-c", "1")
+    wait_for(lambda: effects(ledger, "start"), timeout=60, what="the body to start")
+    [started] = effects(ledger, "start")
+    wait_for(lambda: gone(started["pid"]), timeout=30, what="the hung child to be killed")
+    wait_for(
+        lambda: row(ledger, hung.id)["state"] == "dead", timeout=30, what="the timeout written"
+    )
+    r = row(ledger, hung.id)
+    assert r["attempt"] == 1 and "UJ_JOB_TIMEOUT" in r["last_error"]
+    after = wedge_jobs.quick.configure(client=client, queue=queue).enqueue("after")
+    wait_for(
+        lambda: row(ledger, after.id)["state"] == "done", timeout=60, what="a job on the new child"
+    )
+    assert row(ledger, after.id)["output"]["pid"] != started["pid"]
+    assert worker.proc.poll() is None
+
+
+# ---------------------------------------------------------------- orphans
+
+
+def test_pool_children_die_with_a_sigkilled_worker(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    wedge_jobs.spins_in_c.configure(client=client, queue=queue).enqueue("busy")
+    worker = workers("--pool", "processes", "-c", "3")
+    wait_for(lambda: effects(ledger, "start"), timeout=60, what="a body to start")
+    wait_for(lambda: children_of(worker.pid), timeout=60, what="the pool's children")
+    children = children_of(worker.pid)
+    os.kill(
+        worker.pid, signal.SIGKILL
+    )  # the worker alone, as the OOM killer does: not its process group
+    worker.proc.wait(timeout=10)
+    wait_for(lambda: all(gone(pid) for pid in children), timeout=30, what="the children to die")
+
+
+def test_hung_bodies_are_listed_for_inspect_until_they_return(
+    dsn: str, client: Client, ledger: Any, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)
+    ref = wedge_jobs.hangs.configure(client=client, queue=queue).enqueue("seen", gate="seen")
+    config = WorkerConfig(queues=(queue,), concurrency=1, lease_s=2, poll_s=0.1)
+    worker = Worker(dsn, from_module(wedge_jobs), config)
+    try:
+        worker.start()
+        [hung] = wait_for(worker.hung, timeout=30, what="the body to be listed as hung")
+        assert (hung.job_id, hung.name, hung.attempt, hung.timeout_s) == (ref.id, ref.name, 1, 1.0)
+        assert hung.overdue_s >= 1.0  # the grace after its deadline
+        wait_for(
+            lambda: row(ledger, ref.id)["state"] == "dead", what="the timed-out attempt written"
+        )
+        open_gate(ledger, "seen")
+        wait_for(lambda: not worker.hung(), timeout=30, what="the returned body to leave the list")
+    finally:
+        open_gate(ledger, "seen")
+        worker.stop(timeout_s=2)

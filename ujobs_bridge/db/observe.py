@@ -1,0 +1,59 @@
+"""Observation reads in SQL: queue depth by state, jobs finished per minute, outbox lag.
+
+Why it exists: the dashboard's overview, the ``/metrics`` scrape and ``health`` ask the same
+questions of the database, every few seconds, of a table that may hold millions of done rows;
+one statement per question (``sql/observe.sql``), each written to use migration 0015's indexes.
+
+What it is not: the operator's per-job reads (``jobs.py``) or the presence of workers
+(``nodes.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from .sql import q
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Depth:
+    """Jobs of one queue in one shown state (``scheduled``: ready, not yet due); ``oldest_due``
+    the earliest due ready job's run_at (ready only)."""
+
+    queue: str
+    state: str
+    jobs: int
+    oldest_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCount:
+    minute: datetime
+    state: str
+    jobs: int
+
+
+def observe_depth(conn: Conn, now: datetime | None) -> list[Depth]:
+    rows = conn.execute(q("observe_depth"), {"now": now}).fetchall()
+    return [Depth(r[0], r[1], int(r[2]), r[3]) for r in rows]
+
+
+def observe_finished_per_minute(
+    conn: Conn, minutes: int, now: datetime | None
+) -> list[MinuteCount]:
+    rows = conn.execute(
+        q("observe_finished_per_minute"), {"minutes": minutes, "now": now}
+    ).fetchall()
+    return [MinuteCount(r[0], r[1], int(r[2])) for r in rows]
+
+
+def observe_outbox_lag(conn: Conn, now: datetime | None) -> tuple[int, float]:
+    """(rows staged and not published, seconds since the oldest of them was staged)."""
+    row = conn.execute(q("observe_outbox_lag"), {"now": now}).fetchone()
+    return (int(row[0]), float(row[1])) if row else (0, 0.0)
