@@ -41,7 +41,14 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option, log_format_option, metrics_options
+from .options import (
+    database,
+    dsn_option,
+    listen_dsn_option,
+    log_format_option,
+    metrics_options,
+    pgbouncer_option,
+)
 
 EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
@@ -221,6 +228,8 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "-B", "--beat", is_flag=True, help="Refused: run `ujobs-bridge scheduler` as its own process."
 )
+@pgbouncer_option
+@listen_dsn_option
 @dsn_option
 def worker(
     app_spec: str,

@@ -218,6 +218,16 @@ def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
     return [_claimed(row) for row in rows]
 
 
+def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
+    """``job_claim`` in a transaction of its own whose commit does not wait for the WAL flush
+    (``set local``), sent as one pipeline: the claim behind PgBouncer, where the claim
+    connection's session setting (``claims_commit_async``) would leak to other clients."""
+    with conn.pipeline(), conn.transaction():
+        conn.execute(q("tx_claims_async"))
+        claimed = conn.execute(q("job_claim"), claim.params())
+    return [ClaimedJob(*row) for row in claimed.fetchall()]
+
+
 def job_settle_then_claim(
     conn: Conn,
     settlements: Sequence[Settlement],

@@ -148,7 +148,7 @@ def _connection() -> AbstractContextManager[Conn]:
     with _lock:
         if not _pool:
             role = Role(f"worker:child:{os.getpid()}:steps")
-            _pool.append(connections.pool(_dsn[0], role, min_size=1, max_size=2))
+            _pool.append(connections.pool(_dsn[0], role, max_size=2))
     return _pool[0].connection()
 
 

@@ -52,7 +52,9 @@ class Runtime(Protocol):
 
 class StepWrites:
     """The step runners of a worker's attempts, writing on their own small pool (durable
-    commits), never on the claim connection. The pool opens on the first step write."""
+    commits), never on the claim connection. The pool opens on the first step write, holds at
+    most ``max_size`` connections (the worker's concurrency + 1) and gives idle ones back
+    (``connections.pool``)."""
 
     def __init__(self, dsn: str, role: Role, *, clock: Clock, max_size: int) -> None:
         self.dsn = dsn
@@ -74,9 +76,7 @@ class StepWrites:
     def connection(self) -> AbstractContextManager[Conn]:
         with self._lock:
             if self._pool is None:
-                self._pool = connections.pool(
-                    self.dsn, self.role, min_size=1, max_size=self.max_size
-                )
+                self._pool = connections.pool(self.dsn, self.role, max_size=self.max_size)
             return self._pool.connection()
 
     def close(self) -> None:

@@ -77,3 +77,7 @@ select count(id)
    and queue = any(%(queues)s::text[])
    and name = any(%(names)s::text[])
    and run_at <= coalesce(%(now)s, now())
+
+-- testing_pgbouncer_clients --
+-- PgBouncer's admin console (database ``pgbouncer``): one row per client connection.
+show clients
