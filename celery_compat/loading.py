@@ -155,6 +155,14 @@ class CeleryApp(LoadedApp):
     def worker_settings(self) -> dict[str, int]:
         return worker_settings(self.app)
 
+    def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
+        """Celery's meaning: ``task_time_limit`` / ``task_soft_time_limit``, the defaults for
+        tasks that set none (enforced in the body's process, ``interrupts.py``)."""
+        if hard_s is not None:
+            self.app.conf.task_time_limit = hard_s
+        if soft_s is not None:
+            self.app.conf.task_soft_time_limit = soft_s
+
     def channels(self) -> tuple[ExtraChannel, ...]:
         from . import revoked_ids
 

@@ -30,8 +30,10 @@ from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
 from ..logs import LogFormat
 from ..metrics_http import MetricsServer
+from ..scheduling.scheduler import Scheduler
 from ..schema_access import ensure_schema
 from ..worker.config import (
+    DEFAULT_AUTOSCALE_KEEPALIVE_S,
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
     DEFAULT_POLL_S,
@@ -68,12 +70,28 @@ class WorkerFlags:
     log_format: LogFormat = "text"
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    max_tasks_per_child: int | None = None
+    max_memory_per_child: int | None = None  # KiB
+    autoscale: tuple[int, int] | None = None  # (max, min)
+    autoscale_keepalive_s: float = DEFAULT_AUTOSCALE_KEEPALIVE_S
+    beat: bool = False
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
+        concurrency = DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency
+        if self.autoscale is not None:
+            if self.concurrency is not None:
+                raise ConfigError(
+                    f"-c {self.concurrency} and --autoscale {self.autoscale[0]},"
+                    f"{self.autoscale[1]} both size the pool",
+                    hint="drop -c: an autoscaled pool starts at MIN and grows to MAX",
+                )
+            concurrency = self.autoscale[1]
         return WorkerConfig(
             queues=self.queues,
-            concurrency=DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
+            concurrency=concurrency,
             pool=self.pool,
             prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
             if self.prefetch_multiplier is None
@@ -81,6 +99,12 @@ class WorkerFlags:
             lease_s=self.lease_s,
             poll_s=self.poll_s,
             shutdown_timeout_s=self.shutdown_s,
+            max_tasks_per_child=self.max_tasks_per_child,
+            max_memory_per_child_kib=self.max_memory_per_child,
+            time_limit_s=self.time_limit,
+            soft_time_limit_s=self.soft_time_limit,
+            autoscale=self.autoscale,
+            autoscale_keepalive_s=self.autoscale_keepalive_s,
         )
 
 
@@ -206,20 +230,47 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "during a cutover, where Flower reads them).",
 )
 @click.option(
-    "--max-tasks-per-child", type=int, default=None, help="Refused: children are not recycled."
+    "--max-tasks-per-child",
+    type=int,
+    default=None,
+    help="Replace a pool child after it ran N bodies (the last one finishes first). "
+    "Process pool only.",
 )
 @click.option(
-    "--max-memory-per-child", type=int, default=None, help="Refused: children are not recycled."
+    "--max-memory-per-child",
+    type=int,
+    default=None,
+    metavar="KIB",
+    help="Replace a pool child whose resident memory exceeds KIB after a body (the body "
+    "finishes first). Process pool only.",
 )
 @click.option(
-    "--time-limit", type=float, default=None, help="Refused: use timeout= / task_time_limit."
+    "--time-limit",
+    type=float,
+    default=None,
+    help="Hard time limit (seconds) for jobs/tasks that set none: an @job's timeout=, a "
+    "Celery app's task_time_limit.",
 )
 @click.option(
-    "--soft-time-limit", type=float, default=None, help="Refused: use task_soft_time_limit."
+    "--soft-time-limit",
+    type=float,
+    default=None,
+    help="Soft time limit (seconds) for Celery tasks that set none (task_soft_time_limit): "
+    "SoftTimeLimitExceeded is raised in the body. Celery apps only.",
 )
-@click.option("--autoscale", default=None, metavar="MAX,MIN", help="Refused: use a fixed -c.")
 @click.option(
-    "-B", "--beat", is_flag=True, help="Refused: run `ujobs-bridge scheduler` as its own process."
+    "--autoscale",
+    default=None,
+    metavar="MAX,MIN",
+    help="Grow the pool toward MAX while jobs wait, shrink toward MIN when idle "
+    "(AUTOSCALE_KEEPALIVE seconds, default 30). Replaces -c.",
+)
+@click.option(
+    "-B",
+    "--beat",
+    is_flag=True,
+    help="Also run the scheduler in this process (leader-elected: several -B workers still "
+    "fire each occurrence once); it stops with the worker.",
 )
 @dsn_option
 def worker(
@@ -253,17 +304,7 @@ def worker(
     dsn: str | None,
 ) -> None:
     """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
-    refused = {
-        "--max-tasks-per-child": max_tasks_per_child,
-        "--max-memory-per-child": max_memory_per_child,
-        "--time-limit": time_limit,
-        "--soft-time-limit": soft_time_limit,
-        "--autoscale": autoscale,
-        "-B": beat,
-    }
     try:  # the flags are checked before -A is imported
-        for flag in flags.given(refused):
-            raise flags.refusal(flag)
         mapped_pool, mapped_concurrency = flags.pool(pool, concurrency)
         asked = WorkerFlags(
             queues=_queues(queues),
@@ -283,6 +324,13 @@ def worker(
             log_format=log_format,
             metrics_port=metrics_port,
             metrics_address=metrics_address,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            autoscale=flags.autoscale(autoscale) if autoscale is not None else None,
+            autoscale_keepalive_s=flags.autoscale_keepalive(),
+            beat=beat,
         )
         asked.config()
     except ConfigError as exc:
@@ -315,7 +363,7 @@ def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp)
     """The app's own worker settings (a Celery app's worker_concurrency ...) where no flag was
     given."""
     from_app = app.worker_settings()
-    if asked.concurrency is None and "concurrency" in from_app:
+    if asked.concurrency is None and asked.autoscale is None and "concurrency" in from_app:
         config = dataclasses.replace(config, concurrency=from_app["concurrency"])
     if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
         config = dataclasses.replace(config, prefetch_multiplier=from_app["prefetch_multiplier"])
@@ -338,12 +386,26 @@ def _without_excluded(
     return dataclasses.replace(config, queues=kept)
 
 
+def embedded_scheduler(app: LoadedApp, dsn: str) -> Scheduler:
+    """``-B``: the scheduler ``ujobs-bridge scheduler -A`` runs (the app's periodic tasks, a
+    Celery app's ``beat_schedule``, the retention sweep), leader-elected with every other
+    scheduler of the database, in this process. The outbox relay is not embedded."""
+    from .scheduler import load_tasks
+
+    tasks = load_tasks(app, with_purge=True)
+    try:
+        return Scheduler(dsn, tasks)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+
+
 def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     """Run the worker for ``app`` until SIGTERM/SIGINT, then shut down and exit 0. Shared by
     ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app; a bad setting is a
     usage error (exit 2)."""
-    jobs = loading.jobs_of(app)
     try:
+        app.apply_time_limits(asked.time_limit, asked.soft_time_limit)  # before jobs are read
+        jobs = loading.jobs_of(app)
         if asked.task_events and not app.sends_events():
             raise ConfigError(
                 f"-E: -A {app.spec} is not a Celery app, and task events are Celery's",
@@ -358,6 +420,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     resolved = database(asked.dsn, config_dsn=app.database_url())
     ensure_schema(resolved)
     app.bind(resolved.dsn)
+    beat = embedded_scheduler(app, resolved.dsn) if asked.beat else None
     worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
         resolved.dsn,
@@ -390,11 +453,19 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
+    if beat is not None:
+        beat.start()
     exporter = _serve_metrics(asked, runner, resolved.dsn)
     node = f" node={runner.node}"
+    size = (
+        f"autoscale={config.autoscale[0]},{config.autoscale[1]}"
+        if config.autoscale is not None
+        else f"concurrency={config.concurrency}"
+    )
+    extra = f" beat={len(beat.tasks)} task(s)" if beat is not None else ""
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
-        f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
+        f"{size} prefetch={config.prefetch_multiplier} pool={config.pool}{extra}",
         err=True,
     )
     app.on_worker_ready(runner)
@@ -410,6 +481,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         )
     else:
         click.echo("worker: shutting down (signal again to hand back at once)", err=True)
+    if beat is not None:
+        beat.stop()  # its round in flight ends, then the lease is given back (another leads)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     if exporter is not None:
         exporter.stop()
