@@ -96,6 +96,10 @@ def _beat_scheduler_refusal(scheduler: Any) -> ConfigError | None:
     )
 
 
+# Celery's pool modules (celery.concurrency.<module>) whose name is not the -P name
+POOL_MODULES = {"thread": "threads"}
+
+
 def _list(value: Any) -> tuple[str, ...]:
     if not value:
         return ()
@@ -111,7 +115,8 @@ def _pool_name(pool_cls: Any) -> str:
     if isinstance(pool_cls, str):
         return pool_cls
     module = getattr(pool_cls, "__module__", "") or ""
-    return module.rsplit(".", 1)[-1] or str(pool_cls)
+    name = module.rsplit(".", 1)[-1] or str(pool_cls)
+    return POOL_MODULES.get(name, name)
 
 
 def _app_spec() -> str | None:

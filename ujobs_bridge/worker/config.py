@@ -74,6 +74,7 @@ class WorkerConfig:
                 )
             for name in self.queues:
                 validation.queue_name(name)
+        self._check_autoscale()  # first: an autoscaled pool's size is its minimum
         validation.positive_int("concurrency (-c)", self.concurrency, maximum=MAX_CONCURRENCY)
         if self.pool not in POOLS:
             raise ConfigError(
@@ -125,20 +126,21 @@ class WorkerConfig:
         ):
             if limit is not None:
                 validation.seconds(flag, limit)
-        if self.autoscale is not None:
-            most, least = self.autoscale
-            validation.positive_int("--autoscale MAX", most, maximum=MAX_CONCURRENCY)
-            if isinstance(least, bool) or not isinstance(least, int) or least < 1:
-                raise ConfigError(
-                    f"--autoscale {most},{least}: the pool cannot shrink below one body slot "
-                    "(an empty pool would claim nothing, so it could never see work to grow for)",
-                    hint=f"give a minimum of at least 1: --autoscale {most},1",
-                )
-            if least > most:
-                raise ConfigError(
-                    f"--autoscale {most},{least}: MIN is above MAX", hint="give MAX,MIN"
-                )
-            validation.seconds("autoscale keepalive", self.autoscale_keepalive_s)
+
+    def _check_autoscale(self) -> None:
+        if self.autoscale is None:
+            return
+        most, least = self.autoscale
+        validation.positive_int("--autoscale MAX", most, maximum=MAX_CONCURRENCY)
+        if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+            raise ConfigError(
+                f"--autoscale {most},{least}: the pool cannot shrink below one body slot "
+                "(an empty pool would claim nothing, so it could never see work to grow for)",
+                hint=f"give a minimum of at least 1: --autoscale {most},1",
+            )
+        if least > most:
+            raise ConfigError(f"--autoscale {most},{least}: MIN is above MAX", hint="give MAX,MIN")
+        validation.seconds("autoscale keepalive", self.autoscale_keepalive_s)
 
     @property
     def heartbeat_interval_s(self) -> float:
