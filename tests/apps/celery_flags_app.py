@@ -19,7 +19,7 @@ from celery_compat import Celery
 app = Celery("celery_flags_app")
 app.conf.ujobs_database_url = os.environ.get("CELERY_CLI_TEST_DSN") or None
 app.conf.task_default_queue = "flags"
-app.conf.beat_schedule = {"tick every second": {"task": "flags.tick", "schedule": 1.0}}
+app.conf.beat_schedule = {"tick": {"task": "flags.tick", "schedule": 1.0}}
 
 _HELD: list[bytes] = []  # what hog() keeps alive in its process
 _pause = threading.Event()  # never set: a wait that only time ends
