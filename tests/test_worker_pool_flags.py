@@ -208,6 +208,20 @@ def test_max_tasks_per_child_replaces_a_child_after_n_tasks(
     assert pool_of(node)["max-tasks-per-child"] == 2
 
 
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_the_apps_worker_max_tasks_per_child_applies_to_the_process_pool(
+    start: Any, pool: str
+) -> None:
+    worker = start("celery", "-P", pool, "-c", "1", "-Q", "flags",
+                   env={"FLAGS_APP_MAX_TASKS": "1"})  # fmt: skip
+    pids = {fa.whoami.delay().get(timeout=60)["pid"] for _ in range(3)}
+    if pool == "prefork":
+        assert len(pids) == 3  # a fresh child for every task
+    else:  # per process, as in Celery: the thread pool runs without it, and says so
+        assert pids == {worker.pid}
+        assert "worker_max_tasks_per_child=1 is per pool process" in worker.output()
+
+
 @pytest.mark.parametrize("kind", ["bridge", "celery"])
 def test_max_memory_per_child_replaces_a_child_once_a_task_leaves_it_over(
     start: Any, kind: str

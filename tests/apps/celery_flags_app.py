@@ -20,6 +20,8 @@ app = Celery("celery_flags_app")
 app.conf.ujobs_database_url = os.environ.get("CELERY_CLI_TEST_DSN") or None
 app.conf.task_default_queue = "flags"
 app.conf.beat_schedule = {"tick": {"task": "flags.tick", "schedule": 1.0}}
+if os.environ.get("FLAGS_APP_MAX_TASKS"):  # the app's own setting, as a project would set it
+    app.conf.worker_max_tasks_per_child = int(os.environ["FLAGS_APP_MAX_TASKS"])
 
 _HELD: list[bytes] = []  # what hog() keeps alive in its process
 _pause = threading.Event()  # never set: a wait that only time ends

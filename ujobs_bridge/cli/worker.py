@@ -15,6 +15,7 @@ What it is not: the worker (``ujobs_bridge.worker``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -44,6 +45,8 @@ from ..worker.config import (
 from ..worker.loop import Worker
 from . import worker_flags as flags
 from .options import database, dsn_option, log_format_option, metrics_options
+
+log = logging.getLogger("ujobs.worker")
 
 EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
@@ -361,8 +364,25 @@ def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServe
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
     """The app's own worker settings (a Celery app's worker_concurrency ...) where no flag was
-    given."""
+    given. Per-child limits set by the app apply to the process pool; the thread pool runs
+    without them (as Celery's does), saying so."""
     from_app = app.worker_settings()
+    for key in ("max_tasks_per_child", "max_memory_per_child"):
+        if key not in from_app or getattr(asked, key) is not None:
+            continue
+        if config.pool != "processes":
+            log.warning(
+                "ujobs.worker: the app's worker_%s=%s is per pool process; the %s pool "
+                "runs bodies in this process, so it does not apply",
+                key,
+                from_app[key],
+                config.pool,
+            )
+            continue
+        if key == "max_tasks_per_child":
+            config = dataclasses.replace(config, max_tasks_per_child=from_app[key])
+        else:
+            config = dataclasses.replace(config, max_memory_per_child_kib=from_app[key])
     if asked.concurrency is None and asked.autoscale is None and "concurrency" in from_app:
         config = dataclasses.replace(config, concurrency=from_app["concurrency"])
     if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
