@@ -6,8 +6,11 @@ stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back t
 their attempt uncounted, exit 0. A second signal cuts the wait short. A worker whose loop died
 (``Worker.failed``) hands back what it holds and exits 70, for a supervisor to restart it.
 
-Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``); ``serve`` is
-also what ``celery -A proj worker`` runs on a celery_compat app (``celery_compat/worker.py``).
+Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``): the time
+limits are applied by the ``-A`` app (``LoadedApp.apply_time_limits``) here and in every pool
+child, ``-B`` runs the leader-elected scheduler in this process (``embedded_scheduler``), stopped
+before the worker drains. ``serve`` is also what ``celery -A proj worker`` runs on a
+celery_compat app (``celery_compat/worker.py``).
 
 What it is not: the worker (``ujobs_bridge.worker``).
 """
