@@ -205,7 +205,22 @@ def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
 
 
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
-    claimed = ClaimedJob(*row)
+    """A claim statement's row (``job_claim``'s RETURNING order) as a ``ClaimedJob``, by name:
+    ``undecodable`` is not a column, so the row cannot be spread positionally."""
+    ident, name, queue, data, attempt, max_attempts, token, expired, deliveries, tp, due = row
+    claimed = ClaimedJob(
+        id=ident,
+        name=name,
+        queue=queue,
+        input=data,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        lease_token=token,
+        expired=expired,
+        deliveries=deliveries,
+        traceparent=tp,
+        due_at=due,
+    )
     if isinstance(claimed.input, _Undecodable):
         return replace(claimed, input={}, undecodable=claimed.input.reason)
     return claimed

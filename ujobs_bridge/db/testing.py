@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from ..records import ClaimedJob
+from .jobs import _claimed
 from .sql import q
 
 Conn = psycopg.Connection[Any]
@@ -71,7 +72,7 @@ def job_claim_by_id(conn: Conn, claim: ClaimById) -> ClaimedJob | None:
         "now": claim.now,
     }
     row = conn.execute(q("testing_job_claim"), params).fetchone()
-    return None if row is None else ClaimedJob(*row)
+    return None if row is None else _claimed(row)
 
 
 def jobs_due(conn: Conn, due: DueJobs) -> int:

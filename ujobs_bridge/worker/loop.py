@@ -54,6 +54,7 @@ from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
 from .attempt import BodyResult, settle
+from .autoscale import Autoscaler
 from .child import TaskSettings
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
@@ -152,6 +153,9 @@ class Worker(Steering):
             dsn=dsn,
             node=self.node,
             task_settings=self.task_settings,
+            limits=(self.config.time_limit_s, self.config.soft_time_limit_s),
+            max_tasks_per_child=self.config.max_tasks_per_child,
+            max_memory_per_child_kib=self.config.max_memory_per_child_kib,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(
@@ -190,6 +194,12 @@ class Worker(Steering):
             role=Role(f"worker:{self.id}:listen"),
             channels=(*channels, self.presence.channel()),
         )
+        self.autoscaler: Autoscaler | None = None  # --autoscale MAX,MIN
+        if self.config.autoscale is not None:
+            most, least = self.config.autoscale
+            self.autoscaler = Autoscaler(
+                self, most, least, keepalive_s=self.config.autoscale_keepalive_s
+            )
         for loop in (self.claim_loop, self.heartbeat, self.listener, self.presence):
             loop.on_died = self._loop_died
 
@@ -208,6 +218,8 @@ class Worker(Steering):
             self.presence.start()
             self.listener.start()
             self.claim_loop.start()
+            if self.autoscaler is not None:
+                self.autoscaler.start()
             self.started.set()
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -223,6 +235,8 @@ class Worker(Steering):
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
         self.presence.stop()  # the node leaves at once (inspect no longer lists it)
+        if self.autoscaler is not None:
+            self.autoscaler.stop()  # the pool keeps its size while it drains
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
         code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
@@ -365,6 +379,9 @@ class Worker(Steering):
         capacity, held = self.stopper.capacity(
             self.config.concurrency, self.config.prefetch_multiplier
         )
+        scaler = self.autoscaler  # with one job per slot, hold one waiting: a reason to grow
+        if scaler and self.config.prefetch_multiplier == 1 and self.config.concurrency < scaler.max:
+            capacity += 1
         batch = self._take_due()
         if not batch:
             self.claims.sweep()
