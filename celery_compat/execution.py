@@ -49,7 +49,7 @@ from . import rate_limit, revoked_ids
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
-from .sending import retries_held
+from .send_keys import running_body
 
 PROTOCOL_HEADERS = frozenset(
     {
@@ -324,7 +324,7 @@ def run_message(
     )
     traced: Any = None
     rejection: Reject | None = None
-    with retries_held(message.task_id) as held:
+    with running_body(ctx.id, message.task_id) as held:
         try:
             with joins_will_block():
                 try:
@@ -343,8 +343,8 @@ def run_message(
             pass  # what killed it is in watched.fired
         except Reject as exc:  # raised outside the body (by the tracer's own hooks)
             rejection = exc
-    for retry in held:  # RETRY is stored now: the retry may run and store its own outcome
-        app.amqp.insert_now(retry)
+    for retry, key in held:  # RETRY is stored now: the retry may run and store its own outcome
+        app.amqp.insert_now(retry, key=key)
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
             _revoke(task, message.task_id, request, expired=False, terminated=True)

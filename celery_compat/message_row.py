@@ -1,11 +1,18 @@
 """A Celery protocol-v2 message as an ``x_jobs`` row: the one shape sending and migrate share.
 
 Why it exists: a task sent through the facade and a message drained from a Celery broker must
-become the SAME row, so the worker runs both through one path. The row keeps the whole message
-(headers, body ``[args, kwargs, embed]``, properties) in ``input``, encoded with kombu's JSON so
-the types Celery's JSON serializer carries (datetime, UUID, Decimal, bytes) come back as they
-went in. The task name is the row's ``name``; ``eta`` is ``run_at``; the message's identity
-(task id, retries, replaced-task nesting) keys the ledger that makes enqueue idempotent.
+become the SAME row, so the worker runs both through one path. The row's ``input`` is
+``{"headers": {...}, "properties": {...}, "body": "<text>"}``: the body ``[args, kwargs, embed]``
+is kept as the exact text Celery's JSON serializer writes (kombu's JSON: datetime, UUID, Decimal,
+bytes carried as tagged objects), inside a jsonb string, so values come back exactly as through
+Celery on Redis: ``1e16`` stays a float, NaN and ±Infinity survive, big ints stay ints, object
+keys keep their order, NUL characters and lone surrogates survive (escaped, never raw, in the
+text). jsonb itself would rewrite numbers (``1e16`` → ``10000000000000000``), refuse NaN and
+``\\u0000`` and reorder keys; the headers stay a jsonb object (task id, name, retries readable in
+SQL), so a header value jsonb cannot hold (NaN, ``\\u0000``, a lone surrogate) is refused with
+``EncodeError``. Anything that is not JSON (an object, a circular structure) raises kombu's
+``EncodeError`` before any SQL runs. Rows written before this format (``args``/``kwargs``/
+``embed`` as jsonb) are read as well. The task name is the row's ``name``; ``eta`` is ``run_at``.
 
 What it is not: a broker decoder (``migrate`` turns broker bytes into a ``CeleryMessage``) or a
 sender (``sending.py`` builds one from Celery's own ``create_task_message``).
@@ -14,12 +21,15 @@ sender (``sending.py`` builds one from Celery's own ``create_task_message``).
 from __future__ import annotations
 
 import json
+import json.encoder
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from kombu.exceptions import EncodeError
 from kombu.utils import json as kombu_json
 
 from ujobs_bridge.ids import new_job_id
@@ -27,8 +37,84 @@ from ujobs_bridge.ids import new_job_id
 PRIORITY_MIN, PRIORITY_MAX = 0, 255
 
 # kombu's JSON (it registers datetime, UUID, Decimal, bytes); typed here because kombu is not.
-_dumps: Callable[[Any], str] = kombu_json.dumps
 _loads: Callable[[str], Any] = kombu_json.loads
+
+
+def reused_encoder(*, allow_nan: bool = True, compact: bool = False) -> Callable[[Any], str]:
+    """kombu's JSON encoder with the C encoder built once instead of on every call (what
+    ``json.dumps`` does), without the cycle check: a circular value ends in ``RecursionError``.
+    The default is byte for byte what Celery's ``json`` serializer writes (``kombu dumps``)."""
+    encoder: Any = kombu_json.JSONEncoder(
+        allow_nan=allow_nan, check_circular=False, separators=(",", ":") if compact else None
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has the C encoder
+        return encoder.encode  # type: ignore[no-any-return]
+    iterencode = make(
+        None,
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_encode_body = reused_encoder()
+_encode_headers = reused_encoder(allow_nan=False, compact=True)
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
+# An unescaped \u0000 or lone surrogate in ASCII JSON text: what jsonb refuses in a string.
+_JSONB_REFUSES = re.compile(
+    r"(?<!\\)(?:\\\\)*(?:\\u0000|\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})",
+    re.IGNORECASE,
+)
+NOT_STORABLE = (TypeError, ValueError, RecursionError)
+
+
+def encode_input(
+    headers: dict[str, Any],
+    properties: dict[str, Any],
+    args: Any,
+    kwargs: Any,
+    embed: Any,
+    *,
+    what: str = "task",
+) -> str:
+    """The row's ``input`` text; kombu's ``EncodeError`` for what cannot be stored, before any
+    SQL runs (so a caller's transaction is never aborted by it)."""
+    try:
+        body = _encode_body([args, kwargs, embed])
+    except NOT_STORABLE as exc:
+        raise EncodeError(
+            f"{what}: an argument cannot be serialized as JSON ({_reason(exc)}); celery_compat "
+            "stores messages with Celery's JSON serializer: pass ids or plain data"
+        ) from exc
+    try:
+        head = _encode_headers(headers)
+        props = _encode_headers(properties)
+    except NOT_STORABLE as exc:
+        raise EncodeError(
+            f"{what}: a header or property cannot be stored as JSON ({_reason(exc)})"
+        ) from exc
+    if _JSONB_REFUSES.search(head) or _JSONB_REFUSES.search(props):
+        raise EncodeError(
+            f"{what}: a header or property holds a NUL character or a lone surrogate, which "
+            "Postgres cannot store in a header (arguments can hold them)"
+        )
+    return f'{{"headers":{head},"properties":{props},"body":{_quote(body)}}}'
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "circular or too deeply nested"
+    if isinstance(exc, ValueError) and "Out of range float" in str(exc):
+        return "NaN or Infinity in a header"
+    return str(exc)
 
 
 def parse_instant(value: Any) -> datetime | None:
@@ -85,17 +171,14 @@ class CeleryMessage:
         return max(PRIORITY_MIN, min(PRIORITY_MAX, int(value)))
 
     def input_json(self) -> str:
-        """The row's ``input``: the whole message, in kombu's JSON (types preserved)."""
-        return str(
-            _dumps(
-                {
-                    "args": list(self.args),
-                    "kwargs": dict(self.kwargs),
-                    "embed": dict(self.embed),
-                    "headers": dict(self.headers),
-                    "properties": dict(self.properties),
-                }
-            )
+        """The row's ``input`` (see the module docstring); ``EncodeError`` if it cannot be."""
+        return encode_input(
+            self.headers,
+            self.properties,
+            self.args,
+            self.kwargs,
+            self.embed,
+            what=f"task {self.headers.get('task')!r} ({self.headers.get('id')})",
         )
 
     def params(
@@ -119,7 +202,7 @@ class CeleryMessage:
 
 
 def is_celery_input(value: Any) -> bool:
-    return isinstance(value, dict) and "headers" in value and "embed" in value
+    return isinstance(value, dict) and "headers" in value and ("body" in value or "embed" in value)
 
 
 # kombu's decoder hook (kombu >= 5.3); without it every input takes the text round trip.
@@ -146,13 +229,28 @@ def _restore(value: Any) -> Any:
     raise _NotPlainJson
 
 
+def _plain(value: Any) -> Any:
+    try:
+        return _restore(value)
+    except _NotPlainJson:
+        return _loads(json.dumps(value))
+
+
 def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
     """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
     row's id (else a new one is drawn)."""
-    try:
-        restored = _restore(value)
-    except _NotPlainJson:
-        restored = _loads(json.dumps(value))
+    body = value.get("body")
+    if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
+        args, kwargs, embed = _loads(body)
+        restored = {
+            "args": args,
+            "kwargs": kwargs,
+            "embed": embed,
+            "headers": _plain(value.get("headers")),
+            "properties": _plain(value.get("properties")),
+        }
+    else:  # a row written before the exact-text format
+        restored = _plain(value)
     return CeleryMessage(
         headers=dict(restored.get("headers") or {}),
         args=list(restored.get("args") or []),

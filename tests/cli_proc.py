@@ -27,7 +27,11 @@ class CliProc:
         self._out = log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ujobs_bridge", *args],
-            stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=TESTS_DIR, start_new_session=True,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=TESTS_DIR,
+            start_new_session=True,
         )
 
     @property

@@ -79,7 +79,9 @@ def frozen_client(dsn: str, clock: FrozenClock) -> Iterator[Client]:
         c.close()
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition") -> object:
+def wait_for(
+    condition: Callable[[], object], *, timeout: float = 20.0, what: str = "condition"
+) -> object:
     """Poll ``condition`` until it is truthy or the deadline passes (never a bare sleep)."""
     import threading
     import time

@@ -211,13 +211,17 @@ def test_update_state_is_visible_while_the_task_runs(app: Any, dsn: str) -> None
         assert r.get(timeout=10) == "finished"
 
 
-def test_a_retry_sent_after_its_id_was_revoked_never_runs_and_reads_revoked(app: Any, dsn: str) -> None:
+def test_a_retry_sent_after_its_id_was_revoked_never_runs_and_reads_revoked(
+    app: Any, dsn: str
+) -> None:
     with worker(app, dsn):
         r = t.retry_after_gate.delay()
         assert t.STARTED.wait(10)
         r.revoke()  # no terminate: the running body goes on, as in Celery
         t.GATE.set()
-        wait_for(lambda: len(jobs(dsn)) == 2 and jobs(dsn)[0]["state"] == "done", what="the retry sent")
+        wait_for(
+            lambda: len(jobs(dsn)) == 2 and jobs(dsn)[0]["state"] == "done", what="the retry sent"
+        )
     assert [j["state"] for j in jobs(dsn)] == ["done", "cancelled"]
     assert r.state == states.REVOKED and t.RAN["retry_after_gate"] == 1
     with pytest.raises(TaskRevokedError):

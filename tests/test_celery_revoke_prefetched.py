@@ -102,7 +102,18 @@ def test_a_revoked_row_rescued_after_its_worker_died_is_not_run_by_a_fresh_worke
 ) -> None:
     r = rt.mark.delay("rescued")
     with psycopg.connect(dsn, autocommit=True) as conn:  # a worker claims it and dies at once
-        (_claimed,) = driver.job_claim(conn, driver.ClaimParams(queue="celery", names=[rt.mark.name], limit=1, token=uuid.uuid4(), lease_s=0, worker="died", now=None))
+        (_claimed,) = driver.job_claim(
+            conn,
+            driver.ClaimParams(
+                queue="celery",
+                names=[rt.mark.name],
+                limit=1,
+                token=uuid.uuid4(),
+                lease_s=0,
+                worker="died",
+                now=None,
+            ),
+        )
     r.revoke()  # the row is running: left as it is, and no listener of this process heard it
     assert state_of(dsn, rt.mark.name) == "running" and r.id not in REVOKED
     revoked = Revoked()

@@ -259,18 +259,43 @@ def test_the_test_kits_statements_claim_by_id_count_due_jobs_and_empty_the_table
 def test_jobs_no_worker_knows_are_found_dead_lettered_and_reported_as_stranded(db: Any) -> None:
     now = datetime.now(UTC)
     old = now - timedelta(minutes=5)
-    driver.job_enqueue_many(db, [spec(name="gone.task", run_at=old), spec(name="gone.task", run_at=old), spec(run_at=old)], None)
+    driver.job_enqueue_many(
+        db,
+        [spec(name="gone.task", run_at=old), spec(name="gone.task", run_at=old), spec(run_at=old)],
+        None,
+    )
     driver.job_enqueue(db, spec(name="gone.task", queue="elsewhere", run_at=old), None)
-    find = driver.UnregisteredParams(queues=["contract"], names=[NAME], after_s=60, scan=1000, now=now)
+    find = driver.UnregisteredParams(
+        queues=["contract"], names=[NAME], after_s=60, scan=1000, now=now
+    )
     (backlog,) = driver.job_unregistered(db, find)
     assert (backlog.queue, backlog.name, backlog.jobs) == ("contract", "gone.task", 2)
     assert backlog.oldest_s >= 299
-    assert driver.job_unregistered(db, driver.UnregisteredParams(["contract"], [NAME], 600, 1000, now)) == []
+    assert (
+        driver.job_unregistered(db, driver.UnregisteredParams(["contract"], [NAME], 600, 1000, now))
+        == []
+    )
     stranded = {(s.queue, s.name): s.jobs for s in driver.job_stranded(db, after_s=60, now=now)}
-    assert stranded == {("contract", "gone.task"): 2, ("contract", NAME): 1, ("elsewhere", "gone.task"): 1}
-    dead = driver.DeadUnregisteredParams(queue="contract", names=[NAME], after_s=60, limit=10, error="UJ_TASK_UNREGISTERED: {name}", now=now)
-    assert sorted(name for _, name in driver.job_dead_unregistered(db, dead)) == ["gone.task", "gone.task"]
-    assert [r.last_error for r in driver.job_dead(db, limit=5)] == ["UJ_TASK_UNREGISTERED: gone.task"] * 2
+    assert stranded == {
+        ("contract", "gone.task"): 2,
+        ("contract", NAME): 1,
+        ("elsewhere", "gone.task"): 1,
+    }
+    dead = driver.DeadUnregisteredParams(
+        queue="contract",
+        names=[NAME],
+        after_s=60,
+        limit=10,
+        error="UJ_TASK_UNREGISTERED: {name}",
+        now=now,
+    )
+    assert sorted(name for _, name in driver.job_dead_unregistered(db, dead)) == [
+        "gone.task",
+        "gone.task",
+    ]
+    assert [r.last_error for r in driver.job_dead(db, limit=5)] == [
+        "UJ_TASK_UNREGISTERED: gone.task"
+    ] * 2
 
 
 def test_every_db_function_has_a_contract_test() -> None:

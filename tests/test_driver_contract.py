@@ -30,11 +30,30 @@ from ujobs_bridge.records import JobState, Settlement
 NAMES = ["apps.basic_jobs.add"]
 
 
-def claim(conn: psycopg.Connection[Any], limit: int, *, lease_s: float = 30.0, token: uuid.UUID | None = None) -> list[Any]:
-    return driver.job_claim(conn, driver.ClaimParams(queue="basic", names=NAMES, limit=limit, token=token or uuid.uuid4(), lease_s=lease_s, worker="test", now=None))
+def claim(
+    conn: psycopg.Connection[Any],
+    limit: int,
+    *,
+    lease_s: float = 30.0,
+    token: uuid.UUID | None = None,
+) -> list[Any]:
+    return driver.job_claim(
+        conn,
+        driver.ClaimParams(
+            queue="basic",
+            names=NAMES,
+            limit=limit,
+            token=token or uuid.uuid4(),
+            lease_s=lease_s,
+            worker="test",
+            now=None,
+        ),
+    )
 
 
-def test_claim_takes_at_most_limit_rows_counts_the_attempt_and_sets_a_lease(client: Client, db: Any) -> None:
+def test_claim_takes_at_most_limit_rows_counts_the_attempt_and_sets_a_lease(
+    client: Client, db: Any
+) -> None:
     client.enqueue_many([basic_jobs.add.call(i, i) for i in range(10)])
     got = claim(db, 4)
     assert len(got) == 4 and all(j.attempt == 1 for j in got)
@@ -72,7 +91,9 @@ def test_claim_prefers_priority_then_due_time(client: Client, db: Any) -> None:
 def test_a_write_with_a_stale_token_changes_nothing(client: Client, db: Any) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     first = claim(db, 1, lease_s=2)[0]
-    db.execute("update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,))
+    db.execute(
+        "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
+    )
     assert driver.job_rescue(db, limit=10, error="lost", now=None) == [(ref.id, JobState.READY)]
     second = claim(db, 1)[0]
     assert second.attempt == 2 and second.lease_token != first.lease_token
@@ -81,15 +102,21 @@ def test_a_write_with_a_stale_token_changes_nothing(client: Client, db: Any) -> 
     assert driver.job_heartbeat(db, [(ref.id, first.lease_token)], 30) == set()
     fresh = Settlement(ref.id, second.lease_token, JobState.DONE, output_json='"mine"')
     assert driver.job_settle(db, [fresh], None) == {ref.id}
-    assert db.execute("select state, output, attempt from x_jobs where id = %s", (ref.id,)).fetchone() == ("done", "mine", 2)
+    assert db.execute(
+        "select state, output, attempt from x_jobs where id = %s", (ref.id,)
+    ).fetchone() == ("done", "mine", 2)
 
 
 def test_rescue_dead_letters_a_job_whose_attempts_are_spent(client: Client, db: Any) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     db.execute("update x_jobs set attempt = max_attempts - 1 where id = %s", (ref.id,))
     claim(db, 1)
-    db.execute("update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,))
-    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [(ref.id, JobState.DEAD)]
+    db.execute(
+        "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
+    )
+    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+        (ref.id, JobState.DEAD)
+    ]
 
 
 def test_a_live_lease_is_not_rescued_and_heartbeat_extends_it(client: Client, db: Any) -> None:
@@ -97,21 +124,39 @@ def test_a_live_lease_is_not_rescued_and_heartbeat_extends_it(client: Client, db
     job = claim(db, 1, lease_s=2)[0]
     assert driver.job_rescue(db, limit=10, error="x", now=None) == []
     assert driver.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
-    row = db.execute("select lease_expires_at > now() + interval '50 seconds' from x_jobs where id = %s", (ref.id,)).fetchone()
+    row = db.execute(
+        "select lease_expires_at > now() + interval '50 seconds' from x_jobs where id = %s",
+        (ref.id,),
+    ).fetchone()
     assert row == (True,)
 
 
 def test_a_handed_back_attempt_is_not_counted(client: Client, db: Any) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     job = claim(db, 1)[0]
-    back = Settlement(ref.id, job.lease_token, JobState.READY, error="UJ_WORKER_DRAINING: stop", uncount=1)
+    back = Settlement(
+        ref.id, job.lease_token, JobState.READY, error="UJ_WORKER_DRAINING: stop", uncount=1
+    )
     assert driver.job_settle(db, [back], None) == {ref.id}
-    assert db.execute("select state, attempt, lease_token from x_jobs where id = %s", (ref.id,)).fetchone() == ("ready", 0, None)
+    assert db.execute(
+        "select state, attempt, lease_token from x_jobs where id = %s", (ref.id,)
+    ).fetchone() == ("ready", 0, None)
 
 
 def test_jobs_of_unknown_names_are_not_claimed(client: Client, db: Any) -> None:
     basic_jobs.add.configure(client=client).enqueue(1, 1)
-    got = driver.job_claim(db, driver.ClaimParams(queue="basic", names=["some.other"], limit=5, token=uuid.uuid4(), lease_s=30, worker="t", now=None))
+    got = driver.job_claim(
+        db,
+        driver.ClaimParams(
+            queue="basic",
+            names=["some.other"],
+            limit=5,
+            token=uuid.uuid4(),
+            lease_s=30,
+            worker="t",
+            now=None,
+        ),
+    )
     assert got == []
 
 
@@ -127,7 +172,6 @@ def test_cancel_refuses_finished_jobs(client: Client, db: Any, state: str) -> No
 # of ``ujobs_bridge.db`` is held to at least one behaviour here, against real Postgres.
 
 
-
 def _group() -> str:
     return f"contract-{uuid.uuid4().hex[:8]}"
 
@@ -140,8 +184,12 @@ def test_the_lease_goes_to_one_holder_renews_by_term_and_resigning_frees_it(db: 
     assert sched.leader_elect(db, LeaderTerm(group, "node-b", 30.0)) is None  # a live lease holds
     held = LeaderTerm(group, "node-a", 30.0, term)
     assert sched.leader_renew(db, held) is True
-    assert sched.leader_renew(db, LeaderTerm(group, "node-a", 30.0, term + 1)) is False  # not our term
-    assert sched.leader_renew(db, LeaderTerm(group, "node-b", 30.0, term)) is False  # not our holder
+    assert (
+        sched.leader_renew(db, LeaderTerm(group, "node-a", 30.0, term + 1)) is False
+    )  # not our term
+    assert (
+        sched.leader_renew(db, LeaderTerm(group, "node-b", 30.0, term)) is False
+    )  # not our holder
     info = sched.leader_get(db, group)
     assert info is not None and (info.holder, info.term, info.live) == ("node-a", 1, True)
     sched.leader_resign(db, held)
@@ -166,7 +214,9 @@ def test_an_occurrence_fires_once_and_the_watermark_never_moves_back(db: Any) ->
     assert sched.watermarks(db)[task] == later
 
 
-def test_a_staged_row_is_claimed_once_committed_marked_and_published_once(client: Client, db: Any, dsn: str) -> None:
+def test_a_staged_row_is_claimed_once_committed_marked_and_published_once(
+    client: Client, db: Any, dsn: str
+) -> None:
     db.execute("truncate x_outbox")
     spec = basic_jobs.add.call(2, 3).spec()
     with pytest.raises(RuntimeError), db.transaction():
@@ -174,8 +224,12 @@ def test_a_staged_row_is_claimed_once_committed_marked_and_published_once(client
         raise RuntimeError("the caller's transaction rolls back")
     with db.transaction():
         outbox_id = outbox_db.outbox_stage(db, spec)
-    claimed = wait_for(lambda: outbox_db.outbox_claim(db, 10), what="the staged row to be claimable")
-    assert isinstance(claimed, list) and [(r.outbox_id, r.spec.id) for r in claimed] == [(outbox_id, spec.id)]
+    claimed = wait_for(
+        lambda: outbox_db.outbox_claim(db, 10), what="the staged row to be claimable"
+    )
+    assert isinstance(claimed, list) and [(r.outbox_id, r.spec.id) for r in claimed] == [
+        (outbox_id, spec.id)
+    ]
     assert claimed[0].spec.name == spec.name
     assert json.loads(claimed[0].spec.input_json) == json.loads(spec.input_json)
     outbox_db.outbox_mark(db, [outbox_id])
@@ -203,7 +257,9 @@ def _finished(db: Any, client: Client, state: str, age: timedelta) -> uuid.UUID:
     return ref.id
 
 
-def test_purge_deletes_only_finished_rows_older_than_the_cutoff_a_batch_at_a_time(client: Client, db: Any) -> None:
+def test_purge_deletes_only_finished_rows_older_than_the_cutoff_a_batch_at_a_time(
+    client: Client, db: Any
+) -> None:
     old = [_finished(db, client, "done", timedelta(days=9)) for _ in range(3)]
     fresh = _finished(db, client, "dead", timedelta(minutes=1))
     live = basic_jobs.add.configure(client=client).enqueue(1, 1).id
@@ -216,7 +272,9 @@ def test_purge_deletes_only_finished_rows_older_than_the_cutoff_a_batch_at_a_tim
 
 def test_purge_of_events_outbox_and_fires_keeps_what_must_stay(client: Client, db: Any) -> None:
     db.execute("truncate x_outbox, x_scheduler_fires")
-    db.execute("insert into x_job_events (event, correlation_key, created_at) values ('e', 'old', now() - interval '9 days'), ('e', 'new', now())")
+    db.execute(
+        "insert into x_job_events (event, correlation_key, created_at) values ('e', 'old', now() - interval '9 days'), ('e', 'new', now())"
+    )
     cutoff = datetime.now(UTC) - timedelta(days=1)
     assert retention.purge_events(db, PurgeBatch(cutoff, 100)) == 1
     assert db.execute("select correlation_key from x_job_events").fetchall() == [("new",)]
@@ -224,24 +282,32 @@ def test_purge_of_events_outbox_and_fires_keeps_what_must_stay(client: Client, d
     with db.transaction():
         staged = outbox_db.outbox_stage(db, basic_jobs.add.call(1, 1).spec())
         waiting = outbox_db.outbox_stage(db, basic_jobs.add.call(2, 2).spec())
-    db.execute("update x_outbox set published_at = now() - interval '9 days' where id = %s", (staged,))
+    db.execute(
+        "update x_outbox set published_at = now() - interval '9 days' where id = %s", (staged,)
+    )
     assert retention.purge_outbox(db, PurgeBatch(cutoff, 100)) == 1  # the unpublished row stays
     assert db.execute("select id from x_outbox").fetchall() == [(waiting,)]
 
     task, at = _group(), datetime(2026, 1, 1, tzinfo=UTC)
     for hour in range(3):
         sched.scheduler_fire(db, FireParams(task, at + timedelta(hours=hour), False, ()))
-    db.execute("update x_scheduler_fires set fired_at = now() - interval '9 days' where task = %s", (task,))
+    db.execute(
+        "update x_scheduler_fires set fired_at = now() - interval '9 days' where task = %s", (task,)
+    )
     assert retention.purge_fires(db, PurgeBatch(cutoff, 100)) == 2  # each task's latest stays
     assert sched.last_fires(db)[task][0] == at + timedelta(hours=2)
 
 
-def test_session_statements_listen_set_commit_modes_and_read_the_database_clock(dsn: str, db: Any) -> None:
+def test_session_statements_listen_set_commit_modes_and_read_the_database_clock(
+    dsn: str, db: Any
+) -> None:
     before = datetime.now(UTC)
     assert abs(session.database_now(db) - before) < timedelta(seconds=30)
     with psycopg.connect(dsn, autocommit=True) as conn:
         session.listen_for_jobs(conn)
-        db.execute("select pg_notify('x_jobs_ready', 'basic'), pg_notify('x_jobs_cancel', 'some-id')")
+        db.execute(
+            "select pg_notify('x_jobs_ready', 'basic'), pg_notify('x_jobs_cancel', 'some-id')"
+        )
         got = [(n.channel, n.payload) for n in conn.notifies(timeout=5, stop_after=2)]
         assert got == [("x_jobs_ready", "basic"), ("x_jobs_cancel", "some-id")]
         session.claims_commit_async(conn)

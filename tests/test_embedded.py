@@ -19,7 +19,11 @@ def _run(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "UJOBS_DATABASE_URL"}
     env["UJOBS_HOME"] = str(home)
     return subprocess.run(
-        [sys.executable, "-m", "ujobs_bridge", *args], capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "ujobs_bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
@@ -43,4 +47,6 @@ def test_commands_start_then_reuse_an_embedded_postgres(tmp_path: Path) -> None:
         if pidfile.exists():
             pid = int(pidfile.read_text().split()[0])
             os.kill(pid, signal.SIGINT)  # fast shutdown
-            wait_for(lambda: not psutil.pid_exists(pid), timeout=30, what="the embedded server to stop")
+            wait_for(
+                lambda: not psutil.pid_exists(pid), timeout=30, what="the embedded server to stop"
+            )

@@ -20,13 +20,20 @@ def count(db: psycopg.Connection[Any], where: str = "true") -> int:
     return int(row[0])
 
 
-def test_enqueue_returns_a_ready_job_with_the_payload(client: Client, db: psycopg.Connection[Any]) -> None:
+def test_enqueue_returns_a_ready_job_with_the_payload(
+    client: Client, db: psycopg.Connection[Any]
+) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(2, b=3)
-    row = db.execute("select name, queue, state, input, attempt, max_attempts from x_jobs where id = %s", (ref.id,)).fetchone()
+    row = db.execute(
+        "select name, queue, state, input, attempt, max_attempts from x_jobs where id = %s",
+        (ref.id,),
+    ).fetchone()
     assert row == ("apps.basic_jobs.add", "basic", "ready", {"args": [2], "kwargs": {"b": 3}}, 0, 3)
 
 
-def test_job_enqueued_in_a_rolled_back_transaction_leaves_no_job(client: Client, dsn: str, db: psycopg.Connection[Any]) -> None:
+def test_job_enqueued_in_a_rolled_back_transaction_leaves_no_job(
+    client: Client, dsn: str, db: psycopg.Connection[Any]
+) -> None:
     with psycopg.connect(dsn) as conn:
         basic_jobs.add.configure(conn=conn).enqueue(1, 2)
         conn.execute("select 1")
@@ -34,7 +41,9 @@ def test_job_enqueued_in_a_rolled_back_transaction_leaves_no_job(client: Client,
     assert count(db) == 0
 
 
-def test_job_enqueued_in_a_transaction_appears_only_at_commit(client: Client, dsn: str, db: psycopg.Connection[Any]) -> None:
+def test_job_enqueued_in_a_transaction_appears_only_at_commit(
+    client: Client, dsn: str, db: psycopg.Connection[Any]
+) -> None:
     with psycopg.connect(dsn) as conn:
         ref = basic_jobs.add.configure(conn=conn).enqueue(1, 2)
         assert count(db) == 0  # another session cannot see it yet
@@ -53,7 +62,9 @@ def test_one_live_job_per_idempotency_key(client: Client, db: psycopg.Connection
     assert count(db) == 2
 
 
-def test_enqueue_many_is_one_batch_and_honours_keys(client: Client, db: psycopg.Connection[Any]) -> None:
+def test_enqueue_many_is_one_batch_and_honours_keys(
+    client: Client, db: psycopg.Connection[Any]
+) -> None:
     live = basic_jobs.add.configure(client=client, idempotency_key="k1").enqueue(0, 0)
     requests = [basic_jobs.add.call(i, i) for i in range(500)]
     requests.append(basic_jobs.add.configure(idempotency_key="k1").call(5, 5))
@@ -63,7 +74,9 @@ def test_enqueue_many_is_one_batch_and_honours_keys(client: Client, db: psycopg.
     assert count(db) == 501
 
 
-def test_enqueue_many_rolls_back_with_the_callers_transaction(dsn: str, client: Client, db: psycopg.Connection[Any]) -> None:
+def test_enqueue_many_rolls_back_with_the_callers_transaction(
+    dsn: str, client: Client, db: psycopg.Connection[Any]
+) -> None:
     with psycopg.connect(dsn) as conn:
         client.enqueue_many([basic_jobs.add.call(i, i) for i in range(10)], conn=conn)
         conn.rollback()
@@ -75,15 +88,21 @@ def test_enqueue_many_rolls_back_with_the_callers_transaction(dsn: str, client: 
     [datetime(2026, 1, 1, tzinfo=UTC), {1, 2}, math.nan, object()],
     ids=["datetime", "set", "nan", "object"],
 )
-def test_payload_that_is_not_json_is_refused_and_nothing_is_stored(client: Client, db: psycopg.Connection[Any], payload: Any) -> None:
+def test_payload_that_is_not_json_is_refused_and_nothing_is_stored(
+    client: Client, db: psycopg.Connection[Any], payload: Any
+) -> None:
     with pytest.raises(PayloadError) as info:
         basic_jobs.add.configure(client=client).enqueue(payload, 1)
     assert "apps.basic_jobs.add" in str(info.value) and "hint" in str(info.value)
     assert count(db) == 0
 
 
-def test_delay_and_run_at_use_the_injected_clock(frozen_client: Client, clock: FrozenClock, db: psycopg.Connection[Any]) -> None:
-    delayed = basic_jobs.add.configure(client=frozen_client, delay=timedelta(minutes=5)).enqueue(1, 1)
+def test_delay_and_run_at_use_the_injected_clock(
+    frozen_client: Client, clock: FrozenClock, db: psycopg.Connection[Any]
+) -> None:
+    delayed = basic_jobs.add.configure(client=frozen_client, delay=timedelta(minutes=5)).enqueue(
+        1, 1
+    )
     at = clock.now() + timedelta(hours=2)
     scheduled = basic_jobs.add.configure(client=frozen_client, run_at=at).enqueue(1, 1)
     rows = dict(db.execute("select id, run_at from x_jobs").fetchall())
@@ -91,7 +110,9 @@ def test_delay_and_run_at_use_the_injected_clock(frozen_client: Client, clock: F
     assert rows[scheduled.id] == at
 
 
-def test_expires_is_relative_to_the_run_time(frozen_client: Client, clock: FrozenClock, db: psycopg.Connection[Any]) -> None:
+def test_expires_is_relative_to_the_run_time(
+    frozen_client: Client, clock: FrozenClock, db: psycopg.Connection[Any]
+) -> None:
     ref = basic_jobs.add.configure(client=frozen_client, delay=60, expires=30).enqueue(1, 1)
     row = db.execute("select expires_at from x_jobs where id = %s", (ref.id,)).fetchone()
     assert row == (clock.now() + timedelta(seconds=90),)
@@ -119,14 +140,22 @@ def test_bad_job_options_are_refused_at_declaration(options: dict[str, Any], nee
 
 @pytest.mark.parametrize(
     "options",
-    [{"delay": -1}, {"delay": math.nan}, {"run_at": datetime(2026, 1, 1)}, {"idempotency_key": ""}, {"delay": 1, "run_at": datetime(2026, 1, 1, tzinfo=UTC)}],
+    [
+        {"delay": -1},
+        {"delay": math.nan},
+        {"run_at": datetime(2026, 1, 1)},
+        {"idempotency_key": ""},
+        {"delay": 1, "run_at": datetime(2026, 1, 1, tzinfo=UTC)},
+    ],
 )
 def test_bad_enqueue_options_are_refused(options: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         basic_jobs.add.configure(**options)
 
 
-def test_async_enqueue_joins_the_callers_async_transaction(dsn: str, db: psycopg.Connection[Any]) -> None:
+def test_async_enqueue_joins_the_callers_async_transaction(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
     import asyncio
 
     async def scenario() -> None:

@@ -53,7 +53,11 @@ def test_the_sql_detector_tells_sql_from_prose() -> None:
 def test_python_holds_no_sql_text(path: Path) -> None:
     """SQL lives in each package's db/sql/*.sql and migrations/; Python only names statements."""
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_TEXT.match(node.value):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and SQL_TEXT.match(node.value)
+        ):
             raise AssertionError(f"{path.name}:{node.lineno} holds SQL text: {node.value[:60]!r}")
 
 
@@ -76,8 +80,12 @@ def test_every_module_opens_with_a_docstring_and_stays_small(path: Path) -> None
     text = path.read_text()
     if path.name == "__init__.py" and not text.strip():
         return
-    assert ast.get_docstring(ast.parse(text)), f"{path} needs a docstring: why it exists, what it is not"
-    assert len(text.splitlines()) <= SIZE_CEILING, f"{path} is over {SIZE_CEILING} lines: split it along its seam"
+    assert ast.get_docstring(ast.parse(text)), (
+        f"{path} needs a docstring: why it exists, what it is not"
+    )
+    assert len(text.splitlines()) <= SIZE_CEILING, (
+        f"{path} is over {SIZE_CEILING} lines: split it along its seam"
+    )
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -135,7 +143,11 @@ def sql_calls(source: str) -> list[int]:
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        if (isinstance(func, ast.Name) and func.id == "q") or (isinstance(func, ast.Attribute) and func.attr in ("execute", "executemany") and node.args):
+        if (isinstance(func, ast.Name) and func.id == "q") or (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("execute", "executemany")
+            and node.args
+        ):
             found.append(node.lineno)
     return sorted(set(found))
 
@@ -152,8 +164,16 @@ def connection_opens(source: str) -> list[int]:
             found.append(node.lineno)
         elif isinstance(func, ast.Attribute):
             owner = func.value
-            named = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
-            if (func.attr == "connect" and named in ("psycopg", "Connection", "AsyncConnection")) or func.attr in ("ConnectionPool", "AsyncConnectionPool"):
+            named = (
+                owner.id
+                if isinstance(owner, ast.Name)
+                else owner.attr
+                if isinstance(owner, ast.Attribute)
+                else ""
+            )
+            if (
+                func.attr == "connect" and named in ("psycopg", "Connection", "AsyncConnection")
+            ) or func.attr in ("ConnectionPool", "AsyncConnectionPool"):
                 found.append(node.lineno)
     return found
 

@@ -24,6 +24,7 @@ from celery import chain
 from cli_proc import CliProc
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
+from apps.celery_harness import body_of
 from conftest import wait_for
 
 
@@ -94,10 +95,10 @@ def test_2000_messages_from_real_celery_become_one_row_each_shaped_like_the_faca
         if kind == "headers":
             assert headers["x-tenant"].startswith("t")
         if kind == "chain":
-            (step,) = row["input"]["embed"]["chain"]
+            (step,) = body_of(row)["embed"]["chain"]
             assert step["task"] == "migrate_proj.mul" and step["args"] == [2]
     plain = next(by_id[t] for t, k in kinds.items() if k == "plain")
-    assert set(plain["input"]) == {"args", "kwargs", "embed", "headers", "properties"}
+    assert set(plain["input"]) == {"body", "headers", "properties"}
 
 
 def _published(p: Any, n: int) -> list[str]:
@@ -235,7 +236,10 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
     ran.touch()
     gate = ms.unique("gate")  # the Celery worker waits in its first task until this is pushed
     env = dict(
-        os.environ, MIGRATE_TEST_BROKER=ms.REDIS_URL, MIGRATE_TEST_OUT=str(ran), MIGRATE_TEST_GATE=gate
+        os.environ,
+        MIGRATE_TEST_BROKER=ms.REDIS_URL,
+        MIGRATE_TEST_OUT=str(ran),
+        MIGRATE_TEST_GATE=gate,
     )
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     log = (tmp_path / "celery.log").open("w")

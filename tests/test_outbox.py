@@ -66,7 +66,18 @@ def relays(dsn: str, tmp_path: Path) -> Iterator[Callable[..., CliProc]]:
 
     def start(source: str, *, batch: int, faults: str = "") -> CliProc:
         log = tmp_path / f"relay{len(started)}.log"
-        args = ["outbox", "relay", "--source", source, "--dsn", dsn, "--batch", str(batch), "--interval", "0.1"]
+        args = [
+            "outbox",
+            "relay",
+            "--source",
+            source,
+            "--dsn",
+            dsn,
+            "--batch",
+            str(batch),
+            "--interval",
+            "0.1",
+        ]
         proc = CliProc(args, log, faults=faults)
         started.append(proc)
         return proc
@@ -90,7 +101,12 @@ def stage_rows(source: str, count: int = ROWS) -> list[uuid.UUID]:
 
 def published(source: str) -> list[int]:
     with psycopg.connect(source, autocommit=True) as conn:
-        return [r[0] for r in conn.execute("select id from x_outbox where published_at is not null order by id")]
+        return [
+            r[0]
+            for r in conn.execute(
+                "select id from x_outbox where published_at is not null order by id"
+            )
+        ]
 
 
 def jobs(dsn: str) -> list[tuple[uuid.UUID, int, datetime]]:
@@ -117,7 +133,9 @@ def assert_one_job_per_row_in_order(dsn: str, source: str, staged: list[uuid.UUI
     assert published(source) == list(range(1, ROWS + 1))
 
 
-def test_a_staged_row_exists_only_if_the_callers_transaction_commits(dsn: str, source_for: Callable[[str], str]) -> None:
+def test_a_staged_row_exists_only_if_the_callers_transaction_commits(
+    dsn: str, source_for: Callable[[str], str]
+) -> None:
     source = source_for("cross")
     with psycopg.connect(source) as conn:
         with pytest.raises(RuntimeError), conn.transaction():
@@ -132,7 +150,9 @@ def test_a_staged_row_exists_only_if_the_callers_transaction_commits(dsn: str, s
     assert [(job_id, seq) for job_id, seq, _ in jobs(dsn)] == [(kept.job_id, 1)]
 
 
-def test_a_failed_publish_stops_the_batch_and_later_rows_wait(dsn: str, source_for: Callable[[str], str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_publish_stops_the_batch_and_later_rows_wait(
+    dsn: str, source_for: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     source = source_for("cross")
     staged = stage_rows(source)
     # Row 4's insert commits in the jobs database, but the relay sees an error (ambiguous publish).
@@ -149,10 +169,20 @@ def test_a_failed_publish_stops_the_batch_and_later_rows_wait(dsn: str, source_f
 @pytest.mark.parametrize(
     ("mode", "batch", "k"),
     [("same", 1, 4), ("same", ROWS, 1), ("cross", ROWS, 4), ("cross", 3, 7)],
-    ids=["same-db-row-by-row-kill@4", "same-db-one-batch-kill", "cross-db-kill@4", "cross-db-batch3-kill@7"],
+    ids=[
+        "same-db-row-by-row-kill@4",
+        "same-db-one-batch-kill",
+        "cross-db-kill@4",
+        "cross-db-batch3-kill@7",
+    ],
 )
 def test_a_relay_killed_between_publish_and_mark_publishes_nothing_twice(
-    dsn: str, source_for: Callable[[str], str], relays: Callable[..., CliProc], mode: str, batch: int, k: int
+    dsn: str,
+    source_for: Callable[[str], str],
+    relays: Callable[..., CliProc],
+    mode: str,
+    batch: int,
+    k: int,
 ) -> None:
     source = source_for(mode)
     staged = stage_rows(source)
@@ -167,7 +197,11 @@ def test_a_relay_killed_between_publish_and_mark_publishes_nothing_twice(
         assert done_before == list(range(1, (k - 1) // batch * batch + 1))
 
     second = relays(source, batch=batch)
-    wait_for(lambda: len(published(source)) == ROWS, timeout=30, what="every row published after the restart")
+    wait_for(
+        lambda: len(published(source)) == ROWS,
+        timeout=30,
+        what="every row published after the restart",
+    )
     second.term()
     assert second.wait(timeout=20) == 0, second.output()
     assert_one_job_per_row_in_order(dsn, source, staged)
@@ -182,9 +216,15 @@ def test_a_row_whose_job_finished_before_the_restart_is_not_published_again(
     first = relays(source, batch=ROWS, faults="outbox.after_publish=kill@5")
     assert first.wait(timeout=30) == -9, first.output()
     with psycopg.connect(dsn, autocommit=True) as conn:  # a worker ran job 2 meanwhile
-        conn.execute("update x_jobs set state = 'done', finished_at = now() where id = %s", (staged[1],))
+        conn.execute(
+            "update x_jobs set state = 'done', finished_at = now() where id = %s", (staged[1],)
+        )
     second = relays(source, batch=ROWS)
-    wait_for(lambda: len(published(source)) == ROWS, timeout=30, what="the relay to get past the finished job's row")
+    wait_for(
+        lambda: len(published(source)) == ROWS,
+        timeout=30,
+        what="the relay to get past the finished job's row",
+    )
     second.term()
     assert second.wait(timeout=20) == 0, second.output()
     assert_one_job_per_row_in_order(dsn, source, staged)

@@ -228,7 +228,11 @@ def test_a_job_app_does_not_import_celery_where_it_is_installed() -> None:
         "print(type(app).__name__, 'celery' in sys.modules)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT / "tests", capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", probe],
+        cwd=ROOT / "tests",
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     plain, app = result.stdout.splitlines()

@@ -37,7 +37,9 @@ PURGE_MODULE = sys.modules["ujobs_bridge.purge"]  # the package exports the job 
 def pdb(db: Db) -> Db:
     db.execute("truncate x_outbox restart identity")
     db.execute("truncate x_scheduler_leader, x_scheduler_state, x_scheduler_fires")
-    db.execute("truncate x_celery_results, x_celery_counters, x_celery_chord_parts, x_celery_tasks, x_celery_revoked")
+    db.execute(
+        "truncate x_celery_results, x_celery_counters, x_celery_chord_parts, x_celery_tasks, x_celery_revoked"
+    )
     return db
 
 
@@ -57,17 +59,30 @@ def add_job(db: Db, label: str, state: str, age: timedelta | None, now: datetime
         "insert into x_jobs (id, name, queue, input, state, max_attempts, run_at, created_at, finished_at,"
         " lease_token, lease_expires_at)"
         " values (%s, 'tests.retention', 'retention', %s, %s, 3, %s, %s, %s, %s, %s)",
-        (job_id, json.dumps({"label": label}), state, created, created, finished,
-         uuid.uuid4() if state == "running" else None, now + DAY if state == "running" else None),
+        (
+            job_id,
+            json.dumps({"label": label}),
+            state,
+            created,
+            created,
+            finished,
+            uuid.uuid4() if state == "running" else None,
+            now + DAY if state == "running" else None,
+        ),
     )
     return job_id
 
 
 def labels(db: Db) -> set[str]:
-    return {r[0] for r in db.execute("select input->>'label' from x_jobs where name = 'tests.retention'")}
+    return {
+        r[0]
+        for r in db.execute("select input->>'label' from x_jobs where name = 'tests.retention'")
+    }
 
 
-def add_event(db: Db, label: str, age: timedelta, now: datetime, consumed_by: uuid.UUID | None = None) -> None:
+def add_event(
+    db: Db, label: str, age: timedelta, now: datetime, consumed_by: uuid.UUID | None = None
+) -> None:
     db.execute(
         "insert into x_job_events (event, correlation_key, payload, created_at, consumed_by, consumed_step)"
         " values ('retention', %s, '{}', %s, %s, %s)",
@@ -76,23 +91,35 @@ def add_event(db: Db, label: str, age: timedelta, now: datetime, consumed_by: uu
 
 
 def events(db: Db) -> set[str]:
-    return {r[0] for r in db.execute("select correlation_key from x_job_events where event = 'retention'")}
+    return {
+        r[0]
+        for r in db.execute("select correlation_key from x_job_events where event = 'retention'")
+    }
 
 
 def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
     ids = {}
     for label, state, age in [
-        ("done-old", "done", 8 * DAY), ("dead-old", "dead", 8 * DAY), ("cancelled-old", "cancelled", 8 * DAY),
-        ("done-young", "done", 6 * DAY), ("done-just-now", "done", timedelta(minutes=1)),
-        ("ready-old", "ready", 30 * DAY), ("running-old", "running", 30 * DAY),
-        ("sleeping-old", "sleeping", 30 * DAY), ("waiting-old", "waiting", 30 * DAY),
+        ("done-old", "done", 8 * DAY),
+        ("dead-old", "dead", 8 * DAY),
+        ("cancelled-old", "cancelled", 8 * DAY),
+        ("done-young", "done", 6 * DAY),
+        ("done-just-now", "done", timedelta(minutes=1)),
+        ("ready-old", "ready", 30 * DAY),
+        ("running-old", "running", 30 * DAY),
+        ("sleeping-old", "sleeping", 30 * DAY),
+        ("waiting-old", "waiting", 30 * DAY),
     ]:
         ids[label] = add_job(db, label, state, age, now)
     add_event(db, "event-old", 8 * DAY, now)
     add_event(db, "event-young", 6 * DAY, now)
     add_event(db, "event-old-held-by-live-job", 8 * DAY, now, consumed_by=ids["waiting-old"])
     add_event(db, "event-old-held-by-finished-job", 8 * DAY, now, consumed_by=ids["done-young"])
-    for label, published in [("outbox-old", now - 8 * DAY), ("outbox-young", now - 6 * DAY), ("outbox-unpublished", None)]:
+    for label, published in [
+        ("outbox-old", now - 8 * DAY),
+        ("outbox-young", now - 6 * DAY),
+        ("outbox-unpublished", None),
+    ]:
         db.execute(
             "insert into x_outbox (job_id, name, queue, input, max_attempts, created_at, published_at)"
             " values (%s, %s, 'retention', '{}', 3, %s, %s)",
@@ -105,9 +132,15 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
                 " values (%s, %s, false, '{}', %s)",
                 (task, now - days * DAY, now - days * DAY),
             )
-    for key, expired in [("celery-task-meta-expired-long-ago", now - 8 * DAY),
-                         ("celery-task-meta-expired-yesterday", now - DAY), ("celery-task-meta-no-expiry", None)]:
-        db.execute("insert into x_celery_results (key, value, expires_at) values (%s, '{}', %s)", (key, expired))
+    for key, expired in [
+        ("celery-task-meta-expired-long-ago", now - 8 * DAY),
+        ("celery-task-meta-expired-yesterday", now - DAY),
+        ("celery-task-meta-no-expiry", None),
+    ]:
+        db.execute(
+            "insert into x_celery_results (key, value, expires_at) values (%s, '{}', %s)",
+            (key, expired),
+        )
     return ids
 
 
@@ -115,7 +148,14 @@ def results(db: Db) -> set[str]:
     return {r[0] for r in db.execute("select key from x_celery_results")}
 
 
-SURVIVORS = {"done-young", "done-just-now", "ready-old", "running-old", "sleeping-old", "waiting-old"}
+SURVIVORS = {
+    "done-young",
+    "done-just-now",
+    "ready-old",
+    "running-old",
+    "sleeping-old",
+    "waiting-old",
+}
 
 
 def run_purge(dsn: str, clock: FrozenClock, **kwargs: Any) -> dict[str, Any]:
@@ -127,24 +167,42 @@ def run_purge(dsn: str, clock: FrozenClock, **kwargs: Any) -> dict[str, Any]:
     finally:
         worker.stop(timeout_s=5)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("select state, output, last_error from x_jobs where id = %s", (ref.id,)).fetchone()
+        row = conn.execute(
+            "select state, output, last_error from x_jobs where id = %s", (ref.id,)
+        ).fetchone()
     assert row is not None
     return {"state": row[0], "output": row[1], "error": row[2]}
 
 
-@pytest.mark.parametrize("ahead", [timedelta(0), 365 * DAY], ids=["clock-at-db-time", "clock-a-year-ahead"])
+@pytest.mark.parametrize(
+    "ahead", [timedelta(0), 365 * DAY], ids=["clock-at-db-time", "clock-a-year-ahead"]
+)
 def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: timedelta) -> None:
     now = db_now(pdb)
     ids = seed(pdb, now)
     result = run_purge(dsn, FrozenClock(now + ahead), older_than_s=WEEK_S)
     assert result["state"] == "done", result
-    assert result["output"] == {"x_jobs": 3, "x_job_events": 2, "x_outbox": 1, "x_scheduler_fires": 2, "x_celery": 1}
+    assert result["output"] == {
+        "x_jobs": 3,
+        "x_job_events": 2,
+        "x_outbox": 1,
+        "x_scheduler_fires": 2,
+        "x_celery": 1,
+    }
     assert results(pdb) == {"celery-task-meta-expired-yesterday", "celery-task-meta-no-expiry"}
     assert labels(pdb) == SURVIVORS  # never a live row, never one younger than the cutoff
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}
-    assert {r[0] for r in pdb.execute("select name from x_outbox")} == {"outbox-young", "outbox-unpublished"}
-    fires = sorted((r[0], r[1]) for r in pdb.execute("select task, occurrence_at from x_scheduler_fires"))
-    assert fires == [("hourly", now - 8 * DAY), ("monthly", now - 40 * DAY)]  # each task's latest stays
+    assert {r[0] for r in pdb.execute("select name from x_outbox")} == {
+        "outbox-young",
+        "outbox-unpublished",
+    }
+    fires = sorted(
+        (r[0], r[1]) for r in pdb.execute("select task, occurrence_at from x_scheduler_fires")
+    )
+    assert fires == [
+        ("hourly", now - 8 * DAY),
+        ("monthly", now - 40 * DAY),
+    ]  # each task's latest stays
     assert ids["waiting-old"]
 
 
@@ -178,15 +236,31 @@ def test_two_purge_targets_under_one_name_are_refused_before_the_first_delete(
 def test_purge_cli_by_hand(dsn: str, pdb: Db) -> None:
     seed(pdb, db_now(pdb))
     out = subprocess.run(
-        [sys.executable, "-m", "ujobs_bridge", "purge", "--older-than", "7d", "--json", "--dsn", dsn],
-        capture_output=True, text=True, cwd=TESTS_DIR, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "ujobs_bridge",
+            "purge",
+            "--older-than",
+            "7d",
+            "--json",
+            "--dsn",
+            dsn,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=TESTS_DIR,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["deleted"]["x_jobs"] == 3
     assert labels(pdb) == SURVIVORS
     bad = subprocess.run(
         [sys.executable, "-m", "ujobs_bridge", "purge", "--older-than", "soon", "--dsn", dsn],
-        capture_output=True, text=True, cwd=TESTS_DIR, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=TESTS_DIR,
+        timeout=60,
     )
     assert bad.returncode == 2 and "hint:" in bad.stderr
 
@@ -196,7 +270,9 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProc] = []
 
     def start(faults: str = "") -> WorkerProc:
-        proc = WorkerProc(dsn, "apps.outbox_jobs", "ujobs", tmp_path / f"w{len(started)}.log", faults=faults)
+        proc = WorkerProc(
+            dsn, "apps.outbox_jobs", "ujobs", tmp_path / f"w{len(started)}.log", faults=faults
+        )
         started.append(proc)
         return proc
 
@@ -209,7 +285,9 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(dsn: str, pdb: Db, workers: Any) -> None:
+def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(
+    dsn: str, pdb: Db, workers: Any
+) -> None:
     now = db_now(pdb)
     seed(pdb, now)
     with connect(dsn, upgrade=False) as client:
@@ -222,10 +300,26 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(dsn: st
     add_job(pdb, "done-old-late", "done", 8 * DAY, db_now(pdb))
     add_event(pdb, "event-old-late", 8 * DAY, db_now(pdb))
     workers()  # rescues the pass after the 2 s lease and resumes it
-    wait_for(lambda: pdb.execute("select state from x_jobs where id = %s", (ref.id,)).fetchone() == ("done",),
-             timeout=45, what="the resumed purge to finish")
-    steps = dict(pdb.execute("select name, job_attempt from x_job_steps where run_id = %s", (ref.id,)).fetchall())
-    assert steps == {"cutoff": 1, "purge:x_jobs": 1, "purge:x_job_events": 2, "purge:x_outbox": 2, "purge:x_scheduler_fires": 2, "purge:x_celery": 2}
+    wait_for(
+        lambda: (
+            pdb.execute("select state from x_jobs where id = %s", (ref.id,)).fetchone() == ("done",)
+        ),
+        timeout=45,
+        what="the resumed purge to finish",
+    )
+    steps = dict(
+        pdb.execute(
+            "select name, job_attempt from x_job_steps where run_id = %s", (ref.id,)
+        ).fetchall()
+    )
+    assert steps == {
+        "cutoff": 1,
+        "purge:x_jobs": 1,
+        "purge:x_job_events": 2,
+        "purge:x_outbox": 2,
+        "purge:x_scheduler_fires": 2,
+        "purge:x_celery": 2,
+    }
     assert "done-old-late" in labels(pdb)  # the x_jobs step was not run again
     assert events(pdb) == {"event-young", "event-old-held-by-live-job"}  # the next table ran
     output = pdb.execute("select output, attempt from x_jobs where id = %s", (ref.id,)).fetchone()

@@ -98,7 +98,9 @@ def db_now(db: Db) -> datetime:
     return value
 
 
-def test_three_hour_outage_fires_one_one_and_all_bounded_per_round(make: Callable[..., Scheduler], sdb: Db) -> None:
+def test_three_hour_outage_fires_one_one_and_all_bounded_per_round(
+    make: Callable[..., Scheduler], sdb: Db
+) -> None:
     skip = task("outage-skip", cron="* * * * *", catch_up="skip", job=report)
     once = task("outage-once", cron="* * * * *", catch_up="run-once", job=report)
     every = task("outage-all", cron="* * * * *", catch_up="all", max_catch_up=50, job=report)
@@ -109,7 +111,9 @@ def test_three_hour_outage_fires_one_one_and_all_bounded_per_round(make: Callabl
     clock.set(at(12, 1, 0, 200_000))
     assert s.tick() == 3  # each fires 12:01 on time
     for t in (skip, once, every):
-        assert jobs_of(sdb, t.name) == [{"occurrence": "2026-01-01T12:01:00+00:00", "catch_up": False}]
+        assert jobs_of(sdb, t.name) == [
+            {"occurrence": "2026-01-01T12:01:00+00:00", "catch_up": False}
+        ]
 
     clock.set(at(15, 1, 30))  # down for three hours: 12:02 .. 15:01 missed (180 occurrences)
     per_round = [s.tick() for _ in range(5)]
@@ -122,12 +126,17 @@ def test_three_hour_outage_fires_one_one_and_all_bounded_per_round(make: Callabl
     expected = [(at(12, 2) + timedelta(minutes=k)).isoformat() for k in range(180)]
     assert [j["occurrence"] for j in caught_up] == expected  # all 180, oldest first
     assert all(j["catch_up"] for j in caught_up)
-    assert [o for o, _ in fires(sdb, every.name)] == [at(12, 1)] + [at(12, 2) + timedelta(minutes=k) for k in range(180)]
+    assert [o for o, _ in fires(sdb, every.name)] == [at(12, 1)] + [
+        at(12, 2) + timedelta(minutes=k) for k in range(180)
+    ]
     assert fires(sdb, skip.name) == [(at(12, 1), False), (at(15, 1), True)]
 
     clock.set(at(15, 2, 0, 100_000))  # back to normal: the next minute is on time again
     assert s.tick() == 3
-    assert jobs_of(sdb, every.name)[-1] == {"occurrence": "2026-01-01T15:02:00+00:00", "catch_up": False}
+    assert jobs_of(sdb, every.name)[-1] == {
+        "occurrence": "2026-01-01T15:02:00+00:00",
+        "catch_up": False,
+    }
 
 
 def test_a_task_added_later_has_no_backlog(make: Callable[..., Scheduler], sdb: Db) -> None:
@@ -157,18 +166,24 @@ def test_a_one_year_outage_is_resolved_in_under_100_schedule_calls(
     clock.set(datetime(2027, 1, 1, 0, 0, 59, 999_999, tzinfo=UTC))
     with caplog.at_level(logging.INFO, logger="ujobs.scheduler"):
         assert s.tick() == 1
-    assert jobs_of(sdb, minutely.name) == [{"occurrence": "2027-01-01T00:00:00+00:00", "catch_up": True}]
+    assert jobs_of(sdb, minutely.name) == [
+        {"occurrence": "2027-01-01T00:00:00+00:00", "catch_up": True}
+    ]
     (line,) = [r.getMessage() for r in caplog.records if "catch_up" in r.getMessage()]
     calls = int(re.search(r"resolver calls (\d+)", line).group(1))  # type: ignore[union-attr]
     print(f"\none-year outage of '* * * * *' (525,600 missed): {calls} resolver calls")
     assert 0 < calls < 100
 
 
-def test_a_scheduler_whose_clock_is_ahead_cannot_take_a_live_lease(make: Callable[..., Scheduler], sdb: Db) -> None:
+def test_a_scheduler_whose_clock_is_ahead_cannot_take_a_live_lease(
+    make: Callable[..., Scheduler], sdb: Db
+) -> None:
     every_second = task("skew-every", every=1, catch_up="all", job=report)
     now = db_now(sdb)
     a = make([every_second], FrozenClock(now), "on-time", ttl_s=30)
-    ahead_frozen = make([every_second], FrozenClock(now + timedelta(minutes=2)), "ahead-frozen", ttl_s=30)
+    ahead_frozen = make(
+        [every_second], FrozenClock(now + timedelta(minutes=2)), "ahead-frozen", ttl_s=30
+    )
     ahead_host = make([every_second], SkewedClock(timedelta(minutes=2)), "ahead-host", ttl_s=30)
     a.tick()
     live = current(sdb)
@@ -188,17 +203,25 @@ def test_a_scheduler_whose_clock_is_ahead_cannot_take_a_live_lease(make: Callabl
         (every_second.name,),
     ).fetchone()
     assert early == (0,)
-    marks = sdb.execute("select watermark <= now() from x_scheduler_state where task = %s", (every_second.name,)).fetchone()
+    marks = sdb.execute(
+        "select watermark <= now() from x_scheduler_state where task = %s", (every_second.name,)
+    ).fetchone()
     assert marks == (True,)
 
 
-def test_a_failing_task_keeps_its_watermark_and_the_others_still_fire(make: Callable[..., Scheduler], sdb: Db) -> None:
+def test_a_failing_task_keeps_its_watermark_and_the_others_still_fire(
+    make: Callable[..., Scheduler], sdb: Db
+) -> None:
     broken = {"on": True}
 
     def flaky(occ: Occurrence) -> list[Any]:
         if broken["on"]:
             raise RuntimeError("tenant list unavailable")
-        return [report.configure(idempotency_key=occ.key).call(occurrence=occ.at.isoformat(), catch_up=occ.catch_up)]
+        return [
+            report.configure(idempotency_key=occ.key).call(
+                occurrence=occ.at.isoformat(), catch_up=occ.catch_up
+            )
+        ]
 
     bad = task("flaky", cron="* * * * *", catch_up="run-once", enqueue=flaky)
     good = task("steady", cron="* * * * *", job=report)
@@ -227,7 +250,9 @@ def test_enqueue_in_fire_writes_through_the_fire_transaction_and_a_duplicate_rol
 
     def in_fire(occ: Occurrence, conn: psycopg.Connection[Any]) -> list[Any]:
         statuses.append(conn.info.transaction_status)
-        report.configure(conn=conn, idempotency_key=occ.key).enqueue(occurrence=occ.at.isoformat(), catch_up=occ.catch_up)
+        report.configure(conn=conn, idempotency_key=occ.key).enqueue(
+            occurrence=occ.at.isoformat(), catch_up=occ.catch_up
+        )
         return []  # already written through conn
 
     hooked = task("in-fire", cron="0 * * * *", enqueue_in_fire=in_fire)
@@ -238,7 +263,9 @@ def test_enqueue_in_fire_writes_through_the_fire_transaction_and_a_duplicate_rol
     clock = FrozenClock(at(9, 0))
     s = make([hooked], clock, "a")
     assert s.tick() == 1
-    assert jobs_of(sdb, "in-fire") == [{"occurrence": "2026-01-01T09:00:00+00:00", "catch_up": False}]
+    assert jobs_of(sdb, "in-fire") == [
+        {"occurrence": "2026-01-01T09:00:00+00:00", "catch_up": False}
+    ]
     clock.set(at(10, 0, 0, 100_000))
     assert s.tick() == 0 and s.counts.duplicates == 1
     assert len(jobs_of(sdb, "in-fire")) == 1  # the duplicate fire's job was rolled back
@@ -247,13 +274,19 @@ def test_enqueue_in_fire_writes_through_the_fire_transaction_and_a_duplicate_rol
         hooked.requests(Occurrence("in-fire", at(11), False))  # no connection: refused, not guessed
 
 
-def test_stop_waits_for_the_round_in_flight_then_gives_the_lease_back(make: Callable[..., Scheduler], sdb: Db) -> None:
+def test_stop_waits_for_the_round_in_flight_then_gives_the_lease_back(
+    make: Callable[..., Scheduler], sdb: Db
+) -> None:
     entered, release = threading.Event(), threading.Event()
 
     def slow(occ: Occurrence) -> list[Any]:
         entered.set()
         release.wait(10)
-        return [report.configure(idempotency_key=occ.key).call(occurrence=occ.at.isoformat(), catch_up=occ.catch_up)]
+        return [
+            report.configure(idempotency_key=occ.key).call(
+                occurrence=occ.at.isoformat(), catch_up=occ.catch_up
+            )
+        ]
 
     clock = FrozenClock(at(10, 0))  # exactly on an occurrence: a new task fires it at once
     s = make([task("slow", cron="0 * * * *", enqueue=slow)], clock, "a", interval_s=0.2, ttl_s=5)
@@ -271,7 +304,9 @@ def test_stop_waits_for_the_round_in_flight_then_gives_the_lease_back(make: Call
     assert info is not None and info.holder == "a" and not info.live  # then resigned
 
 
-def test_tasks_ls_shows_next_fire_last_occurrence_and_policy(dsn: str, make: Callable[..., Scheduler], sdb: Db) -> None:
+def test_tasks_ls_shows_next_fire_last_occurrence_and_policy(
+    dsn: str, make: Callable[..., Scheduler], sdb: Db
+) -> None:
     clock = FrozenClock(at(7, 0, 0, 500_000))
     s = make([sched_tasks.race_all, sched_tasks.race_skip], clock, "a")
     s.tick()
@@ -280,8 +315,22 @@ def test_tasks_ls_shows_next_fire_last_occurrence_and_policy(dsn: str, make: Cal
 
     def ls(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "ujobs_bridge", "tasks", "ls", "-A", "apps.sched_tasks", "--dsn", dsn, *extra],
-            capture_output=True, text=True, cwd=TESTS_DIR, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "ujobs_bridge",
+                "tasks",
+                "ls",
+                "-A",
+                "apps.sched_tasks",
+                "--dsn",
+                dsn,
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=TESTS_DIR,
+            timeout=60,
             env={**os.environ, "PYTHONPATH": str(TESTS_DIR)},
         )
 
@@ -292,8 +341,14 @@ def test_tasks_ls_shows_next_fire_last_occurrence_and_policy(dsn: str, make: Cal
     assert sorted(rows) == ["race-all", "race-skip", "ujobs.purge.hourly"]
     race_all, race_skip, purge = rows["race-all"], rows["race-skip"], rows["ujobs.purge.hourly"]
     assert (race_all["policy"], race_all["max_catch_up"]) == ("all", 500)
-    assert race_all["last_occurrence"] == "2026-01-01T07:00:05+00:00" and race_all["last_was_catch_up"] is False
-    assert race_skip["policy"] == "skip" and race_skip["last_occurrence"] == "2026-01-01T07:00:05+00:00"
+    assert (
+        race_all["last_occurrence"] == "2026-01-01T07:00:05+00:00"
+        and race_all["last_was_catch_up"] is False
+    )
+    assert (
+        race_skip["policy"] == "skip"
+        and race_skip["last_occurrence"] == "2026-01-01T07:00:05+00:00"
+    )
     assert race_all["watermark"] == "2026-01-01T07:00:05.500000+00:00"
     for row in (race_all, race_skip):  # both fire every second: the next fire is within a second
         nxt = datetime.fromisoformat(row["next"])

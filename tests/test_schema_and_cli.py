@@ -20,7 +20,13 @@ from ujobs_bridge.dsn import mask_dsn
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ujobs_bridge", *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "ujobs_bridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 @pytest.fixture
@@ -30,12 +36,16 @@ def fresh_db() -> Any:
         admin.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(name)))
     yield _dsn_for(name)
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
-        admin.execute(psycopg.sql.SQL("drop database {} with (force)").format(psycopg.sql.Identifier(name)))
+        admin.execute(
+            psycopg.sql.SQL("drop database {} with (force)").format(psycopg.sql.Identifier(name))
+        )
 
 
 def test_upgrades_racing_from_many_processes_apply_each_migration_once(fresh_db: str) -> None:
     results: list[Any] = []
-    threads = [threading.Thread(target=lambda: results.append(schema.upgrade(fresh_db))) for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: results.append(schema.upgrade(fresh_db))) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -60,10 +70,14 @@ def test_a_database_newer_than_the_package_is_refused(fresh_db: str) -> None:
     with psycopg.connect(fresh_db, autocommit=True) as conn:
         conn.execute("insert into x_schema_version (version, name) values (999, 'future')")
     result = cli("db", "upgrade", "--dsn", fresh_db)
-    assert result.returncode == 1 and "UJ_SCHEMA_NEWER" in result.stderr and "hint:" in result.stderr
+    assert (
+        result.returncode == 1 and "UJ_SCHEMA_NEWER" in result.stderr and "hint:" in result.stderr
+    )
 
 
-def test_jobs_commands_list_show_cancel_requeue_dead_and_stats(dsn: str, client: Client, db: Any) -> None:
+def test_jobs_commands_list_show_cancel_requeue_dead_and_stats(
+    dsn: str, client: Client, db: Any
+) -> None:
     keep = basic_jobs.add.configure(client=client).enqueue(1, 2)
     gone = basic_jobs.add.configure(client=client).enqueue(3, 4)
     listed = json.loads(cli("jobs", "ls", "--dsn", dsn, "--json", "--state", "ready").stdout)
@@ -79,7 +93,10 @@ def test_jobs_commands_list_show_cancel_requeue_dead_and_stats(dsn: str, client:
     dead = json.loads(cli("jobs", "dead", "--dsn", dsn, "--json").stdout)
     assert [d["id"] for d in dead] == [str(gone.id)]
     stats = json.loads(cli("jobs", "stats", "--dsn", dsn, "--json").stdout)
-    assert {(s["queue"], s["state"], s["jobs"]) for s in stats} == {("basic", "ready", 1), ("basic", "dead", 1)}
+    assert {(s["queue"], s["state"], s["jobs"]) for s in stats} == {
+        ("basic", "ready", 1),
+        ("basic", "dead", 1),
+    }
     table = cli("jobs", "ls", "--dsn", dsn)
     assert table.returncode == 0 and "2 job(s)" in table.stdout
 
@@ -88,7 +105,9 @@ def test_show_redacts_secret_looking_keys_unless_asked(dsn: str, client: Client)
     ref = basic_jobs.add.configure(client=client).enqueue({"password": "hunter2", "user": "ann"}, 1)
     shown = cli("jobs", "show", str(ref.id), "--dsn", dsn, "--json").stdout
     assert "hunter2" not in shown and "ann" in shown
-    assert "hunter2" in cli("jobs", "show", str(ref.id), "--dsn", dsn, "--json", "--show-input").stdout
+    assert (
+        "hunter2" in cli("jobs", "show", str(ref.id), "--dsn", dsn, "--json", "--show-input").stdout
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,7 +131,11 @@ def test_bad_configuration_is_refused_with_a_hint(dsn: str, args: list[str], nee
 
 def test_an_unknown_app_module_names_the_fix(dsn: str) -> None:
     result = cli("worker", "-A", "no_such_module_here", "--dsn", dsn)
-    assert result.returncode == 1 and "UJ_APP_NOT_FOUND" in result.stderr and "PYTHONPATH" in result.stderr
+    assert (
+        result.returncode == 1
+        and "UJ_APP_NOT_FOUND" in result.stderr
+        and "PYTHONPATH" in result.stderr
+    )
 
 
 def test_passwords_never_appear_in_printed_dsns(dsn: str) -> None:

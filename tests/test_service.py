@@ -89,7 +89,15 @@ def test_a_pass_that_raises_does_not_end_the_loop() -> None:
 
 
 def test_every_background_loop_is_a_service() -> None:
-    for cls in (Heartbeat, Listener, Scheduler, OutboxRelay, ResultListener, Interrupter, DrainLoop):
+    for cls in (
+        Heartbeat,
+        Listener,
+        Scheduler,
+        OutboxRelay,
+        ResultListener,
+        Interrupter,
+        DrainLoop,
+    ):
         assert issubclass(cls, Service), cls
 
 

@@ -49,13 +49,16 @@ def make_worker(dsn: str, clock: FrozenClock) -> Iterator[Any]:
 def row(db: psycopg.Connection[Any], job_id: Any) -> dict[str, Any]:
     cur = db.cursor(row_factory=psycopg.rows.dict_row)
     found = cur.execute(
-        "select state, attempt, output, last_error, run_at, lease_token from x_jobs where id = %s", (job_id,)
+        "select state, attempt, output, last_error, run_at, lease_token from x_jobs where id = %s",
+        (job_id,),
     ).fetchone()
     assert found is not None
     return found
 
 
-def test_a_job_runs_once_and_stores_its_result(frozen_client: Client, make_worker: Any, db: Any) -> None:
+def test_a_job_runs_once_and_stores_its_result(
+    frozen_client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.add.configure(client=frozen_client).enqueue(2, 3)
     assert make_worker().tick() == 1
     r = row(db, ref.id)
@@ -63,7 +66,9 @@ def test_a_job_runs_once_and_stores_its_result(frozen_client: Client, make_worke
     assert basic_jobs.CALLS["add"] == 1
 
 
-def test_a_failure_is_retried_after_its_backoff_then_succeeds(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+def test_a_failure_is_retried_after_its_backoff_then_succeeds(
+    frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any
+) -> None:
     basic_jobs.FAILURES_LEFT["a"] = 2
     ref = basic_jobs.flaky.configure(client=frozen_client).enqueue("a")
     worker = make_worker()
@@ -76,7 +81,11 @@ def test_a_failure_is_retried_after_its_backoff_then_succeeds(frozen_client: Cli
     clock.advance(timedelta(seconds=10))
     assert worker.tick() == 1
     r = row(db, ref.id)
-    assert (r["state"], r["attempt"], r["run_at"]) == ("ready", 2, clock.now() + timedelta(seconds=20))  # exponential
+    assert (r["state"], r["attempt"], r["run_at"]) == (
+        "ready",
+        2,
+        clock.now() + timedelta(seconds=20),
+    )  # exponential
     clock.advance(timedelta(seconds=20))
     assert worker.tick() == 1
     r = row(db, ref.id)
@@ -84,7 +93,9 @@ def test_a_failure_is_retried_after_its_backoff_then_succeeds(frozen_client: Cli
     assert basic_jobs.CALLS["flaky:a"] == 3
 
 
-def test_a_job_that_keeps_failing_is_dead_lettered_after_max_attempts(frozen_client: Client, make_worker: Any, db: Any) -> None:
+def test_a_job_that_keeps_failing_is_dead_lettered_after_max_attempts(
+    frozen_client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.always_fails.configure(client=frozen_client).enqueue()
     worker = make_worker()
     worker.tick()
@@ -98,7 +109,9 @@ def test_a_job_that_keeps_failing_is_dead_lettered_after_max_attempts(frozen_cli
     assert [d.id for d in dead] == [ref.id]
 
 
-def test_only_listed_exceptions_are_retried(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+def test_only_listed_exceptions_are_retried(
+    frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any
+) -> None:
     permanent = basic_jobs.picky.configure(client=frozen_client).enqueue("permanent")
     transient = basic_jobs.picky.configure(client=frozen_client).enqueue("transient")
     make_worker().tick()
@@ -118,7 +131,9 @@ def test_backoff_is_capped_and_jittered() -> None:
     assert low == 4 and 7.9 < high < 8
 
 
-def test_an_expired_job_is_skipped_not_run(frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any) -> None:
+def test_an_expired_job_is_skipped_not_run(
+    frozen_client: Client, clock: FrozenClock, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.add.configure(client=frozen_client, expires=30).enqueue(1, 1)
     clock.advance(timedelta(seconds=31))
     make_worker().tick()
@@ -127,7 +142,9 @@ def test_an_expired_job_is_skipped_not_run(frozen_client: Client, clock: FrozenC
     assert basic_jobs.CALLS["add"] == 0
 
 
-def test_jobs_of_other_queues_are_left_alone(frozen_client: Client, make_worker: Any, db: Any) -> None:
+def test_jobs_of_other_queues_are_left_alone(
+    frozen_client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.other_queue.configure(client=frozen_client).enqueue()
     make_worker().tick()
     assert row(db, ref.id)["state"] == "ready"
@@ -141,23 +158,31 @@ def test_async_jobs_run_on_the_event_loop(frozen_client: Client, make_worker: An
     assert row(db, ref.id)["output"] == 42
 
 
-def test_a_result_that_is_not_json_dead_letters_with_the_job_name(frozen_client: Client, make_worker: Any, db: Any) -> None:
+def test_a_result_that_is_not_json_dead_letters_with_the_job_name(
+    frozen_client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.returns_object.configure(client=frozen_client).enqueue()
     make_worker().tick()
     r = row(db, ref.id)
     assert r["state"] == "dead" and "apps.basic_jobs.returns_object" in r["last_error"]
 
 
-def test_a_per_attempt_timeout_stops_the_body_and_fails_the_attempt(client: Client, make_worker: Any, db: Any) -> None:
+def test_a_per_attempt_timeout_stops_the_body_and_fails_the_attempt(
+    client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.too_slow.configure(client=client).enqueue()
     worker = make_worker(frozen=False, poll_s=0.05)
     worker.start()
-    wait_for(lambda: row(db, ref.id)["state"] == "dead", timeout=15, what="the job to time out twice")
+    wait_for(
+        lambda: row(db, ref.id)["state"] == "dead", timeout=15, what="the job to time out twice"
+    )
     r = row(db, ref.id)
     assert r["attempt"] == 2 and "UJ_JOB_TIMEOUT" in r["last_error"]
 
 
-def test_cancelling_a_running_job_reaches_its_body(client: Client, make_worker: Any, db: Any) -> None:
+def test_cancelling_a_running_job_reaches_its_body(
+    client: Client, make_worker: Any, db: Any
+) -> None:
     ref = basic_jobs.waits_for_cancel.configure(client=client).enqueue()
     worker = make_worker(frozen=False)
     worker.start()
@@ -169,12 +194,18 @@ def test_cancelling_a_running_job_reaches_its_body(client: Client, make_worker: 
     assert basic_jobs.CALLS["waits_for_cancel"] == 1
 
 
-def test_an_idle_worker_is_woken_by_notify_not_by_polling(client: Client, make_worker: Any, db: Any) -> None:
+def test_an_idle_worker_is_woken_by_notify_not_by_polling(
+    client: Client, make_worker: Any, db: Any
+) -> None:
     worker = make_worker(frozen=False, poll_s=60)
     worker.start()
     assert worker.listener.listening.wait(10)
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
-    wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the notified worker to run the job")
+    wait_for(
+        lambda: row(db, ref.id)["state"] == "done",
+        timeout=10,
+        what="the notified worker to run the job",
+    )
 
 
 def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
@@ -183,12 +214,19 @@ def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
     worker.stop(timeout_s=0)
 
 
-def test_the_process_pool_runs_jobs_by_name_from_the_app_module(dsn: str, client: Client, db: Any) -> None:
+def test_the_process_pool_runs_jobs_by_name_from_the_app_module(
+    dsn: str, client: Client, db: Any
+) -> None:
     from ujobs_bridge import loading
 
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
     where = basic_jobs.whereami.configure(client=client).enqueue()
-    worker = Worker(dsn, loading.load("apps.basic_jobs"), WorkerConfig(queues=("basic",), pool="processes", concurrency=1), app_spec="apps.basic_jobs")
+    worker = Worker(
+        dsn,
+        loading.load("apps.basic_jobs"),
+        WorkerConfig(queues=("basic",), pool="processes", concurrency=1),
+        app_spec="apps.basic_jobs",
+    )
     try:
         assert worker.tick() == 2
     finally:
@@ -210,10 +248,11 @@ def test_two_jobs_under_one_name_are_refused() -> None:
         build([a, b])
 
 
-
 def test_reload_runs_jobs_and_queues_added_after_start(dsn: str, client: Client, db: Any) -> None:
     jobs = from_module(basic_jobs)
-    worker = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(poll_s=60))  # queues: only "basic"
+    worker = Worker(
+        dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(poll_s=60)
+    )  # queues: only "basic"
     try:
         worker.start()
         assert worker.listener.listening.wait(10)
@@ -224,7 +263,9 @@ def test_reload_runs_jobs_and_queues_added_after_start(dsn: str, client: Client,
         assert worker.queues == ("basic", "other")
         wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the new queue's job")
         wait_for(lambda: row(db, added.id)["output"] == 8, timeout=10, what="the new async job")
-        later = basic_jobs.other_queue.configure(client=client).enqueue()  # NOTIFY on "other" wakes it
+        later = basic_jobs.other_queue.configure(
+            client=client
+        ).enqueue()  # NOTIFY on "other" wakes it
         wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="a notified claim")
     finally:
         worker.stop(timeout_s=2)
@@ -234,15 +275,24 @@ def test_reload_keeps_configured_queues_and_refuses_new_names_on_a_process_pool(
     from ujobs_bridge import ConfigError
 
     jobs = from_module(basic_jobs)
-    worker = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(queues=("basic",)))
+    worker = Worker(
+        dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(queues=("basic",))
+    )
     worker.reload(jobs)
     assert worker.queues == ("basic",) and "apps.basic_jobs.other_queue" in worker.names
     worker.reload(jobs, queues=("basic", "other"))
     assert worker.claims.queues == ("basic", "other")
     with pytest.raises(ConfigError, match="no jobs"):
         worker.reload({})
-    procs = Worker(dsn, {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, WorkerConfig(pool="processes"), app_spec="apps.basic_jobs")
+    procs = Worker(
+        dsn,
+        {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]},
+        WorkerConfig(pool="processes"),
+        app_spec="apps.basic_jobs",
+    )
     with pytest.raises(ConfigError, match="cannot add jobs"):
         procs.reload(jobs)
-    procs.reload({"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, queues=("basic", "other"))  # new queues, same jobs: fine
+    procs.reload(
+        {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, queues=("basic", "other")
+    )  # new queues, same jobs: fine
     assert procs.queues == ("basic", "other")

@@ -51,7 +51,18 @@ def test_a_job_rescued_after_its_worker_died_is_redelivered(
 ) -> None:
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
     # a worker that claims it, then dies: its lease runs out at once
-    (lost,) = driver.job_claim(db, driver.ClaimParams(queue="deliveries", names=["apps.delivery_jobs.report"], limit=1, token=uuid.uuid4(), lease_s=0, worker="died", now=None))
+    (lost,) = driver.job_claim(
+        db,
+        driver.ClaimParams(
+            queue="deliveries",
+            names=["apps.delivery_jobs.report"],
+            limit=1,
+            token=uuid.uuid4(),
+            lease_s=0,
+            worker="died",
+            now=None,
+        ),
+    )
     assert (lost.attempt, lost.deliveries) == (1, 1)
     assert worker.tick() == 1  # sweep (rescue), claim, run
     assert state_of(db, ref.id) == ("done", 2, 2, True)
@@ -62,7 +73,18 @@ def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
 
     def claim() -> Any:
-        (got,) = driver.job_claim(db, driver.ClaimParams(queue="deliveries", names=["apps.delivery_jobs.report"], limit=1, token=uuid.uuid4(), lease_s=30, worker="test", now=None))
+        (got,) = driver.job_claim(
+            db,
+            driver.ClaimParams(
+                queue="deliveries",
+                names=["apps.delivery_jobs.report"],
+                limit=1,
+                token=uuid.uuid4(),
+                lease_s=30,
+                worker="test",
+                now=None,
+            ),
+        )
         return got
 
     first = claim()

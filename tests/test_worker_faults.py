@@ -187,15 +187,21 @@ def test_sigterm_shutdown_finishes_what_it_can_and_hands_the_rest_back_uncounted
 ) -> None:
     keys = [f"t{i}" for i in range(6)]
     call = fault_jobs.blocking.configure(queue=queue)
-    refs = dict(zip(keys, client.enqueue_many([call.call(k, gate=f"gate-{k}") for k in keys]), strict=True))
+    refs = dict(
+        zip(keys, client.enqueue_many([call.call(k, gate=f"gate-{k}") for k in keys]), strict=True)
+    )
     ids = [ref.id for ref in refs.values()]
     shutdown_s = 2.0
     worker = workers("-c", "2", "--shutdown-timeout", str(shutdown_s))
     wait_for(lambda: len(effects(ledger, "start")) == 2, what="two bodies to start")
     wait_for(
-        lambda: ledger.execute(
-            "select count(*) from x_jobs where id = any(%s) and state = 'running' and attempt = 1", (ids,)
-        ).fetchone() == (6,),
+        lambda: (
+            ledger.execute(
+                "select count(*) from x_jobs where id = any(%s) and state = 'running' and attempt = 1",
+                (ids,),
+            ).fetchone()
+            == (6,)
+        ),
         what="all six jobs claimed (two running, four prefetched)",
     )
     running = sorted(e["key"] for e in effects(ledger, "start"))
@@ -246,10 +252,15 @@ def test_a_prefetched_job_never_starts_once_a_stop_was_requested(
     monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)
     call = fault_jobs.blocking.configure(queue=queue)
     first, second = client.enqueue_many([call.call("p1", gate="gp1"), call.call("p2", gate="gp2")])
-    worker = Worker(dsn, from_module(fault_jobs), WorkerConfig(queues=(queue,), concurrency=1, lease_s=2))
+    worker = Worker(
+        dsn, from_module(fault_jobs), WorkerConfig(queues=(queue,), concurrency=1, lease_s=2)
+    )
     try:
         worker.start()
-        wait_for(lambda: worker.in_flight() == 2 and effects(ledger, "start"), what="one running, one prefetched")
+        wait_for(
+            lambda: worker.in_flight() == 2 and effects(ledger, "start"),
+            what="one running, one prefetched",
+        )
         [running] = effects(ledger, "start")
         waiting = second if running["job_id"] == first.id else first
         worker.request_stop()  # what SIGTERM does first
@@ -279,7 +290,9 @@ def test_a_cli_cancel_reaches_the_running_body_and_the_job_never_runs_again(
         check=False,
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
-    wait_for(lambda: effects(ledger, "aborted", "c1"), timeout=10, what="the body to see the cancel")
+    wait_for(
+        lambda: effects(ledger, "aborted", "c1"), timeout=10, what="the body to see the cancel"
+    )
     cancelled = row(ledger, ref.id)
     assert cancelled["state"] == "cancelled" and cancelled["attempt"] == 1
     assert "UJ_JOB_CANCELLED" in (cancelled["last_error"] or "")
@@ -289,7 +302,9 @@ def test_a_cli_cancel_reaches_the_running_body_and_the_job_never_runs_again(
 
     # The worker goes on claiming (a later job runs) and the cancelled one is never run again.
     after = fault_jobs.noop.configure(client=client, queue=queue).enqueue("after")
-    wait_for(lambda: row(ledger, after.id)["state"] == "done", timeout=15, what="a later job to run")
+    wait_for(
+        lambda: row(ledger, after.id)["state"] == "done", timeout=15, what="a later job to run"
+    )
     assert row(ledger, ref.id) == cancelled
     assert len(effects(ledger, "start", "c1")) == 1
     assert effects(ledger, "end", "c1") == []
@@ -341,16 +356,23 @@ def test_an_outcome_survives_its_claim_connection_being_killed(
         assert gate_jobs.STARTED.wait(30), "the body never started"
         claim_conn = f"ujobs:worker:{worker.id}"[:63]
         wait_for(
-            lambda: db.execute(
-                "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = %s",
-                (claim_conn,),
-            ).fetchone() == (1,),
+            lambda: (
+                db.execute(
+                    "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = %s",
+                    (claim_conn,),
+                ).fetchone()
+                == (1,)
+            ),
             what="the claim connection to be killed",
         )
         gate_jobs.GATE.set()
         wait_for(
-            lambda: db.execute("select state, attempt, output from x_jobs where id = %s", (ref.id,)).fetchone()
-            == ("done", 1, "through"),
+            lambda: (
+                db.execute(
+                    "select state, attempt, output from x_jobs where id = %s", (ref.id,)
+                ).fetchone()
+                == ("done", 1, "through")
+            ),
             timeout=30,
             what="the outcome written on a fresh connection",
         )

@@ -17,7 +17,16 @@ TESTS_DIR = Path(__file__).parent
 
 
 class WorkerProc:
-    def __init__(self, dsn: str, app: str, queue: str, log: Path, *, extra: list[str] | None = None, faults: str = "") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        app: str,
+        queue: str,
+        log: Path,
+        *,
+        extra: list[str] | None = None,
+        faults: str = "",
+    ) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), env.get("PYTHONPATH", "")])
         env["UJOBS_DATABASE_URL"] = dsn
@@ -25,9 +34,28 @@ class WorkerProc:
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ujobs_bridge", "worker", "-A", app, "-Q", queue, "--dsn", dsn,
-             "--lease", "2", "--poll", "0.2", *(extra or [])],
-            stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=TESTS_DIR, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "ujobs_bridge",
+                "worker",
+                "-A",
+                app,
+                "-Q",
+                queue,
+                "--dsn",
+                dsn,
+                "--lease",
+                "2",
+                "--poll",
+                "0.2",
+                *(extra or []),
+            ],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=TESTS_DIR,
+            start_new_session=True,
         )
 
     @property

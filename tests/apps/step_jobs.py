@@ -87,5 +87,7 @@ def outcome(kind: str) -> Any:
 
 @job(queue="steps")
 def steps_after_cancel() -> None:
-    current_job().signal.abort(current_job().signal.code or __import__("ujobs_bridge").ErrorCode.JOB_CANCELLED, "test")
+    current_job().signal.abort(
+        current_job().signal.code or __import__("ujobs_bridge").ErrorCode.JOB_CANCELLED, "test"
+    )
     step.run("late", effect, "late")
