@@ -41,6 +41,7 @@ from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
 from ujobs_bridge.context import current_job
+from ujobs_bridge.faults import fault
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
@@ -345,6 +346,7 @@ def run_message(
             rejection = exc
     for retry, key in held:  # RETRY is stored now: the retry may run and store its own outcome
         app.amqp.insert_now(retry, key=key)
+        fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
             _revoke(task, message.task_id, request, expired=False, terminated=True)
