@@ -9,9 +9,10 @@ Celery on Redis: ``1e16`` stays a float, NaN and ±Infinity survive, big ints st
 keys keep their order, NUL characters and lone surrogates survive (escaped, never raw, in the
 text). jsonb itself would rewrite numbers (``1e16`` → ``10000000000000000``), refuse NaN and
 ``\\u0000`` and reorder keys; the headers stay a jsonb object (task id, name, retries readable in
-SQL), so a header value jsonb cannot hold (NaN, ``\\u0000``, a lone surrogate) is refused with
-``EncodeError``. Anything that is not JSON (an object, a circular structure) raises kombu's
-``EncodeError`` before any SQL runs. Rows written before this format (``args``/``kwargs``/
+SQL, and by ``x_jobs_celery_task_idx``); when a header holds what jsonb cannot (the ``argsrepr``
+of a NUL argument, a NaN header), headers and properties are kept as text too and the task id is
+copied to a top-level ``id``. Anything that is not JSON (an object, a circular structure) raises
+kombu's ``EncodeError`` before any SQL runs. Rows written before this format (``args``/``kwargs``/
 ``embed`` as jsonb) are read as well. The task name is the row's ``name``; ``eta`` is ``run_at``.
 
 What it is not: a broker decoder (``migrate`` turns broker bytes into a ``CeleryMessage``) or a
@@ -95,25 +96,33 @@ def encode_input(
             "stores messages with Celery's JSON serializer: pass ids or plain data"
         ) from exc
     try:
-        head = _encode_headers(headers)
-        props = _encode_headers(properties)
+        head, props = _encode_headers(headers), _encode_headers(properties)
+        if not (_JSONB_REFUSES.search(head) or _JSONB_REFUSES.search(props)):
+            return f'{{"headers":{head},"properties":{props},"body":{_quote(body)}}}'
+    except ValueError:  # NaN or ±Infinity in a header: kept, as text
+        pass
+    except (TypeError, RecursionError) as exc:
+        raise EncodeError(
+            f"{what}: a header or property cannot be stored ({_reason(exc)})"
+        ) from exc
+    try:  # what jsonb cannot hold (argsrepr of a NUL argument...): the headers as text too
+        head, props = _encode_body(headers), _encode_body(properties)
     except NOT_STORABLE as exc:
         raise EncodeError(
-            f"{what}: a header or property cannot be stored as JSON ({_reason(exc)})"
+            f"{what}: a header or property cannot be stored ({_reason(exc)})"
         ) from exc
-    if _JSONB_REFUSES.search(head) or _JSONB_REFUSES.search(props):
-        raise EncodeError(
-            f"{what}: a header or property holds a NUL character or a lone surrogate, which "
-            "Postgres cannot store in a header (arguments can hold them)"
-        )
-    return f'{{"headers":{head},"properties":{props},"body":{_quote(body)}}}'
+    task_id = headers.get("id")
+    if not isinstance(task_id, str) or _JSONB_REFUSES.search(_quote(task_id)):
+        raise EncodeError(f"{what}: the task id must be text without NUL or lone surrogates")
+    return (
+        f'{{"id":{_quote(task_id)},"headers":{_quote(head)},"properties":{_quote(props)},'
+        f'"body":{_quote(body)}}}'
+    )
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, RecursionError):
         return "circular or too deeply nested"
-    if isinstance(exc, ValueError) and "Out of range float" in str(exc):
-        return "NaN or Infinity in a header"
     return str(exc)
 
 
@@ -230,6 +239,8 @@ def _restore(value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, str):  # headers/properties kept as text (see encode_input)
+        return _loads(value)
     try:
         return _restore(value)
     except _NotPlainJson:

@@ -77,15 +77,23 @@ def put(
         broker=broker,
         queue=queue,
         reason=poison.reason,
-        detail=poison.detail[:2000],
-        task=poison.task,
-        task_id=poison.task_id,
+        detail=_text(poison.detail[:2000]) or "",
+        task=_text(poison.task),
+        task_id=_text(poison.task_id),
         format=fmt,
         raw=raw,
         meta=json_safe(meta) if meta is not None else None,
         sha256=fingerprint(raw, meta),
     )
     return rows.insert(conn, new)
+
+
+def _text(value: str | None) -> str | None:
+    """``value`` as Postgres text can hold it: a NUL or a lone surrogate (a broker message can
+    carry both in its task id) written as its escape; the raw bytes keep the original."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def entries(

@@ -77,6 +77,11 @@ def echo(*args: Any, **kwargs: Any) -> list[Any]:
     return [list(args), kwargs]
 
 
+@app.task(bind=True)
+def headers_of(self: Any) -> dict[str, Any]:
+    return {k: v for k, v in (self.request.headers or {}).items() if k.startswith("x-")}
+
+
 @app.task
 def returns_unstorable(kind: str) -> Any:
     if kind == "object":

@@ -34,9 +34,9 @@ FINISHED = ("done", "dead", "cancelled")
 
 
 def _task_id(record: Any) -> str | None:
-    payload = record.input if isinstance(record.input, dict) else {}
-    headers = payload.get("headers") or {}
-    value = headers.get("id")
+    if not is_celery_input(record.input):
+        return None
+    value = from_input(record.input, queue=record.queue).headers.get("id")
     return None if value is None else str(value)
 
 

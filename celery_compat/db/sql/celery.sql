@@ -82,7 +82,7 @@ select x.id
 -- Through x_jobs_celery_task_idx (migration 0011): the rows of a task id that are not done.
 select j.id, j.state, j.last_error, j.updated_at
   from x_jobs as j
- where (j.input -> 'headers' ->> 'id') = %(task_id)s::text
+ where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = %(task_id)s::text
    and j.enqueued_by = 'celery_compat' and j.state <> 'done'
  order by j.created_at desc, j.id desc
 

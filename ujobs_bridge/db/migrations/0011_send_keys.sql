@@ -14,8 +14,10 @@ alter table x_celery_tasks drop constraint x_celery_tasks_pkey;
 alter table x_celery_tasks add primary key (task_id, retries, nesting, sent_by, ordinal);
 
 -- "Which job rows belong to task id X" (the result backend's dead/revoked answer, inspect) was
--- the ledger's second role; it is now this index, on what every Celery row keeps in jsonb. Done
+-- the ledger's second role; it is now this index, on what every Celery row keeps in jsonb (its
+-- headers' id, or a top-level id when the headers had to be kept as text: message_row.py). Done
 -- rows are left out: a done task's answer is its stored result, and a settle to done then writes
 -- no entry (an index on x_jobs costs an insert on each state change, see 0001).
-create index x_jobs_celery_task_idx on x_jobs ((input -> 'headers' ->> 'id'))
+create index x_jobs_celery_task_idx
+    on x_jobs ((coalesce(input -> 'headers' ->> 'id', input ->> 'id')))
     where enqueued_by = 'celery_compat' and state <> 'done';
