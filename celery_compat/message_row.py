@@ -77,6 +77,12 @@ _JSONB_REFUSES = re.compile(
 NOT_STORABLE = (TypeError, ValueError, RecursionError)
 
 
+def _jsonb_refuses(text: str) -> bool:
+    # ASCII JSON text has a \u escape only for a non-ASCII or control character: usually none,
+    # and the substring test is far cheaper than the regex.
+    return "\\u" in text and _JSONB_REFUSES.search(text) is not None
+
+
 def encode_input(
     headers: dict[str, Any],
     properties: dict[str, Any],
@@ -84,27 +90,30 @@ def encode_input(
     kwargs: Any,
     embed: Any,
     *,
-    what: str = "task",
+    what: str | None = None,
 ) -> str:
     """The row's ``input`` text; kombu's ``EncodeError`` for what cannot be stored, before any
-    SQL runs (so a caller's transaction is never aborted by it)."""
+    SQL runs (so a caller's transaction is never aborted by it). ``what`` names the message in
+    that error (default: its task name and id)."""
     try:
         body = _encode_body([args, kwargs, embed])
     except NOT_STORABLE as exc:
+        what = what or _describe(headers)
         raise EncodeError(
             f"{what}: an argument cannot be serialized as JSON ({_reason(exc)}); celery_compat "
             "stores messages with Celery's JSON serializer: pass ids or plain data"
         ) from exc
     try:
         head, props = _encode_headers(headers), _encode_headers(properties)
-        if not (_JSONB_REFUSES.search(head) or _JSONB_REFUSES.search(props)):
+        if not (_jsonb_refuses(head) or _jsonb_refuses(props)):
             return f'{{"headers":{head},"properties":{props},"body":{_quote(body)}}}'
     except ValueError:  # NaN or ±Infinity in a header: kept, as text
         pass
     except (TypeError, RecursionError) as exc:
         raise EncodeError(
-            f"{what}: a header or property cannot be stored ({_reason(exc)})"
+            f"{what or _describe(headers)}: a header or property cannot be stored ({_reason(exc)})"
         ) from exc
+    what = what or _describe(headers)
     try:  # what jsonb cannot hold (argsrepr of a NUL argument...): the headers as text too
         head, props = _encode_body(headers), _encode_body(properties)
     except NOT_STORABLE as exc:
@@ -112,12 +121,16 @@ def encode_input(
             f"{what}: a header or property cannot be stored ({_reason(exc)})"
         ) from exc
     task_id = headers.get("id")
-    if not isinstance(task_id, str) or _JSONB_REFUSES.search(_quote(task_id)):
+    if not isinstance(task_id, str) or _jsonb_refuses(_quote(task_id)):
         raise EncodeError(f"{what}: the task id must be text without NUL or lone surrogates")
     return (
         f'{{"id":{_quote(task_id)},"headers":{_quote(head)},"properties":{_quote(props)},'
         f'"body":{_quote(body)}}}'
     )
+
+
+def _describe(headers: dict[str, Any]) -> str:
+    return f"task {headers.get('task')!r} ({headers.get('id')})"
 
 
 def _reason(exc: BaseException) -> str:
@@ -181,14 +194,7 @@ class CeleryMessage:
 
     def input_json(self) -> str:
         """The row's ``input`` (see the module docstring); ``EncodeError`` if it cannot be."""
-        return encode_input(
-            self.headers,
-            self.properties,
-            self.args,
-            self.kwargs,
-            self.embed,
-            what=f"task {self.headers.get('task')!r} ({self.headers.get('id')})",
-        )
+        return encode_input(self.headers, self.properties, self.args, self.kwargs, self.embed)
 
     def params(
         self, max_attempts: int, now: datetime | None, *, input_json: str | None = None

@@ -55,10 +55,15 @@ class BridgeProducer:
 BRIDGE_PRODUCER = BridgeProducer()
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    if all(type(v) in _SCALARS for v in properties.values()):
+        return dict(properties)  # the usual case (Celery's own properties): nothing to drop
     try:
         json.dumps(properties)
-        return dict(properties)  # the usual case: every value is JSON, one encode says so
+        return dict(properties)
     except (TypeError, ValueError):
         pass
     out: dict[str, Any] = {}
