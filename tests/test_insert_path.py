@@ -32,7 +32,7 @@ def app(dsn: str) -> Iterator[Any]:
 def _row(conn: psycopg.Connection[Any], task_id: str) -> tuple[Any, ...]:
     row = conn.execute(
         "select j.state, j.last_error, j.finished_at is not null, j.finished_at"
-        "  from x_jobs j join x_celery_tasks c on c.job_id = j.id where c.task_id = %s",
+        "  from x_jobs j where j.input -> 'headers' ->> 'id' = %s",
         (task_id,),
     ).fetchone()
     assert row is not None
