@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ class Exit:
     code: int
     planned: bool  # the soak killed it
     orphans: int = 0
+    retired: bool = False  # the soak stopped it for good (SIGTERM at the end)
 
 
 @dataclass
@@ -113,7 +115,7 @@ class Fleet:
             code = group.exited()
             if code is None:
                 return
-            gone = Exit(time.time(), code, planned=slot.kill_planned)
+            gone = Exit(time.time(), code, planned=slot.kill_planned, retired=slot.retired)
             slot.exits.append(gone)
             slot.kill_planned = False
             slot.group = None
@@ -160,24 +162,24 @@ class Fleet:
     # ------------------------------------------------------------------ the end
 
     def retire(self, slots: list[Slot], grace_s: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM ``slots`` (never restarted again) and wait; their exit codes."""
+        """SIGTERM ``slots`` (never restarted again) and wait; their exit codes (``None``: not
+        running then, or still running at the deadline, and killed)."""
+        groups: dict[str, Group | None] = {}
         with self._lock:
             for slot in slots:
                 slot.retired = True
+                groups[slot.name] = slot.group
                 if slot.group is not None:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(slot.group.popen.pid, signal.SIGTERM)
         codes: dict[str, int | None] = {}
         deadline = time.monotonic() + grace_s
-        for slot in slots:
-            group = slot.group
+        for name, group in groups.items():
+            codes[name] = None
             if group is None:
-                codes[slot.name] = None
                 continue
-            try:
-                codes[slot.name] = group.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except Exception:
-                codes[slot.name] = None  # still running at the deadline: killed below
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                codes[name] = group.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             group.stop(grace_s=1.0)
         return codes
 

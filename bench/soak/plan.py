@@ -4,7 +4,7 @@ Why it exists: a chaos run that cannot be replayed cannot be debugged, and a sho
 happens to draw no ``restart -m immediate`` proves nothing about it. So the plan is a pure
 function of the seed and the settings: every kind appears at least ``min_each`` times, in a
 seeded order, spread evenly (with seeded jitter) between the warm-up and the quiet tail, each
-with its seeded target and duration. The same seed gives the same plan on any machine; what
+with its seeded target (worker faults go round every worker) and duration. The same seed gives the same plan on any machine; what
 the machine does with it (how long a restart takes) is measured, not planned.
 
 What it is not: the injector (``faults``), which carries the plan out and records what happened.
@@ -12,7 +12,9 @@ What it is not: the injector (``faults``), which carries the plan out and record
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .settings import KINDS, SoakSettings
@@ -27,6 +29,12 @@ class Fault:
     share: float  # terminate: the share of the database's backends terminated
 
 
+def _cycle(rng: random.Random, n: int) -> Iterator[int]:
+    order = list(range(n))
+    rng.shuffle(order)
+    return itertools.cycle(order)
+
+
 def plan(settings: SoakSettings, workers: int) -> list[Fault]:
     rng = random.Random(settings.seed)
     kinds = [k for k in KINDS for _ in range(settings.min_each)]
@@ -38,6 +46,8 @@ def plan(settings: SoakSettings, workers: int) -> list[Fault]:
             f"{settings.warmup_s:g}s warm-up and before a {settings.tail_s:g}s quiet tail"
         )
     gap = (end - start) / len(kinds)
+    # Worker faults go round the workers in a seeded order, so every pool kind gets hit.
+    rounds = {k: _cycle(rng, workers) for k in ("sigkill", "sigstop")}
     out: list[Fault] = []
     for i, kind in enumerate(kinds):
         at = start + gap * i + rng.uniform(0.0, gap * 0.4)
@@ -53,7 +63,7 @@ def plan(settings: SoakSettings, workers: int) -> list[Fault]:
             Fault(
                 at_s=round(at, 2),
                 kind=kind,
-                target=rng.randrange(workers),
+                target=next(rounds[kind]) if kind in rounds else 0,
                 hold_s=round(hold, 2),
                 share=round(rng.uniform(0.3, 1.0), 2),
             )

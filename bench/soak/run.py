@@ -71,13 +71,16 @@ class Soak:
         handler = logging.FileHandler(self.log_dir / "soak.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
-        self._cleanups.insert(0, lambda: logging.getLogger().removeHandler(handler))
         try:
             code = self._run()
             ok = code == 0
             return code
         finally:
-            self._teardown(keep_logs=not ok)
+            try:
+                self._teardown(keep_logs=not ok)
+            finally:
+                logging.getLogger().removeHandler(handler)
+                handler.close()
 
     def _run(self) -> int:
         s = self.settings
@@ -223,8 +226,9 @@ class Soak:
         s = self.settings
         client = connect(dsn, upgrade=False)
         celery_tasks.app.use_ujobs_client(client)
-        self._cleanups.append(lambda: celery_tasks.app.use_ujobs_client(None))
         self._cleanups.append(client.close)
+        self._cleanups.append(celery_tasks.app.backend.close)
+        self._cleanups.append(lambda: celery_tasks.app.use_ujobs_client(None))
         source_app = source.make_app(s.redis_url, s.migrated_queue)
         self._cleanups.append(source_app.close)
         getter = Getter(ledger)

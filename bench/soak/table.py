@@ -93,14 +93,20 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
     console.print(faults)
 
     procs = Table(title="processes (restarted by the soak when they exit)", title_justify="left")
-    for name in ("process", "starts", "SIGKILLed", "other exits (codes)", "orphans after kill"):
+    for name in (
+        "process",
+        "starts",
+        "SIGKILLed",
+        "exits on their own (codes)",
+        "orphans after kill",
+    ):
         procs.add_column(name, justify="left" if name == "process" else "right")
     for name, x in verdict.other["exits"].items():
         procs.add_row(
             name,
             str(x["starts"]),
             str(x["planned_kills"]),
-            ", ".join(str(c) for c in x["unplanned_exits"]) or "0",
+            ", ".join(str(c) for c in x["unplanned_exits"]) or "-",
             str(x["orphans"]),
         )
     console.print(procs)

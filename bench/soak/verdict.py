@@ -296,7 +296,7 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
                 continue
             row.beyond_bound += 1
             how = end["how"] if end is not None else "no end record"
-            samples[f"{row.workload} beyond bound"].append(
+            samples.setdefault(f"{row.workload} beyond bound", []).append(
                 f"job {job}: run at {e['t']:.2f} by pid {e['pid']} ({how}), again at "
                 f"{nxt['t']:.2f} by pid {nxt['pid']}; faults between: "
                 + ", ".join(
@@ -354,7 +354,7 @@ def _other(inputs: Inputs) -> dict[str, Any]:
         exits[slot.name] = {
             "starts": slot.starts,
             "planned_kills": sum(1 for x in slot.exits if x.planned),
-            "unplanned_exits": [x.code for x in slot.exits if not x.planned],
+            "unplanned_exits": [x.code for x in slot.exits if not x.planned and not x.retired],
             "orphans": sum(x.orphans for x in slot.exits if x.planned),
         }
     return {
