@@ -40,8 +40,11 @@ def test_the_plan_is_seeded_and_has_every_kind_often_enough() -> None:
     assert {f.kind for f in plan(SoakSettings.small(), 4)} == set(KINDS)
 
 
-def _start(job: str, t: float, pid: int, exec_id: str) -> dict[str, object]:
-    return {"k": "start", "w": "plain", "job": job, "exec": exec_id, "t": t, "pid": pid, "ppid": 1}
+def _start(job: str, t: float, pid: int, exec_id: str, deliveries: int = 1) -> dict[str, object]:
+    return {
+        "k": "start", "w": "plain", "job": job, "exec": exec_id, "t": t, "pid": pid, "ppid": 1,
+        "attempt": 1, "deliveries": deliveries,
+    }  # fmt: skip
 
 
 def _inputs(records: list[dict[str, object]], events: list[Event]) -> Inputs:
@@ -51,6 +54,7 @@ def _inputs(records: list[dict[str, object]], events: list[Event]) -> Inputs:
 def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
     kill = Event(Fault(0, "sigkill", 0, 0, 0), t=15.0, pid=111)
     restart = Event(Fault(0, "restart-fast", 0, 1, 0), t=35.0, away_s=2.0)
+    crash = Event(Fault(0, "restart-immediate", 0, 1, 0), t=60.1, away_s=2.0)
     records = [
         # a: run by 111, which was SIGKILLed, then again elsewhere: explained
         _start("a", 10.0, 111, "a1"),
@@ -65,18 +69,29 @@ def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
         # d: the kill hit another worker: beyond the bound
         _start("d", 10.0, 222, "d1"),
         _start("d", 20.0, 222, "d2"),
+        # e: started just before a crash that lost its claim (delivered as 1 again): explained
+        _start("e", 60.0, 222, "e1", deliveries=1),
+        _start("e", 64.0, 222, "e2", deliveries=1),
+        # f: the same crash, but the next claim was a new delivery: beyond the bound
+        _start("f", 60.0, 222, "f1", deliveries=1),
+        _start("f", 64.0, 222, "f2", deliveries=2),
+        # g: a claim "lost" by a crash long after the run started: beyond the bound
+        _start("g", 50.0, 222, "g1", deliveries=1),
+        _start("g", 64.0, 222, "g2", deliveries=1),
     ]
     rows = {w: Row(w) for w in WORKLOADS}
     samples: dict[str, list[str]] = {}
-    _bound(_inputs(records, [kill, restart]), rows, samples)
-    assert rows["plain"].executions == 8
-    assert rows["plain"].explained_reruns == 1
-    assert rows["plain"].beyond_bound == 2
+    _bound(_inputs(records, [kill, restart, crash]), rows, samples)
+    assert rows["plain"].executions == 14
+    assert rows["plain"].explained_reruns == 2
+    assert rows["plain"].forgotten_claims == 1
+    assert rows["plain"].beyond_bound == 4
+    assert len(samples["plain beyond bound"]) == 4
     # an outage longer than the lease explains c
     restart.away_s = 12.0
     rows = {w: Row(w) for w in WORKLOADS}
-    _bound(_inputs(records, [kill, restart]), rows, {})
-    assert rows["plain"].beyond_bound == 1
+    _bound(_inputs(records, [kill, restart, crash]), rows, {})
+    assert rows["plain"].beyond_bound == 3
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ app.conf.update(
 def _body(task: Any, workload: str, key: str, fail: int, work_ms: int) -> dict[str, str]:
     ctx = current_job()
     retries = int(task.request.retries or 0)
-    with execution(workload, str(ctx.id), ctx.attempt, key=key, retries=retries):
+    with execution(workload, ctx, key=key, retries=retries):
         time.sleep(work_ms / 1000)
         if fail < 0:
             raise PlannedPoison(f"poison {key}")
@@ -47,11 +47,11 @@ def _body(task: Any, workload: str, key: str, fail: int, work_ms: int) -> dict[s
     return {"key": key}
 
 
-@app.task(name="soak.task", bind=True)
+@app.task(name="soak.task", bind=True)  # type: ignore[untyped-decorator]
 def soak_task(self: Any, key: str, fail: int, work_ms: int) -> dict[str, str]:
     return _body(self, "celery", key, fail, work_ms)
 
 
-@app.task(name="soak.migrated", bind=True)
+@app.task(name="soak.migrated", bind=True)  # type: ignore[untyped-decorator]
 def soak_migrated(self: Any, key: str, fail: int, work_ms: int) -> dict[str, str]:
     return _body(self, "migrated", key, fail, work_ms)

@@ -30,13 +30,20 @@ TICK_S = 2
 # High on purpose: a job whose workers were SIGKILLed several times in a row (each claim is
 # counted, its prefetch too) must not dead-letter for our faults; a dead job here is a finding.
 MAX_ATTEMPTS = 25
-RETRY = {"max_attempts": MAX_ATTEMPTS, "backoff": 0.2, "backoff_cap": 1.0, "retry_on": (Planned,)}
+BACKOFF_S = 0.2
+BACKOFF_CAP_S = 1.0
 
 
-@job(queue=QUEUE, **RETRY)  # type: ignore[arg-type]
+@job(
+    queue=QUEUE,
+    max_attempts=MAX_ATTEMPTS,
+    backoff=BACKOFF_S,
+    backoff_cap=BACKOFF_CAP_S,
+    retry_on=(Planned,),
+)
 def plain(key: str, fail: int, work_ms: int) -> str:
     ctx = current_job()
-    with execution("plain", str(ctx.id), ctx.attempt, key=key):
+    with execution("plain", ctx, key=key):
         ctx.wait(work_ms / 1000)
         if fail < 0:
             raise PlannedPoison(f"poison {key}")
@@ -51,12 +58,18 @@ def _step(job_id: str, name: str, work_ms: int, value: int) -> int:
     return value
 
 
-@job(queue=QUEUE, **RETRY)  # type: ignore[arg-type]
+@job(
+    queue=QUEUE,
+    max_attempts=MAX_ATTEMPTS,
+    backoff=BACKOFF_S,
+    backoff_cap=BACKOFF_CAP_S,
+    retry_on=(Planned,),
+)
 def stepped(key: str, fail_after: int, work_ms: int) -> int:
     ctx = current_job()
     job_id = str(ctx.id)
     total = 0
-    with execution("steps", job_id, ctx.attempt, key=key):
+    with execution("steps", ctx, key=key):
         for i in range(STEPS):
             total += step.run(f"s{i}", _step, job_id, f"s{i}", work_ms, i + 1)
             if i == fail_after and ctx.attempt == 1:
@@ -64,10 +77,16 @@ def stepped(key: str, fail_after: int, work_ms: int) -> int:
     return total
 
 
-@job(queue=QUEUE, **RETRY)  # type: ignore[arg-type]
+@job(
+    queue=QUEUE,
+    max_attempts=MAX_ATTEMPTS,
+    backoff=BACKOFF_S,
+    backoff_cap=BACKOFF_CAP_S,
+    retry_on=(Planned,),
+)
 def tick(occurrence: str, catch_up: bool) -> str:
     ctx = current_job()
-    with execution("scheduler", str(ctx.id), ctx.attempt, occurrence=occurrence):
+    with execution("scheduler", ctx, occurrence=occurrence):
         ctx.wait(0.02)
     return occurrence
 

@@ -7,7 +7,8 @@ of its own in ``$SOAK_MARKS``: one ``os.write`` per record on an ``O_APPEND`` de
 SIGKILL can cut at most the line being written (the reader skips a torn last line), and
 records outlive the process. An *execution* is one call of a body: ``start`` is its first
 line (before any work), ``end`` its last (``ok``, ``raised`` for a planned failure or retry,
-``aborted`` when the worker stopped it); both carry the same ``exec`` id. A step's function
+``aborted`` when the worker stopped it); both carry the same ``exec`` id, and ``start`` the claim's ``attempt`` and ``deliveries``
+(counted by each claim, never given back). A step's function
 writes ``step`` as its first line. ``raised`` and ``retry`` (Celery's ``self.retry``) are
 planned: the soak chose to fail that call.
 
@@ -25,7 +26,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ujobs_bridge.context import JobContext
 
 ENV = "SOAK_MARKS"
 
@@ -52,12 +56,21 @@ def record(kind: str, **fields: Any) -> None:
 
 
 @contextlib.contextmanager
-def execution(workload: str, job_id: str, attempt: int, **fields: Any) -> Iterator[str]:
+def execution(workload: str, ctx: JobContext, **fields: Any) -> Iterator[str]:
     """Brackets one body call: ``start`` now, ``end`` with how it left. The body raises
     ``Planned`` or ``PlannedPoison`` for a planned failure; anything else leaving it is
     recorded by its class name (``AttemptAborted`` when the worker stopped it)."""
     exec_id = uuid.uuid4().hex
-    record("start", w=workload, job=job_id, exec=exec_id, attempt=attempt, **fields)
+    job_id = str(ctx.id)
+    record(
+        "start",
+        w=workload,
+        job=job_id,
+        exec=exec_id,
+        attempt=ctx.attempt,
+        deliveries=ctx.deliveries,
+        **fields,
+    )
     try:
         yield exec_id
     except (Planned, PlannedPoison):

@@ -46,6 +46,7 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
         ("! stuck leases", "right"),
         ("executions", "right"),
         ("re-runs by faults", "right"),
+        ("of which claims lost in a crash", "right"),
     ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for w in WORKLOADS:
@@ -64,6 +65,7 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
             _n(r.stuck),
             _n(r.executions),
             _n(r.explained_reruns),
+            _n(r.forgotten_claims),
         )
     console.print(table)
 

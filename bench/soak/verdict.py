@@ -15,9 +15,14 @@ Why it exists: each loss column needs a precise rule, written once:
   Executions of a row, in start order e1..en: each ei before the last must be explained by a
   planned failure (its ``end`` record says ``raised``/``retry``) or by a fault that could have
   cut it short: a SIGKILL or SIGSTOP of the process that ran it (its pid, or its pool's
-  parent) between the start of ei and the start of e(i+1), or a database outage longer than
-  the lease in that window. Anything else (a body re-run after a database restart or a
-  terminated backend, which the engine promises to ride out) counts.
+  parent) between the start of ei and the start of e(i+1), a database outage longer than
+  the lease in that window, or a claim the database forgot: e(i+1) was claimed with a
+  delivery number no higher than ei's (``deliveries`` is counted by every claim and never
+  given back) and a crash (``restart -m immediate``) came at most ``CLAIM_LAG_S`` after ei
+  started (and at most ``PREFETCH_WAIT_S`` before: the claim preceded the start). The
+  worker's claims commit asynchronously by design (``db/sql/session.sql``), so a crash can
+  lose the last fraction of a second of them and the job runs again. Anything else (a body re-run after a database restart or a terminated
+  backend, which the engine promises to ride out) counts.
 - **steps re-run**: a step function that started after its step row was committed
   (``x_job_steps.completed_at`` is the commit transaction's ``now()``, later than the first
   run's start and earlier than any run that started after the commit).
@@ -67,7 +72,13 @@ LOSS_COLUMNS = (
 )
 PROCESS_FAULTS = ("sigkill", "sigstop")
 DB_FAULTS = ("terminate", "restart-fast", "restart-immediate")
-FAULT_WINDOW_S = 2.0  # after a database fault's end, sends may still meet its aftermath
+FAULT_WINDOW_S = 2.0
+# A claim committed asynchronously is flushed within 3 x wal_writer_delay (200 ms) by
+# PostgreSQL: a crash can lose it only that soon after it. The claim came before its body
+# started (at most PREFETCH_WAIT_S before, waiting in the worker's prefetch), so the crash came
+# between PREFETCH_WAIT_S before the start and CLAIM_LAG_S (generous for a loaded machine) after.
+CLAIM_LAG_S = 2.0
+PREFETCH_WAIT_S = 60.0  # after a database fault's end, sends may still meet its aftermath
 
 
 @dataclass
@@ -85,6 +96,7 @@ class Row:
     stuck: int = 0
     executions: int = 0
     explained_reruns: int = 0
+    forgotten_claims: int = 0  # of which: a claim the server lost in a crash
 
 
 @dataclass
@@ -201,8 +213,8 @@ def judge(inputs: Inputs) -> Verdict:
     for rec in inputs.records:
         if rec.get("k") != "step":
             continue
-        at = committed.get((rec["job"], rec["step"]))
-        if at is not None and rec["t"] > at:
+        persisted = committed.get((rec["job"], rec["step"]))
+        if persisted is not None and rec["t"] > persisted:
             rows["steps"].steps_rerun = (rows["steps"].steps_rerun or 0) + 1
             samples["steps re-run"].append(f"{rec['job']} {rec['step']} pid {rec['pid']}")
 
@@ -270,6 +282,7 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
         elif rec.get("k") == "end":
             ends[rec["exec"]] = rec
     process = [e for e in inputs.events if e.fault.kind in PROCESS_FAULTS and e.pid]
+    crashes = [e for e in inputs.events if e.fault.kind == "restart-immediate"]
     long_outages = [
         e
         for e in inputs.events
@@ -291,20 +304,34 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
                 for f in process
                 if f.pid in (e["pid"], e["ppid"]) and window[0] <= f.t <= window[1]
             ] + [f for f in long_outages if window[0] <= f.t <= window[1]]
+            lost_in = (e["t"] - PREFETCH_WAIT_S, e["t"] + CLAIM_LAG_S)
+            if _claim_forgotten(e, nxt) and any(lost_in[0] <= f.t <= lost_in[1] for f in crashes):
+                row.forgotten_claims += 1
+                hit.append(crashes[0])
             if hit:
                 row.explained_reruns += 1
                 continue
             row.beyond_bound += 1
             how = end["how"] if end is not None else "no end record"
             samples.setdefault(f"{row.workload} beyond bound", []).append(
-                f"job {job}: run at {e['t']:.2f} by pid {e['pid']} ({how}), again at "
-                f"{nxt['t']:.2f} by pid {nxt['pid']}; faults between: "
+                f"job {job}: run at {e['t']:.2f} by pid {e['pid']} (attempt {e.get('attempt')}, "
+                f"delivery {e.get('deliveries')}, {how}), again at {nxt['t']:.2f} by pid "
+                f"{nxt['pid']} (attempt {nxt.get('attempt')}, delivery {nxt.get('deliveries')});"
+                " faults between: "
                 + ", ".join(
                     f"{f.fault.kind}@{f.t:.2f}"
                     for f in inputs.events
                     if window[0] <= f.t <= window[1]
                 )
             )
+
+
+def _claim_forgotten(e: dict[str, Any], nxt: dict[str, Any]) -> bool:
+    """The later run was claimed with a delivery number no higher than the earlier one's: the
+    database forgot the earlier claim (``deliveries`` is counted by every claim, never given
+    back), which only a server crash can do to a commit it acknowledged."""
+    first, then = e.get("deliveries"), nxt.get("deliveries")
+    return isinstance(first, int) and isinstance(then, int) and then <= first
 
 
 def _recovery(
