@@ -37,7 +37,7 @@ from ujobs_bridge.testing import PrivateCluster
 from .. import procs
 from ..bridge_cli import command
 from . import marks, table
-from .faults import Injector
+from .faults import Event, Injector
 from .fleet import Fleet, Slot
 from .plan import plan
 from .producers import Getter, Ledger, Producer, fail_plan, step_plan
@@ -61,6 +61,7 @@ class Soak:
         self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
         self.loads: list[float] = []
         self.verdict: Verdict | None = None
+        self.events: list[Event] = []
         self._cleanups: list[Any] = []
 
     # ------------------------------------------------------------------ the whole run
@@ -102,6 +103,7 @@ class Soak:
         t0 = time.monotonic()
         injector = Injector(faults, self.fleet, workers, self.cluster, dsn, s.seed)
         injector.start(t0)
+        self.events = injector.events
         sampler = threading.Thread(target=self._sample_load, args=(t0,), daemon=True)
         sampler.start()
         self.interrupted.wait(s.duration_s)
@@ -343,6 +345,20 @@ class Soak:
             "recovery": self.verdict.recovery,
             "other": self.verdict.other,
             "samples": self.verdict.samples,
+            "faults": [
+                {
+                    "kind": e.fault.kind,
+                    "planned_at_s": e.fault.at_s,
+                    "t": e.t,
+                    "target": e.target,
+                    "pid": e.pid,
+                    "away_s": e.away_s,
+                    "held": e.held,
+                    "terminated": e.terminated,
+                    "error": e.error,
+                }
+                for e in self.events
+            ],
             "header": {k: str(v) for k, v in header.items()},
         }
         path.write_text(json.dumps(doc, indent=2, default=str))

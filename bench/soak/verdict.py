@@ -15,7 +15,9 @@ Why it exists: each loss column needs a precise rule, written once:
   Executions of a row, in start order e1..en: each ei before the last must be explained by a
   planned failure (its ``end`` record says ``raised``/``retry``) or by a fault that could have
   cut it short: a SIGKILL or SIGSTOP of the process that ran it (its pid, or its pool's
-  parent) between the start of ei and the start of e(i+1), a database outage longer than
+  parent) between the start of ei and the start of e(i+1) (a SIGKILL of the parent up to
+  ``CHILD_LAG_S`` before the start: a pool child may start a body it was handed before it
+  notices its parent died), a database outage longer than
   the lease in that window, or a claim the database forgot: e(i+1) was claimed with a
   delivery number no higher than ei's (``deliveries`` is counted by every claim and never
   given back) and a crash (``restart -m immediate``) came at most ``CLAIM_LAG_S`` after ei
@@ -78,6 +80,7 @@ FAULT_WINDOW_S = 2.0
 # started (at most PREFETCH_WAIT_S before, waiting in the worker's prefetch), so the crash came
 # between PREFETCH_WAIT_S before the start and CLAIM_LAG_S (generous for a loaded machine) after.
 CLAIM_LAG_S = 2.0
+CHILD_LAG_S = 2.0
 PREFETCH_WAIT_S = 60.0  # after a database fault's end, sends may still meet its aftermath
 
 
@@ -299,11 +302,8 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
             if end is not None and end["how"] in ("raised", "retry"):
                 continue
             window = (e["t"], nxt["t"])
-            hit = [
-                f
-                for f in process
-                if f.pid in (e["pid"], e["ppid"]) and window[0] <= f.t <= window[1]
-            ] + [f for f in long_outages if window[0] <= f.t <= window[1]]
+            hit = [f for f in process if _cut_short(e, f, window)]
+            hit += [f for f in long_outages if window[0] <= f.t <= window[1]]
             lost_in = (e["t"] - PREFETCH_WAIT_S, e["t"] + CLAIM_LAG_S)
             if _claim_forgotten(e, nxt) and any(lost_in[0] <= f.t <= lost_in[1] for f in crashes):
                 row.forgotten_claims += 1
@@ -324,6 +324,18 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
                     if window[0] <= f.t <= window[1]
                 )
             )
+
+
+def _cut_short(e: dict[str, Any], f: Event, window: tuple[float, float]) -> bool:
+    """A signal to the process that ran ``e`` in its window; for a pool child, a SIGKILL of its
+    parent up to ``CHILD_LAG_S`` before the start counts too: the child may start a body it
+    was handed before it notices that its parent is gone."""
+    if f.pid == e["pid"]:
+        return window[0] <= f.t <= window[1]
+    if f.pid == e["ppid"]:
+        lag = CHILD_LAG_S if f.fault.kind == "sigkill" else 0.0
+        return window[0] - lag <= f.t <= window[1]
+    return False
 
 
 def _claim_forgotten(e: dict[str, Any], nxt: dict[str, Any]) -> bool:
