@@ -87,6 +87,8 @@ def child_main(
             return  # the parent is gone
         if message is None:
             return
+        if os.getppid() != parent_pid:  # killed while the job was in the pipe: never start it
+            return
         try:
             reply = child_run(*message)
         except Exception as exc:  # e.g. a name this child's registry lacks: fail this attempt
