@@ -68,6 +68,7 @@ class Taken:
     envelope: Envelope | None = None  # amqp/kombu: given; redis: parsed from raw
     meta: dict[str, Any] | None = None  # amqp/kombu: content type, encoding, headers, properties
     token: Any = None  # the drainer's handle: ("batch", list key), list key, tag, message
+    problem: str | None = None  # the transport could not read it whole (quarantined: malformed)
 
 
 @dataclass(slots=True)  # not frozen: made once per message, never changed
@@ -109,6 +110,8 @@ def decode(
     """The row for one taken message, or :class:`Poison`. ``now``: the batch's clock reading
     (expiry is judged against it), read from ``ctx`` when not given; ``job_id``: the row's id
     (drawn when not given)."""
+    if taken.problem is not None:
+        raise Poison(MALFORMED, taken.problem)
     envelope = taken.envelope
     if envelope is None:
         envelope = envelope_of(taken.fmt, taken.raw, taken.meta, ctx.accept.max_bytes)
