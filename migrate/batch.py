@@ -313,7 +313,7 @@ def _insert(
                 )
                 continue
             outcome = DUPLICATE
-        results.append(Result(taken, outcome, m.task, None, m.eta, decoded.redelivered))
+        results.append(Result(taken, outcome, m.task, None, decoded.eta, decoded.redelivered))
     return results
 
 
@@ -330,7 +330,7 @@ def classify(taken: Taken, ctx: Context) -> Result:
         return Result(taken, QUARANTINED, poison.task, poison.reason)
     m = decoded.message
     return Result(
-        taken, EXPIRED if decoded.expired else MOVED, m.task, None, m.eta, decoded.redelivered
+        taken, EXPIRED if decoded.expired else MOVED, m.task, None, decoded.eta, decoded.redelivered
     )
 
 
