@@ -11,6 +11,8 @@ README can always be re-checked on the machine at hand::
         --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
     python -m bench --only migrate --cells drain-broker     # migrate: Redis/RabbitMQ -> Postgres
     python -m bench --only ujobs --cells lean --lean-jobs 100000   # the lean-table cell
+    python -m bench --only migrate,celery-redis,celery-rabbitmq \
+        --cells drain-broker,drain-core                       # ... and x Celery's own drain
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when

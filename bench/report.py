@@ -270,11 +270,15 @@ def lean_targets(results: Results) -> list[Target]:
 
 MIGRATE_GOALS = (("Redis", 10_000.0), ("RabbitMQ", 5_000.0))  # messages/s into Postgres
 MIGRATE_GOAL_JOBS = 20_000  # the goals are for a backlog this size (start-up is amortised over it)
+MIGRATE_VS_CELERY = 10.0  # migrate vs Celery working off the same backlog on that broker
 
 
 def migrate_targets(results: Results) -> list[Target]:
     """``ujobs-bridge migrate``: drain rate per broker (spawn -> exit, and on the drainer's own
-    clock, which leaves out CLI start-up) and the drainer's RSS across the run."""
+    clock, which leaves out CLI start-up), that rate (spawn -> exit) against the faster of
+    Celery's own drains of N no-op tasks on the same broker in the same run (``--only
+    migrate,celery-redis,celery-rabbitmq --cells drain-broker,drain-core``), and the drainer's
+    RSS across the run."""
     out: list[Target] = []
     jobs = results.settings.get("jobs", 0)
     for broker, goal in MIGRATE_GOALS:
@@ -296,6 +300,21 @@ def migrate_targets(results: Results) -> list[Target]:
                     row.median,
                 )
             )
+        celery = f"celery-{broker.lower()}"
+        drains = [
+            row
+            for cell in (cells.DRAIN_1, cells.DRAIN_CORE, cells.DRAIN_SHARED)
+            for row in results.find(celery, cell, "rate")
+        ]
+        out.append(
+            _ratio_target(
+                f"migrate {broker} -> Postgres (spawn→exit) ÷ faster {TITLES[celery]} drain of "
+                "as many tasks",
+                results.rows.get(("migrate", cells.MIGRATE, prefix + "spawn→exit")),
+                drains,
+                MIGRATE_VS_CELERY,
+            )
+        )
         out.append(_flat_target(results, "migrate", cells.RSS_MIGRATE, f"{broker} -> Postgres · "))
     return out
 

@@ -67,6 +67,7 @@ class Taken:
     envelope: Envelope | None = None  # amqp/kombu: given; redis: parsed from raw
     meta: dict[str, Any] | None = None  # amqp/kombu: content type, encoding, headers, properties
     token: Any = None  # the drainer's handle: ("batch", list key), list key, tag, message
+    problem: str | None = None  # the transport could not read it whole (quarantined: malformed)
 
 
 @dataclass(slots=True)  # not frozen: made once per message, never changed
@@ -108,6 +109,8 @@ def decode(
     """The row for one taken message, or :class:`Poison`. ``now``: the batch's clock reading
     (expiry is judged against it), read from ``ctx`` when not given; ``job_id``: the row's id
     (drawn when not given)."""
+    if taken.problem is not None:
+        raise Poison(MALFORMED, taken.problem)
     envelope = taken.envelope
     if envelope is None:
         envelope = envelope_of(taken.fmt, taken.raw, taken.meta, ctx.accept.max_bytes)
@@ -310,7 +313,7 @@ def _insert(
                 )
                 continue
             outcome = DUPLICATE
-        results.append(Result(taken, outcome, m.task, None, m.eta, decoded.redelivered))
+        results.append(Result(taken, outcome, m.task, None, decoded.eta, decoded.redelivered))
     return results
 
 
@@ -327,7 +330,7 @@ def classify(taken: Taken, ctx: Context) -> Result:
         return Result(taken, QUARANTINED, poison.task, poison.reason)
     m = decoded.message
     return Result(
-        taken, EXPIRED if decoded.expired else MOVED, m.task, None, m.eta, decoded.redelivered
+        taken, EXPIRED if decoded.expired else MOVED, m.task, None, decoded.eta, decoded.redelivered
     )
 
 

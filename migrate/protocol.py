@@ -116,6 +116,7 @@ class Decoded:
     expired: bool
     chord_group: str | None  # set for a chord header part: its chord state must be here
     redelivered: bool
+    eta: datetime | None = None  # the row's ``run_at`` as read once here (None: due now)
 
 
 def _v1_to_v2(body: dict[str, Any], headers: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -245,7 +246,7 @@ def to_message(
     try:
         for key in ("retries", "replaced_task_nesting"):
             _whole(headers.get(key), key, task, task_id)
-        parse_instant(headers.get("eta"))
+        eta = parse_instant(headers.get("eta"))
         expires = parse_instant(headers.get("expires"))
     except (TypeError, ValueError, OverflowError) as exc:
         raise Poison(
@@ -269,7 +270,7 @@ def to_message(
             headers.pop(key, None)
     expired = expires is not None and expires <= now
     if expired:
-        headers["eta"] = None  # due now: the worker cancels it at claim (REVOKED, expired)
+        headers["eta"] = eta = None  # due now: the worker cancels it at claim (REVOKED, expired)
     props = _properties(envelope, queue, broker)
     try:  # the row's input exactly as celery_compat's sender writes it
         input_text = encode_input(headers, props, args, kwargs, embed, what=f"task {task!r}")
@@ -291,4 +292,4 @@ def to_message(
         job_id=new_job_id() if job_id is None else job_id,
     )
     chord_group = _text(headers.get("group")) if embed.get("chord") else None
-    return Decoded(message, input_text, expired, chord_group, redelivered)
+    return Decoded(message, input_text, expired, chord_group, redelivered, eta)
