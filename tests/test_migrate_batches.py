@@ -107,9 +107,9 @@ def test_nan_and_infinity_move_exactly_and_an_unstorable_task_id_is_quarantined(
     assert math.isnan(args[nan][0]) and args[nan][1] == 1e16 and type(args[nan][1]) is float
     assert args[infinite] == [float("inf"), 1]
     kept = ms.quarantined(qdsn)
-    assert [e["reason"] for e in kept] == ["not_json_safe"]  # a task id with a NUL in it
+    assert [e["reason"] for e in kept] == ["malformed"]  # a task id with a NUL in it
     assert "task id" in kept[0]["detail"] and odd_id == "order\x00one"
-    assert stats.outcomes["moved"] == 6 and dict(stats.reasons) == {"not_json_safe": 1}
+    assert stats.outcomes["moved"] == 6 and dict(stats.reasons) == {"malformed": 1}
 
 
 def test_a_drain_leaves_the_garbage_collector_as_it_found_it(qdsn: str, queue: str) -> None:
