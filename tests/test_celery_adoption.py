@@ -60,7 +60,7 @@ def _job_rows(dsn: str) -> list[tuple[str, str]]:
     """(task id, job state) per row; a retry is a new row under the same task id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "select t.task_id, j.state from x_jobs j join x_celery_tasks t on t.job_id = j.id"
+            "select coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id'), j.state from x_jobs j"
         ).fetchall()
     return [(task_id, state) for task_id, state in rows]
 

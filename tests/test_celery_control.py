@@ -143,8 +143,7 @@ def test_the_celery_cli_inspects_and_controls_two_bridge_workers(
 def snoozed(dsn: str, task_id: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
-            "select j.state, j.run_at from x_jobs j join x_celery_tasks t on t.job_id = j.id"
-            " where t.task_id = %s",
+            "select j.state, j.run_at from x_jobs j where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = %s",
             (task_id,),
         ).fetchone()
     return bool(row and row[0] == "ready" and row[1] > datetime.now(UTC) + timedelta(seconds=20))

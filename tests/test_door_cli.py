@@ -73,7 +73,9 @@ def _job_of(dsn: str, task_id: str) -> str:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            "select job_id from x_celery_tasks where task_id = %s", (task_id,)
+            "select id from x_jobs"
+            " where coalesce(input -> 'headers' ->> 'id', input ->> 'id') = %s",
+            (task_id,),
         ).fetchone()
     assert row is not None
     return str(row[0])

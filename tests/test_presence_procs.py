@@ -84,7 +84,7 @@ def snoozed(dsn: str, task_id: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "select j.state, j.run_at > now() + interval '20 seconds' from x_jobs j"
-            " join x_celery_tasks t on t.job_id = j.id where t.task_id = %s",
+            " where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = %s",
             (task_id,),
         ).fetchone()
     return bool(row and row[0] == "ready" and row[1])

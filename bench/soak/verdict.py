@@ -138,7 +138,11 @@ def _db(dsn: str) -> dict[str, Any]:
             "select run_id::text, name, extract(epoch from completed_at) from x_job_steps"
             " where status = 'completed'"
         ).fetchall()
-        tasks = conn.execute("select task_id, retries, job_id::text from x_celery_tasks").fetchall()
+        tasks = conn.execute(  # every Celery row keeps its task id (and retries) in its input
+            "select coalesce(input -> 'headers' ->> 'id', input ->> 'id'),"
+            " coalesce((input -> 'headers' ->> 'retries')::int, 0), id::text"
+            " from x_jobs where enqueued_by = 'celery_compat'"
+        ).fetchall()
         results = conn.execute(
             "select key, value from x_celery_results where key like 'celery-task-meta-%'"
         ).fetchall()

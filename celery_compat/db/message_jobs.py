@@ -97,10 +97,13 @@ def enqueue_many(
     return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
 
 
-def jobs_of_task(conn: Conn, task_id: str) -> list[tuple[UUID, str, str | None, datetime]]:
+def jobs_of_task(
+    conn: Conn, task_id: str, *, include_done: bool = False
+) -> list[tuple[UUID, str, str | None, datetime]]:
     """The job rows of a Celery task id that are not done (waiting, running, dead, cancelled),
-    newest first."""
-    rows = conn.execute(q("celery_jobs_of_task"), {"task_id": task_id}).fetchall()
+    newest first; ``include_done``: every row (an operator's look-up by task id)."""
+    params = {"task_id": task_id, "include_done": include_done}
+    rows = conn.execute(q("celery_jobs_of_task"), params).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 

@@ -79,11 +79,12 @@ select x.id
            kept.enqueued_bys, kept.cancel_reasons) as x(id)
 
 -- celery_jobs_of_task --
--- Through x_jobs_celery_task_idx (migration 0013): the rows of a task id that are not done.
+-- Through x_jobs_celery_task_idx (migration 0013): the rows of a task id that are not done
+-- (or all of them, for an operator's look-up).
 select j.id, j.state, j.last_error, j.updated_at
   from x_jobs as j
  where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = %(task_id)s::text
-   and j.enqueued_by = 'celery_compat' and j.state <> 'done'
+   and j.enqueued_by = 'celery_compat' and (%(include_done)s or j.state <> 'done')
  order by j.created_at desc, j.id desc
 
 -- celery_revoke --
