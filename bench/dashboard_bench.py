@@ -70,7 +70,7 @@ select id, lease_token from x_jobs where state = 'running'
 """,
     """
 insert into x_job_counts (minute, queue, backend, done, dead)
-select date_trunc('minute', finished_at), queue, abs(hashtext(id::text)) %% 16,
+select date_trunc('minute', finished_at), queue, abs(hashtext(id::text)) % 16,
        count(*) filter (where state = 'done'), count(*) filter (where state = 'dead')
   from x_jobs
  where state in ('done', 'dead')

@@ -28,7 +28,7 @@ with claimable as (
      where suspended is not null
      group by queue, suspended
 ), suspended_per_queue as (
-    select queue, sum(due) as due, sum(jobs - due) as later
+    select queue, sum(due)::bigint as due, sum(jobs - due)::bigint as later
       from suspended
      group by queue
 ), shown as (
@@ -62,7 +62,7 @@ select queue, state, jobs, oldest_due
 -- statements that finish jobs count them there, stamped with the database's clock, as
 -- finished_at is). Cancelled jobs are not counted.
 select m.minute, v.state, v.jobs
-  from (select minute, sum(done) as done, sum(dead) as dead
+  from (select minute, sum(done)::bigint as done, sum(dead)::bigint as dead
           from x_job_counts
          where minute > coalesce(%(now)s, now()) - make_interval(mins => %(minutes)s)
            and minute <= coalesce(%(now)s, now())
