@@ -184,6 +184,85 @@ def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: An
     assert observe.observe_outbox_lag(db, None) == (0, 0.0)
 
 
+def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(db: Any) -> None:
+    from ujobs_bridge.db import observe
+
+    now = datetime.now(UTC)
+
+    def through(state: JobState | None, **settled: Any) -> Any:
+        """A job enqueued, claimed and (unless ``state`` is None) settled to ``state``."""
+        driver.job_enqueue(db, spec(run_at=now - timedelta(hours=2)), None)
+        job = claim_one(db)
+        if state is not None:
+            done = Settlement(job.id, job.lease_token, state=state, **settled)
+            assert driver.job_settle(db, [done], None) == {job.id}
+        return job
+
+    through(JobState.SLEEPING, run_at=now + timedelta(minutes=10))
+    through(JobState.SLEEPING, run_at=now - timedelta(minutes=30))  # its sleep is over: due
+    through(JobState.WAITING)  # for an event, no timeout
+    through(JobState.DEAD, error="boom")
+    through(JobState.DONE)
+    cancelled = through(None)
+    assert driver.job_cancel(db, cancelled.id, "UJ_JOB_CANCELLED: test")  # its lease row stays
+    through(None)  # running
+    driver.job_enqueue_many(
+        db,
+        [
+            spec(run_at=now - timedelta(minutes=3)),
+            spec(run_at=now - timedelta(minutes=1)),
+            spec(run_at=now + timedelta(hours=1)),
+        ],
+        None,
+    )
+    depth = {(d.queue, d.state): (d.jobs, d.oldest_due) for d in observe.observe_depth(db, None)}
+    assert depth == {
+        ("contract", "ready"): (2, now - timedelta(minutes=30)),  # oldest claimable and due
+        ("contract", "scheduled"): (1, None),
+        ("contract", "sleeping"): (2, None),
+        ("contract", "waiting"): (1, None),
+        ("contract", "running"): (1, None),
+        ("contract", "dead"): (1, None),
+    }
+    table = db.execute(
+        "select case when state = 'ready' and run_at > now() then 'scheduled' else state end,"
+        " count(*) from x_jobs where state not in ('done', 'cancelled') group by 1"
+    ).fetchall()
+    assert {("contract", s): n for s, n in table} == {k: v[0] for k, v in depth.items()}
+
+
+def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> None:
+    from ujobs_bridge.db import observe
+
+    driver.job_enqueue_many(db, [spec(), spec()], None)
+    first, second = claim_one(db), claim_one(db)
+    settled = [
+        Settlement(first.id, first.lease_token, state=JobState.DONE),
+        Settlement(second.id, second.lease_token, state=JobState.DEAD, error="boom"),
+    ]
+    assert driver.job_settle(db, settled, None) == {first.id, second.id}
+    driver.job_enqueue(db, spec(max_attempts=1), None)
+    lost = claim_one(db)  # its last attempt: the rescue dead-letters it
+    db.execute("update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s",
+               (lost.id,))  # fmt: skip
+    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+        (lost.id, JobState.DEAD)
+    ]
+    driver.job_enqueue(db, spec(name="nobody.declares"), None)
+    unknown = driver.DeadUnregisteredParams("contract", [NAME], 0, 10, "UJ_UNREGISTERED: {name}")
+    assert [n for _, n in driver.job_dead_unregistered(db, unknown)] == ["nobody.declares"]
+    assert driver.job_settle(db, settled[:1], None) == set()  # a stale settle counts nothing
+    per_minute = observe.observe_finished_per_minute(db, 60, None)
+    totals: dict[str, int] = {}
+    for m in per_minute:
+        totals[m.state] = totals.get(m.state, 0) + m.jobs
+    assert totals == {"done": 1, "dead": 3}
+    finished = db.execute(
+        "select state, count(*) from x_jobs where finished_at is not null group by state"
+    ).fetchall()
+    assert dict(finished) == totals
+
+
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
     driver.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
     running = claim_one(db)

@@ -270,6 +270,19 @@ def test_purge_deletes_only_finished_rows_older_than_the_cutoff_a_batch_at_a_tim
     assert left == {fresh, live} and not left & set(old)
 
 
+def test_purge_of_job_counts_deletes_only_minutes_older_than_the_cutoff(db: Any) -> None:
+    db.execute(
+        "insert into x_job_counts (minute, queue, backend, done, dead) values"
+        " (date_trunc('minute', now() - interval '9 days'), 'q', 1, 5, 1),"
+        " (date_trunc('minute', now() - interval '9 days'), 'q', 2, 5, 0),"
+        " (date_trunc('minute', now()), 'q', 1, 3, 0)"
+    )
+    cutoff = datetime.now(UTC) - timedelta(days=1)
+    assert retention.purge_job_counts(db, PurgeBatch(cutoff, 1)) == 1  # bounded by the limit
+    assert retention.purge_job_counts(db, PurgeBatch(cutoff, 100)) == 1
+    assert db.execute("select done from x_job_counts").fetchall() == [(3,)]
+
+
 def test_purge_of_events_outbox_and_fires_keeps_what_must_stay(client: Client, db: Any) -> None:
     db.execute("truncate x_outbox, x_scheduler_fires")
     db.execute(

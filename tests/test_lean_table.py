@@ -2,7 +2,7 @@
 the insert's own wake-up.
 
 The promises: settling a finished job without an idempotency key and renewing a lease change no
-indexed column, so Postgres can update the row in place (HOT: no new index entries, the old
+indexed column (nor do the dashboard's indexes, migration 0014), so Postgres can update the row in place (HOT: no new index entries, the old
 version pruned without VACUUM); a claim, which takes the row out of the claim's set, is not HOT.
 A lease some other statement ended (a cancel) never keeps a later lease of the same job from
 being rescued. A job enqueued inside a transaction wakes the workers of its queue at commit,
@@ -11,6 +11,7 @@ not before.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -59,6 +60,26 @@ def test_settle_and_heartbeat_are_hot_updates_the_claim_is_not(client: Client, d
         3,
     )
     assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
+
+
+# What settling a finished job (running -> done) or renewing a lease writes a new value into.
+# An index naming any of them (key, INCLUDE, expression or partial predicate) would make every
+# settle a non-HOT update again, as 0011's observation indexes did (0014 replaced them).
+SETTLE_CHANGES = ("state", "output", "lease_token", "lease_expires_at", "claimed_by",
+                  "updated_at", "finished_at")  # fmt: skip
+
+
+def test_no_index_on_x_jobs_names_a_column_a_settle_or_a_heartbeat_changes(db: Any) -> None:
+    rows = db.execute(
+        "select c.relname, pg_get_indexdef(i.indexrelid) from pg_index i"
+        " join pg_class c on c.oid = i.indexrelid where i.indrelid = 'x_jobs'::regclass"
+    ).fetchall()
+    assert len(rows) >= 5
+    named = {
+        name: [col for col in SETTLE_CHANGES if re.search(rf"\b{col}\b", definition)]
+        for name, definition in rows
+    }
+    assert {name: cols for name, cols in named.items() if cols} == {}
 
 
 def test_a_finished_keyed_job_frees_its_key(client: Client, db: Any) -> None:

@@ -111,6 +111,12 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
         ("waiting-old", "waiting", 30 * DAY),
     ]:
         ids[label] = add_job(db, label, state, age, now)
+    db.execute(
+        "insert into x_job_counts (minute, queue, backend, done) values"
+        " (date_trunc('minute', %s::timestamptz), 'retention', 1, 1),"
+        " (date_trunc('minute', %s::timestamptz), 'retention', 1, 1)",
+        (now - 8 * DAY, now - 6 * DAY),
+    )
     add_event(db, "event-old", 8 * DAY, now)
     add_event(db, "event-young", 6 * DAY, now)
     add_event(db, "event-old-held-by-live-job", 8 * DAY, now, consumed_by=ids["waiting-old"])
@@ -190,6 +196,7 @@ def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: time
     assert result["state"] == "done", result
     assert result["output"] == {
         "x_jobs": 3,
+        "x_job_counts": 1,
         "x_job_events": 2,
         "x_outbox": 1,
         "x_scheduler_fires": 2,
@@ -322,6 +329,7 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(
     assert steps == {
         "cutoff": 1,
         "purge:x_jobs": 1,
+        "purge:x_job_counts": 2,
         "purge:x_job_events": 2,
         "purge:x_outbox": 2,
         "purge:x_scheduler_fires": 2,

@@ -1,6 +1,7 @@
 """Retention: delete what is finished and old, as a job with one durable step per table.
 
-Why it exists: every table that grows per job (jobs and their steps, events, outbox rows, the
+Why it exists: every table that grows per job (jobs and their steps, the per-minute counts of
+finished jobs, events, outbox rows, the
 scheduler's fire ledger, and what plugins add: celery_compat's results) needs a sweep, or every row written is a row
 kept. The sweep is a ``job``, so it gets retries, cancellation and ``jobs show`` for free. One
 step per table means a killed attempt resumes at the table it stopped on; the cutoff is read
@@ -68,6 +69,7 @@ def _batched(
 def builtin_targets() -> list[PurgeTarget]:
     return [
         PurgeTarget("x_jobs", _batched(retention.purge_jobs)),
+        PurgeTarget("x_job_counts", _batched(retention.purge_job_counts)),
         PurgeTarget("x_job_events", _batched(retention.purge_events)),
         PurgeTarget("x_outbox", _batched(retention.purge_outbox)),
         PurgeTarget("x_scheduler_fires", _batched(retention.purge_fires)),

@@ -2,7 +2,10 @@
 
 Why it exists: the dashboard's overview, the ``/metrics`` scrape and ``health`` ask the same
 questions of the database, every few seconds, of a table that may hold millions of done rows;
-one statement per question (``sql/observe.sql``), each written to use migration 0015's indexes.
+one statement per question (``sql/observe.sql``), each answered from indexes that settling a
+finished job and renewing a lease never change (migrations 0012 and 0014), so those updates stay
+HOT: the claim index, the suspended and dead-letter indexes, the lease table, and the per-minute
+counts the settle keeps (``x_job_counts``) instead of an index on ``finished_at``.
 
 What it is not: the operator's per-job reads (``jobs.py``) or the presence of workers
 (``nodes.py``).
@@ -24,7 +27,8 @@ Conn = psycopg.Connection[Any]
 @dataclass(frozen=True, slots=True)
 class Depth:
     """Jobs of one queue in one shown state (``scheduled``: ready, not yet due); ``oldest_due``
-    the earliest due ready job's run_at (ready only)."""
+    (on the ``ready`` row only) the earliest run_at among jobs a worker could claim now: ready
+    ones, and sleeping or waiting ones whose time has come."""
 
     queue: str
     state: str
@@ -34,6 +38,8 @@ class Depth:
 
 @dataclass(frozen=True, slots=True)
 class MinuteCount:
+    """Jobs that finished ``done`` or ``dead`` (``state``) in the minute starting at ``minute``."""
+
     minute: datetime
     state: str
     jobs: int

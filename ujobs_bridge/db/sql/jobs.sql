@@ -62,7 +62,10 @@ select id, name, queue, input, attempt, max_attempts, lease_token, expired, deli
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
 -- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
 -- "run_at" (when a suspended job is due again; null = never by time alone: year 9999, which
--- Python can still read, unlike infinity)}]. The settled leases leave x_job_leases.
+-- Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
+-- finished done or dead are added to this backend's row of x_job_counts for the current minute
+-- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
+-- update non-HOT).
 with settled as (
     update x_jobs as j
        set state = u.state,
@@ -81,10 +84,19 @@ with settled as (
            as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
                  run_at timestamptz)
      where j.id = u.id and j.lease_token = u.token and j.state = 'running'
-    returning j.id, u.token
+    returning j.id, u.token, j.queue, j.state
 ), released as (
     delete from x_job_leases as l using settled
      where l.job_id = settled.id and l.token = settled.token
+), counted as (
+    insert into x_job_counts as c (minute, queue, backend, done, dead)
+    select date_trunc('minute', now()), queue, pg_backend_pid(),
+           count(*) filter (where state = 'done'), count(*) filter (where state = 'dead')
+      from settled
+     where state in ('done', 'dead')
+     group by queue
+    on conflict (minute, queue, backend)
+    do update set done = c.done + excluded.done, dead = c.dead + excluded.dead
 )
 select id from settled
 
@@ -124,9 +136,16 @@ with stale as (
            finished_at = case when j.attempt >= j.max_attempts then now() else null end
       from lost
      where j.id = lost.id
-    returning j.id, j.state
+    returning j.id, j.state, j.queue
 ), released as (
     delete from x_job_leases as l using lost where l.job_id = lost.id and l.token = lost.lease_token
+), counted as (
+    insert into x_job_counts as c (minute, queue, backend, dead)
+    select date_trunc('minute', now()), queue, pg_backend_pid(), count(*)
+      from rescued
+     where state = 'dead'
+     group by queue
+    on conflict (minute, queue, backend) do update set dead = c.dead + excluded.dead
 )
 select id, state from rescued
 
@@ -296,7 +315,8 @@ select queue, state, name, count(*) as jobs, min(run_at) as oldest_run_at,
 
 -- job_dead_unregistered --
 -- Dead-letter the due jobs of one queue whose name the worker does not declare and that have been
--- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s).
+-- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s), counted
+-- in x_job_counts as the settle counts its dead letters.
 with stranded as materialized (
     select id from x_jobs
      where claimable
@@ -306,9 +326,18 @@ with stranded as materialized (
      order by priority desc, run_at, id
      limit %(limit)s
      for update skip locked
+), killed as (
+    update x_jobs as j
+       set state = 'dead', last_error = replace(%(error)s, '{name}', j.name), updated_at = now(),
+           finished_at = now()
+      from stranded
+     where j.id = stranded.id
+    returning j.id, j.name, j.queue
+), counted as (
+    insert into x_job_counts as c (minute, queue, backend, dead)
+    select date_trunc('minute', now()), queue, pg_backend_pid(), count(*)
+      from killed
+     group by queue
+    on conflict (minute, queue, backend) do update set dead = c.dead + excluded.dead
 )
-update x_jobs as j
-   set state = 'dead', last_error = replace(%(error)s, '{name}', j.name), updated_at = now(), finished_at = now()
-  from stranded
- where j.id = stranded.id
-returning j.id, j.name
+select id, name from killed

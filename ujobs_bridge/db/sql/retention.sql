@@ -11,6 +11,15 @@ with gone as (
 )
 delete from x_jobs as j using gone where j.id = gone.id
 
+-- purge_job_counts --
+-- Per-minute counts of finished jobs (x_job_counts, the dashboard's chart), kept as long as the
+-- jobs they count.
+with gone as (
+    select minute, queue, backend from x_job_counts where minute < %(cutoff)s limit %(limit)s
+)
+delete from x_job_counts as c using gone
+ where c.minute = gone.minute and c.queue = gone.queue and c.backend = gone.backend
+
 -- purge_events --
 -- Old events, except one a live job consumed: its step may still read the payload back on replay.
 with gone as (
