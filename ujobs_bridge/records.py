@@ -57,9 +57,9 @@ class ClaimedJob:
     lease_token: UUID
     expired: bool
     deliveries: int = 1
-    undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
     traceparent: str | None = None
     due_at: datetime | None = None
+    undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
 
 
 @dataclass(frozen=True, slots=True)
