@@ -25,6 +25,7 @@ from ..clock import Clock
 from ..db import connections
 from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
+from ..group_commit import GroupCommit
 from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
@@ -52,7 +53,9 @@ class Runtime(Protocol):
 
 class StepWrites:
     """The step runners of a worker's attempts, writing on their own small pool (durable
-    commits), never on the claim connection. The pool opens on the first step write."""
+    commits), never on the claim connection. The pool opens on the first step write. All the
+    worker's bodies share one ``GroupCommit``: step results that gather while a commit is in
+    flight are persisted by the next statement together."""
 
     def __init__(self, dsn: str, role: Role, *, clock: Clock, max_size: int) -> None:
         self.dsn = dsn
@@ -61,6 +64,7 @@ class StepWrites:
         self.max_size = max_size
         self._pool: Pool | None = None
         self._lock = threading.Lock()
+        self.commits = GroupCommit(self.connection)
 
     def runner(self, entry: InFlight) -> StepRunner:
         claimed = entry.claimed
@@ -69,6 +73,7 @@ class StepWrites:
             connection=self.connection,
             signal=entry.signal,
             clock=self.clock,
+            commits=self.commits,
         )
 
     def connection(self) -> AbstractContextManager[Conn]:

@@ -9,9 +9,30 @@ select name, ordinal, status, output, attempts, error, job_attempt, started_at, 
  where run_id = %(run_id)s
  order by ordinal
 
+-- steps_complete --
+-- The group commit of step results: many steps (of many attempts) in ONE statement, so one
+-- commit. Each is persisted only while its attempt still holds the lease (fencing, the same test
+-- as step_complete's); a row that is already completed is left alone (an ambiguous earlier
+-- commit: the caller reads it back). Answers the (run_id, name) of each row written; the batch
+-- is a jsonb array of {run_id, token, name, ordinal, job_attempt, started_at, output}, with
+-- (run_id, name) distinct within it.
+insert into x_job_steps
+    (run_id, name, ordinal, status, output, attempts, job_attempt, started_at, completed_at)
+select b.run_id, b.name, b.ordinal, 'completed', b.output, 1, b.job_attempt, b.started_at, now()
+  from jsonb_to_recordset(%(batch)s::jsonb)
+       as b(run_id uuid, token uuid, name text, ordinal int, job_attempt int,
+            started_at timestamptz, output jsonb)
+ where exists (select 1 from x_jobs as j
+                where j.id = b.run_id and j.lease_token = b.token and j.state = 'running')
+on conflict (run_id, name) do update
+   set status = 'completed', output = excluded.output, attempts = x_job_steps.attempts + 1,
+       job_attempt = excluded.job_attempt, completed_at = now(), error = null
+ where x_job_steps.status <> 'completed'
+returning run_id, name
+
 -- step_complete --
--- Persist a step's result, but only while the attempt still holds the lease (fencing). A row that
--- is already completed is left alone (an ambiguous earlier commit): the caller reads it back.
+-- Persist one step's result (an event's consume, in its transaction), but only while the
+-- attempt still holds the lease (fencing). A row already completed is left alone.
 insert into x_job_steps
     (run_id, name, ordinal, status, output, attempts, job_attempt, started_at, completed_at)
 select %(run_id)s, %(name)s, %(ordinal)s, 'completed', %(output)s::jsonb, 1, %(job_attempt)s,
