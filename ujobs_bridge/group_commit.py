@@ -38,21 +38,23 @@ from .db.steps import StepResult
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
+IN_FLIGHT = 2  # batches being written at once: one executes while the one before it flushes
 MAX_ITEMS = 500  # results in one statement
 MAX_BYTES = 8 * 1024 * 1024  # about this many characters of results in one statement
 
 
 class _Waiter:
     """One result waiting for its commit. ``latch`` is held until the result is settled
-    (``done``) or its thread is given the lead."""
+    (``done``) or its thread is handed a ``batch`` to write (its own result first)."""
 
-    __slots__ = ("done", "error", "latch", "result", "written")
+    __slots__ = ("batch", "done", "error", "latch", "result", "written")
 
     def __init__(self, result: StepResult) -> None:
         self.result = result
         self.done = False
         self.written = False
         self.error: BaseException | None = None
+        self.batch: list[_Waiter] | None = None
         self.latch = threading.Lock()
         self.latch.acquire()
 
@@ -66,26 +68,30 @@ class _Waiter:
 
 
 class GroupCommit:
-    """The step results of one process, written in batches; ``write`` is thread-safe."""
+    """The step results of one process, written in batches; ``write`` is thread-safe. At most
+    ``in_flight`` batches are written at once (one can execute while another's commit flushes);
+    a result that finds them all busy queues, and the queue is the next batch."""
 
     def __init__(
         self,
         connection: ConnectionSource,
         *,
+        in_flight: int = IN_FLIGHT,
         max_items: int = MAX_ITEMS,
         max_bytes: int = MAX_BYTES,
     ) -> None:
         self.connection = connection
+        self.in_flight = max(1, in_flight)
         self.max_items = max(1, max_items)
         self.max_bytes = max_bytes
         self.statements = 0  # batch statements run (tests and metrics read these)
         self.results = 0  # results those statements carried
         self._mutex = threading.Lock()
         self._queue: list[_Waiter] = []
-        self._leading = False  # a thread is writing (or about to): later results queue
+        self._leaders = 0  # threads writing a batch; while ``in_flight`` are, results queue
 
     def waiting(self) -> int:
-        """Results queued behind the write in flight."""
+        """Results queued behind the batches being written."""
         with self._mutex:
             return len(self._queue)
 
@@ -95,13 +101,15 @@ class GroupCommit:
         reads it back). Raises what the write raised for this result."""
         waiter = _Waiter(result)
         with self._mutex:
-            self._queue.append(waiter)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            waiter.latch.acquire()  # released when settled, or when given the lead
-        if not waiter.done:
-            self._lead()
+            if self._leaders < self.in_flight:  # then nothing is queued: write it now
+                self._leaders += 1
+                waiter.batch = [waiter]
+            else:
+                self._queue.append(waiter)
+        if waiter.batch is None:
+            waiter.latch.acquire()  # released once settled, or once handed a batch to write
+        if waiter.batch is not None:
+            self._lead(waiter.batch)
         assert waiter.done
         if waiter.error is not None:
             raise waiter.error
@@ -109,10 +117,12 @@ class GroupCommit:
 
     # ---------------------------------------------------------------- the leader
 
-    def _lead(self) -> None:
-        """Write the batch at the head of the queue (this thread's own result is its first),
-        settle it, then pass the lead on (or give it up if nothing is waiting)."""
-        batch = self._take()
+    def _lead(self, batch: list[_Waiter]) -> None:
+        """Write ``batch`` (this thread's own result first), topped up with what queued since it
+        was handed over, settle it, then hand the queue to its first waiter as the next batch
+        (or step down if nothing waits)."""
+        with self._mutex:
+            self._fill(batch)
         try:
             self._write(batch)
         except BaseException as exc:  # the leader's thread is ending (SystemExit, a signal)
@@ -126,28 +136,29 @@ class GroupCommit:
                 waiter.latch.release()
             with self._mutex:
                 if self._queue:
-                    self._queue[0].latch.release()  # the next leader; the lead stays taken
+                    ahead = self._queue[0]
+                    ahead.batch = []
+                    self._fill(ahead.batch)
+                    ahead.latch.release()  # it leads in this one's place
                 else:
-                    self._leading = False
+                    self._leaders -= 1
 
-    def _take(self) -> list[_Waiter]:
-        """The head of the queue: up to ``max_items`` results and about ``max_bytes``, at most
-        one per (run, step name); the rest keep their places."""
-        with self._mutex:
-            batch: list[_Waiter] = []
-            rest: list[_Waiter] = []
-            keys: set[tuple[UUID, str]] = set()
-            size = 0
-            for waiter in self._queue:
-                size += waiter.size
-                full = batch and (len(batch) >= self.max_items or size > self.max_bytes)
-                if full or waiter.key in keys:
-                    rest.append(waiter)
-                    continue
-                keys.add(waiter.key)
-                batch.append(waiter)
-            self._queue = rest
-            return batch
+    def _fill(self, batch: list[_Waiter]) -> None:
+        """Move results from the head of the queue into ``batch`` (under the mutex): up to
+        ``max_items`` and about ``max_bytes`` in all (at least one), at most one per (run, step
+        name); the rest keep their places."""
+        keys = {w.key for w in batch}
+        size = sum(w.size for w in batch)
+        rest: list[_Waiter] = []
+        for waiter in self._queue:
+            size += waiter.size
+            full = batch and (len(batch) >= self.max_items or size > self.max_bytes)
+            if full or waiter.key in keys:
+                rest.append(waiter)
+                continue
+            keys.add(waiter.key)
+            batch.append(waiter)
+        self._queue = rest
 
     def _write(self, batch: list[_Waiter]) -> None:
         try:
