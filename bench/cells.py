@@ -82,6 +82,7 @@ SELECTABLE = {
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
 STEPS_LABEL = f"{STEP_COUNT} no-op step.run calls"
+STEADY = " · 1st→Nth done"  # label suffix of a drain's rate from its first completion on
 STEP_BODIES = (8, 16, 1)  # worker -c of the step-overhead pairs; the first is the target's
 SINGLE_BODY_SHARE = 10  # the -c 1 pair drains N / this many jobs (one body is slow by design)
 
