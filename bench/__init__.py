@@ -20,6 +20,8 @@ Layout (one module per concern, one per system):
   draining 20,000 messages real Celery published to Redis and to RabbitMQ (``--cells
   drain-broker``; ``--only migrate``).
 - ``runner``: rounds, cleanup; ``report``: tables, targets, JSON.
+- ``soak``: the chaos soak (``python -m bench.soak``), a package of its own: every workload
+  on real processes while faults land, then the loss table (``bench/soak/__init__.py``).
 
 What it is not: a test suite (nothing here asserts; targets are reported, not enforced), nor part
 of the shipped package (``bench`` is not in ``[tool.setuptools.packages.find]``).

@@ -10,6 +10,9 @@ README can always be re-checked on the machine at hand::
     python -m bench --only celery-compat,celery-redis,celery-rabbitmq \
         --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
     python -m bench --only migrate --cells drain-broker     # migrate: Redis/RabbitMQ -> Postgres
+    python -m bench --only ujobs --cells lean --lean-jobs 100000   # the lean-table cell
+    python -m bench --only migrate,celery-redis,celery-rabbitmq \
+        --cells drain-broker,drain-core                       # ... and x Celery's own drain
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when
@@ -76,6 +79,12 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="seconds one drain may take (default 60 + N/100)",
     )
     parser.add_argument(
+        "--lean-jobs",
+        type=int,
+        default=None,
+        help="N of the lean-table cell (default 1,000,000; --quick: 20,000)",
+    )
+    parser.add_argument(
         "--json-out", type=Path, default=None, help="write every figure as JSON here"
     )
     args = parser.parse_args(argv)
@@ -94,8 +103,13 @@ def parse(argv: list[str] | None = None) -> Settings:
     samples = (
         args.latency_samples if args.latency_samples is not None else (50 if args.quick else 500)
     )
-    if jobs < 1 or rounds < 1 or samples < 1 or args.per_core < 1:
-        parser.error("--jobs, --rounds, --latency-samples and --per-core must be at least 1")
+    lean_jobs = (
+        args.lean_jobs if args.lean_jobs is not None else (20_000 if args.quick else 1_000_000)
+    )
+    if jobs < 1 or rounds < 1 or samples < 1 or args.per_core < 1 or lean_jobs < 1:
+        parser.error(
+            "--jobs, --rounds, --latency-samples, --per-core and --lean-jobs must be at least 1"
+        )
     return Settings(
         jobs=jobs,
         rounds=rounds,
@@ -105,6 +119,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         per_core=args.per_core,
         drain_deadline_s=args.drain_deadline,
         json_out=args.json_out,
+        lean_jobs=lean_jobs,
         cells=tuple(cells.SELECTABLE[c] for c in picked),
     )
 

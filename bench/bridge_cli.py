@@ -58,19 +58,24 @@ def fresh_database(dbname: str) -> str:
     pg.create(dbname)
     url = pg.url_for(dbname)
     try:
-        done = subprocess.run(
-            [*command(), "db", "upgrade", "--dsn", url],
-            capture_output=True,
-            text=True,
-            timeout=UPGRADE_TIMEOUT_S,
-            cwd=PROJECT_ROOT,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
+        upgrade(url)
     except BaseException:
         pg.drop(dbname)
         raise
     return url
+
+
+def upgrade(url: str) -> None:
+    """``ujobs-bridge db upgrade --dsn URL``; raises with its output when it fails."""
+    done = subprocess.run(
+        [*command(), "db", "upgrade", "--dsn", url],
+        capture_output=True,
+        text=True,
+        timeout=UPGRADE_TIMEOUT_S,
+        cwd=PROJECT_ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ujobs-bridge db upgrade failed:\n{done.stdout}{done.stderr}")
 
 
 def spawn_worker(

@@ -26,6 +26,9 @@ systems if it is measured the same way. So the clock placement lives here, once:
   its figure is its plain rate for the same calls); a ``timed_drain`` of N pre-enqueued no-op
   ``@shared_task`` messages (the bridge: ONE worker process; Celery: ``prefork -c 2``). Results
   are ignored on both sides (``task_ignore_result=True``).
+- the lean-table cell (ujobs-bridge only, ``LeanCells``, first round only): ``--lean-jobs``
+  jobs (default 1,000,000) through enqueue -> claim -> settle on a private server with the purge
+  running; throughput per tenth, the HOT ratio, dead tuples and sizes (``lean_table``).
 - the migrate cell (``BrokerDrain``, ``migrate_system``): N messages real Celery published to
   Redis and to RabbitMQ, each backlog drained by the ``ujobs-bridge migrate`` CLI (a
   subprocess) into a fresh database; spawn -> exit, the drainer's own clock, and its RSS.
@@ -43,6 +46,7 @@ from typing import Protocol, runtime_checkable
 
 import redis
 
+from .lean_table import LeanResult
 from .procs import MIB, BenchTimeout, Group, RssSampler, wait_until
 from .settings import Settings
 
@@ -62,9 +66,10 @@ CELERY_SHAPED = (DELAY_ONE, DELAY_TX, DRAIN_SHARED)
 CELERY_PREFORK = 2  # the Celery drain the bridge's one-process drain is held against
 MIGRATE = "migrate: drain a Celery backlog into Postgres"
 RSS_MIGRATE = "migrate: drainer RSS"
+LEAN = "lean table: N jobs through enqueue -> claim -> settle, purge running"
 CELLS = (
     ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED,
-    MIGRATE, RSS_MIGRATE,
+    MIGRATE, RSS_MIGRATE, LEAN,
 )  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
@@ -78,6 +83,7 @@ SELECTABLE = {
     "delay-tx": DELAY_TX,
     "drain-shared": DRAIN_SHARED,
     "drain-broker": MIGRATE,
+    "lean": LEAN,
 }
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
@@ -207,6 +213,15 @@ class CeleryShaped(Protocol):
 
     def drain_shared(self, n: int) -> dict[str, DrainResult]:
         """Label -> drain of ``n`` pre-enqueued no-op shared-task messages."""
+        ...
+
+
+@runtime_checkable
+class LeanCells(Protocol):
+    """A system whose job table's health is measured over a long run (ujobs-bridge)."""
+
+    def lean_table(self, n: int) -> LeanResult:
+        """``n`` jobs through enqueue -> claim -> settle with the purge running."""
         ...
 
 

@@ -34,8 +34,10 @@ def fmt(value: float, unit: str) -> str:
         return "-"
     if unit == "jobs/s":
         return f"{value:,.0f}"
-    if unit == "ms":
+    if unit in ("ms", "x"):
         return f"{value:.2f}"
+    if unit == "rows":
+        return f"{value:,.0f}"
     return f"{value:.1f}"
 
 
@@ -231,16 +233,52 @@ def targets(results: Results) -> list[Target]:
     out.extend(_steps_targets(results))
     out.extend(celery_shaped_targets(results))
     out.extend(migrate_targets(results))
+    out.extend(lean_targets(results))
+    return out
+
+
+LEAN_GOALS = (
+    # (label in the cell, target name, minimum, maximum)
+    ("last tenth ÷ first tenth", "throughput of the last tenth ÷ the first", 0.85, None),
+    ("HOT share of updates on x_jobs", "HOT share of updates on x_jobs (%)", 50.0, None),
+    ("x_jobs_claim_idx after VACUUM", "claim index after a routine VACUUM (MiB)", None, 1.0),
+)
+
+
+def lean_targets(results: Results) -> list[Target]:
+    """The lean-table cell: flat throughput, HOT updates, a small claim index."""
+    out: list[Target] = []
+    jobs = results.settings.get("lean_jobs", 0)
+    for label, name, minimum, maximum in LEAN_GOALS:
+        row = results.rows.get(("ujobs", cells.LEAN, label))
+        full = f"ujobs lean table, {jobs:,} jobs: {name}"
+        if row is None or math.isnan(row.median):
+            out.append(Target(full, "not measured", "", _goal(minimum, maximum), None))
+            continue
+        out.append(
+            Target(
+                full,
+                fmt(row.median, row.unit),
+                "",
+                _goal(minimum, maximum),
+                _verdict(row.median, minimum, maximum),
+                row.median,
+            )
+        )
     return out
 
 
 MIGRATE_GOALS = (("Redis", 10_000.0), ("RabbitMQ", 5_000.0))  # messages/s into Postgres
 MIGRATE_GOAL_JOBS = 20_000  # the goals are for a backlog this size (start-up is amortised over it)
+MIGRATE_VS_CELERY = 10.0  # migrate vs Celery working off the same backlog on that broker
 
 
 def migrate_targets(results: Results) -> list[Target]:
     """``ujobs-bridge migrate``: drain rate per broker (spawn -> exit, and on the drainer's own
-    clock, which leaves out CLI start-up) and the drainer's RSS across the run."""
+    clock, which leaves out CLI start-up), that rate (spawn -> exit) against the faster of
+    Celery's own drains of N no-op tasks on the same broker in the same run (``--only
+    migrate,celery-redis,celery-rabbitmq --cells drain-broker,drain-core``), and the drainer's
+    RSS across the run."""
     out: list[Target] = []
     jobs = results.settings.get("jobs", 0)
     for broker, goal in MIGRATE_GOALS:
@@ -262,6 +300,21 @@ def migrate_targets(results: Results) -> list[Target]:
                     row.median,
                 )
             )
+        celery = f"celery-{broker.lower()}"
+        drains = [
+            row
+            for cell in (cells.DRAIN_1, cells.DRAIN_CORE, cells.DRAIN_SHARED)
+            for row in results.find(celery, cell, "rate")
+        ]
+        out.append(
+            _ratio_target(
+                f"migrate {broker} -> Postgres (spawn→exit) ÷ faster {TITLES[celery]} drain of "
+                "as many tasks",
+                results.rows.get(("migrate", cells.MIGRATE, prefix + "spawn→exit")),
+                drains,
+                MIGRATE_VS_CELERY,
+            )
+        )
         out.append(_flat_target(results, "migrate", cells.RSS_MIGRATE, f"{broker} -> Postgres · "))
     return out
 

@@ -27,6 +27,10 @@ UNITS = {
     "rss_start": "MiB",
     "rss_peak": "MiB",
     "rss_end": "MiB",
+    "ratio": "x",
+    "pct": "%",
+    "rows": "rows",
+    "mib": "MiB",
 }
 HIGHER_IS_BETTER = {"rate", "rate_steady"}
 

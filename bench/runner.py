@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from . import cells, procs
 from .cells import System
+from .lean_table import LeanResult
 from .results import Results
 from .settings import AMQP_URL, CORES, REDIS_URL, TITLES, Settings
 
@@ -151,11 +152,37 @@ class Runner:
             core_drains = self.generic(rnd, name, system)
         if isinstance(system, cells.CeleryShaped):
             self.celery_shaped(rnd, name, system, core_drains)
+        if isinstance(system, cells.LeanCells) and self.settings.wants(cells.LEAN) and rnd == 0:
+            lean = self.attempt(
+                rnd, name, cells.LEAN, partial(system.lean_table, self.settings.lean_jobs)
+            )
+            self.lean(rnd, name, lean)
         if isinstance(system, cells.BrokerDrain) and self.settings.wants(cells.MIGRATE):
             got = self.attempt(
                 rnd, name, cells.MIGRATE, partial(system.drain_broker, self.settings.jobs)
             )
             self.broker_drains(rnd, name, got)
+
+    def lean(self, rnd: int, name: str, got: LeanResult | None) -> None:
+        """Record the lean-table cell: rate per tenth, HOT ratio, dead tuples, sizes."""
+        if got is None:
+            return
+        add, cell, mib = self.results.add, cells.LEAN, procs.MIB
+        for i, rate in enumerate(got.segment_rates):
+            add(name, cell, f"tenth {i + 1} of {got.jobs:,}", "rate", rnd, rate)
+        add(name, cell, "last tenth ÷ first tenth", "ratio", rnd, got.last_vs_first)
+        add(name, cell, "HOT share of updates on x_jobs", "pct", rnd, 100.0 * got.hot_ratio)
+        for key in ("n_tup_upd", "n_tup_hot_upd", "n_dead_tup", "autovacuum_count"):
+            add(name, cell, f"{key} at the end", "rows", rnd, got.table.get(key, 0))
+        add(name, cell, "max n_dead_tup at a tenth", "rows", rnd, max(got.segment_dead, default=0))
+        for rel, size in got.sizes.items():
+            add(name, cell, f"{rel} at the end", "mib", rnd, size / mib)
+            after = got.sizes_vacuumed.get(rel, 0)
+            add(name, cell, f"{rel} after VACUUM", "mib", rnd, after / mib)
+        self.results.detail.append(
+            {"system": name, "cell": cell, "round": rnd, "lean": got.__dict__}
+        )
+        self.say(rnd, name, f"{cell}: {escape(got.summary())}")
 
     def broker_drains(
         self, rnd: int, name: str, got: dict[str, cells.MigrateResult] | None
@@ -281,6 +308,7 @@ def _settings_doc(settings: Settings) -> dict[str, Any]:
         "poll_s": settings.poll_s,
         "rss_sample_s": settings.rss_sample_s,
         "drain_deadline_s": settings.drain_deadline,
+        "lean_jobs": settings.lean_jobs,
         "cells": list(settings.cells) or list(cells.CELLS),
         "run_id": settings.run_id,
     }

@@ -54,6 +54,7 @@ class Settings:
     drain_deadline_s: float | None = None
     cells: tuple[str, ...] = ()  # titles from bench.cells.SELECTABLE to run; empty = every cell
     json_out: Path | None = None
+    lean_jobs: int = 1_000_000  # the lean-table cell's N (``--lean-jobs``)
     run_id: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:6]}")
 
     @property
@@ -62,6 +63,11 @@ class Settings:
         if self.drain_deadline_s is not None:
             return self.drain_deadline_s
         return 60.0 + self.jobs / 100.0
+
+    @property
+    def lean_deadline(self) -> float:
+        """Seconds the lean-table cell may take."""
+        return 120.0 + self.lean_jobs / 200.0
 
     def wants(self, cell: str) -> bool:
         return not self.cells or cell in self.cells

@@ -22,6 +22,7 @@ worker runs with its defaults apart from ``-c 8``.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import psycopg
 import redis
 
-from . import bridge_cli, cells, pg
+from . import bridge_cli, cells, lean_table, pg, private_pg
 from .bridge_cli import CONCURRENCY
 from .procs import Group
 from .settings import REDIS_URL, Settings
@@ -163,6 +164,17 @@ class UjobsSystem:
                 )
                 self._reset()
         return out
+
+    def lean_table(self, n: int) -> lean_table.LeanResult:
+        """The lean-table cell on a server of its own (``lean_table``, ``private_pg``)."""
+        extra = private_pg.parse_settings(os.environ.get("BENCH_LEAN_PG", ""))
+        return lean_table.run(
+            n,
+            processes=self.settings.per_core,
+            log_dir=self.log_dir,
+            settings={**lean_table.RECOMMENDED, **extra},
+            deadline_s=self.settings.lean_deadline,
+        )
 
     def idle_latency(self) -> list[float]:
         from .ujobs_tasks import ping

@@ -6,7 +6,7 @@ storage swapped for ``x_celery_results``, so every behaviour Celery's tests pin 
 Celery itself. What is ours:
 
 * ``get()``/``join`` wake on a NOTIFY sent with the write (``result_listener.py``), not on a
-  half-second poll;
+  half-second poll (behind PgBouncer without a listen DSN: they poll at their ``interval``);
 * the chord counter counts each header part ONCE, by child task id, in one atomic statement, so
   a redelivered part can never fire the body twice or early;
 * chords behave as on Celery's Redis backend where its key/value path differs: the expected size
@@ -42,6 +42,7 @@ from celery.result import GroupResult, allow_join_result
 from celery.utils.functional import _regen
 
 from ujobs_bridge.client import Client
+from ujobs_bridge.db.connections import listen_dsn
 
 from .db import message_jobs, result_store
 from .outage import stored
@@ -49,6 +50,11 @@ from .result_listener import ResultListener
 
 SAFETY_RECHECK_S = 2.0
 logger = logging.getLogger(__name__)
+
+
+def _poll_s(interval: Any) -> float:
+    """A waiter's re-read interval without wake-ups: Celery's ``interval`` (0.5 s by default)."""
+    return max(0.01, float(interval or 0.5))
 
 
 def bytes_to_str(value: Any) -> str:
@@ -305,7 +311,8 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
     def listener(self) -> ResultListener:
         with self._listener_lock:
             if self._listener is None:
-                self._listener = ResultListener(self.client.dsn)
+                explicit = self.app.conf.get("ujobs_listen_url") or None
+                self._listener = ResultListener(listen_dsn(self.client.dsn, explicit))
             return self._listener
 
     def close(self) -> None:
@@ -339,9 +346,8 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("The operation timed out.")
-                event.wait(
-                    SAFETY_RECHECK_S if remaining is None else min(remaining, SAFETY_RECHECK_S)
-                )
+                recheck = _poll_s(interval) if listener.polling else SAFETY_RECHECK_S
+                event.wait(recheck if remaining is None else min(remaining, recheck))
         finally:
             listener.unwatch([key], event)
 
@@ -366,6 +372,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         keys = {bytes_to_str(self.get_key_for_task(t)): t for t in pending}
         deadline = None if timeout is None else time.monotonic() + timeout
         event = self.listener().watch(keys)
+        recheck = _poll_s(interval) if self.listener().polling else SAFETY_RECHECK_S
         iterations = 0
         try:
             while pending:
@@ -387,9 +394,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                     raise TimeoutError(f"Operation timed out ({timeout})")
                 if on_interval:
                     on_interval()
-                event.wait(
-                    SAFETY_RECHECK_S if remaining is None else min(remaining, SAFETY_RECHECK_S)
-                )
+                event.wait(recheck if remaining is None else min(remaining, recheck))
                 iterations += 1
                 if max_iterations and iterations >= max_iterations:
                     break

@@ -42,6 +42,7 @@ from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
 from ujobs_bridge.context import current_job, node_name
+from ujobs_bridge.faults import fault
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
@@ -51,7 +52,7 @@ from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
 from .outage import forget_outage, outage_handed_back, raise_if_outage
-from .sending import retries_held
+from .send_keys import running_body
 
 PROTOCOL_HEADERS = frozenset(
     {
@@ -341,7 +342,7 @@ def run_message(
     traced: Any = None
     rejection: Reject | None = None
     forget_outage()
-    with retries_held(message.task_id) as held:
+    with running_body(ctx.id, message.task_id) as held:
         try:
             with joins_will_block():
                 try:
@@ -360,8 +361,9 @@ def run_message(
             pass  # what killed it is in watched.fired
         except Reject as exc:  # raised outside the body (by the tracer's own hooks)
             rejection = exc
-    for retry in held:  # RETRY is stored now: the retry may run and store its own outcome
-        app.amqp.insert_now(retry)
+    for retry, key in held:  # RETRY is stored now: the retry may run and store its own outcome
+        app.amqp.insert_now(retry, key=key)
+        fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
             _revoke(task, message.task_id, request, expired=False, terminated=True)

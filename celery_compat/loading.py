@@ -105,15 +105,19 @@ def not_found(spec: str, target: Any) -> str:
 
 
 def worker_settings(app: Any) -> dict[str, int]:
-    """The worker settings the app has set: ``worker_concurrency`` (→ ``concurrency``) and
-    ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), each only when the app sets it
-    (Celery's own defaults, CPU count and 4, do not override the bridge's)."""
+    """The worker settings the app has set: ``worker_concurrency`` (→ ``concurrency``),
+    ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), ``worker_max_tasks_per_child``
+    and ``worker_max_memory_per_child`` (→ ``max_tasks_per_child`` / ``max_memory_per_child``),
+    each only when the app sets it (Celery's own defaults, CPU count and 4, do not override the
+    bridge's)."""
     conf = app.conf
     builtin = conf.maps[-1] if getattr(conf, "maps", None) else {}
     out: dict[str, int] = {}
     for key, name in (
         ("worker_concurrency", "concurrency"),
         ("worker_prefetch_multiplier", "prefetch_multiplier"),
+        ("worker_max_tasks_per_child", "max_tasks_per_child"),
+        ("worker_max_memory_per_child", "max_memory_per_child"),
     ):
         value = conf.get(key)
         explicit = key in conf.maps[0] if getattr(conf, "maps", None) else False
@@ -154,6 +158,14 @@ class CeleryApp(LoadedApp):
 
     def worker_settings(self) -> dict[str, int]:
         return worker_settings(self.app)
+
+    def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
+        """Celery's meaning: ``task_time_limit`` / ``task_soft_time_limit``, the defaults for
+        tasks that set none (enforced in the body's process, ``interrupts.py``)."""
+        if hard_s is not None:
+            self.app.conf.task_time_limit = hard_s
+        if soft_s is not None:
+            self.app.conf.task_soft_time_limit = soft_s
 
     def channels(self) -> tuple[ExtraChannel, ...]:
         from . import revoked_ids

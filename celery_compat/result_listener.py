@@ -11,6 +11,11 @@ and ``stop()`` are idempotent, ``stop()`` waits for the pass in flight (at most 
 ``NOTIFY_POLL_S`` wait), and ``tick()`` is one pass. Its connection comes from
 ``ujobs_bridge.db.connections`` and is reopened after an error.
 
+Its DSN is the listen DSN (``ujobs_bridge.db.connections.listen_dsn``: ``ujobs_listen_url``,
+``UJOBS_LISTEN_URL``, else the jobs database unless that goes through PgBouncer). With none it
+listens on nothing (``polling``): waiters then re-read at their own interval (``get(interval=)``,
+Celery's 0.5 s by default).
+
 What it is not: a result cache or a store; the database stays the only truth.
 """
 
@@ -38,18 +43,25 @@ RESULTS_ROLE = Role("celery:results")
 class ResultListener(Service):
     """A LISTEN connection and the waiters per key."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str | None) -> None:
         super().__init__("celery-results", interval_s=0.0)
         self.dsn = dsn
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._ready = threading.Event()
-        self._conn = Reconnecting(dsn, RESULTS_ROLE, checked=False)
+        self._conn = Reconnecting(dsn or "", RESULTS_ROLE, checked=False)
         self._listening = False
+
+    @property
+    def polling(self) -> bool:
+        """True without a listen DSN: no wake-ups, waiters re-read at their own interval."""
+        return self.dsn is None
 
     # ------------------------------------------------------------------ lifecycle (``Service``)
 
     def start(self) -> None:
+        if self.polling:
+            return
         super().start()
         self._ready.wait(LISTEN_READY_S)  # LISTEN is in place before the first waiter reads the row
 

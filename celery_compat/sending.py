@@ -17,7 +17,6 @@ What it is not: the Celery app (``app.py``) or the executor (``execution.py``).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -25,9 +24,8 @@ from typing import Any
 from celery import signals
 from celery.app.amqp import AMQP
 from kombu.entity import Queue
-from kombu.exceptions import EncodeError
 
-from . import task_events
+from . import send_keys, task_events
 from .db import message_jobs
 from .message_row import CeleryMessage
 from .queue_names import bridge_queue
@@ -58,10 +56,15 @@ class BridgeProducer:
 BRIDGE_PRODUCER = BridgeProducer()
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
+    if all(type(v) in _SCALARS for v in properties.values()):
+        return dict(properties)  # the usual case (Celery's own properties): nothing to drop
     try:
         json.dumps(properties)
-        return dict(properties)  # the usual case: every value is JSON, one encode says so
+        return dict(properties)
     except (TypeError, ValueError):
         pass
     out: dict[str, Any] = {}
@@ -72,29 +75,6 @@ def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
             continue  # transport objects (exchanges, callables) do not belong in the row
         out[key] = value
     return out
-
-
-# (task id, messages) of the task running in this context; see ``retries_held``.
-_held_retries: contextvars.ContextVar[tuple[str, list[CeleryMessage]] | None] = (
-    contextvars.ContextVar("celery_compat_held_retries", default=None)
-)
-
-
-@contextlib.contextmanager
-def retries_held(task_id: str) -> Iterator[list[CeleryMessage]]:
-    """While task ``task_id`` runs, hold back the message its ``self.retry`` sends; the executor
-    sends it (``BridgeAMQP.insert_now``) after the tracer has stored RETRY.
-
-    Why: Celery publishes the retry and THEN stores RETRY. On a broker that gap is hidden by the
-    round trip; here a ``countdown=0`` retry can run and store SUCCESS inside it, and the late
-    RETRY then overwrites SUCCESS (``get()`` waits forever). Holding the retry closes the gap.
-    A crash in between loses nothing: the running row is redelivered and retries again."""
-    held: list[CeleryMessage] = []
-    token = _held_retries.set((task_id, held))
-    try:
-        yield held
-    finally:
-        _held_retries.reset(token)
 
 
 class BridgeAMQP(AMQP):  # type: ignore[misc]
@@ -210,34 +190,34 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         return str(self.default_queue.name)
 
     def insert(self, row: CeleryMessage) -> None:
-        app = self.app
-        try:
-            payload = row.input_json()
-        except TypeError as exc:
-            raise EncodeError(
-                f"task {row.task!r} ({row.task_id}): an argument is not JSON-serialisable ({exc}); "
-                "celery_compat stores messages as JSON: pass ids or plain data"
-            ) from exc
-        conn = current_connection(app.ujobs_dsn_params)
-        held = _held_retries.get()
-        if conn is None and held is not None and row.task_id == held[0]:
-            held[1].append(row)  # this task's own retry: sent once RETRY is stored
+        payload = row.input_json()  # EncodeError before any SQL: the caller's transaction lives on
+        key, held = send_keys.key_of(row)
+        conn = current_connection(self.app.ujobs_dsn_params)
+        if conn is None and held:
+            assert key is not None
+            send_keys.hold(row, key)  # this task's own re-send: sent once its outcome is stored
             return
-        if conn is not None and batch_hold(row, payload, self.max_attempts()):
+        if conn is not None and batch_hold(row, payload, self.max_attempts(), key):
             return  # enqueue_in(batch=True): written in one statement when the block exits
-        self.insert_now(row, conn, payload=payload)
+        self.insert_now(row, conn, payload=payload, key=key)
 
     def max_attempts(self) -> int:
         return int(self.app.conf.get("ujobs_max_deliveries") or 3)
 
     def insert_now(
-        self, row: CeleryMessage, conn: Any = None, *, payload: str | None = None
+        self,
+        row: CeleryMessage,
+        conn: Any = None,
+        *,
+        payload: str | None = None,
+        key: send_keys.SendKey | None = None,
     ) -> None:
         """Insert ``row`` now: on ``conn`` (the caller's transaction) or through the pool."""
-        app = self.app
-        max_attempts = int(app.conf.get("ujobs_max_deliveries") or 3)
+        max_attempts = self.max_attempts()
         if conn is not None:
-            message_jobs.enqueue(conn, row, max_attempts=max_attempts, input_json=payload)
+            message_jobs.enqueue(conn, row, max_attempts=max_attempts, input_json=payload, key=key)
             return
-        with app.ujobs_client.pool.connection() as pooled:
-            message_jobs.enqueue(pooled, row, max_attempts=max_attempts, input_json=payload)
+        with self.app.ujobs_client.pool.connection() as pooled:
+            message_jobs.enqueue(
+                pooled, row, max_attempts=max_attempts, input_json=payload, key=key
+            )

@@ -24,7 +24,9 @@ import psycopg
 
 log = logging.getLogger(__name__)
 
-_batch: contextvars.ContextVar[list[tuple[Any, str, int]] | None] = contextvars.ContextVar(
+# (message, its input text, max attempts, its send key) held by enqueue_in(batch=True).
+Held = tuple[Any, str, int, Any]
+_batch: contextvars.ContextVar[list[Held] | None] = contextvars.ContextVar(
     "celery_compat_enqueue_batch", default=None
 )
 _current: contextvars.ContextVar[psycopg.Connection[Any] | None] = contextvars.ContextVar(
@@ -47,7 +49,7 @@ def enqueue_in(
             "under Django use transaction.atomic() on the jobs database instead"
         )
     token = _current.set(conn)
-    held: list[tuple[Any, str, int]] | None = [] if batch else None
+    held: list[Held] | None = [] if batch else None
     batch_token = _batch.set(held)
     try:
         yield conn
@@ -57,24 +59,26 @@ def enqueue_in(
     if held:
         from .db import message_jobs
 
-        by_attempts: dict[int, list[tuple[Any, str, int]]] = {}
+        by_attempts: dict[int, list[Held]] = {}
         for item in held:
             by_attempts.setdefault(item[2], []).append(item)
         for max_attempts, items in by_attempts.items():
             message_jobs.enqueue_many(
                 conn,
-                [m for m, _, _ in items],
+                [m for m, _, _, _ in items],
                 max_attempts=max_attempts,
-                inputs=[payload for _, payload, _ in items],
+                inputs=[payload for _, payload, _, _ in items],
+                keys=[key for _, _, _, key in items],
             )
 
 
-def batch_hold(message: Any, payload: str, max_attempts: int) -> bool:
-    """Hold ``message`` for the enclosing ``enqueue_in(batch=True)``; False if there is none."""
+def batch_hold(message: Any, payload: str, max_attempts: int, key: Any = None) -> bool:
+    """Hold ``message`` (sent under ``key``, a ``SendKey`` or None) for the enclosing
+    ``enqueue_in(batch=True)``; False if there is none."""
     held = _batch.get()
     if held is None:
         return False
-    held.append((message, payload, max_attempts))
+    held.append((message, payload, max_attempts, key))
     return True
 
 

@@ -5,9 +5,11 @@ Why it exists: deploy scripts say ``celery worker``. Celery's command builds ``a
 (``Celery.Worker``), which maps Celery's already-parsed flags (node name expanded, ``-P`` resolved
 to a pool class, ``-l`` a level number) onto ``ujobs_bridge.cli.worker.WorkerFlags`` and runs
 the same ``serve`` as ``ujobs-bridge worker``: until SIGTERM/SIGINT, then drain and exit 0.
-A flag with no meaning on the bridge is refused (exit 2) with the reason, as there; Celery's
-``--time-limit``/``--soft-time-limit`` set ``task_time_limit``/``task_soft_time_limit``, which
-is their meaning in Celery (the default for tasks that set none).
+A flag with no meaning on the bridge is refused (exit 2) with the reason, as there. Celery's
+``--time-limit``/``--soft-time-limit`` set ``task_time_limit``/``task_soft_time_limit`` (the
+default for tasks that set none) in the worker and in every ``-P prefork`` child;
+``--max-tasks-per-child``, ``--max-memory-per-child``, ``--autoscale`` and ``-B`` (the bridge
+scheduler, leader-elected) are the bridge worker's.
 
 What it is not: Celery's ``WorkController``: no consumer, no broker connection, no bootsteps.
 """
@@ -52,20 +54,50 @@ ACCEPTED = frozenset(
         "include",
         "time_limit",
         "soft_time_limit",
+        "max_tasks_per_child",
+        "max_memory_per_child",
+        "autoscale",
+        "beat",
         "pool_start_method",
         "disable_prefetch",
-        "schedule_filename",  # with -B only, which is refused
-        "scheduler",
+        "schedule_filename",  # -B's shelve file: the schedule's state is rows in Postgres
+        "scheduler",  # checked with -B (beat_scheduler_refusal)
         "task_events",  # -E: read by the app's worker hooks (worker_events.py)
     }
 )
 REFUSED = {
-    "max_tasks_per_child": "--max-tasks-per-child",
-    "max_memory_per_child": "--max-memory-per-child",
-    "autoscale": "--autoscale",
-    "beat": "-B",
     "purge": "--purge",
 }
+
+
+def _autoscale(value: Any) -> tuple[int, int] | None:
+    """Celery's parsed ``--autoscale`` (a ``(max, min)`` tuple) or its text form."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        return flags.autoscale(value)
+    most, least = value
+    return int(most), int(least)
+
+
+def _beat_scheduler_refusal(scheduler: Any) -> ConfigError | None:
+    """``-B --scheduler CLASS``: the embedded scheduler is the bridge's; another class runs
+    only under ``celery beat -S`` (Celery's beat, sending through the bridge)."""
+    from .beat_service import DEFAULT_SCHEDULER, _same_class
+
+    if scheduler is None or (
+        isinstance(scheduler, str) and _same_class(scheduler, DEFAULT_SCHEDULER)
+    ):
+        return None
+    return ConfigError(
+        f"-B --scheduler {scheduler}: the worker embeds the bridge scheduler, not a beat "
+        "scheduler class",
+        hint="drop --scheduler, or run `celery -A proj beat -S CLASS` as its own process",
+    )
+
+
+# Celery's pool modules (celery.concurrency.<module>) whose name is not the -P name
+POOL_MODULES = {"thread": "threads"}
 
 
 def _list(value: Any) -> tuple[str, ...]:
@@ -83,7 +115,8 @@ def _pool_name(pool_cls: Any) -> str:
     if isinstance(pool_cls, str):
         return pool_cls
     module = getattr(pool_cls, "__module__", "") or ""
-    return module.rsplit(".", 1)[-1] or str(pool_cls)
+    name = module.rsplit(".", 1)[-1] or str(pool_cls)
+    return POOL_MODULES.get(name, name)
 
 
 def _app_spec() -> str | None:
@@ -125,6 +158,10 @@ class Worker:
                     hint="drop them; `ujobs-bridge worker --help` lists what is supported",
                 )
             concurrency = kwargs.get("concurrency")
+            if kwargs.get("beat"):
+                refused = _beat_scheduler_refusal(kwargs.get("scheduler"))
+                if refused is not None:
+                    raise refused
             pool, mapped_concurrency = flags.pool(
                 _pool_name(pool_cls), int(concurrency) if concurrency else None
             )
@@ -141,20 +178,21 @@ class Worker:
                 task_events=bool(kwargs.get("task_events")),
                 # Celery's CLI has no --log-format: the bridge's environment variable sets it
                 log_format="json" if os.environ.get("UJOBS_LOG_FORMAT") == "json" else "text",
+                time_limit=kwargs.get("time_limit"),
+                soft_time_limit=kwargs.get("soft_time_limit"),
+                max_tasks_per_child=kwargs.get("max_tasks_per_child"),
+                max_memory_per_child=kwargs.get("max_memory_per_child"),
+                autoscale=_autoscale(kwargs.get("autoscale")),
+                autoscale_keepalive_s=flags.autoscale_keepalive(),
+                beat=bool(kwargs.get("beat")),
             )
             self.flags.config()
         except ConfigError as exc:
             raise click.UsageError(exc.render()) from exc
         self.include = _list(kwargs.get("include"))
-        self.time_limits = (kwargs.get("time_limit"), kwargs.get("soft_time_limit"))
 
     def start(self) -> None:
         app = self.app
-        hard, soft = self.time_limits
-        if hard is not None:
-            app.conf.task_time_limit = hard
-        if soft is not None:
-            app.conf.task_soft_time_limit = soft
         if self.include:
             app.conf.include = (*(app.conf.include or ()), *self.include)
         flags.setup_logging(self.flags.loglevel, self.flags.logfile, self.flags.log_format)

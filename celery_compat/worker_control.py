@@ -100,7 +100,10 @@ def commands(app: Any) -> dict[str, Handler]:
     """The handlers that answer with ``app`` (closures over it)."""
 
     def active(state: ControlState, safe: Any = False, **_: Any) -> Any:
-        return [request_info(state, e, safe) for e in engine.held(state, started=True)]
+        return [
+            request_info(state, e, safe) | engine.hung_info(state, e)
+            for e in engine.held(state, started=True)
+        ]
 
     def reserved(state: ControlState, **_: Any) -> Any:
         return [request_info(state, e) for e in engine.held(state, started=False)]

@@ -10,11 +10,6 @@ What it is not: a skip list. Every test still runs; this only annotates the repo
 
 from __future__ import annotations
 
-DEDUP = (
-    "re-sends a message whose task id was already sent (a frozen signature applied twice); "
-    "celery_compat's ledger absorbs the duplicate by design (exactly-once enqueue per task id, "
-    "retries and replacement nesting), so the second run never happens"
-)
 STAMP_REVOKE = (
     "revoke_by_stamped_headers is worker memory in Celery (revoked_stamps); celery_compat has "
     "no durable stamped-header revoke (stamping is not in its feature list), so nothing is revoked"
@@ -35,10 +30,6 @@ REASONS: dict[str, str] = {
     "test_revoke_by_stamped_headers_no_match": STAMP_REVOKE,
     "test_asyncresult_forget_cancels_subscription": REDIS_PUBSUB,
     "test_asyncresult_get_cancels_subscription": REDIS_PUBSUB,
-    "test_reapplying_frozen_chord_dispatches_body_again": DEDUP,
-    "test_mutable_errback_called_by_chord_from_chain[": DEDUP,
-    "test_mutable_errback_called_by_chord_from_chain_tail[": DEDUP,
-    "test_mutable_errback_called_by_chord_from_group[": DEDUP,
 }
 
 

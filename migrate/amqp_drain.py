@@ -2,14 +2,19 @@
 
 Why it exists: on RabbitMQ the broker itself keeps a delivered message until it is acked, so
 the contract is simple and exact: consume with ``no_ack=False`` (one consumer per queue,
-``basic_qos`` prefetch = a batch, which quorum queues support), insert + COMMIT the batch, then
-``basic_ack`` each delivery. A drainer killed in between loses its connection, RabbitMQ requeues
+``basic_qos`` prefetch = a few batches, which quorum queues support), insert + COMMIT the batch,
+then ack it: ONE ``basic_ack(multiple=True)`` on its last delivery tag when the batch is every
+delivery up to that tag (the usual case), else one ack per delivery. Deliveries are read by
+``amqp_frames.DeliveryReader`` (whole frames cut out of large socket reads), everything else by
+py-amqp. No delivery waits unacked longer than the few batches ahead of it take to commit, far
+below RabbitMQ's ``consumer_timeout`` (30 minutes by default). A drainer killed in between loses its connection, RabbitMQ requeues
 the deliveries (``redelivered``), and the ledger absorbs them on the next run. A poison message
 is quarantined and ACKED, never ``nack(requeue=True)`` (that is a redelivery loop).
 
 Native delayed delivery (Celery ≥ 5.5 on quorum queues): countdown/ETA messages wait in the
 ``celery_delayed_0..27`` queues, routed by ``<28 bits>.<routing key>``. They are read with
-``basic_get`` passes; a message whose destination queue (the routing key after the 28 bits) is
+``basic_get`` passes (when the consumed queues have nothing for a take, and at most once a
+second while they do); a message whose destination queue (the routing key after the 28 bits) is
 one being drained becomes a row of THAT queue (its ``eta`` header still holds the absolute
 time); a message for another queue is held unacked until the pass ends, then returned with
 ``basic_reject(requeue=True)``, so it is seen once per pass and never looped on.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -32,8 +38,10 @@ from typing import Any
 import amqp
 from kombu.connection import Connection as _Connection
 
+from .amqp_frames import DeliveryReader
 from .appinfo import AppInfo
 from .batch import Taken
+from .decoding import Envelope
 
 DELAYED_LEVELS = 28
 DELAYED_QUEUES = tuple(f"celery_delayed_{level}" for level in range(DELAYED_LEVELS - 1, -1, -1))
@@ -53,26 +61,43 @@ _PROPERTY_KEYS = (
 )
 
 
-def _envelope_meta(msg: Any) -> dict[str, Any]:
-    props = dict(msg.properties or {})
-    info = dict(msg.delivery_info or {})
-    properties = {k: props[k] for k in _PROPERTY_KEYS if props.get(k) is not None}
-    properties["delivery_info"] = {
+def _meta(properties: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """The envelope metadata of one delivery: AMQP values as py-amqp decoded them (made
+    JSON-safe only if quarantined)."""
+    kept = {k: v for k in _PROPERTY_KEYS if (v := properties.get(k)) is not None}
+    kept["delivery_info"] = {
         "exchange": info.get("exchange") or "",
         "routing_key": info.get("routing_key") or "",
         "redelivered": bool(info.get("redelivered")),
     }
-    return {  # AMQP values as py-amqp decoded them; made JSON-safe only if quarantined
-        "content_type": props.get("content_type") or "application/data",
-        "content_encoding": props.get("content_encoding") or "utf-8",
-        "headers": dict(props.get("application_headers") or {}),
-        "properties": properties,
+    return {
+        "content_type": properties.get("content_type") or "application/data",
+        "content_encoding": properties.get("content_encoding") or "utf-8",
+        "headers": dict(properties.get("application_headers") or {}),
+        "properties": kept,
     }
 
 
+def _delivery(
+    queue: str, body: bytes, meta: dict[str, Any], tag: int, problem: str | None = None
+) -> Taken:
+    envelope = Envelope(
+        body, meta["content_type"], meta["content_encoding"], meta["headers"], meta["properties"]
+    )
+    return Taken(body, "amqp", queue, envelope, meta, tag, problem)
+
+
 def _taken(msg: Any, queue: str) -> Taken:
+    """A message py-amqp read (``basic_get``, or a delivery it was handed)."""
     body = msg.body if isinstance(msg.body, bytes | bytearray) else str(msg.body).encode("utf-8")
-    return Taken(bytes(body), "amqp", queue, meta=_envelope_meta(msg), token=msg.delivery_tag)
+    meta = _meta(dict(msg.properties or {}), dict(msg.delivery_info or {}))
+    return _delivery(queue, bytes(body), meta, msg.delivery_tag)
+
+
+# A delayed pass is one basic.get round trip per celery_delayed_* queue: made whenever the
+# consumed queues have nothing for a take, and while they do, at most this often.
+DELAYED_PASS_EVERY_S = 1.0
+PREFETCH_MAX = 65535  # basic.qos counts in an unsigned short
 
 
 class AmqpSource:
@@ -90,9 +115,12 @@ class AmqpSource:
             q for q in (queues if queues is not None else list(app.queues)) if self._exists(q)
         ]
         self.delayed = [q for q in DELAYED_QUEUES if self._exists(q)]
-        self.prefetch = prefetch
+        self.prefetch = max(1, min(PREFETCH_MAX, prefetch))
         self._buffer: deque[Taken] = deque()
         self._consuming = False
+        self._consumers: dict[str, str] = {}  # consumer tag -> its queue
+        self._reader: DeliveryReader | None = None
+        self._next_pass = 0.0  # monotonic time of the next delayed pass while deliveries flow
         self._acked_upto = 0  # every delivery tag up to this one is acked or returned
         self._acknowledged: set[int] = set()  # tags above it already acked or returned
 
@@ -116,12 +144,34 @@ class AmqpSource:
 
         return on_message
 
+    def _delivered(
+        self,
+        consumer: str,
+        tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: dict[str, Any],
+        body: bytes,
+        problem: str | None,
+    ) -> bool:
+        """A delivery the frame reader cut out; False for a consumer tag that is not ours."""
+        queue = self._consumers.get(consumer)
+        if queue is None:
+            return False
+        info = {"exchange": exchange, "routing_key": routing_key, "redelivered": redelivered}
+        self._buffer.append(_delivery(queue, body, _meta(properties, info), tag, problem))
+        return True
+
     def _consume(self) -> None:
         if self._consuming:
             return
         self.channel.basic_qos(0, self.prefetch, False)
         for queue in self.queues:
-            self.channel.basic_consume(queue, callback=self._on_message(queue), no_ack=False)
+            tag = self.channel.basic_consume(queue, callback=self._on_message(queue), no_ack=False)
+            self._consumers[str(tag)] = queue
+        if DeliveryReader.usable(self.raw):  # else py-amqp reads every frame, as before
+            self._reader = DeliveryReader(self.raw, self.channel.channel_id, self._delivered)
         self._consuming = True
 
     def recover(self, n: int) -> list[Taken]:
@@ -131,7 +181,10 @@ class AmqpSource:
     def _pump(self, n: int, timeout: float) -> None:
         while len(self._buffer) < n:
             try:
-                self.raw.drain_events(timeout=timeout)
+                if self._reader is not None:
+                    self._reader.read(timeout)
+                else:
+                    self.raw.drain_events(timeout=timeout)
             except TimeoutError:
                 return
             timeout = min(timeout, 0.01)  # more may be in flight: read on briefly
@@ -140,8 +193,9 @@ class AmqpSource:
         self._consume()
         self._pump(n, 0.05)
         out = [self._buffer.popleft() for _ in range(min(n, len(self._buffer)))]
-        if len(out) < n and self.delayed:
+        if len(out) < n and self.delayed and (not out or time.monotonic() >= self._next_pass):
             out.extend(self._delayed_pass(n - len(out)))
+            self._next_pass = time.monotonic() + DELAYED_PASS_EVERY_S
         return out
 
     def destination(self, routing_key: str) -> str:

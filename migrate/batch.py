@@ -18,7 +18,6 @@ What it is not: a transport (``redis_drain``/``amqp_drain``/``kombu_drain``) or 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ import psycopg
 
 from celery_compat.db import message_jobs
 from celery_compat.message_row import CeleryMessage
+from celery_compat.send_keys import identity_key
 from ujobs_bridge.ids import new_job_ids
 
 from . import quarantine
@@ -38,7 +38,6 @@ from .decoding import (
     CHORD_UNRECOVERABLE,
     DB_REJECTED,
     DUPLICATE_CONFLICT,
-    JSON,
     MALFORMED,
     Accept,
     Envelope,
@@ -68,6 +67,7 @@ class Taken:
     envelope: Envelope | None = None  # amqp/kombu: given; redis: parsed from raw
     meta: dict[str, Any] | None = None  # amqp/kombu: content type, encoding, headers, properties
     token: Any = None  # the drainer's handle: ("batch", list key), list key, tag, message
+    problem: str | None = None  # the transport could not read it whole (quarantined: malformed)
 
 
 @dataclass(slots=True)  # not frozen: made once per message, never changed
@@ -109,6 +109,8 @@ def decode(
     """The row for one taken message, or :class:`Poison`. ``now``: the batch's clock reading
     (expiry is judged against it), read from ``ctx`` when not given; ``job_id``: the row's id
     (drawn when not given)."""
+    if taken.problem is not None:
+        raise Poison(MALFORMED, taken.problem)
     envelope = taken.envelope
     if envelope is None:
         envelope = envelope_of(taken.fmt, taken.raw, taken.meta, ctx.accept.max_bytes)
@@ -120,7 +122,6 @@ def decode(
         broker=ctx.kind,
         app=ctx.app,
         now=ctx.now() if now is None else now,
-        from_json=envelope.content_type.lower() == JSON,
         job_id=job_id,
     )
 
@@ -288,8 +289,11 @@ def _insert(
     arguments match the job's, and goes to ``bad`` (``duplicate_conflict``) when they do not."""
     messages = [d.message for _, d in good]
     inputs = [d.input for _, d in good]
+    keys = [identity_key(m) for m in messages]  # a transport duplicate is the same message
     new = set(
-        message_jobs.enqueue_many(conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs)
+        message_jobs.enqueue_many(
+            conn, messages, max_attempts=ctx.app.max_attempts, inputs=inputs, keys=keys
+        )
     )
     absorbed = [m for m in messages if m.job_id not in new]
     stored = ledger.stored_arguments(conn, [_key(m) for m in absorbed]) if absorbed else {}
@@ -300,8 +304,7 @@ def _insert(
             outcome = EXPIRED if decoded.expired else MOVED
         else:
             existing = stored.get(_key(m))
-            ours = json.loads(decoded.input)
-            if existing is not None and existing != (ours["args"], ours["kwargs"]):
+            if existing is not None and existing != ledger.arguments_of(decoded.input):
                 detail = (
                     f"task {m.task_id} (retries {m.retries}) is already a job with other arguments"
                 )
@@ -310,7 +313,7 @@ def _insert(
                 )
                 continue
             outcome = DUPLICATE
-        results.append(Result(taken, outcome, m.task, None, m.eta, decoded.redelivered))
+        results.append(Result(taken, outcome, m.task, None, decoded.eta, decoded.redelivered))
     return results
 
 
@@ -327,7 +330,7 @@ def classify(taken: Taken, ctx: Context) -> Result:
         return Result(taken, QUARANTINED, poison.task, poison.reason)
     m = decoded.message
     return Result(
-        taken, EXPIRED if decoded.expired else MOVED, m.task, None, m.eta, decoded.redelivered
+        taken, EXPIRED if decoded.expired else MOVED, m.task, None, decoded.eta, decoded.redelivered
     )
 
 
@@ -363,6 +366,7 @@ def retry_entry(conn: Conn, entry_id: int, ctx: Context) -> RetryOutcome | None:
                     decoded.message,
                     max_attempts=ctx.app.max_attempts,
                     input_json=decoded.input,
+                    key=identity_key(decoded.message),
                 )
         except Exception as exc:
             if not rejected_by_database(conn, exc):

@@ -10,7 +10,7 @@ What it is not: configuration storage; flags override every value here.
 from __future__ import annotations
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024  # largest message, and largest decompressed body
-DEFAULT_BATCH = 1000  # messages per transaction (RabbitMQ prefetch: two batches)
+DEFAULT_BATCH = 1000  # messages per transaction (RabbitMQ prefetch: four batches)
 DEFAULT_POLL_S = 0.25  # --follow: seconds between polls of empty queues (bounds the latency)
 
 PICKLE_WARNING = (

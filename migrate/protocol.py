@@ -17,17 +17,15 @@ What it is not: byte-level decoding (``decoding.py``) or the database write (``b
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
-from kombu.utils.json import JSONEncoder
+from kombu.exceptions import EncodeError
 
-from celery_compat.message_row import CeleryMessage, parse_instant
+from celery_compat.message_row import CeleryMessage, encode_input, parse_instant
 from ujobs_bridge.ids import new_job_id
 
 from .appinfo import AppInfo
@@ -49,36 +47,6 @@ _DROP_HEADERS = (
 _DROP_HEADER_SET = frozenset(_DROP_HEADERS)
 _DROP_PROPERTIES = ("body_encoding", "application_headers", "content_type", "content_encoding")
 _DROP_PROPERTY_SET = frozenset(_DROP_PROPERTIES)
-
-
-# kombu's JSON encoder (datetime, UUID, Decimal, bytes), compact, refusing NaN/Infinity.
-_ROW_ANY: Any = JSONEncoder(allow_nan=False, separators=(",", ":"))
-_ROW_FROM_JSON: Any = JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
-
-
-def _reused_encoder(encoder: Any) -> Callable[[Any], str]:
-    """``encoder.encode`` for a dict, with the C encoder built once instead of on every call
-    (what ``JSONEncoder.iterencode`` does). Only for an encoder without the cycle check: that
-    one keeps per-call state."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None or encoder.check_circular:
-        return cast(Callable[[Any], str], encoder.encode)
-    iterencode = make(
-        None,
-        encoder.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        encoder.sort_keys,
-        encoder.skipkeys,
-        encoder.allow_nan,
-    )
-    return lambda value: "".join(iterencode(value, 0))
-
-
-_ENCODE_ANY = _reused_encoder(_ROW_ANY)
-_ENCODE_FROM_JSON = _reused_encoder(_ROW_FROM_JSON)
 
 
 # Header values stored as text columns (or looked up by them): PostgreSQL text holds no NUL and
@@ -144,10 +112,11 @@ class Decoded:
     """A message ready to insert, with what the report and the batch need to know about it."""
 
     message: CeleryMessage
-    input: str  # the row's ``input`` (the message in kombu's JSON), already encoded
+    input: str  # the row's ``input`` (``celery_compat.message_row.encode_input``), encoded
     expired: bool
     chord_group: str | None  # set for a chord header part: its chord state must be here
     redelivered: bool
+    eta: datetime | None = None  # the row's ``run_at`` as read once here (None: due now)
 
 
 def _v1_to_v2(body: dict[str, Any], headers: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -256,14 +225,14 @@ def to_message(
     broker: str,
     app: AppInfo,
     now: datetime,
-    from_json: bool = False,
     job_id: UUID | None = None,
 ) -> Decoded:
     """The row for one decoded message, or :class:`Poison` saying why there can be none.
 
-    ``from_json``: the body came out of the JSON parser. Only YAML (aliases) and pickle bodies
-    can hold a cycle (headers are trees on every transport), so the encoder checks for cycles
-    only for those. ``job_id``: the row's id (drawn here when not given)."""
+    A value the row cannot hold (not JSON, a cycle a YAML or pickle body can carry, a header
+    jsonb refuses) is ``not_json_safe``; NaN, ±Infinity, NUL and lone surrogates in arguments
+    are kept, as Celery's JSON serializer carries them. ``job_id``: the row's id (drawn here
+    when not given)."""
     headers, args, kwargs, embed = _shape(envelope, payload)
     task, task_id = _text(headers.get("task")), _text(headers.get("id"))
     if task is None or task_id is None:
@@ -277,7 +246,7 @@ def to_message(
     try:
         for key in ("retries", "replaced_task_nesting"):
             _whole(headers.get(key), key, task, task_id)
-        parse_instant(headers.get("eta"))
+        eta = parse_instant(headers.get("eta"))
         expires = parse_instant(headers.get("expires"))
     except (TypeError, ValueError, OverflowError) as exc:
         raise Poison(
@@ -301,22 +270,11 @@ def to_message(
             headers.pop(key, None)
     expired = expires is not None and expires <= now
     if expired:
-        headers["eta"] = None  # due now: the worker cancels it at claim (REVOKED, expired)
+        headers["eta"] = eta = None  # due now: the worker cancels it at claim (REVOKED, expired)
     props = _properties(envelope, queue, broker)
-    encode = _ENCODE_FROM_JSON if from_json else _ENCODE_ANY
-    try:
-        # The row's input, as ``CeleryMessage.input_json`` writes it (kombu's JSON), except that
-        # NaN/Infinity (which jsonb cannot hold) are refused here rather than by the INSERT.
-        input_text = encode(
-            {
-                "args": args,
-                "kwargs": kwargs,
-                "embed": embed,
-                "headers": headers,
-                "properties": props,
-            }
-        )
-    except (TypeError, ValueError, RecursionError) as exc:
+    try:  # the row's input exactly as celery_compat's sender writes it
+        input_text = encode_input(headers, props, args, kwargs, embed, what=f"task {task!r}")
+    except EncodeError as exc:
         raise Poison(
             NOT_JSON_SAFE, f"a value cannot be stored as JSON: {exc}", task=task, task_id=task_id
         ) from None
@@ -334,4 +292,4 @@ def to_message(
         job_id=new_job_id() if job_id is None else job_id,
     )
     chord_group = _text(headers.get("group")) if embed.get("chord") else None
-    return Decoded(message, input_text, expired, chord_group, redelivered)
+    return Decoded(message, input_text, expired, chord_group, redelivered, eta)

@@ -121,6 +121,14 @@ def put(
     return rows.insert(conn, new)
 
 
+def _text(value: str | None) -> str | None:
+    """``value`` as Postgres text can hold it: a NUL or a lone surrogate (a broker message can
+    carry both in its task id) written as its escape; the raw bytes keep the original."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
 def entries(
     conn: Conn, *, include_resolved: bool = False, reason: str | None = None, limit: int = 100
 ) -> list[Entry]:

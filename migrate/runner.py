@@ -83,6 +83,7 @@ class SourceOptions:
 
 
 GC_YOUNG_THRESHOLD = 50_000
+PREFETCH_BATCHES = 4  # RabbitMQ: unacked deliveries allowed, in batches (capped at 65,535)
 
 
 @contextlib.contextmanager
@@ -136,9 +137,11 @@ def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
             from .amqp_queues import discover_queues
 
             queues = discover_queues(url, options.management_url)
-        # Prefetch two batches: one committing, the next one arriving meanwhile.
+        # Prefetch four batches: one committing, one being decoded, and the next ones arriving
+        # meanwhile (a batch is acked only after its commit, so with fewer the broker would
+        # wait for each ack before it sends more).
         url = url.replace("pyamqp://", "amqp://", 1)
-        return AmqpSource(url, app, queues, prefetch=2 * options.batch)
+        return AmqpSource(url, app, queues, prefetch=PREFETCH_BATCHES * options.batch)
     from .kombu_drain import KombuSource
 
     return KombuSource(url, app, queues)

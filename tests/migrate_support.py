@@ -79,6 +79,25 @@ def producer(broker_url: str, queue: str, **conf: Any) -> Iterator[SimpleNamespa
         app.close()
 
 
+def ready_count(queue: str) -> int:
+    """Messages RabbitMQ counts as ready in ``queue``."""
+    import amqp
+
+    conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+    conn.connect()
+    try:
+        return int(conn.channel().queue_declare(queue, passive=True).message_count)
+    finally:
+        conn.close()
+
+
+def wait_for_ready(queue: str, count: int) -> None:
+    """RabbitMQ counts a queue's messages asynchronously: wait until ``count`` show."""
+    from conftest import wait_for
+
+    wait_for(lambda: ready_count(queue) >= count, timeout=30, what=f"{count} messages in {queue}")
+
+
 def ensure_quarantine(dsn: str) -> None:
     """Empty the quarantine (``conftest``'s per-test truncation does not know this table)."""
     with psycopg.connect(dsn, autocommit=True) as conn:

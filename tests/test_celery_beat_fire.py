@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from apps import celery_beat_app as b
-from apps.celery_harness import bound, headers_of, jobs, worker
+from apps.celery_harness import body_of, bound, headers_of, jobs, worker
 from celery_compat.beat import (
     convert_app,
     engine_task_name,
@@ -81,7 +81,7 @@ def test_an_entry_fires_one_celery_message_per_occurrence(
     [row] = sent(dsn)
     h = headers_of(row)
     assert (row["name"], row["queue"], row["priority"]) == ("beat.stamp", "reports", 5)
-    assert (row["input"]["args"], row["input"]["kwargs"]) == (["nightly"], {"extra": 1})
+    assert (body_of(row)["args"], body_of(row)["kwargs"]) == (["nightly"], {"extra": 1})
     assert h["task"] == "beat.stamp" and h["id"] == occurrence_task_id(
         "nightly-report", at(1, 2, 30)
     )
@@ -147,7 +147,7 @@ def test_after_an_outage_all_sends_every_missed_one_bounded_per_round(
     assert [o for o, _ in got] == [e.isoformat() for e in expected]
     assert [flag for _, flag in got] == [False] + [True] * 180
     assert len({headers_of(r)["id"] for r in rows}) == 181
-    assert {r["input"]["args"][0] for r in rows} == {"minutely"}
+    assert {body_of(r)["args"][0] for r in rows} == {"minutely"}
 
 
 def test_a_refired_occurrence_is_absorbed_by_the_celery_ledger(
@@ -178,7 +178,7 @@ def test_an_unregistered_task_is_sent_by_name(make: Callable[..., Scheduler], ds
     clock.set(at(1, 4, 0, 0, 100_000))
     assert s.tick() == 1
     [row] = sent(dsn, "elsewhere.cleanup")
-    assert (row["queue"], row["input"]["args"], row["input"]["kwargs"]) == (
+    assert (row["queue"], body_of(row)["args"], body_of(row)["kwargs"]) == (
         "celery",
         [],
         {"older_than_days": 30},

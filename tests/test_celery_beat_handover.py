@@ -31,7 +31,7 @@ import pytest
 from cli_proc import CliProc
 
 from apps import celery_handover_app as h
-from apps.celery_harness import bound, frozen_app_clock, headers_of, jobs
+from apps.celery_harness import body_of, bound, frozen_app_clock, headers_of, jobs
 from celery_compat import Celery
 from celery_compat.beat import convert_app, engine_task_name, occurrence_task_id, send_occurrence
 from celery_compat.beat_scheduler import BeatScheduler
@@ -44,7 +44,7 @@ SECOND = timedelta(seconds=1)
 
 
 def tick_rows(dsn: str, label: str = "tick") -> list[dict[str, Any]]:
-    return [r for r in jobs(dsn, "handover.tick") if r["input"]["args"] == [label]]
+    return [r for r in jobs(dsn, "handover.tick") if body_of(r)["args"] == [label]]
 
 
 def occurrence_of(row: dict[str, Any]) -> datetime:

@@ -283,7 +283,9 @@ def celery_parameters():
 def jobs_with(dsn, label):
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("select input from x_jobs where name = 'dj.record'").fetchall()
-    return [r for r in rows if r[0]["args"] == [label]]
+    from celery_compat.message_row import from_input
+
+    return [r for r in rows if from_input(r[0], queue="").args == [label]]
 
 
 def test_delay_on_commit(celery_app, celery_worker, celery_ujobs_dsn):

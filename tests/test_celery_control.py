@@ -195,8 +195,20 @@ def test_app_control_answers_with_celerys_shapes(dsn: str, two: list[CeleryWorke
         {W1: {"error": "KeyError('nope')"}}
     ]
     assert control.pool_grow(1, reply=True, destination=[W1], timeout=5) == [
-        {W1: {"error": "the processes pool cannot be resized while it runs"}}
+        {W1: {"ok": "pool will grow"}}
+    ]  # the prefork pool too: a third child is spawned
+    wait_for(
+        lambda: (
+            len(control.inspect(destination=[W1], timeout=5).stats()[W1]["pool"]["processes"]) == 3
+        ),
+        timeout=60,
+        what="w1's third pool child",
+    )
+    assert control.pool_shrink(1, reply=True, destination=[W1], timeout=5) == [
+        {W1: {"ok": "pool will shrink"}}
     ]
+    pool = control.inspect(destination=[W1], timeout=5).stats()[W1]["pool"]
+    assert pool["max-concurrency"] == 2
     assert control.add_consumer("d", destination=[W1]) is None  # no reply asked: none waited for
     wait_for(lambda: Introspector(dsn).workers_per_queue().get("d") == 1, what="w1 on queue d")
     assert control.shutdown(destination=[W2], reply=True, timeout=1) == []  # as Celery: no reply

@@ -1,5 +1,6 @@
 """Where a message goes and how often: ``enqueue_in(conn)`` joins the caller's transaction (rollback
-→ no job, commit → it runs), the same message sent twice is one job, arguments keep the types
+→ no job, commit → it runs), the same message sent twice runs twice (as on Celery) while the
+drainer's replay of it is absorbed, arguments keep the types
 Celery's JSON carries, and tasks named in ``ujobs_broker_tasks`` are published to the real Redis
 broker in protocol v2 (and never written to ``x_jobs``)."""
 
@@ -28,6 +29,8 @@ from apps.celery_harness import (
 from celery_compat import Celery, enqueue_in
 from celery_compat.db import message_jobs
 from celery_compat.message_row import from_input
+from celery_compat.send_keys import identity_key
+from conftest import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
 
@@ -67,17 +70,18 @@ def test_enqueue_in_batch_writes_once_at_block_exit_and_nothing_on_error(
     with worker(app, dsn), psycopg.connect(dsn) as conn:
         with enqueue_in(conn, batch=True):
             results = [t.add.delay(i, i) for i in range(3)]
-            t.add.apply_async((0, 0), task_id=results[0].id)  # a duplicate message: absorbed
+            t.add.apply_async((0, 0), task_id=results[0].id)  # sent again: a second message
             in_tx = conn.execute("select count(*) from x_jobs").fetchone()
             assert in_tx == (0,)  # held until the block exits
-        assert conn.execute("select count(*) from x_jobs").fetchone() == (3,)
+        assert conn.execute("select count(*) from x_jobs").fetchone() == (4,)
         conn.commit()
         assert [r.get(timeout=10) for r in results] == [0, 2, 4]
         with pytest.raises(RuntimeError), enqueue_in(conn, batch=True):
             t.add.delay(9, 9)
             raise RuntimeError("the caller's work failed")
         conn.commit()
-    assert len(jobs(dsn)) == 3 and t.RAN["add"] == 3
+        wait_for(lambda: t.RAN["add"] == 4, what="both messages of the re-sent id to run")
+    assert len(jobs(dsn)) == 4
 
 
 def test_enqueue_in_refuses_what_is_not_a_psycopg3_connection() -> None:
@@ -85,19 +89,23 @@ def test_enqueue_in_refuses_what_is_not_a_psycopg3_connection() -> None:
         pass
 
 
-def test_the_same_message_sent_twice_is_one_job(app: Any, dsn: str) -> None:
+def test_the_same_message_sent_twice_runs_twice_and_a_transport_replay_is_absorbed(
+    app: Any, dsn: str
+) -> None:
     first = t.add.apply_async((1, 2), task_id="order-42-confirmation")
     again = t.add.apply_async((1, 2), task_id="order-42-confirmation")
     assert first.id == again.id
-    (row,) = jobs(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:  # the drainer's path: same answer
-        assert (
-            message_jobs.enqueue(conn, from_input(row["input"], queue="celery"), max_attempts=3)
-            is None
-        )
+    rows = jobs(dsn)
+    assert len(rows) == 2  # Celery runs every message the app sends
+    message = from_input(rows[0]["input"], queue="celery")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the drainer's path: keyed, replayed
+        assert message_jobs.enqueue(conn, message, max_attempts=3, key=identity_key(message))
+        replay = from_input(rows[0]["input"], queue="celery")
+        assert message_jobs.enqueue(conn, replay, max_attempts=3, key=identity_key(replay)) is None
     with worker(app, dsn):
         assert first.get(timeout=10) == 3
-    assert t.RAN["add"] == 1 and len(jobs(dsn)) == 1
+        wait_for(lambda: t.RAN["add"] == 3, what="the two sends and the drained copy to run")
+    assert len(jobs(dsn)) == 3
 
 
 def test_arguments_keep_the_types_celerys_json_carries(app: Any, dsn: str) -> None:

@@ -53,6 +53,13 @@ def test_celery_defaults_do_not_override_the_bridge_and_bad_values_are_refused(
     assert loading.resolve("x").worker_settings() == {}  # read through the Celery loader
     plain.conf.worker_prefetch_multiplier = 4  # set explicitly, even to Celery's default
     assert loading.resolve("x").worker_settings() == {"prefetch_multiplier": 4}
+    plain.conf.worker_max_tasks_per_child = 50
+    plain.conf.worker_max_memory_per_child = 200_000
+    assert loading.resolve("x").worker_settings() == {
+        "prefetch_multiplier": 4,
+        "max_tasks_per_child": 50,
+        "max_memory_per_child": 200_000,
+    }
     plain.conf.worker_concurrency = "lots"
     with pytest.raises(ConfigError, match="worker_concurrency='lots'"):
         loading.resolve("x").worker_settings()

@@ -254,8 +254,8 @@ def test_an_event_sent_before_the_wait_is_consumed_once_by_one_step(db: Any) -> 
     driver.job_enqueue(db, spec(), None)
     job = claim_one(db)
     lease = Lease(job.id, job.lease_token, job.attempt)
-    stored, woken = steps_db.event_send(db, "paid", "order-1", json.dumps({"cents": 5}), None)
-    assert (stored, woken) == (1, 0)
+    event_id, woken = steps_db.event_send(db, "paid", "order-1", json.dumps({"cents": 5}), None)
+    assert event_id >= 1 and woken == 0  # the stored event's id (identities survive a reset)
     started = datetime.now(UTC)
     args: dict[str, Any] = {
         "event": "paid",
@@ -516,3 +516,145 @@ def test_every_db_function_has_a_contract_test() -> None:
             if public and f"{node.name}(" not in contract:
                 missing.append(f"{path.name}:{node.name}")
     assert not missing, f"db functions with no contract test: {missing}"
+
+
+def test_claim_async_claims_in_its_own_transaction_and_leaves_no_session_setting(
+    dsn: str, db: Any
+) -> None:
+    """The claim behind PgBouncer: the same rows ``job_claim`` takes, its commit asynchronous
+    for that transaction only (a pooled server session must not keep the setting)."""
+    from ujobs_bridge.db import session
+
+    driver.job_enqueue_many(db, [spec(), spec()], None)
+    with connections.connect(dsn, connections.Role("contract:claim-async")) as conn:
+        params = driver.ClaimParams(
+            queue="contract", names=[NAME], limit=5, token=uuid.uuid4(), lease_s=30, worker="t"
+        )
+        claimed = driver.job_claim_async(conn, params)
+        assert len(claimed) == 2 and all(c.lease_token == params.token for c in claimed)
+        assert conn.execute("show synchronous_commit").fetchone() == ("on",)
+        assert driver.job_claim_async(conn, params) == []
+        with conn.transaction():
+            session.transaction_idle_limit(conn, 1500)
+            assert conn.execute("show idle_in_transaction_session_timeout").fetchone() == (
+                "1500ms",
+            )
+        assert conn.execute("show idle_in_transaction_session_timeout").fetchone() == ("0",)
+    states = db.execute("select state from x_jobs").fetchall()
+    assert states == [("running",), ("running",)]
+
+
+def test_a_transaction_idle_limit_ends_a_transaction_left_idle(dsn: str, db: Any) -> None:
+    """What the scheduler's fire transaction relies on behind PgBouncer (no session options):
+    the server ends the transaction, not the caller."""
+    from conftest import wait_for
+    from ujobs_bridge.db import session
+
+    conn = connections.connect(dsn, connections.Role("contract:idle-limit"))
+    pid = conn.info.backend_pid
+    conn.execute("begin")
+    session.transaction_idle_limit(conn, 200)
+    wait_for(
+        lambda: (
+            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            == (0,)
+        ),
+        timeout=30,
+        what="the server to end the idle transaction",
+    )
+    with pytest.raises(psycopg.Error):  # IdleInTransactionSessionTimeout, then gone
+        conn.execute("select 1")
+    conn.close()
+
+
+def test_behind_pgbouncer_connections_carry_no_session_state(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``UJOBS_PGBOUNCER=1`` (``use_pgbouncer``): no startup options, no server-side prepared
+    statements, and LISTEN only on an explicit listen DSN."""
+    monkeypatch.delenv(connections.ENV_PGBOUNCER, raising=False)
+    monkeypatch.delenv(connections.ENV_LISTEN_URL, raising=False)
+    role = connections.Role("contract:bouncer", idle_in_transaction_ms=1500)
+    assert not connections.behind_pgbouncer() and "options" in role.kwargs()
+    assert connections.listen_dsn(dsn) == dsn
+    connections.use_pgbouncer(True)
+    try:
+        assert connections.behind_pgbouncer()
+        assert "options" not in role.kwargs() and role.kwargs()["prepare_threshold"] is None
+        assert connections.listen_dsn(dsn) is None  # the caller polls
+        assert connections.listen_dsn(dsn, "host=direct") == "host=direct"
+        monkeypatch.setenv(connections.ENV_LISTEN_URL, "host=env")
+        assert connections.listen_dsn(dsn) == "host=env"
+        with connections.connect(dsn, role) as conn:
+            for _ in range(8):  # psycopg would prepare after 5 executions of one statement
+                conn.execute("select 1 where %s::int = 1", (1,))
+            prepared = conn.execute("select count(*) from pg_prepared_statements").fetchone()
+            assert prepared == (0,)
+    finally:
+        connections.use_pgbouncer(False)
+    assert not connections.behind_pgbouncer()
+
+
+def test_pools_start_empty_and_give_idle_connections_back(
+    dsn: str, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``min_size`` 0: a pool holds nothing until used, and closes a connection per
+    ``pool_idle_s()`` (``UJOBS_POOL_IDLE_S``) it stayed unused."""
+    from conftest import wait_for
+
+    monkeypatch.setenv(connections.ENV_POOL_IDLE, "0.5")
+    assert connections.pool_idle_s() == 0.5
+    monkeypatch.setenv(connections.ENV_POOL_IDLE, "nonsense")
+    assert connections.pool_idle_s() == connections.DEFAULT_POOL_IDLE_S
+    monkeypatch.setenv(connections.ENV_POOL_IDLE, "0.5")
+    role = connections.Role("contract:lazy")
+    count = "select count(*) from pg_stat_activity where application_name = 'ujobs:contract:lazy'"
+    pool = connections.pool(dsn, role, max_size=2)
+    try:
+        assert db.execute(count).fetchone() == (0,)
+        with pool.connection() as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+        assert db.execute(count).fetchone() == (1,)
+        wait_for(lambda: db.execute(count).fetchone() == (0,), timeout=30, what="the shrink")
+    finally:
+        pool.close()
+
+
+def test_a_shared_connection_runs_one_users_block_at_a_time(dsn: str) -> None:
+    """``Reconnecting.using``: a second thread's statement never lands inside the first one's
+    transaction."""
+    import threading
+
+    shared = connections.Reconnecting(dsn, connections.Role("contract:shared"))
+    inside = threading.Event()
+    release = threading.Event()
+    seen: list[Any] = []
+
+    def other() -> None:
+        inside.wait(10)
+        with shared.using() as conn:
+            seen.append(conn.info.transaction_status)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with shared.using() as conn, conn.transaction():
+        conn.execute("select 1")
+        inside.set()
+        release.wait(0.2)  # the other thread is now blocked on the block, not in the transaction
+        assert not seen
+        waiter: list[BaseException] = []
+
+        def impatient() -> None:
+            try:
+                with shared.using(wait_s=0.05):
+                    pass
+            except connections.Busy as exc:
+                waiter.append(exc)
+
+        third = threading.Thread(target=impatient)
+        third.start()
+        third.join(10)
+        assert len(waiter) == 1 and connections.transient(waiter[0])
+    thread.join(10)
+    assert seen == [psycopg.pq.TransactionStatus.IDLE]
+    shared.close()

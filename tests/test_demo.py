@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 
+from apps.celery_harness import body_of
 from ujobs_bridge import demo_jobs
 
 
@@ -148,7 +149,7 @@ def test_demo_drains_a_backlog_real_celery_published_to_a_filesystem_broker_and_
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "select name, state, input -> 'args' from x_jobs where queue = %s", (printed["queue"],)
+            "select name, state, input from x_jobs where queue = %s", (printed["queue"],)
         ).fetchall()
         kept = conn.execute(
             "select task, reason from x_migrate_quarantine where queue = %s", (printed["queue"],)
@@ -157,7 +158,9 @@ def test_demo_drains_a_backlog_real_celery_published_to_a_filesystem_broker_and_
         ("demo.add", "done"): 60,
         ("demo.square", "done"): 40,
     }
-    assert sorted(r[2] for r in rows if r[0] == "demo.add") == sorted([i, i] for i in range(60))
+    assert sorted(body_of({"input": r[2]})["args"] for r in rows if r[0] == "demo.add") == sorted(
+        [i, i] for i in range(60)
+    )
     assert kept == [("legacy.cleanup", "unknown_task")]
     assert printed["states"] == {"done": 100}
     assert list(tmp_path.iterdir()) == []

@@ -32,7 +32,7 @@ def app(dsn: str) -> Iterator[Any]:
 def _row(conn: psycopg.Connection[Any], task_id: str) -> tuple[Any, ...]:
     row = conn.execute(
         "select j.state, j.last_error, j.finished_at is not null, j.finished_at"
-        "  from x_jobs j join x_celery_tasks c on c.job_id = j.id where c.task_id = %s",
+        "  from x_jobs j where j.input -> 'headers' ->> 'id' = %s",
         (task_id,),
     ).fetchone()
     assert row is not None
@@ -61,7 +61,8 @@ def test_a_message_for_a_revoked_task_id_is_born_finished_and_purged(
 
 
 def test_only_the_insert_function_inserts_job_rows() -> None:
-    """The column list of a job row is written once: no other statement inserts into x_jobs."""
+    """The column list of a job row is written once: no other statement inserts into x_jobs
+    (0012 replaces x_jobs_insert with the same insert, which now also wakes the workers)."""
     inserting = re.compile(r"insert\s+into\s+x_jobs\b", re.IGNORECASE)
     found = sorted(
         str(path.relative_to(ROOT))
@@ -70,4 +71,7 @@ def test_only_the_insert_function_inserts_job_rows() -> None:
         if inserting.search(path.read_text(encoding="utf-8"))
         and not path.name.startswith(("0001_", "0002_", "0003_", "0004_", "0005_", "0006_"))
     )
-    assert found == ["ujobs_bridge/db/migrations/0008_job_insert.sql"]
+    assert found == [
+        "ujobs_bridge/db/migrations/0008_job_insert.sql",
+        "ujobs_bridge/db/migrations/0012_lean_jobs.sql",
+    ]

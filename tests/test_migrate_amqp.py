@@ -217,3 +217,32 @@ def test_native_delayed_delivery_queues_are_drained_into_the_destination_queue(
     assert {rows[i]["queue"] for i in later} == {queue}
     assert all(rows[i]["run_at"] > datetime.now(UTC) + timedelta(minutes=55) for i in later)
     assert ready(queue) == 0
+
+
+def test_follow_on_rabbitmq_moves_messages_published_while_it_waits_and_sigterm_exits_cleanly(
+    qdsn: str, queues: list[str], tmp_path: Path
+) -> None:
+    queue = ms.unique("af")
+    queues.append(queue)
+    args = ["migrate", "-A", "apps.migrate_proj", "--broker", ms.AMQP_URL, "-Q", queue]
+    args += ["--follow", "--poll", "0.1", "--json", "--dsn", qdsn]
+    with ms.producer(ms.AMQP_URL, queue) as p:
+        first = p.record.delay("first").id
+        proc = CliProc(args, tmp_path / "follow.log")
+        try:
+            wait_for(lambda: first in ms.ledger_ids(qdsn), timeout=60, what="the drainer to start")
+            later = [p.record.delay(f"later{i}").id for i in range(300)]
+            wait_for(
+                lambda: set(later) <= set(ms.ledger_ids(qdsn)),
+                timeout=60,
+                what="the messages published while the drainer waited",
+            )
+            proc.term()
+            assert proc.wait(60) == 0, proc.output()
+        finally:
+            proc.close()
+    out = proc.output()
+    report = json.loads(out[out.index("{") :])
+    assert (report["moved"], report["stopped_by_signal"]) == (301, True)
+    assert Counter(ms.ledger_ids(qdsn)) == Counter([first, *later])
+    assert ready(queue) == 0, "every delivery acked before the exit"

@@ -1,20 +1,22 @@
 """What the drain's fast path must not change: Redis messages come out oldest first, in kombu's
 consumption order, one batch per processing list that is let go only after its commit (and
-only that batch's list, even when two drainers share a drainer id); a value JSON cannot store
-(NaN, Infinity, which Celery's serializers happily write) is quarantined instead of failing the
-batch's INSERT; and a drain leaves the process's garbage-collector settings as it found them.
+only that batch's list, even when two drainers share a drainer id); NaN and Infinity in
+arguments and headers (which Celery's serializers happily write) are moved exactly, while a task
+id the row cannot hold is quarantined instead of failing the batch's INSERT; and a drain leaves the process's garbage-collector settings as it found them.
 Messages are published by REAL Celery."""
 
 from __future__ import annotations
 
 import gc
 import json
+import math
 from collections import Counter
 
 import migrate_support as ms
 import redis
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
+from apps.celery_harness import body_of
 from migrate.redis_drain import RedisSource
 
 
@@ -85,12 +87,14 @@ def test_two_drainers_with_one_id_never_let_go_of_each_others_batches(
     assert _processing(r, queue) == {} and len(a_ids) == 10
 
 
-def test_nan_and_infinity_are_quarantined_not_a_failed_batch(
+def test_nan_and_infinity_move_exactly_and_an_unstorable_task_id_is_quarantined(
     qdsn: str, r: redis.Redis, queue: str
 ) -> None:
     with ms.producer(ms.REDIS_URL, queue) as p:
         before = p.add.delay(1, 2).id
-        nan = p.add.delay(float("nan"), 1).id
+        nan = p.add.delay(float("nan"), 1e16).id
+        odd_header = p.add.apply_async((1, 1), headers={"x-weight": float("nan")}).id
+        odd_id = p.add.apply_async((1, 1), task_id="order\x00one").id
         after = p.add.delay(3, 4).id
     with ms.producer(ms.REDIS_URL, queue, task_serializer="msgpack") as p:
         infinite = p.add.delay(float("inf"), 1).id
@@ -98,13 +102,14 @@ def test_nan_and_infinity_are_quarantined_not_a_failed_batch(
 
     stats = ms.drain(qdsn, ms.REDIS_URL, [queue])
 
-    assert sorted(ms.ledger_ids(qdsn)) == sorted([before, after, packed])
+    assert sorted(ms.ledger_ids(qdsn)) == sorted([before, nan, odd_header, after, infinite, packed])
+    args = {row["task_id"]: body_of(row)["args"] for row in ms.rows(qdsn)}
+    assert math.isnan(args[nan][0]) and args[nan][1] == 1e16 and type(args[nan][1]) is float
+    assert args[infinite] == [float("inf"), 1]
     kept = ms.quarantined(qdsn)
-    assert [(e["task_id"], e["reason"]) for e in kept] == [
-        (nan, "not_json_safe"),
-        (infinite, "not_json_safe"),
-    ]
-    assert stats.outcomes["moved"] == 3 and dict(stats.reasons) == {"not_json_safe": 2}
+    assert [e["reason"] for e in kept] == ["malformed"]  # a task id with a NUL in it
+    assert "task id" in kept[0]["detail"] and odd_id == "order\x00one"
+    assert stats.outcomes["moved"] == 6 and dict(stats.reasons) == {"malformed": 1}
 
 
 def test_a_drain_leaves_the_garbage_collector_as_it_found_it(qdsn: str, queue: str) -> None:

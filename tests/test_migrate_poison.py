@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from kombu import Connection
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
+from apps.celery_harness import body_of
 from ujobs_bridge.cli import cli
 
 
@@ -142,7 +143,7 @@ def test_each_poison_kind_is_quarantined_with_its_reason_and_the_valid_behind_it
     assert all(e["format"] == "redis" and e["seen"] == 1 for e in q)
     assert [k for k in r.scan_iter(match=f"*{queue}*") if r.type(k) == b"list"] == []
     rows = {row["task_id"]: row for row in ms.rows(qdsn)}
-    assert {rows[i]["input"]["args"][0] for i in valid} == set(valid.values())
+    assert {body_of(rows[i])["args"][0] for i in valid} == set(valid.values())
 
     # Drained again (a redelivery after a crash): no second row, no second entry.
     with redis.Redis.from_url(ms.REDIS_URL) as client:

@@ -24,6 +24,7 @@ from celery import chain
 from cli_proc import CliProc
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
+from apps.celery_harness import body_of
 from conftest import wait_for
 
 
@@ -94,10 +95,10 @@ def test_2000_messages_from_real_celery_become_one_row_each_shaped_like_the_faca
         if kind == "headers":
             assert headers["x-tenant"].startswith("t")
         if kind == "chain":
-            (step,) = row["input"]["embed"]["chain"]
+            (step,) = body_of(row)["embed"]["chain"]
             assert step["task"] == "migrate_proj.mul" and step["args"] == [2]
     plain = next(by_id[t] for t, k in kinds.items() if k == "plain")
-    assert set(plain["input"]) == {"args", "kwargs", "embed", "headers", "properties"}
+    assert set(plain["input"]) == {"body", "headers", "properties"}
 
 
 def _published(p: Any, n: int) -> list[str]:

@@ -19,6 +19,7 @@ from celery.result import AsyncResult
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from apps import migrate_proj
+from apps.celery_harness import body_of
 from conftest import wait_for
 
 
@@ -46,7 +47,7 @@ def test_protocol_v1_messages_are_converted_and_run_once_with_their_callbacks(
     assert rows[later]["run_at"] == datetime(2031, 1, 1, tzinfo=UTC)
     headers = rows[plain]["input"]["headers"]
     assert (headers["task"], headers["id"], headers["retries"]) == ("migrate_proj.record", plain, 0)
-    assert rows[linked]["input"]["embed"]["callbacks"][0]["task"] == "migrate_proj.mul"
+    assert body_of(rows[linked])["embed"]["callbacks"][0]["task"] == "migrate_proj.mul"
 
     with ms.bridge_worker(qdsn, (queue, "celery")):
         wait_for(
@@ -172,4 +173,4 @@ def test_accept_pickle_decodes_pickle_bodies_and_says_what_it_trusts(qdsn: str, 
         result.stderr.split()
     )
     (row,) = ms.rows(qdsn)
-    assert (row["task_id"], row["input"]["args"]) == (pickled, [1, 2])
+    assert (row["task_id"], body_of(row)["args"]) == (pickled, [1, 2])

@@ -146,7 +146,10 @@ def test_a_staged_row_exists_only_if_the_callers_transaction_commits(
             conn.execute("insert into orders values (1)")
             kept = stage(conn, deliver.call(1))
     relay = OutboxRelay(source, target_dsn=dsn)
-    assert relay.tick() == 1 and relay.tick() == 0
+    try:
+        assert relay.tick() == 1 and relay.tick() == 0
+    finally:
+        relay.stop()  # closes its connection
     assert [(job_id, seq) for job_id, seq, _ in jobs(dsn)] == [(kept.job_id, 1)]
 
 
@@ -158,10 +161,13 @@ def test_a_failed_publish_stops_the_batch_and_later_rows_wait(
     # Row 4's insert commits in the jobs database, but the relay sees an error (ambiguous publish).
     monkeypatch.setattr(faults, "_ARMED", faults._parse("outbox.after_publish=exec_then_raise@4"))
     relay = OutboxRelay(source, target_dsn=dsn, batch=ROWS)
-    assert relay.tick() == 3
-    assert published(source) == [1, 2, 3]
-    assert seqs(dsn) == [1, 2, 3, 4]  # rows 5..10 did not overtake row 4
-    assert relay.tick() == 7  # row 4 again (its job is there: nothing inserted), then the rest
+    try:
+        assert relay.tick() == 3
+        assert published(source) == [1, 2, 3]
+        assert seqs(dsn) == [1, 2, 3, 4]  # rows 5..10 did not overtake row 4
+        assert relay.tick() == 7  # row 4 again (its job is there: nothing inserted), the rest
+    finally:
+        relay.stop()  # closes its connection
     assert_one_job_per_row_in_order(dsn, source, staged)
 
 

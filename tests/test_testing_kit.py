@@ -213,3 +213,28 @@ def test_the_kit_imports_without_celery_kombu_or_redis() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def test_pgbouncer_runs_in_transaction_mode_and_lists_its_clients(dsn: str) -> None:
+    """``PgBouncer``: a real bouncer on a free port in front of the server; each transaction may
+    get another server session, and ``clients()`` (``pgbouncer_clients``) names who is on it."""
+    from ujobs_bridge.db.testing import pgbouncer_clients
+    from ujobs_bridge.testing import PgBouncer
+
+    try:
+        bouncer = PgBouncer(pool_size=1)
+    except DatabaseUnavailableError as exc:
+        pytest.skip(str(exc))
+    with bouncer:
+        dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+        kw: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
+        with (
+            psycopg.connect(bouncer.dsn(dbname), application_name="kit:a", **kw) as a,
+            psycopg.connect(bouncer.dsn(dbname), application_name="kit:b", **kw) as b,
+        ):
+            pids = {c.execute("select pg_backend_pid()").fetchone() for c in (a, b)}
+            assert len(pids) == 1  # one server session, two clients: transaction pooling
+            assert sorted(bouncer.clients()) == [(dbname, "kit:a"), (dbname, "kit:b")]
+            every = pgbouncer_clients(bouncer.dsn("pgbouncer"))  # the console's own included
+            assert ("pgbouncer", "ujobs:testing:pgbouncer") in every and len(every) == 3
+    assert not bouncer.dir.exists()

@@ -2,7 +2,9 @@
 
 Why it exists: producers need somewhere to send jobs that is not a global. ``connect()`` resolves
 the database (flag, env, embedded), checks the schema (read-only, ``schema_access``), and returns
-a ``Client`` that owns an autocommit pool, so a one-by-one enqueue is one round trip. Passing
+a ``Client`` that owns an autocommit pool, so a one-by-one enqueue is one round trip. The pool
+holds at most ``max_size`` connections (default 4), opens the first on first use and gives idle
+ones back (``connections.pool``): a producer at rest holds none. Passing
 ``conn=`` instead runs the insert on the CALLER's connection, inside the caller's transaction.
 
 What it is not: a worker, or the job registry. ``default_client()`` exists only so that
@@ -35,7 +37,7 @@ class Client:
         database: ResolvedDatabase,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        min_size: int = 1,
+        min_size: int = 0,
         max_size: int = 4,
     ) -> None:
         self.database = database

@@ -69,6 +69,10 @@ class EnqueueOptions:
     enqueued_by: str | None = None
 
 
+# The options of a plain ``job.call(...)``: frozen, so one instance serves every call.
+_NO_OPTIONS = EnqueueOptions()
+
+
 def _options(
     *,
     delay: float | timedelta | None = None,
@@ -272,7 +276,7 @@ class JobDefinition(Generic[P, R]):
         return JobCall(self, options, client, conn)
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
-        return EnqueueRequest(self, tuple(args), dict(kwargs), EnqueueOptions())
+        return EnqueueRequest(self, tuple(args), dict(kwargs), _NO_OPTIONS)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         return JobCall(self, EnqueueOptions(), None, None).enqueue(*args, **kwargs)

@@ -17,6 +17,7 @@ the engine imports no package above it (the loaders come from installed metadata
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import json
@@ -113,6 +114,22 @@ class LoadedApp:
     def __init__(self, spec: str, target: Any) -> None:
         self.spec = spec
         self.target = target
+        self.default_timeout_s: float | None = None  # the worker's --time-limit, see jobs_of
+
+    def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
+        """The worker's ``--time-limit`` / ``--soft-time-limit``: defaults for the jobs that
+        declare none, applied before the jobs are read (in the worker and in each pool child).
+        Here, for ``@job`` functions, the hard limit is the ``timeout=`` of every job declared
+        without one; a soft limit is refused: an ``@job`` body has one deadline, its timeout
+        (it sees ``current_job().signal`` aborted there), and no soft-limit exception."""
+        if soft_s is not None:
+            raise ConfigError(
+                f"--soft-time-limit: -A {self.spec} is not a Celery app, and the soft time "
+                "limit raises Celery's SoftTimeLimitExceeded in a Celery task's body",
+                hint="drop --soft-time-limit; an @job body watches current_job().signal, "
+                "aborted at its timeout= (or --time-limit)",
+            )
+        self.default_timeout_s = hard_s
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
         target = self.target
@@ -278,9 +295,21 @@ def jobs_of(app: LoadedApp, *, with_builtin: bool = True) -> dict[str, JobDefini
     found = build(app.jobs())
     if not found:
         raise not_found(app.spec, app.target, "jobs")
+    if app.default_timeout_s is not None:
+        found = {name: _with_timeout(d, app.default_timeout_s) for name, d in found.items()}
     if with_builtin:
         found = build([*found.values(), *builtin()])
     return found
+
+
+def _with_timeout(definition: JobDefinition[Any, Any], timeout_s: float) -> JobDefinition[Any, Any]:
+    """``definition`` with ``timeout_s`` when it declares no timeout of its own (a copy: the
+    module's object is left as declared)."""
+    if definition.timeout_s is not None:
+        return definition
+    timed = copy.copy(definition)
+    timed.timeout_s = timeout_s
+    return timed
 
 
 def load(spec: str, *, with_builtin: bool = True) -> dict[str, JobDefinition[Any, Any]]:

@@ -31,9 +31,13 @@ _HINT = (
 )
 
 
+# One encoder for every payload: ``json.dumps`` with these options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
 def dumps(value: Any, *, what: str) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{what} is not JSON-serialisable: {exc}", hint=_HINT) from exc
 

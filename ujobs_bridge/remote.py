@@ -8,7 +8,8 @@ their NOTIFY on the caller's own connection. As in Celery, ``reply=False`` does 
 length when none is given, and ``timeout`` is how long to wait for the next reply. Unlike Celery
 (which cannot know who is listening), the wait also ends once every live node addressed has
 answered, and at once when no live node is addressed: ``ping`` with no worker running is ``[]``
-immediately.
+immediately. Behind PgBouncer (``connections.behind_pgbouncer``) the caller's connection cannot
+LISTEN: the replies are read every half second instead.
 
 What it is not: what workers do with a command (``ujobs_bridge.worker.control``) or Celery's
 reply flattening (celery_compat's ``Inspect`` keeps Celery's own).
@@ -26,6 +27,7 @@ import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
 from .db import mailbox, nodes
+from .db.connections import behind_pgbouncer
 from .errors import ConfigError
 
 MIN_REQUEST_TTL_S = 10.0  # a request waits this long at least for a worker that polls
@@ -75,13 +77,15 @@ def broadcast(
     if not reply:
         mailbox.control_send(conn, request, ttl, clock.sql_now())
         return []
-    mailbox.listen_replies(conn, True)
+    listens = not behind_pgbouncer()  # a pooled session is not ours to LISTEN on
+    if listens:
+        mailbox.listen_replies(conn, True)
     try:
         expected = set(addressed(nodes.nodes_live(conn, clock.sql_now()), destination))
         mailbox.control_send(conn, request, ttl, clock.sql_now())
         return _collect(conn, request.id, expected, timeout, limit, on_reply)
     finally:
-        if not conn.closed:
+        if listens and not conn.closed:
             mailbox.listen_replies(conn, False)
 
 

@@ -1,13 +1,16 @@
-"""Celery messages as job rows: the ledger-deduplicated insert (single and batch), the rows of
-a task id, and the purge of ready messages.
+"""Celery messages as job rows: the insert (single and batch, keyed or not), the rows of a
+task id, and the purge of ready messages.
 
 Why it exists: a Celery message becomes a job through the engine's ONE insert (``x_jobs_insert``,
-migration 0008), after the facade's ledger (``x_celery_tasks``) has absorbed duplicates, so the
-single and the batch path write the same columns, including a message born cancelled because its
-task id was revoked. Each function takes the connection to use, so an enqueue can join a caller's
+migration 0008), so the single and the batch path write the same columns, including a message
+born cancelled because its task id was revoked. A message sent under a ``SendKey``
+(``send_keys.py`` decides which are) first takes its key in the ledger (``x_celery_tasks``): a
+key already there absorbs the message. A message with no key is always a new job and writes no
+ledger row. Each function takes the connection to use, so an enqueue can join a caller's
 transaction.
 
-What it is not: the sender (``sending.py`` decides what to write and on which connection).
+What it is not: the sender (``sending.py`` decides what to write, under which key, on which
+connection).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from uuid import UUID
 import psycopg
 
 from ..message_row import CeleryMessage
+from ..send_keys import NO_SENDER, SendKey
 from . import q
 
 Conn = psycopg.Connection[Any]
@@ -35,13 +39,24 @@ def enqueue(
     max_attempts: int,
     now: datetime | None = None,
     input_json: str | None = None,
+    key: SendKey | None = None,
 ) -> UUID | None:
-    """Insert one message as a job; ``None`` when this message (task id, retries, nesting) was
-    already enqueued once (the ledger absorbed the duplicate). ``input_json``: the message's
-    ``input_json()`` when the caller already encoded it."""
+    """Insert one message as a job; ``None`` when ``key`` was taken before (the ledger absorbed
+    a duplicate). ``input_json``: the message's ``input_json()`` when the caller already
+    encoded it."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
-    row = conn.execute(q("celery_enqueue"), params).fetchone()
+    if key is None:
+        row = conn.execute(q("celery_enqueue"), params).fetchone()
+    else:
+        params.update(
+            key_task_id=key.task_id,
+            key_retries=key.retries,
+            key_nesting=key.nesting,
+            sent_by=key.sent_by,
+            ordinal=key.ordinal,
+        )
+        row = conn.execute(q("celery_enqueue_keyed"), params).fetchone()
     return None if row is None else row[0]
 
 
@@ -52,12 +67,21 @@ def enqueue_many(
     max_attempts: int,
     now: datetime | None = None,
     inputs: Sequence[str] | None = None,
+    keys: Sequence[SendKey | None] | None = None,
 ) -> list[UUID]:
-    """Insert many messages in one statement; duplicates are skipped. Returns the new job ids."""
+    """Insert many messages in one statement, message i under ``keys[i]`` (None: no key; no
+    ``keys``: none has one); messages whose key was taken are skipped. Returns the new job ids."""
+    sent = list(keys) if keys is not None else [None] * len(messages)
     params: dict[str, Any] = {
         "task_ids": [m.task_id for m in messages],
-        "retries": [m.retries for m in messages],
-        "nestings": [m.nesting for m in messages],
+        "keyeds": [k is not None for k in sent],
+        "key_task_ids": [
+            m.task_id if k is None else k.task_id for m, k in zip(messages, sent, strict=True)
+        ],
+        "retries": [0 if k is None else k.retries for k in sent],
+        "nestings": [0 if k is None else k.nesting for k in sent],
+        "sent_bys": [NO_SENDER if k is None else k.sent_by for k in sent],
+        "ordinals": [0 if k is None else k.ordinal for k in sent],
         "ids": [m.job_id for m in messages],
         "names": [m.task for m in messages],
         "queues": [m.queue for m in messages],
@@ -74,7 +98,8 @@ def enqueue_many(
 
 
 def jobs_of_task(conn: Conn, task_id: str) -> list[tuple[UUID, str, str | None, datetime]]:
-    """The job rows of a Celery task id, newest message (highest retries) first."""
+    """The job rows of a Celery task id that are not done (waiting, running, dead, cancelled),
+    newest first."""
     rows = conn.execute(q("celery_jobs_of_task"), {"task_id": task_id}).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 

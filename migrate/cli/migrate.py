@@ -33,6 +33,7 @@ from ujobs_bridge.cli.options import (
     json_option,
     log_format_option,
     metrics_options,
+    pgbouncer_option,
     print_json,
 )
 from ujobs_bridge.cli.output import console
@@ -185,6 +186,7 @@ def _queues(value: str | None) -> list[str] | None:
     default=None,
     help="Names this drainer's Redis processing lists. Default: the host name.",
 )
+@pgbouncer_option
 @dsn_option
 @json_option
 @click.pass_context

@@ -1,8 +1,9 @@
 """The Celery message ledger as the drain reads it: the arguments of the job a message already is.
 
 Why it exists: a redelivered or re-sent message whose (task id, retries, nesting) is in the
-ledger is a duplicate only if it carries the same arguments; the drain compares them, and this
-module is the only code that runs that read (``migrate_ledger_arguments`` in ``sql/migrate.sql``).
+ledger (as a drained message's or a beat occurrence's key) is a duplicate only if it carries the
+same arguments; the drain compares them, and this module is the only code that runs that read
+(``migrate_ledger_arguments`` in ``sql/migrate.sql``).
 
 What it is not: the ledger's writer (celery_compat's ``db/message_jobs.py`` inserts the ledger
 row and the job in one statement).
@@ -10,11 +11,14 @@ row and the job in one statement).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+
+from celery_compat.message_row import from_input
 
 from . import q
 
@@ -39,4 +43,14 @@ def stored_arguments(
         "nestings": [k.nesting for k in keys],
     }
     rows = conn.execute(q("migrate_ledger_arguments"), params).fetchall()
-    return {LedgerKey(str(r[0]), int(r[1]), int(r[2])): (r[3], r[4]) for r in rows}
+    return {LedgerKey(str(r[0]), int(r[1]), int(r[2])): _arguments(r[3]) for r in rows}
+
+
+def arguments_of(input_text: str) -> tuple[Any, Any]:
+    """(args, kwargs) of a row ``input`` as the drain encoded it, read as the worker reads it."""
+    return _arguments(json.loads(input_text))
+
+
+def _arguments(value: Any) -> tuple[Any, Any]:
+    message = from_input(value, queue="")
+    return message.args, message.kwargs

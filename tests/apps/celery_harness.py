@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 
 from celery_compat import revoked_ids
 from celery_compat.execution import jobs_for_app
+from celery_compat.message_row import from_input
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect, loading
 from ujobs_bridge.client import Client
 from ujobs_bridge.clock import Clock, SystemClock
@@ -115,6 +116,13 @@ def jobs(dsn: str, name: str | None = None) -> list[dict[str, Any]]:
 
 def headers_of(row: dict[str, Any]) -> dict[str, Any]:
     return dict(row["input"]["headers"])
+
+
+def body_of(row: dict[str, Any]) -> dict[str, Any]:
+    """A Celery row's ``args``/``kwargs``/``embed``, read as the worker reads them (the body is
+    kept as exact JSON text inside ``input``, see ``celery_compat.message_row``)."""
+    message = from_input(row["input"], queue=str(row.get("queue") or ""))
+    return {"args": message.args, "kwargs": message.kwargs, "embed": message.embed}
 
 
 def eta_of(row: dict[str, Any]) -> datetime:

@@ -11,11 +11,13 @@ What it is not: configuration storage.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from ..db import connections
 from ..db.connections import Role
 from ..dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
 
@@ -31,6 +33,45 @@ def dsn_option(fn: F) -> F:
         default=None,
         metavar="URL",
         help="Postgres DSN. Default: $UJOBS_DATABASE_URL, else an embedded Postgres under $UJOBS_HOME.",
+    )(fn)
+
+
+def _use_pgbouncer(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        connections.use_pgbouncer(True)
+
+
+def pgbouncer_option(fn: F) -> F:
+    """``--pgbouncer``: this process (and the processes it starts) connects through PgBouncer in
+    transaction mode; the same as ``UJOBS_PGBOUNCER=1`` (``connections.behind_pgbouncer``)."""
+    return click.option(
+        "--pgbouncer",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_use_pgbouncer,
+        help="The DSN goes through PgBouncer in transaction mode (as UJOBS_PGBOUNCER=1): no "
+        "session state, no prepared statements, wake-ups from --listen-dsn or polling.",
+    )(fn)
+
+
+def _use_listen_dsn(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value:
+        check_dsn(value, "--listen-dsn")
+        os.environ[connections.ENV_LISTEN_URL] = value  # read by connections.listen_dsn
+
+
+def listen_dsn_option(fn: F) -> F:
+    """``--listen-dsn URL``: a direct connection (not through PgBouncer) for LISTEN wake-ups;
+    the same as ``UJOBS_LISTEN_URL``."""
+    return click.option(
+        "--listen-dsn",
+        metavar="URL",
+        default=None,
+        expose_value=False,
+        callback=_use_listen_dsn,
+        help="A direct connection to the same database for LISTEN wake-ups (as "
+        "UJOBS_LISTEN_URL). Default: the DSN, unless behind PgBouncer: then polling.",
     )(fn)
 
 

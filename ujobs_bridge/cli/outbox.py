@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..logs import LogFormat
 from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
 from ..schema_access import ensure_schema
-from .options import database, dsn_option, log_format_option
+from .options import database, dsn_option, log_format_option, pgbouncer_option
 
 
 @click.group()
@@ -54,6 +54,7 @@ def outbox() -> None:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@pgbouncer_option
 @log_format_option
 @dsn_option
 def relay(

@@ -38,6 +38,7 @@ from .options import (
     json_option,
     log_format_option,
     metrics_options,
+    pgbouncer_option,
     print_json,
 )
 from .output import cell, console, table
@@ -103,6 +104,7 @@ def load_tasks(app: loading.LoadedApp | None, *, with_purge: bool) -> dict[str, 
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@pgbouncer_option
 @log_format_option
 @metrics_options
 @dsn_option
@@ -154,7 +156,8 @@ def serve(
         runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
-    relay = OutboxRelay(resolved.dsn) if outbox else None
+    # The relay shares the scheduler's connection: the process holds one at rest.
+    relay = OutboxRelay(resolved.dsn, connection=runner.connection) if outbox else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -174,9 +177,9 @@ def serve(
     click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
     while not stop.wait(0.5):
         pass
-    runner.stop()
     if relay is not None:
-        relay.stop()
+        relay.stop()  # first: the runner's stop closes the connection they share
+    runner.stop()
     if exporter is not None:
         exporter.stop()
     c = runner.counts

@@ -6,8 +6,11 @@ stop claiming at once, wait for bodies up to ``--shutdown-timeout``, hand back t
 their attempt uncounted, exit 0. A second signal cuts the wait short. A worker whose loop died
 (``Worker.failed``) hands back what it holds and exits 70, for a supervisor to restart it.
 
-Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``); ``serve`` is
-also what ``celery -A proj worker`` runs on a celery_compat app (``celery_compat/worker.py``).
+Celery's worker flags are accepted with their Celery meaning (``worker_flags.py``): the time
+limits are applied by the ``-A`` app (``LoadedApp.apply_time_limits``) here and in every pool
+child, ``-B`` runs the leader-elected scheduler in this process (``embedded_scheduler``), stopped
+before the worker drains. ``serve`` is also what ``celery -A proj worker`` runs on a
+celery_compat app (``celery_compat/worker.py``).
 
 What it is not: the worker (``ujobs_bridge.worker``).
 """
@@ -15,6 +18,7 @@ What it is not: the worker (``ujobs_bridge.worker``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import sys
@@ -30,8 +34,10 @@ from ..errors import ConfigError, ErrorCode
 from ..loading import LoadedApp
 from ..logs import LogFormat
 from ..metrics_http import MetricsServer
+from ..scheduling.scheduler import Scheduler
 from ..schema_access import ensure_schema
 from ..worker.config import (
+    DEFAULT_AUTOSCALE_KEEPALIVE_S,
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
     DEFAULT_POLL_S,
@@ -41,7 +47,16 @@ from ..worker.config import (
 )
 from ..worker.loop import Worker
 from . import worker_flags as flags
-from .options import database, dsn_option, log_format_option, metrics_options
+from .options import (
+    database,
+    dsn_option,
+    listen_dsn_option,
+    log_format_option,
+    metrics_options,
+    pgbouncer_option,
+)
+
+log = logging.getLogger("ujobs.worker")
 
 EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
 
@@ -68,12 +83,28 @@ class WorkerFlags:
     log_format: LogFormat = "text"
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    time_limit: float | None = None
+    soft_time_limit: float | None = None
+    max_tasks_per_child: int | None = None
+    max_memory_per_child: int | None = None  # KiB
+    autoscale: tuple[int, int] | None = None  # (max, min)
+    autoscale_keepalive_s: float = DEFAULT_AUTOSCALE_KEEPALIVE_S
+    beat: bool = False
 
     def config(self) -> WorkerConfig:
         """The worker's settings from the flags alone (checked before ``-A`` is imported)."""
+        concurrency = DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency
+        if self.autoscale is not None:
+            if self.concurrency is not None:
+                raise ConfigError(
+                    f"-c {self.concurrency} and --autoscale {self.autoscale[0]},"
+                    f"{self.autoscale[1]} both size the pool",
+                    hint="drop -c: an autoscaled pool starts at MIN and grows to MAX",
+                )
+            concurrency = self.autoscale[1]
         return WorkerConfig(
             queues=self.queues,
-            concurrency=DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
+            concurrency=concurrency,
             pool=self.pool,
             prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
             if self.prefetch_multiplier is None
@@ -81,6 +112,12 @@ class WorkerFlags:
             lease_s=self.lease_s,
             poll_s=self.poll_s,
             shutdown_timeout_s=self.shutdown_s,
+            max_tasks_per_child=self.max_tasks_per_child,
+            max_memory_per_child_kib=self.max_memory_per_child,
+            time_limit_s=self.time_limit,
+            soft_time_limit_s=self.soft_time_limit,
+            autoscale=self.autoscale,
+            autoscale_keepalive_s=self.autoscale_keepalive_s,
         )
 
 
@@ -206,21 +243,50 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "during a cutover, where Flower reads them).",
 )
 @click.option(
-    "--max-tasks-per-child", type=int, default=None, help="Refused: children are not recycled."
+    "--max-tasks-per-child",
+    type=int,
+    default=None,
+    help="Replace a pool child after it ran N bodies (the last one finishes first). "
+    "Process pool only.",
 )
 @click.option(
-    "--max-memory-per-child", type=int, default=None, help="Refused: children are not recycled."
+    "--max-memory-per-child",
+    type=int,
+    default=None,
+    metavar="KIB",
+    help="Replace a pool child whose resident memory exceeds KIB after a body (the body "
+    "finishes first). Process pool only.",
 )
 @click.option(
-    "--time-limit", type=float, default=None, help="Refused: use timeout= / task_time_limit."
+    "--time-limit",
+    type=float,
+    default=None,
+    help="Hard time limit (seconds) for jobs/tasks that set none: an @job's timeout=, a "
+    "Celery app's task_time_limit.",
 )
 @click.option(
-    "--soft-time-limit", type=float, default=None, help="Refused: use task_soft_time_limit."
+    "--soft-time-limit",
+    type=float,
+    default=None,
+    help="Soft time limit (seconds) for Celery tasks that set none (task_soft_time_limit): "
+    "SoftTimeLimitExceeded is raised in the body. Celery apps only.",
 )
-@click.option("--autoscale", default=None, metavar="MAX,MIN", help="Refused: use a fixed -c.")
 @click.option(
-    "-B", "--beat", is_flag=True, help="Refused: run `ujobs-bridge scheduler` as its own process."
+    "--autoscale",
+    default=None,
+    metavar="MAX,MIN",
+    help="Grow the pool toward MAX while jobs wait, shrink toward MIN when idle "
+    "(AUTOSCALE_KEEPALIVE seconds, default 30). Replaces -c.",
 )
+@click.option(
+    "-B",
+    "--beat",
+    is_flag=True,
+    help="Also run the scheduler in this process (leader-elected: several -B workers still "
+    "fire each occurrence once); it stops with the worker.",
+)
+@pgbouncer_option
+@listen_dsn_option
 @dsn_option
 def worker(
     app_spec: str,
@@ -253,17 +319,7 @@ def worker(
     dsn: str | None,
 ) -> None:
     """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
-    refused = {
-        "--max-tasks-per-child": max_tasks_per_child,
-        "--max-memory-per-child": max_memory_per_child,
-        "--time-limit": time_limit,
-        "--soft-time-limit": soft_time_limit,
-        "--autoscale": autoscale,
-        "-B": beat,
-    }
     try:  # the flags are checked before -A is imported
-        for flag in flags.given(refused):
-            raise flags.refusal(flag)
         mapped_pool, mapped_concurrency = flags.pool(pool, concurrency)
         asked = WorkerFlags(
             queues=_queues(queues),
@@ -283,6 +339,13 @@ def worker(
             log_format=log_format,
             metrics_port=metrics_port,
             metrics_address=metrics_address,
+            time_limit=time_limit,
+            soft_time_limit=soft_time_limit,
+            max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child,
+            autoscale=flags.autoscale(autoscale) if autoscale is not None else None,
+            autoscale_keepalive_s=flags.autoscale_keepalive(),
+            beat=beat,
         )
         asked.config()
     except ConfigError as exc:
@@ -313,9 +376,26 @@ def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServe
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
     """The app's own worker settings (a Celery app's worker_concurrency ...) where no flag was
-    given."""
+    given. Per-child limits set by the app apply to the process pool; the thread pool runs
+    without them (as Celery's does), saying so."""
     from_app = app.worker_settings()
-    if asked.concurrency is None and "concurrency" in from_app:
+    for key in ("max_tasks_per_child", "max_memory_per_child"):
+        if key not in from_app or getattr(asked, key) is not None:
+            continue
+        if config.pool != "processes":
+            log.warning(
+                "ujobs.worker: the app's worker_%s=%s is per pool process; the %s pool "
+                "runs bodies in this process, so it does not apply",
+                key,
+                from_app[key],
+                config.pool,
+            )
+            continue
+        if key == "max_tasks_per_child":
+            config = dataclasses.replace(config, max_tasks_per_child=from_app[key])
+        else:
+            config = dataclasses.replace(config, max_memory_per_child_kib=from_app[key])
+    if asked.concurrency is None and asked.autoscale is None and "concurrency" in from_app:
         config = dataclasses.replace(config, concurrency=from_app["concurrency"])
     if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
         config = dataclasses.replace(config, prefetch_multiplier=from_app["prefetch_multiplier"])
@@ -338,12 +418,26 @@ def _without_excluded(
     return dataclasses.replace(config, queues=kept)
 
 
+def embedded_scheduler(app: LoadedApp, dsn: str) -> Scheduler:
+    """``-B``: the scheduler ``ujobs-bridge scheduler -A`` runs (the app's periodic tasks, a
+    Celery app's ``beat_schedule``, the retention sweep), leader-elected with every other
+    scheduler of the database, in this process. The outbox relay is not embedded."""
+    from .scheduler import load_tasks
+
+    tasks = load_tasks(app, with_purge=True)
+    try:
+        return Scheduler(dsn, tasks)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
+
+
 def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     """Run the worker for ``app`` until SIGTERM/SIGINT, then shut down and exit 0. Shared by
     ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app; a bad setting is a
     usage error (exit 2)."""
-    jobs = loading.jobs_of(app)
     try:
+        app.apply_time_limits(asked.time_limit, asked.soft_time_limit)  # before jobs are read
+        jobs = loading.jobs_of(app)
         if asked.task_events and not app.sends_events():
             raise ConfigError(
                 f"-E: -A {app.spec} is not a Celery app, and task events are Celery's",
@@ -358,6 +452,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     resolved = database(asked.dsn, config_dsn=app.database_url())
     ensure_schema(resolved)
     app.bind(resolved.dsn)
+    beat = embedded_scheduler(app, resolved.dsn) if asked.beat else None
     worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
         resolved.dsn,
@@ -390,11 +485,19 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
+    if beat is not None:
+        beat.start()
     exporter = _serve_metrics(asked, runner, resolved.dsn)
     node = f" node={runner.node}"
+    size = (
+        f"autoscale={config.autoscale[0]},{config.autoscale[1]}"
+        if config.autoscale is not None
+        else f"concurrency={config.concurrency}"
+    )
+    extra = f" beat={len(beat.tasks)} task(s)" if beat is not None else ""
     click.echo(
         f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
-        f"concurrency={config.concurrency} prefetch={config.prefetch_multiplier} pool={config.pool}",
+        f"{size} prefetch={config.prefetch_multiplier} pool={config.pool}{extra}",
         err=True,
     )
     app.on_worker_ready(runner)
@@ -410,6 +513,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         )
     else:
         click.echo("worker: shutting down (signal again to hand back at once)", err=True)
+    if beat is not None:
+        beat.stop()  # its round in flight ends, then the lease is given back (another leads)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
     if exporter is not None:
         exporter.stop()

@@ -20,11 +20,11 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from typing import Any
 
 from .. import logs
 from ..errors import ConfigError
 from ..logs import LogFormat
+from ..worker.config import DEFAULT_AUTOSCALE_KEEPALIVE_S
 
 LOG_LEVELS: Mapping[str, int] = {
     "DEBUG": logging.DEBUG,
@@ -46,37 +46,39 @@ GREEN_POOLS = ("eventlet", "gevent")
 POOL_NAMES = (*POOL_MAP, *GREEN_POOLS)
 _FORMAT = re.compile(r"%(\w)")
 
-# Celery's flags with no meaning on the bridge yet: flag -> (why, what to use instead)
+# Celery's flags with no meaning on the bridge: flag -> (why, what to use instead)
 REFUSED: Mapping[str, tuple[str, str]] = {
-    "--max-tasks-per-child": (
-        "pool processes are not recycled after N tasks",
-        "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
-    ),
-    "--max-memory-per-child": (
-        "pool processes are not recycled on memory use",
-        "drop the flag, or restart the worker periodically (SIGTERM shuts it down cleanly, handing unfinished jobs back)",
-    ),
-    "--time-limit": (
-        "the bridge worker has no worker-wide default time limit",
-        "declare timeout= on the job, or task_time_limit in the Celery app's config",
-    ),
-    "--soft-time-limit": (
-        "the bridge worker has no worker-wide default soft time limit",
-        "declare task_soft_time_limit in the Celery app's config (or soft_time_limit= on the task)",
-    ),
-    "--autoscale": (
-        "the bridge worker does not grow or shrink its pool",
-        "set a fixed size with -c",
-    ),
     "--purge": (
         "the worker does not discard waiting messages at start",
         "purge ready messages first with `celery -A proj purge -f` (or app.control.purge())",
     ),
-    "-B": (
-        "the bridge worker does not embed a scheduler",
-        "run `ujobs-bridge scheduler -A ...` (or `celery beat`) as its own process",
-    ),
 }
+
+
+def autoscale(value: str) -> tuple[int, int]:
+    """Celery's ``--autoscale``: ``MAX,MIN`` in either order (the larger is MAX), or ``MAX``
+    alone (MIN 0, which the worker's settings refuse with the fix)."""
+    parts = [p.strip() for p in value.split(",")]
+    if not 1 <= len(parts) <= 2 or not all(p.isdigit() for p in parts):
+        raise ConfigError(
+            f"--autoscale {value!r} is not MAX,MIN", hint="give two whole numbers, e.g. 10,2"
+        )
+    numbers = sorted((int(p) for p in parts), reverse=True)
+    return numbers[0], numbers[1] if len(numbers) == 2 else 0
+
+
+def autoscale_keepalive() -> float:
+    """Seconds an autoscaled pool idles before shrinking: ``AUTOSCALE_KEEPALIVE`` (Celery's
+    environment variable), default 30."""
+    raw = os.environ.get("AUTOSCALE_KEEPALIVE")
+    if not raw:
+        return DEFAULT_AUTOSCALE_KEEPALIVE_S
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"AUTOSCALE_KEEPALIVE={raw!r} is not a number of seconds", hint="e.g. 30"
+        ) from None
 
 
 def refusal(flag: str) -> ConfigError:
@@ -187,8 +189,3 @@ def remove_pidfile(path: str | None) -> None:
                 if f.read().strip() != str(os.getpid()):
                     return
             os.unlink(path)
-
-
-def given(values: Mapping[str, Any]) -> list[str]:
-    """The refused flags among ``values`` (flag -> value) that were actually given."""
-    return [flag for flag, v in values.items() if v not in (None, False, 0, "")]

@@ -6,8 +6,22 @@ connection: autocommit unless the caller runs its own transaction, an ``applicat
 says which process and which role it serves (``pg_stat_activity`` reads like a process list), a
 connect timeout so a dead server fails fast instead of hanging a loop, optionally an
 idle-in-transaction limit (a paused process must not hold row locks forever), and reopening when
-the server closed it. Written once here, the next policies (reconnect backoff, PgBouncer
-transaction mode, a connection budget) have one place to go.
+the server closed it. Written once here, the next policies have one place to go.
+
+PgBouncer in transaction mode (``UJOBS_PGBOUNCER=1``, or ``--pgbouncer``, says so; nothing is
+guessed): each transaction may run on another server session, so a connection through it carries
+no session state. ``Role.kwargs`` then sends no ``options`` (a bouncer refuses the startup
+parameter, or drops it silently) and turns psycopg's automatic server-side prepared statements
+off (``prepare_threshold=None``); the callers that used session state do the same per transaction
+(``set local``). LISTEN needs a session: ``listen_dsn`` names the connection wake-ups come from
+(``UJOBS_LISTEN_URL`` / ``--listen-dsn``, a direct one), or None behind a bouncer without one:
+then the loops poll.
+
+The connection budget: loops of one process share a connection where that costs nothing
+(``Reconnecting.using``: the worker's claim loop, heartbeat and node presence; the scheduler's
+leader, rounds and outbox relay), and pools start empty and give back what stays idle
+(``min_size`` 0, one connection per ``UJOBS_POOL_IDLE_S`` idle seconds), so a process at rest
+holds only its loops' connections.
 
 Outages (a restart, a failover, ``pg_terminate_backend``) are a policy too. ``transient(exc)``
 says whether an error is the infrastructure's (the connection lost, the server shutting down or
@@ -22,11 +36,13 @@ What it is not: an owner. The loop or client that asks for a connection owns and
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -35,6 +51,12 @@ from psycopg_pool import ConnectionPool
 
 CONNECT_TIMEOUT_S = 5
 APPLICATION_NAME_LIMIT = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
+
+ENV_PGBOUNCER = "UJOBS_PGBOUNCER"  # 1: every connection goes through a transaction pooler
+ENV_LISTEN_URL = "UJOBS_LISTEN_URL"  # a direct connection for LISTEN (wake-ups)
+ENV_POOL_IDLE = "UJOBS_POOL_IDLE_S"  # a pool gives back one connection per this many idle seconds
+DEFAULT_POOL_IDLE_S = 60.0
+_TRUE = ("1", "true", "yes", "on")
 
 Conn = psycopg.Connection[Any]
 Pool = ConnectionPool[Conn]
@@ -67,9 +89,53 @@ class Role:
             "application_name": self.application_name,
             "connect_timeout": CONNECT_TIMEOUT_S,
         }
-        if self.idle_in_transaction_ms is not None:
+        if behind_pgbouncer():
+            # No server-side prepared statements (the next transaction may run on a session
+            # that never saw them), no startup options (refused, or dropped: no session state).
+            out["prepare_threshold"] = None
+        elif self.idle_in_transaction_ms is not None:
             out["options"] = f"-c idle_in_transaction_session_timeout={self.idle_in_transaction_ms}"
         return out
+
+
+def behind_pgbouncer() -> bool:
+    """True when connections go through a transaction-mode pooler (``UJOBS_PGBOUNCER=1``): no
+    session state, no prepared statements, no LISTEN on them."""
+    return os.environ.get(ENV_PGBOUNCER, "").strip().lower() in _TRUE
+
+
+def use_pgbouncer(on: bool = True) -> None:
+    """Declare (for this process and the processes it starts) that connections go through a
+    transaction-mode pooler: what ``--pgbouncer`` does."""
+    if on:
+        os.environ[ENV_PGBOUNCER] = "1"
+    else:
+        os.environ.pop(ENV_PGBOUNCER, None)
+
+
+def listen_dsn(dsn: str, explicit: str | None = None) -> str | None:
+    """Where LISTEN connections go: ``explicit`` (``--listen-dsn``), else ``UJOBS_LISTEN_URL``,
+    else ``dsn`` itself, unless that goes through a pooler: then None, and the caller polls."""
+    chosen = explicit or os.environ.get(ENV_LISTEN_URL) or None
+    if chosen is not None:
+        return chosen
+    return None if behind_pgbouncer() else dsn
+
+
+def pool_idle_s() -> float:
+    """How long a pooled connection may stay unused before the pool closes one
+    (``UJOBS_POOL_IDLE_S``, default 60 s)."""
+    raw = os.environ.get(ENV_POOL_IDLE, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_POOL_IDLE_S
+    except ValueError:
+        return DEFAULT_POOL_IDLE_S
+    return value if value > 0 else DEFAULT_POOL_IDLE_S
+
+
+class Busy(psycopg.OperationalError):
+    """``Reconnecting.using(wait_s=...)`` gave up: another loop held the shared connection
+    longer. The connection itself may be fine: do not reset it."""
 
 
 def transient(exc: BaseException) -> bool:
@@ -144,19 +210,22 @@ def connect(dsn: str, role: Role) -> Conn:
 
 
 def pool(
-    dsn: str, role: Role, *, min_size: int = 1, max_size: int = 4, name: str | None = None
+    dsn: str, role: Role, *, min_size: int = 0, max_size: int = 4, name: str | None = None
 ) -> Pool:
     """An open pool whose connections follow ``role``'s policy and are checked on checkout (a
     connection the server closed is replaced, never handed out); ``name`` (the pool's own name
-    in psycopg's logs) defaults to the role's application_name."""
+    in psycopg's logs) defaults to the role's application_name. It starts with ``min_size``
+    connections (default none: opened on first use) and, above that, closes one connection per
+    ``pool_idle_s()`` seconds in which it had one unused."""
     return ConnectionPool(
         dsn,
         min_size=min_size,
-        max_size=max(min_size, max_size),
+        max_size=max(min_size, max_size, 1),
         kwargs=role.kwargs(),
         open=True,
         name=name or role.application_name,
         check=check,
+        max_idle=pool_idle_s(),
     )
 
 
@@ -165,7 +234,12 @@ class Reconnecting:
     (by ``reset()`` after an error, or by the server: with ``checked``, ``get()`` runs ``check``
     first, so a loop's first statement after a restart does not fail on the old connection; a
     LISTEN connection passes ``checked=False``, since a new connection would not be listening).
-    Thread-safe."""
+    Thread-safe.
+
+    Several loops of a process may share one: each runs its statements (or its transaction)
+    inside ``with shared.using() as conn:``, which gives the connection to that thread alone
+    until the block ends, so no loop's autocommit statement lands inside another's
+    transaction. ``reset()`` waits for the block in flight."""
 
     def __init__(self, dsn: str, role: Role, *, checked: bool = True) -> None:
         self.dsn = dsn
@@ -173,6 +247,18 @@ class Reconnecting:
         self.checked = checked
         self._conn: Conn | None = None
         self._lock = threading.Lock()
+        self._use = threading.RLock()
+
+    @contextlib.contextmanager
+    def using(self, *, wait_s: float | None = None) -> Iterator[Conn]:
+        """The connection, for this thread alone until the block ends (re-entrant). ``wait_s``:
+        wait at most that long for another user's block to end, else raise ``Busy``."""
+        if not self._use.acquire(timeout=-1 if wait_s is None else wait_s):
+            raise Busy(f"the shared connection ({self.role.application_name}) stayed busy")
+        try:
+            yield self.get()
+        finally:
+            self._use.release()
 
     def get(self) -> Conn:
         with self._lock:
@@ -194,7 +280,7 @@ class Reconnecting:
     def reset(self) -> None:
         """Close the connection (after an error: its state is unknown); the next ``get()``
         opens a fresh one."""
-        with self._lock:
+        with self._use, self._lock:
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()

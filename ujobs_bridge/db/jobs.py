@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -30,9 +30,12 @@ from .sql import q
 Conn = psycopg.Connection[Any]
 
 
-@dataclass(frozen=True, slots=True)
-class EnqueueSpec:
-    """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now."""
+class EnqueueSpec(NamedTuple):
+    """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now.
+
+    Immutable like the frozen dataclass it was, but built in a fraction of the time: one is
+    built per job enqueued, so on ``enqueue_many``'s path its constructor was a measurable share
+    of the cost per row."""
 
     id: UUID
     name: str
@@ -202,7 +205,22 @@ def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
 
 
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
-    claimed = ClaimedJob(*row)
+    """A claim statement's row (``job_claim``'s RETURNING order) as a ``ClaimedJob``, by name:
+    ``undecodable`` is not a column, so the row cannot be spread positionally."""
+    ident, name, queue, data, attempt, max_attempts, token, expired, deliveries, tp, due = row
+    claimed = ClaimedJob(
+        id=ident,
+        name=name,
+        queue=queue,
+        input=data,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        lease_token=token,
+        expired=expired,
+        deliveries=deliveries,
+        traceparent=tp,
+        due_at=due,
+    )
     if isinstance(claimed.input, _Undecodable):
         return replace(claimed, input={}, undecodable=claimed.input.reason)
     return claimed
@@ -213,6 +231,16 @@ def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
     (its input empty) instead of failing the batch."""
     rows = _claim_cursor(conn).execute(q("job_claim"), claim.params()).fetchall()
     return [_claimed(row) for row in rows]
+
+
+def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
+    """``job_claim`` in a transaction of its own whose commit does not wait for the WAL flush
+    (``set local``), sent as one pipeline: the claim behind PgBouncer, where the claim
+    connection's session setting (``claims_commit_async``) would leak to other clients."""
+    with conn.pipeline(), conn.transaction():
+        conn.execute(q("tx_claims_async"))
+        claimed = conn.execute(q("job_claim"), claim.params())
+    return [ClaimedJob(*row) for row in claimed.fetchall()]
 
 
 def job_settle_then_claim(

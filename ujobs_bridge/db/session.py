@@ -33,6 +33,11 @@ def claims_commit_async(conn: Conn) -> None:
     conn.execute(q("session_claims_async"))
 
 
+def transaction_idle_limit(conn: Conn, ms: int) -> None:
+    """Inside a transaction: the server ends it if it stays idle longer than ``ms``."""
+    conn.execute(q("tx_idle_limit"), {"ms": str(int(ms))})
+
+
 def outcomes_commit_durable(conn: Conn) -> None:
     """Inside a transaction: this commit waits for the WAL flush (outcomes are durable)."""
     conn.execute(q("tx_outcomes_durable"))

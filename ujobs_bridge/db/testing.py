@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from ..records import ClaimedJob
+from .jobs import _claimed
 from .sql import q
 
 Conn = psycopg.Connection[Any]
@@ -71,10 +72,25 @@ def job_claim_by_id(conn: Conn, claim: ClaimById) -> ClaimedJob | None:
         "now": claim.now,
     }
     row = conn.execute(q("testing_job_claim"), params).fetchone()
-    return None if row is None else ClaimedJob(*row)
+    return None if row is None else _claimed(row)
 
 
 def jobs_due(conn: Conn, due: DueJobs) -> int:
     params = {"queues": list(due.queues), "names": list(due.names), "now": due.now}
     row = conn.execute(q("testing_jobs_due"), params).fetchone()
     return 0 if row is None else int(row[0])
+
+
+def pgbouncer_clients(console_dsn: str) -> list[tuple[str, str]]:
+    """``(database, application_name)`` of every client of the PgBouncer whose admin console is
+    at ``console_dsn`` (its ``pgbouncer`` database; the console speaks the simple protocol only,
+    hence a client-side cursor)."""
+    from .connections import Role, connect
+
+    with connect(console_dsn, Role("testing:pgbouncer")) as conn:
+        cur = psycopg.ClientCursor(conn)
+        cur.execute(q("testing_pgbouncer_clients"))
+        names = [d.name for d in cur.description or ()]
+        rows = cur.fetchall()
+    database, app = names.index("database"), names.index("application_name")
+    return [(str(row[database]), str(row[app] or "")) for row in rows]

@@ -10,6 +10,11 @@ can run twice; keep the purge age far above any relay outage. A failure stops th
 later row never overtakes an earlier one. ``stop()`` finishes the batch in flight (the SIGTERM
 drain).
 
+It keeps one source connection (reopened after an error) rather than one per pass, or shares
+one (``connection=``: the scheduler's, in ``ujobs-bridge scheduler``). Its lock is an advisory
+lock scoped to the batch's transaction, so the relay works through PgBouncer's transaction
+pooling.
+
 What it is not: staging (``staging.py``), nor SQL: the statements run in
 ``ujobs_bridge.db.outbox``.
 """
@@ -34,7 +39,7 @@ log = logging.getLogger("ujobs.outbox")
 
 DEFAULT_BATCH = 500
 # The relay runs its own transaction on the source (lock, claim, publish, mark as one).
-SOURCE_ROLE = connections.Role("outbox", autocommit=False)
+SOURCE_ROLE = connections.Role("outbox")
 TARGET_ROLE = connections.Role("outbox:publish")
 
 
@@ -49,8 +54,11 @@ class OutboxRelay(Service):
         batch: int = DEFAULT_BATCH,
         interval_s: float = 0.5,
         clock: Clock = SYSTEM_CLOCK,
+        connection: connections.Reconnecting | None = None,
     ) -> None:
         self.source_dsn = source_dsn
+        self._source = connection or connections.Reconnecting(source_dsn, SOURCE_ROLE)
+        self._owned = connection is None
         self.target_dsn = target_dsn
         self.batch = validation.positive_int("outbox relay batch", batch, maximum=100_000)
         self.interval_s = validation.seconds("outbox relay interval", interval_s)
@@ -67,9 +75,18 @@ class OutboxRelay(Service):
         # lets the batch in hand finish and be marked, then returns.
         return 0.0 if self.tick() >= self.batch else self.interval_s
 
+    def _on_error(self, exc: Exception) -> float:
+        if isinstance(exc, psycopg.Error) and not self._source.open:
+            self._source.reset()
+        return super()._on_error(exc)
+
+    def _on_stop(self) -> None:
+        if self._owned:
+            self._source.close()
+
     def tick(self) -> int:
         """Publish one batch; returns how many rows became jobs."""
-        with connections.connect(self.source_dsn, SOURCE_ROLE) as source:
+        with self._source.using() as source:
             with source.transaction():
                 if not store.outbox_relay_lock(source):
                     return 0  # another relay is publishing

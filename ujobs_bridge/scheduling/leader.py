@@ -36,7 +36,19 @@ __all__ = ["DEFAULT_GROUP", "LeaderInfo", "PgLeaseLeader", "current"]
 
 
 class PgLeaseLeader:
-    def __init__(self, dsn: str, *, holder: str, ttl_s: float, group: str = DEFAULT_GROUP) -> None:
+    """``conn``: a connection to share (the scheduler's: its statements run inside
+    ``using()``); default, one of its own. Every statement autocommits, so nothing about the
+    lease lives in a session: it works through PgBouncer's transaction pooling."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        holder: str,
+        ttl_s: float,
+        group: str = DEFAULT_GROUP,
+        conn: Reconnecting | None = None,
+    ) -> None:
         self.dsn = dsn
         self.holder = holder
         self.ttl_s = ttl_s
@@ -44,7 +56,7 @@ class PgLeaseLeader:
         self.term: int | None = None
         self.margin_s = min(TRUST_MARGIN_S, ttl_s / 4)
         self._trusted_until = 0.0
-        self._conn = Reconnecting(dsn, Role(f"scheduler:{holder}"))
+        self._conn = conn or Reconnecting(dsn, Role(f"scheduler:{holder}"))
 
     def _lease(self) -> LeaderTerm:
         return LeaderTerm(self.group, self.holder, self.ttl_s, self.term)
@@ -58,16 +70,16 @@ class PgLeaseLeader:
         """Renew our term, or try to take an expired one. Any error concedes."""
         started = time.monotonic()
         try:
-            conn = self._conn.get()
-            if self.term is not None and not store.leader_renew(conn, self._lease()):
-                log.warning("ujobs.leader.lost: %s lost term %s", self.holder, self.term)
-                self.term = None
-            if self.term is None:
-                term = store.leader_elect(conn, self._lease())
-                if term is not None:
-                    self.term = term
-                    log.info("ujobs.leader.elected: %s holds term %s", self.holder, self.term)
-                    fault("leader.after_acquire")
+            with self._conn.using() as conn:
+                if self.term is not None and not store.leader_renew(conn, self._lease()):
+                    log.warning("ujobs.leader.lost: %s lost term %s", self.holder, self.term)
+                    self.term = None
+                if self.term is None:
+                    term = store.leader_elect(conn, self._lease())
+                    if term is not None:
+                        self.term = term
+                        log.info("ujobs.leader.elected: %s holds term %s", self.holder, self.term)
+                        fault("leader.after_acquire")
         except psycopg.Error as exc:
             log.warning("ujobs.leader.error: %s concedes: %s", self.holder, exc)
             self.term = None
@@ -81,7 +93,8 @@ class PgLeaseLeader:
         if self.term is None:
             return
         try:
-            store.leader_resign(self._conn.get(), self._lease())
+            with self._conn.using() as conn:
+                store.leader_resign(conn, self._lease())
         except psycopg.Error as exc:
             log.warning("ujobs.leader.resign_failed: %s", exc)
         self.term = None

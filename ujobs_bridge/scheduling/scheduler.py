@@ -103,18 +103,28 @@ class Scheduler(Service):
                 hint="make the lease at least three rounds long",
             )
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.leader = PgLeaseLeader(dsn, holder=self.holder, ttl_s=ttl, group=group)
         self.counts = SchedulerCounts()
         # The round's connection ends a transaction left idle past the lease (a paused leader's
-        # half-done fire), so a successor is never blocked behind its row lock.
-        idle_ms = max(1000, int(self.leader.ttl_s * 1000))
+        # half-done fire), so a successor is never blocked behind its row lock: a session limit
+        # on a direct connection, and each fire transaction sets it again for itself (all that
+        # holds behind PgBouncer). The leader election shares the connection.
+        self.idle_ms = max(1000, int(ttl * 1000))
         self._conn = Reconnecting(
-            dsn, Role(f"scheduler:{self.holder}", idle_in_transaction_ms=idle_ms)
+            dsn, Role(f"scheduler:{self.holder}", idle_in_transaction_ms=self.idle_ms)
+        )
+        self.leader = PgLeaseLeader(
+            dsn, holder=self.holder, ttl_s=ttl, group=group, conn=self._conn
         )
         self._round_lock = threading.Lock()
         super().__init__("scheduler", interval_s=self.interval_s)
 
     # ------------------------------------------------------------------ lifecycle (``Service``)
+
+    @property
+    def connection(self) -> Reconnecting:
+        """The scheduler's one connection, for a loop of the same process to share (the outbox
+        relay of ``ujobs-bridge scheduler``); closed by ``stop()``."""
+        return self._conn
 
     def _on_stop(self) -> None:
         """The round in flight has finished (``Service.stop`` joined it): now give the lease back."""
@@ -142,24 +152,25 @@ class Scheduler(Service):
             if not self.leader.tick():
                 return 0
             self.counts.rounds += 1
-            conn = self._conn.get()
-            now = self._now(conn)  # ONE reading for the whole round
-            marks = watermarks(conn)
-            fired = 0
-            for periodic in self.tasks.values():
-                if not self.leader.is_leader:
-                    log.warning("ujobs.scheduler.trust_lapsed: stopping the round")
-                    break
-                try:
-                    fired += self._dispatch(conn, periodic, marks.get(periodic.name), now)
-                except psycopg.OperationalError:
-                    raise  # the connection is gone: the loop reconnects next round
-                except Exception:
-                    self.counts.failed += 1
-                    log.exception(
-                        "ujobs.scheduler.task_failed: %s keeps its watermark", periodic.name
-                    )
-            return fired
+            with self._conn.using() as conn:
+                return self._round(conn)
+
+    def _round(self, conn: psycopg.Connection[Any]) -> int:
+        now = self._now(conn)  # ONE reading for the whole round
+        marks = watermarks(conn)
+        fired = 0
+        for periodic in self.tasks.values():
+            if not self.leader.is_leader:
+                log.warning("ujobs.scheduler.trust_lapsed: stopping the round")
+                break
+            try:
+                fired += self._dispatch(conn, periodic, marks.get(periodic.name), now)
+            except psycopg.OperationalError:
+                raise  # the connection is gone: the loop reconnects next round
+            except Exception:
+                self.counts.failed += 1
+                log.exception("ujobs.scheduler.task_failed: %s keeps its watermark", periodic.name)
+        return fired
 
     def _dispatch(
         self,
@@ -186,6 +197,7 @@ class Scheduler(Service):
             fault("scheduler.before_fire")
             duplicate = False
             with conn.transaction():
+                session.transaction_idle_limit(conn, self.idle_ms)
                 specs = [request.spec() for request in periodic.requests(occurrence, conn)]
                 fire = FireParams(
                     periodic.name, occurrence.at, occurrence.catch_up, tuple(s.id for s in specs)

@@ -11,6 +11,7 @@ schema, the real insert, claim, attempt core and settle. The kit gives
 - ``enqueued(client, name=my_job, args=[...])``: the matching job rows, oldest first;
 - ``PrivateCluster``: a Postgres server of the test's own (temporary ``initdb``, free port) to
   stop, crash and restart in outage tests;
+- ``PgBouncer``: a real PgBouncer in transaction mode in front of a server (``dsn(dbname)``);
 - a pytest plugin, ``pytest -p ujobs_bridge.testing.pytest`` (fixtures ``ujobs_database``,
   ``ujobs_dsn``, ``ujobs_client``, ``ujobs_clock``).
 
@@ -31,11 +32,13 @@ from .database import (
 from .enqueued import enqueued
 from .idle import run_until_idle
 from .perform import Performed, perform, perform_again
+from .pgbouncer import PgBouncer
 
 __all__ = [
     "ADMIN_DSN_ENV",
     "DEFAULT_ADMIN_DSN",
     "Performed",
+    "PgBouncer",
     "PrivateCluster",
     "TemporaryDatabase",
     "admin_dsn_from_env",

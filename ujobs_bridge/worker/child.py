@@ -46,6 +46,8 @@ from .attempt import BodyResult, RemoteJobError, retries, run_body
 
 # task name -> attribute -> value, as remote control set them in the parent (picklable)
 TaskSettings = dict[str, dict[str, Any]]
+# the worker's (--time-limit, --soft-time-limit): defaults for the jobs that set none
+TimeLimits = tuple[float | None, float | None]
 
 _registry: dict[str, JobDefinition[Any, Any]] = {}
 _dsn: list[str] = []
@@ -61,14 +63,20 @@ PR_SET_PDEATHSIG = 1
 
 
 def child_main(
-    conn: Connection, app_spec: str | None, dsn: str, node: str, parent_pid: int
+    conn: Connection,
+    app_spec: str | None,
+    dsn: str,
+    node: str,
+    parent_pid: int,
+    limits: TimeLimits = (None, None),
 ) -> None:
-    """A pool child's life: die with the parent, load ``-A``, say ready, then run one claimed
-    job per message (``(claimed, task settings)``) until told to stop (``None``) or the
-    parent's end of the pipe closes."""
+    """A pool child's life: die with the parent, load ``-A`` (with the worker's default time
+    ``limits``), say ready, then run one claimed job per message (``(claimed, task settings)``)
+    until told to stop (``None``) or the parent's end of the pipe closes. Each answer is
+    ``(reply, resident KiB)``: the parent recycles a child over ``--max-memory-per-child``."""
     _die_with_parent(parent_pid)
     try:
-        child_init(app_spec, dsn, node)
+        child_init(app_spec, dsn, node, limits)
     except BaseException as exc:  # the parent reports it, for the job it wanted to run here
         conn.send(("init_failed", error_text(exc)))
         return
@@ -80,11 +88,27 @@ def child_main(
             return  # the parent is gone
         if message is None:
             return
+        if os.getppid() != parent_pid:  # killed while the job was in the pipe: never start it
+            return
         try:
             reply = child_run(*message)
         except Exception as exc:  # e.g. a name this child's registry lacks: fail this attempt
             reply = ("error", error_text(exc), False)
-        conn.send(reply)
+        conn.send((reply, resident_kib()))
+
+
+def resident_kib() -> int:
+    """This process's resident memory now, in KiB (Linux's ``/proc``; elsewhere its peak,
+    ``ru_maxrss``, which Linux and BSD give in KiB and macOS in bytes)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak // 1024 if sys.platform == "darwin" else peak
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -100,9 +124,12 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
-    """Load ``-A`` in this child through its loader and bind the app to the parent's ``dsn``
-    (passed here, never through the environment); ``node``: the parent's node name."""
+def child_init(
+    app_spec: str | None, dsn: str, node: str = "", limits: TimeLimits = (None, None)
+) -> None:
+    """Load ``-A`` in this child through its loader, with the worker's default time ``limits``
+    applied as in the parent, and bind the app to the parent's ``dsn`` (passed here, never
+    through the environment); ``node``: the parent's node name."""
     from .. import context, loading
 
     if node:
@@ -114,6 +141,7 @@ def child_init(app_spec: str | None, dsn: str, node: str = "") -> None:
         _on_exit(lambda: None)
         return
     app = loading.resolve(app_spec)
+    app.apply_time_limits(*limits)
     _registry.update(loading.jobs_of(app))
     app.bind(dsn)
     _app.append(app)
@@ -149,7 +177,7 @@ def _connection() -> AbstractContextManager[Conn]:
     with _lock:
         if not _pool:
             role = Role(f"worker:child:{os.getpid()}:steps")
-            _pool.append(connections.pool(_dsn[0], role, min_size=1, max_size=2))
+            _pool.append(connections.pool(_dsn[0], role, max_size=2))
     return _pool[0].connection()
 
 

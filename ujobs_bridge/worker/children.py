@@ -7,7 +7,12 @@ child. Here each child has its own pipe and its own keeper, so the parent knows 
 each child runs: a child that dies (the OOM killer's SIGKILL, a crash in C code) fails only its
 own attempt (counted and retried like any failure, ``UJ_WORKER_LOST``) and is replaced; a body
 past its timeout (a hard time limit, as Celery's ``time_limit``), cancelled, or whose lease was
-lost has its child killed and replaced. Children die with the worker: the keeper that spawns a
+lost has its child killed and replaced. A child is also replaced, after its body returned and
+before it takes another, once it ran ``max_tasks_per_child`` bodies or its resident memory
+exceeds ``max_memory_per_child_kib`` (Celery's recycling; the job is not charged: its attempt
+was already settled). The pool grows and shrinks while it runs (``resize``: pool_grow /
+pool_shrink / --autoscale): a new keeper spawns its child; a retired one lets its body finish,
+then closes its child and ends. Children die with the worker: the keeper that spawns a
 child outlives it, and the child asks the kernel to kill it when that thread ends
 (``PR_SET_PDEATHSIG``), with a watch on its parent as the fallback (``child.py``).
 
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..error_text import error_text
 from ..errors import AttemptAborted, ErrorCode
 from .attempt import BodyResult, RemoteJobError
-from .child import TaskSettings, body_result_from_child, child_main
+from .child import TaskSettings, TimeLimits, body_result_from_child, child_main
 from .inflight import InFlight
 
 if TYPE_CHECKING:
@@ -52,14 +57,29 @@ class Keeper:
     """One child process and the attempt it runs; used by its keeper thread only, except
     ``kill`` (any thread)."""
 
-    def __init__(self, index: int, app_spec: str | None, dsn: str, node: str) -> None:
+    def __init__(
+        self,
+        index: int,
+        app_spec: str | None,
+        dsn: str,
+        node: str,
+        limits: TimeLimits = (None, None),
+    ) -> None:
         self.index = index
         self.app_spec = app_spec
         self.dsn = dsn
         self.node = node
+        self.limits = limits
         self.process: BaseProcess | None = None
         self.conn: Connection | None = None
         self.current: InFlight | None = None
+        self.ran = 0  # bodies the current child has run
+        self.resident_kib = 0  # its resident memory after its last body
+
+    @property
+    def pid(self) -> int | None:
+        process = self.process
+        return process.pid if process is not None and process.is_alive() else None
 
     def ensure(self) -> tuple[BaseProcess, Connection]:
         """The live child, spawned (by this keeper's thread) if there is none."""
@@ -69,13 +89,14 @@ class Keeper:
         ours, theirs = multiprocessing.Pipe()
         process = multiprocessing.get_context("spawn").Process(
             target=child_main,
-            args=(theirs, self.app_spec, self.dsn, self.node, os.getpid()),
+            args=(theirs, self.app_spec, self.dsn, self.node, os.getpid(), self.limits),
             name=f"ujobs-child-{self.index}",
             daemon=True,
         )
         process.start()
         theirs.close()
         self.process, self.conn = process, ours
+        self.ran, self.resident_kib = 0, 0
         reply = self.receive(process, ours, deadline=time.monotonic() + START_TIMEOUT_S)
         if reply[0] != "ready":
             self.discard()
@@ -143,20 +164,51 @@ class ProcessRuntime:
         stopping: threading.Event,
         node: str = "",
         settings: TaskSettings | None = None,
+        limits: TimeLimits = (None, None),
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child_kib: int | None = None,
     ) -> None:
         self.finished = finished
         self.stopping = stopping
         self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
+        self.app_spec, self.dsn, self.node, self.limits = app_spec, dsn, node, limits
+        self.max_tasks_per_child = max_tasks_per_child
+        self.max_memory_per_child_kib = max_memory_per_child_kib
+        self.recycled = 0  # children replaced for their task count or memory
+        self.size = 0  # keepers wanted; resize() moves it, keepers follow
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        self._keepers = [Keeper(i, app_spec, dsn, node) for i in range(size)]
-        self._threads = [
-            threading.Thread(target=self._keep, args=(k,), name=f"ujobs-keeper-{k.index}")
-            for k in self._keepers
-        ]
-        for thread in self._threads:
-            thread.daemon = True
+        self._keepers: list[Keeper] = []
+        self._threads: list[threading.Thread] = []
+        self._next_index = 0
+        self.resize(size)
+
+    def resize(self, size: int) -> None:
+        """Keep ``size`` children: new keepers spawn theirs at once; a retired keeper takes the
+        next free turn (a running body finishes first), closes its child and ends."""
+        with self._lock:
+            grow, self.size = size - self.size, size
+            start: list[threading.Thread] = []
+            for _ in range(max(0, grow)):
+                keeper = Keeper(self._next_index, self.app_spec, self.dsn, self.node, self.limits)
+                self._next_index += 1
+                thread = threading.Thread(
+                    target=self._keep, args=(keeper,), name=f"ujobs-keeper-{keeper.index}"
+                )
+                thread.daemon = True
+                self._keepers.append(keeper)
+                self._threads.append(thread)
+                start.append(thread)
+        for thread in start:
             thread.start()
+        for _ in range(max(0, -grow)):
+            self._queue.put(None)
+
+    def pids(self) -> list[int]:
+        """The live children's process ids (``inspect stats``)."""
+        with self._lock:
+            keepers = list(self._keepers)
+        return [pid for pid in (k.pid for k in keepers) if pid is not None]
 
     def submit(self, entry: InFlight) -> None:
         self._queue.put(entry)
@@ -178,14 +230,15 @@ class ProcessRuntime:
     def shutdown(self) -> None:
         """Idle children exit after their hooks; busy ones (their attempts were handed back)
         are killed. Waits for the keepers a bounded time."""
-        for _ in self._keepers:
-            self._queue.put(None)
         with self._lock:
-            busy = [k for k in self._keepers if k.current is not None]
-        for keeper in busy:
-            keeper.kill()
+            keepers, threads = list(self._keepers), list(self._threads)
+        for _ in keepers:
+            self._queue.put(None)
+        for keeper in keepers:
+            if keeper.current is not None:
+                keeper.kill()
         deadline = time.monotonic() + EXIT_GRACE_S + 5
-        for thread in self._threads:
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def _keep(self, keeper: Keeper) -> None:
@@ -207,8 +260,30 @@ class ProcessRuntime:
                     with self._lock:
                         keeper.current = None
                 self.finished(entry, result)
+                self._recycle_if_due(keeper)
         finally:
             keeper.close()
+            with self._lock:
+                if keeper in self._keepers:
+                    index = self._keepers.index(keeper)
+                    del self._keepers[index], self._threads[index]
+
+    def _recycle_if_due(self, keeper: Keeper) -> None:
+        """Celery's ``--max-tasks-per-child`` / ``--max-memory-per-child``: after its body, a
+        child past either limit exits (running its exit hooks) and a fresh one is spawned."""
+        why = None
+        most, memory = self.max_tasks_per_child, self.max_memory_per_child_kib
+        if most is not None and keeper.ran >= most:
+            why = f"it ran {keeper.ran} bodies (--max-tasks-per-child {most})"
+        elif memory is not None and keeper.resident_kib > memory:
+            why = f"it holds {keeper.resident_kib} KiB (--max-memory-per-child {memory})"
+        if why is None or keeper.process is None:
+            return
+        log.info("ujobs.worker.child_recycled: pool child %s: %s; replacing it", keeper.pid, why)
+        keeper.close()
+        self.recycled += 1
+        if not self.stopping.is_set():
+            self._start(keeper)
 
     def _start(self, keeper: Keeper) -> None:
         try:
@@ -224,7 +299,9 @@ class ProcessRuntime:
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
             conn.send((entry.claimed, self.settings or None))
-            return body_result_from_child(keeper.receive(process, conn))
+            reply, keeper.resident_kib = keeper.receive(process, conn)
+            keeper.ran += 1
+            return body_result_from_child(reply)
         except ChildLost as exc:
             keeper.discard()
             if entry.signal.aborted:  # we killed it: the signal says why

@@ -3,7 +3,11 @@
 Why it exists: the claim loop (``loop.py``) decides WHEN to claim and write; this says HOW, on one
 connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queue in turn so no
 queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
-round trip and one commit, and rescue expired leases and expire stale jobs. The sweep also
+round trip and one commit, and rescue expired leases and expire stale jobs. The connection is
+the worker's one working connection: the heartbeat and the node's presence share it
+(``shared``; each of them, like each method here, holds it through ``using()`` for its
+statements). Claims commit without waiting for the WAL flush: a session setting on a direct
+connection, a ``set local`` in the claim's own transaction behind PgBouncer. The sweep also
 reports due jobs whose name this worker does not declare: never claimed (a worker that declares
 the name may come), logged as an error once per (queue, name) per ``unregistered_log_every_s``,
 dead-lettered only if ``unregistered_dead_after_s`` is set.
@@ -26,7 +30,7 @@ from .. import metrics
 from ..clock import Clock
 from ..db import jobs as driver
 from ..db import session
-from ..db.connections import Reconnecting, Role
+from ..db.connections import Reconnecting, Role, behind_pgbouncer
 from ..errors import ErrorCode
 from ..records import ClaimedJob, Settlement
 from .config import WorkerConfig
@@ -72,18 +76,33 @@ class Claims:
         self.clock = clock
         self.counts = counts
         self._conn = Reconnecting(dsn, Role(f"worker:{worker_id}"))
+        self._pooled = behind_pgbouncer()  # no session settings: set local per claim
         self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
         self._queue_turn = 0
         self._last_sweep = 0.0
         self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
 
+    @property
+    def shared(self) -> Reconnecting:
+        """The connection itself, for the loops that share it (heartbeat, presence)."""
+        return self._conn
+
     def connection(self) -> psycopg.Connection[Any]:
-        """The claim connection; claims on it commit asynchronously (db/sql/session.sql)."""
+        """The claim connection; claims on it commit asynchronously (db/sql/session.sql). Use
+        it inside ``self.shared.using()``."""
         conn = self._conn.get()
         if conn is not self._prepared:
-            session.claims_commit_async(conn)
+            if not self._pooled:
+                session.claims_commit_async(conn)
             self._prepared = conn
         return conn
+
+    def _claim_on(
+        self, conn: psycopg.Connection[Any], params: driver.ClaimParams
+    ) -> list[ClaimedJob]:
+        if self._pooled:
+            return driver.job_claim_async(conn, params)
+        return driver.job_claim(conn, params)
 
     def reset(self) -> None:
         """After an error: the next use opens a fresh connection."""
@@ -112,38 +131,41 @@ class Claims:
         starting queue rotates so no queue starves another."""
         rows: list[ClaimedJob] = []
         token = uuid.uuid4()
-        for _ in range(len(self.queues)):
-            if len(rows) >= limit:
-                break
-            queue = self._next_queue()
-            if queue == skip:
-                continue
-            rows += driver.job_claim(
-                self.connection(), self._claim(queue, limit - len(rows), token)
-            )
+        with self._conn.using():
+            for _ in range(len(self.queues)):
+                if len(rows) >= limit:
+                    break
+                queue = self._next_queue()
+                if queue == skip:
+                    continue
+                rows += self._claim_on(
+                    self.connection(), self._claim(queue, limit - len(rows), token)
+                )
         return rows
 
     def write(self, batch: list[Settlement]) -> set[UUID]:
         """Write a batch of outcomes in one transaction; returns the ids whose lease matched."""
-        conn = self.connection()
-        with conn.transaction():
-            if not self.config.async_acks:
-                session.outcomes_commit_durable(conn)
-            return driver.job_settle(conn, batch, self.clock.sql_now())
+        with self._conn.using():
+            conn = self.connection()
+            with conn.transaction():
+                if not self.config.async_acks:
+                    session.outcomes_commit_durable(conn)
+                return driver.job_settle(conn, batch, self.clock.sql_now())
 
     def write_then_claim(
         self, batch: list[Settlement], want: int
     ) -> tuple[set[UUID], list[ClaimedJob]]:
         """One round trip, one commit: the outcomes durable, the claims with them."""
         queue = self._next_queue()
-        matched, rows = driver.job_settle_then_claim(
-            self.connection(),
-            batch,
-            self._claim(queue, want, uuid.uuid4()),
-            durable=not self.config.async_acks,
-        )
-        if len(rows) < want and len(self.queues) > 1:
-            rows += self.claim(want - len(rows), skip=queue)
+        with self._conn.using():
+            matched, rows = driver.job_settle_then_claim(
+                self.connection(),
+                batch,
+                self._claim(queue, want, uuid.uuid4()),
+                durable=not self.config.async_acks,
+            )
+            if len(rows) < want and len(self.queues) > 1:
+                rows += self.claim(want - len(rows), skip=queue)
         return matched, rows
 
     def sweep(self, *, force: bool = False) -> None:
@@ -152,17 +174,18 @@ class Claims:
         if not force and now - self._last_sweep < self.config.sweep_s:
             return
         self._last_sweep = now
-        conn = self.connection()
-        rescued = driver.job_rescue(
-            conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
-        )
-        if rescued:
-            self.counts.rescued += len(rescued)
-            metrics.LEASE_RESCUES.inc(len(rescued))
-            log.info("ujobs.worker.rescued: %d", len(rescued))
-        driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
-        self._dead_unregistered(conn)
-        self._report_unregistered(conn, now)
+        with self._conn.using():
+            conn = self.connection()
+            rescued = driver.job_rescue(
+                conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
+            )
+            if rescued:
+                self.counts.rescued += len(rescued)
+                metrics.LEASE_RESCUES.inc(len(rescued))
+                log.info("ujobs.worker.rescued: %d", len(rescued))
+            driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
+            self._dead_unregistered(conn)
+            self._report_unregistered(conn, now)
 
     def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
         """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""

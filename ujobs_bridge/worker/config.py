@@ -25,6 +25,8 @@ DEFAULT_CLAIM_BATCH = 100
 DEFAULT_ACK_INTERVAL_S = 0.005
 DEFAULT_UNREGISTERED_AFTER_S = 60.0
 DEFAULT_UNREGISTERED_LOG_EVERY_S = 300.0
+DEFAULT_AUTOSCALE_KEEPALIVE_S = 30.0  # idle this long before an autoscaled pool shrinks
+MAX_CONCURRENCY = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,18 @@ class WorkerConfig:
     unregistered_log_every_s: float = DEFAULT_UNREGISTERED_LOG_EVERY_S
     # Opt-in: dead-letter such a job (UJ_TASK_UNREGISTERED) once due this long. None: it waits.
     unregistered_dead_after_s: float | None = None
+    # Celery's per-child limits (``--pool processes`` only): a child is replaced after this many
+    # bodies, or when its resident memory (KiB) exceeds this after a body; the body finishes first.
+    max_tasks_per_child: int | None = None
+    max_memory_per_child_kib: int | None = None
+    # Celery's --time-limit / --soft-time-limit: defaults for the jobs (tasks) that set none,
+    # applied by the -A app in the worker and in every pool child (``LoadedApp.apply_time_limits``).
+    time_limit_s: float | None = None
+    soft_time_limit_s: float | None = None
+    # Celery's --autoscale MAX,MIN: the pool starts at MIN (``concurrency``), grows toward MAX
+    # while jobs wait, shrinks back after ``autoscale_keepalive_s`` with fewer jobs than slots.
+    autoscale: tuple[int, int] | None = None
+    autoscale_keepalive_s: float = DEFAULT_AUTOSCALE_KEEPALIVE_S
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -60,11 +74,13 @@ class WorkerConfig:
                 )
             for name in self.queues:
                 validation.queue_name(name)
-        validation.positive_int("concurrency (-c)", self.concurrency, maximum=1024)
+        self._check_autoscale()  # first: an autoscaled pool's size is its minimum
+        validation.positive_int("concurrency (-c)", self.concurrency, maximum=MAX_CONCURRENCY)
         if self.pool not in POOLS:
             raise ConfigError(
                 f"pool {self.pool!r} is not known", hint=f"use --pool {' or --pool '.join(POOLS)}"
             )
+        self._check_pool_limits()
         validation.positive_int("prefetch_multiplier", self.prefetch_multiplier, maximum=1000)
         validation.positive_int("claim_batch", self.claim_batch, maximum=10_000)
         lease = validation.seconds("lease", self.lease_s)
@@ -89,6 +105,42 @@ class WorkerConfig:
             validation.seconds(
                 "unregistered_dead_after_s", self.unregistered_dead_after_s, allow_zero=True
             )
+
+    def _check_pool_limits(self) -> None:
+        for flag, value in (
+            ("--max-tasks-per-child", self.max_tasks_per_child),
+            ("--max-memory-per-child", self.max_memory_per_child_kib),
+        ):
+            if value is None:
+                continue
+            validation.positive_int(flag, value)
+            if self.pool != "processes":
+                raise ConfigError(
+                    f"{flag} needs the process pool: it replaces a pool child process, and "
+                    f"the {self.pool} pool runs bodies in the worker's own process",
+                    hint="add -P prefork (or -P processes), or drop the flag",
+                )
+        for flag, limit in (
+            ("--time-limit", self.time_limit_s),
+            ("--soft-time-limit", self.soft_time_limit_s),
+        ):
+            if limit is not None:
+                validation.seconds(flag, limit)
+
+    def _check_autoscale(self) -> None:
+        if self.autoscale is None:
+            return
+        most, least = self.autoscale
+        validation.positive_int("--autoscale MAX", most, maximum=MAX_CONCURRENCY)
+        if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+            raise ConfigError(
+                f"--autoscale {most},{least}: the pool cannot shrink below one body slot "
+                "(an empty pool would claim nothing, so it could never see work to grow for)",
+                hint=f"give a minimum of at least 1: --autoscale {most},1",
+            )
+        if least > most:
+            raise ConfigError(f"--autoscale {most},{least}: MIN is above MAX", hint="give MAX,MIN")
+        validation.seconds("autoscale keepalive", self.autoscale_keepalive_s)
 
     @property
     def heartbeat_interval_s(self) -> float:

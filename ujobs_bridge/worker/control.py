@@ -104,7 +104,24 @@ def request_info(state: ControlState, entry: InFlight) -> dict[str, Any]:
 
 
 def held(state: ControlState, *, started: bool) -> list[InFlight]:
-    return [e for e in state.worker.table.entries() if not e.settled and is_started(e) is started]
+    """Attempts held and not settled: running (``started``) or waiting for a slot. With
+    ``started``, hung bodies too (settled at their timeout, still running: see ``hung_info``)."""
+    hung = {h.job_id for h in state.worker.hung()} if started else set()
+    return [
+        e
+        for e in state.worker.table.entries()
+        if (not e.settled and is_started(e) is started) or e.claimed.id in hung
+    ]
+
+
+def hung_info(state: ControlState, entry: InFlight) -> dict[str, Any]:
+    """What ``inspect active`` adds to a hung body's entry (a body still running past its
+    timeout; its attempt already failed and its slot stays lost until it returns): ``hung``
+    and ``overdue_s`` (seconds past its deadline). Other entries are Celery's shape as is."""
+    for h in state.worker.hung():
+        if h.job_id == entry.claimed.id:
+            return {"hung": True, "overdue_s": round(h.overdue_s, 3), "timeout_s": h.timeout_s}
+    return {}
 
 
 def queue_info(name: str) -> dict[str, Any]:
@@ -139,7 +156,7 @@ def ping(state: ControlState, **_: Any) -> Any:
 
 
 def active(state: ControlState, safe: Any = None, **_: Any) -> Any:
-    return [request_info(state, e) for e in held(state, started=True)]
+    return [request_info(state, e) | hung_info(state, e) for e in held(state, started=True)]
 
 
 def reserved(state: ControlState, **_: Any) -> Any:
@@ -184,22 +201,32 @@ def query_task(state: ControlState, ids: Any = (), **_: Any) -> Any:
     return out
 
 
+def pool_info(state: ControlState) -> dict[str, Any]:
+    """Celery's ``stats()['pool']``, at the pool's current size (``max-concurrency``; the
+    process pool's children as ``processes``)."""
+    worker = state.worker
+    config = worker.config
+    return {
+        "implementation": f"ujobs_bridge:{config.pool}",
+        "max-concurrency": config.concurrency,
+        "processes": worker.runtimes.pids(),
+        "max-tasks-per-child": config.max_tasks_per_child or "N/A",
+        "max-memory-per-child": config.max_memory_per_child_kib or "N/A",
+        "put-guarded-by-semaphore": False,
+        "timeouts": [config.soft_time_limit_s or 0, config.time_limit_s or 0],
+    }
+
+
 def stats(state: ControlState, **_: Any) -> Any:
     worker = state.worker
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {
+    out = {
         "total": dict(worker.processed),
         "pid": os.getpid(),
         "clock": "0",
         "uptime": int(time.time() - state.started),
-        "pool": {
-            "implementation": f"ujobs_bridge:{worker.config.pool}",
-            "max-concurrency": worker.config.concurrency,
-            "processes": [os.getpid()],
-            "max-tasks-per-child": "N/A",
-            "put-guarded-by-semaphore": False,
-            "timeouts": [0, 0],
-        },
+        "pool": pool_info(state),
+        "hung": len(worker.hung()),  # bodies past their timeout (listed by `inspect active`)
         "broker": {"transport": "postgres", "hostname": worker.dsn_host},
         "prefetch_count": worker.config.capacity,
         "rusage": {
@@ -215,6 +242,9 @@ def stats(state: ControlState, **_: Any) -> Any:
         "sw_ver": software_version(),
         "sw_sys": platform.system(),
     }
+    if worker.autoscaler is not None:
+        out["autoscaler"] = worker.autoscaler.info()
+    return out
 
 
 def clock(state: ControlState, **_: Any) -> Any:
@@ -248,17 +278,34 @@ def cancel_consumer(state: ControlState, queue: str, **_: Any) -> Any:
 
 
 def pool_grow(state: ControlState, n: Any = 1, **_: Any) -> Any:
+    if state.worker.autoscaler is not None:  # Celery's answer under --autoscale
+        return nok("pool_grow is not supported with autoscale. Adjust autoscale range instead.")
     reason = state.worker.resize(state.worker.config.concurrency + int(n))
-    return nok(reason) if reason else ok("pool will grow")
+    if reason:
+        return nok(reason)
+    log.info("ujobs.control: pool grown to %d", state.worker.config.concurrency)
+    return ok("pool will grow")
 
 
 def pool_shrink(state: ControlState, n: Any = 1, **_: Any) -> Any:
+    if state.worker.autoscaler is not None:
+        return nok("pool_shrink is not supported with autoscale. Adjust autoscale range instead.")
     reason = state.worker.resize(state.worker.config.concurrency - int(n))
-    return nok(reason) if reason else ok("pool will shrink")
+    if reason:
+        return nok(reason)
+    log.info("ujobs.control: pool shrunk to %d", state.worker.config.concurrency)
+    return ok("pool will shrink")
 
 
 def autoscale(state: ControlState, max: Any = None, min: Any = None, **_: Any) -> Any:
-    raise ValueError("Autoscale not enabled")  # Celery's answer for a worker without --autoscale
+    scaler = state.worker.autoscaler
+    if scaler is None:
+        raise ValueError("Autoscale not enabled")  # Celery's answer without --autoscale
+    try:
+        most, least = scaler.update(max, min)
+    except ConfigError as exc:
+        return nok(exc.render())
+    return ok(f"autoscale now max={most} min={least}")
 
 
 def shutdown(state: ControlState, msg: str = "Got shutdown from remote", **_: Any) -> Any:

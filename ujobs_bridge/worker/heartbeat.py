@@ -1,15 +1,19 @@
-"""Lease renewal for every job a worker holds, on its own connection.
+"""Lease renewal for every job a worker holds, on the worker's working connection.
 
 Why it exists: a lease is the only thing that stops another worker from rescuing a job that is
 still running, so renewals must not queue behind job bodies for a pooled connection (pool
-exhaustion would turn into silent lease loss, then duplicates). One statement renews every held
+exhaustion would turn into silent lease loss, then duplicates). They run on the connection the
+claim loop and the node's presence share (``Reconnecting.using``): they wait for one
+claim-loop statement, never for a body, and the worker holds one connection fewer. A statement
+that holds the connection longer than a heartbeat interval counts as a failed renewal, so the
+trust limit below still applies. One statement renews every held
 lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
 its leases at ``last good renewal start + lease - margin`` even without reaching the database
 (any failure of a renewal counts, not only a database error).
 
-A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight, then closes the
-connection.
+A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight; the connection is
+closed by its owner (the claim loop's ``Claims``).
 
 What it is not: the rescuer. Expired leases are recovered from the job rows by any worker's sweep.
 """
@@ -24,7 +28,7 @@ from uuid import UUID
 import psycopg
 
 from ..db import jobs as driver
-from ..db.connections import Reconnecting, Role
+from ..db.connections import Busy, Reconnecting
 from ..faults import fault
 from ..records import JobState
 from ..service import Service
@@ -39,35 +43,23 @@ class Heartbeat(Service):
 
     def __init__(
         self,
-        dsn: str,
+        conn: Reconnecting,
         *,
         lease_s: float,
         interval_s: float,
         held: Callable[[], Sequence[tuple[UUID, UUID]]],
         on_lost: Callable[[UUID, JobState | None], None],
-        role: Role,
     ) -> None:
-        self.dsn = dsn
         self.lease_s = lease_s
         self.interval_s = interval_s
         self.held = held
         self.on_lost = on_lost
-        self.role = role
-        self._conn = Reconnecting(dsn, role)
+        self._conn = conn
         self._last_ok_start = time.monotonic()
         super().__init__("heartbeat", interval_s=interval_s, wait_first=True)
 
-    @property
-    def connection(self) -> Reconnecting:
-        """Its one connection, which the node's presence (``presence.py``) shares: each of their
-        statements autocommits, so the two loops interleave safely."""
-        return self._conn
-
     def _on_start(self) -> None:
         self._last_ok_start = time.monotonic()
-
-    def _on_stop(self) -> None:
-        self._conn.close()
 
     def tick(self) -> None:
         """Renew every held lease once; report the ones that no longer match."""
@@ -78,16 +70,17 @@ class Heartbeat(Service):
             return
         fault("heartbeat.tick")
         try:
-            conn = self._conn.get()
-            renewed = driver.job_heartbeat(conn, leases, self.lease_s)
-            lost = [job_id for job_id, _ in leases if job_id not in renewed]
-            states = driver.job_states(conn, lost) if lost else {}
+            with self._conn.using(wait_s=self.interval_s) as conn:
+                renewed = driver.job_heartbeat(conn, leases, self.lease_s)
+                lost = [job_id for job_id, _ in leases if job_id not in renewed]
+                states = driver.job_states(conn, lost) if lost else {}
         except Exception as exc:  # any failure: renew again next time, trust the leases less
             if isinstance(exc, psycopg.Error):
                 log.warning("ujobs.heartbeat.failed: %s", exc)
             else:
                 log.exception("ujobs.heartbeat.failed")
-            self._conn.reset()
+            if not isinstance(exc, Busy):  # a claim statement still holds it: not broken
+                self._conn.reset()
             if time.monotonic() > self._last_ok_start + self.lease_s - TRUST_MARGIN_S:
                 for job_id, _ in leases:
                     self.on_lost(job_id, None)

@@ -10,7 +10,10 @@ worker's listening does. Extra channels are passed to the constructor (``channel
 builds the worker (the ``-A`` loader says which an app needs); nothing registers one globally.
 
 A ``Service`` (``service.py``): ``stop()`` lets the wait in flight end (at most 0.2 s), then
-closes the connection.
+closes the connection. Its DSN is the listen DSN (``connections.listen_dsn``): a direct
+connection, since LISTEN needs a session of its own; with none (behind PgBouncer without
+``--listen-dsn``) ``start()`` does nothing and the worker's loops poll: new jobs within the poll
+interval (``--poll``, 1 s), cancels at the next heartbeat, control requests within a second.
 
 What it is not: a delivery mechanism. A notification only says "look"; the claim decides.
 """
@@ -57,7 +60,7 @@ class Listener(Service):
 
     def __init__(
         self,
-        dsn: str,
+        dsn: str | None,
         *,
         queues: Collection[str],
         on_ready: Callable[[], None],
@@ -82,8 +85,14 @@ class Listener(Service):
     def application_name(self) -> str:
         return self.role.application_name
 
+    def start(self) -> None:
+        """Start listening; without a listen DSN, nothing to start (the worker polls)."""
+        if self.dsn is not None:
+            super().start()
+
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
+            assert self.dsn is not None, "no listen DSN: nothing to listen on"
             self._conn = connections.connect(self.dsn, self.role)
             session.listen_for_jobs(self._conn)
             self._join_extra(self._conn)

@@ -5,10 +5,14 @@ rows (``FOR UPDATE SKIP LOCKED``), counting the attempt and setting a lease (tok
 database clock). Bodies run on a runtime (``runtimes.py``: body threads, an event loop for
 ``async def`` jobs, or a process pool), each through the one attempt core (``attempt.py``).
 Outcomes are written back in batches by one statement that carries each attempt's token, so a
-write from an attempt that lost its lease changes nothing. Leases are renewed on their own
-connection (``heartbeat.py``); expired leases of dead workers are rescued from the job rows by a
+write from an attempt that lost its lease changes nothing. Leases are renewed by the heartbeat
+(``heartbeat.py``); expired leases of dead workers are rescued from the job rows by a
 periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.py``), polling is
-the floor.
+the floor (and the only wake-up behind PgBouncer without a ``listen_dsn``).
+
+Its connections (the budget, README "Connections"): ONE working connection shared by the claim
+loop, the heartbeat and the presence, ONE for LISTEN, and a step-write pool that opens on the
+first ``step.run`` and gives idle connections back.
 
 ``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
 attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
@@ -42,7 +46,7 @@ import psycopg
 
 from .. import context, validation
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db.connections import Backoff, Role, transient
+from ..db.connections import Backoff, Role, listen_dsn, transient
 from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
 from ..faults import fault
@@ -50,6 +54,7 @@ from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
 from ..service import Service
 from .attempt import BodyResult, settle
+from .autoscale import Autoscaler
 from .child import TaskSettings
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
@@ -89,7 +94,10 @@ class Worker(Steering):
         node_name: str | None = None,
         control: Mapping[str, Handler] | None = None,
         control_encode: Callable[[Any], str] | None = None,
+        listen: str | None = None,
     ) -> None:
+        """``listen``: the DSN of the LISTEN connection (default ``connections.listen_dsn``:
+        ``UJOBS_LISTEN_URL``, else ``dsn``; none behind PgBouncer: the worker polls)."""
         self.dsn = dsn
         self.registry = dict(registry)
         self.config = config or WorkerConfig()
@@ -145,6 +153,9 @@ class Worker(Steering):
             dsn=dsn,
             node=self.node,
             task_settings=self.task_settings,
+            limits=(self.config.time_limit_s, self.config.soft_time_limit_s),
+            max_tasks_per_child=self.config.max_tasks_per_child,
+            max_memory_per_child_kib=self.config.max_memory_per_child_kib,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(
@@ -158,15 +169,14 @@ class Worker(Steering):
         )
         self.claim_loop = ClaimLoop(self)
         self.heartbeat = Heartbeat(
-            dsn,
+            self.claims.shared,
             lease_s=self.config.lease_s,
             interval_s=self.config.heartbeat_interval_s,
             held=lambda: self.table.held_leases() + self.outcomes.leases(),
             on_lost=self.stopper.lease_lost,
-            role=Role(f"worker:{self.id}:hb"),
         )
         self.presence = Presence(
-            self.heartbeat.connection,
+            self.claims.shared,
             worker_id=self.id,
             name=self.node,
             ttl_s=self.config.lease_s,
@@ -177,13 +187,19 @@ class Worker(Steering):
             **({"encode": control_encode} if control_encode else {}),
         )
         self.listener = Listener(
-            dsn,
+            listen_dsn(dsn, listen),
             queues=self.queues,
             on_ready=self._wake.set,
             on_cancel=self.stopper.cancel_notified,
             role=Role(f"worker:{self.id}:listen"),
             channels=(*channels, self.presence.channel()),
         )
+        self.autoscaler: Autoscaler | None = None  # --autoscale MAX,MIN
+        if self.config.autoscale is not None:
+            most, least = self.config.autoscale
+            self.autoscaler = Autoscaler(
+                self, most, least, keepalive_s=self.config.autoscale_keepalive_s
+            )
         for loop in (self.claim_loop, self.heartbeat, self.listener, self.presence):
             loop.on_died = self._loop_died
 
@@ -195,12 +211,15 @@ class Worker(Steering):
             if self.started.is_set() or self.stopped.is_set():
                 return
             self.runtimes.open()
-            self.claims.connection()  # a wrong DSN fails here, not in the loop
+            with self.claims.shared.using():
+                self.claims.connection()  # a wrong DSN fails here, not in the loop
             context.set_node_name(self.node)
             self.heartbeat.start()
             self.presence.start()
             self.listener.start()
             self.claim_loop.start()
+            if self.autoscaler is not None:
+                self.autoscaler.start()
             self.started.set()
 
     def stop(self, timeout_s: float | None = None) -> None:
@@ -216,6 +235,8 @@ class Worker(Steering):
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
         self.presence.stop()  # the node leaves at once (inspect no longer lists it)
+        if self.autoscaler is not None:
+            self.autoscaler.stop()  # the pool keeps its size while it drains
         self.claim_loop.stop()  # lets the pass in flight finish
         deadline = time.monotonic() + limit
         code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
@@ -358,6 +379,9 @@ class Worker(Steering):
         capacity, held = self.stopper.capacity(
             self.config.concurrency, self.config.prefetch_multiplier
         )
+        scaler = self.autoscaler  # with one job per slot, hold one waiting: a reason to grow
+        if scaler and self.config.prefetch_multiplier == 1 and self.config.concurrency < scaler.max:
+            capacity += 1
         batch = self._take_due()
         if not batch:
             self.claims.sweep()

@@ -10,8 +10,9 @@ sweep. Requests addressed to the node (or to every node) arrive as rows of
 (``channel()``), polling finds them when no notification can arrive. Each is handled once, by
 the ``Panel`` (``control.py``), and its reply written as a row the caller waits for.
 
-It opens no connection of its own: it runs its statements on the heartbeat's connection (each
-statement autocommits, so the two loops interleave safely). A database outage leaves the node
+It opens no connection of its own: it runs its statements on the worker's working connection,
+which the claim loop and the heartbeat share (each holds it through ``using()`` for its
+statements only: a command's handler runs without it). A database outage leaves the node
 to be renewed, or registered again if it was reaped meanwhile, when the connection is back.
 
 A ``Service`` (``service.py``): ``start()`` registers the node before the loop runs; ``stop()``
@@ -108,7 +109,8 @@ class Presence(Service):
 
     def _on_start(self) -> None:
         try:
-            self._beat(self.conn.get(), time.monotonic())
+            with self.conn.using() as conn:
+                self._beat(conn, time.monotonic())
         except psycopg.Error as exc:  # the loop registers it once the database answers
             log.warning("ujobs.presence.register_failed: %s", exc)
             self._reset_if_broken()
@@ -125,7 +127,8 @@ class Presence(Service):
         if not self.registered.is_set():  # never registered: nothing to delete, no connection
             return
         try:
-            nodes.node_delete(self.conn.get(), self.worker_id)
+            with self.conn.using() as conn:
+                nodes.node_delete(conn, self.worker_id)
         except psycopg.Error as exc:  # the node expires on its own
             log.warning("ujobs.presence.delete_failed: %s", exc)
         self.registered.clear()
@@ -143,28 +146,28 @@ class Presence(Service):
         return super()._on_error(exc)
 
     def _reset_if_broken(self) -> None:
-        if self.conn.open:
-            conn = self.conn.get()
-            if not (conn.broken or conn.closed):
-                return
-        self.conn.reset()
+        """Close the shared connection only if it is gone (the next ``using()`` also checks
+        it): a statement error of ours must not cut the claim loop off."""
+        if not self.conn.open:
+            self.conn.reset()
 
     # ------------------------------------------------------------------ one pass
 
     def tick(self) -> int:
         """Renew the node when due, handle pending requests, sweep when due; returns how many
         requests were handled."""
-        conn = self.conn.get()
         now = time.monotonic()
         if self.after_seq is None or now - self._last_beat >= self.beat_s:
-            self._beat(conn, now)
-        handled = self._handle(conn)
+            with self.conn.using() as conn:
+                self._beat(conn, now)
+        handled = self._handle()
         if now - self._last_sweep >= SWEEP_S:
             self._last_sweep = now
-            reaped = nodes.node_reap(conn, self.clock.sql_now())
+            with self.conn.using() as conn:
+                reaped = nodes.node_reap(conn, self.clock.sql_now())
+                mailbox.control_expire(conn, self.clock.sql_now())
             if reaped:
                 log.info("ujobs.presence.reaped: %s", ", ".join(sorted(set(reaped))))
-            mailbox.control_expire(conn, self.clock.sql_now())
         return handled
 
     def _beat(self, conn: psycopg.Connection[Any], now: float) -> None:
@@ -178,15 +181,19 @@ class Presence(Service):
             self.registered.set()
         self._last_beat = now
 
-    def _handle(self, conn: psycopg.Connection[Any]) -> int:
+    def _handle(self) -> int:
         assert self.after_seq is not None
-        pending = mailbox.control_pending(conn, self.name, self.after_seq, self.clock.sql_now())
+        with self.conn.using() as conn:
+            pending = mailbox.control_pending(conn, self.name, self.after_seq, self.clock.sql_now())
         for request in pending:
             self.after_seq = request.seq  # handled once, even if the reply cannot be written
             value = self.panel.dispatch(request.command, _arguments(request.arguments))
             if request.reply and value is not NO_REPLY:
                 reply = mailbox.ControlReply(self.worker_id, self.name, self._encoded(value))
-                mailbox.control_reply(conn, request.id, reply, REPLY_TTL_S, self.clock.sql_now())
+                with self.conn.using() as conn:
+                    mailbox.control_reply(
+                        conn, request.id, reply, REPLY_TTL_S, self.clock.sql_now()
+                    )
         return len(pending)
 
     def _encoded(self, value: Any) -> str:

@@ -15,6 +15,7 @@ attempt is settled (``inflight.py``).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +31,7 @@ from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
 from .body_threads import BodyThreads
-from .child import TaskSettings
+from .child import TaskSettings, TimeLimits
 from .children import ProcessRuntime
 from .inflight import InFlight
 
@@ -53,9 +54,10 @@ class Runtime(Protocol):
 
 class StepWrites:
     """The step runners of a worker's attempts, writing on their own small pool (durable
-    commits), never on the claim connection. The pool opens on the first step write. All the
-    worker's bodies share one ``GroupCommit``: step results that gather while a commit is in
-    flight are persisted by the next statement together."""
+    commits), never on the claim connection. The pool opens on the first step write, holds at
+    most ``max_size`` connections (the worker's concurrency + 1) and gives idle ones back
+    (``connections.pool``). All the worker's bodies share one ``GroupCommit``: step results
+    that gather while a commit is in flight are persisted by the next statement together."""
 
     def __init__(self, dsn: str, role: Role, *, clock: Clock, max_size: int) -> None:
         self.dsn = dsn
@@ -79,9 +81,7 @@ class StepWrites:
     def connection(self) -> AbstractContextManager[Conn]:
         with self._lock:
             if self._pool is None:
-                self._pool = connections.pool(
-                    self.dsn, self.role, min_size=1, max_size=self.max_size
-                )
+                self._pool = connections.pool(self.dsn, self.role, max_size=self.max_size)
             return self._pool.connection()
 
     def close(self) -> None:
@@ -201,8 +201,14 @@ class Runtimes:
         dsn: str,
         node: str = "",
         task_settings: TaskSettings | None = None,
+        limits: TimeLimits = (None, None),
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child_kib: int | None = None,
     ) -> None:
         self.node = node
+        self.limits = limits
+        self.max_tasks_per_child = max_tasks_per_child
+        self.max_memory_per_child_kib = max_memory_per_child_kib
         self.task_settings: TaskSettings = {} if task_settings is None else task_settings
         self.pool = pool
         self.size = size
@@ -230,6 +236,9 @@ class Runtimes:
                 node=self.node,
                 settings=self.task_settings,
                 stopping=self.stopping,
+                limits=self.limits,
+                max_tasks_per_child=self.max_tasks_per_child,
+                max_memory_per_child_kib=self.max_memory_per_child_kib,
             )
             return
         self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
@@ -255,10 +264,19 @@ class Runtimes:
         self._of(entry).interrupt(entry)
 
     def resize(self, size: int) -> None:
-        """Run ``size`` thread bodies at once (the thread pool only)."""
+        """Run ``size`` bodies at once: body threads or pool children are added now, or retire
+        once free (a running body finishes first)."""
         if self.threads is not None:
             self.threads.resize(size, self.size)
+        if self.processes is not None:
+            self.processes.resize(size)
         self.size = size
+
+    def pids(self) -> list[int]:
+        """The processes bodies run in: the pool's children, else this process."""
+        if self.processes is not None:
+            return self.processes.pids()
+        return [os.getpid()]
 
     def shutdown(self) -> None:
         for runtime in (self.processes, self.threads, self.loop):

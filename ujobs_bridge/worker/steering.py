@@ -63,12 +63,16 @@ class Steering:
                 hook(on)
         return previous
 
-    def resize(self, concurrency: int) -> str | None:
-        """Run ``concurrency`` bodies at once from now on; the reason when it cannot."""
-        if self.config.pool != "threads":
-            return f"the {self.config.pool} pool cannot be resized while it runs"
+    def resize(self, concurrency: int, *, bounds: tuple[int, int] | None = None) -> str | None:
+        """Run ``concurrency`` bodies at once from now on (body threads or pool children are
+        added, or retire once free); ``bounds``: the autoscaler's (max, min), kept in the config.
+        The reason when it cannot."""
         try:
-            config = dataclasses.replace(self.config, concurrency=concurrency)
+            config = dataclasses.replace(
+                self.config,
+                concurrency=concurrency,
+                autoscale=bounds if bounds is not None else self.config.autoscale,
+            )
         except ConfigError as exc:
             return exc.render()
         self.runtimes.resize(concurrency)

@@ -137,7 +137,7 @@ class Stopper:
         hung = len(self.table.hung(time.monotonic() - HUNG_GRACE_S))
         capacity = max(0, concurrency - hung) * prefetch
         held = len(self.table) - hung
-        if held <= capacity:
+        if held <= capacity or not hung:  # a shrunk pool runs what it holds, just slower
             return capacity, held
         surplus = held - capacity
         for entry in reversed(self.table.entries()):

@@ -23,9 +23,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from celery import states
 from celery.contrib.testing.manager import Manager as CeleryManager
 
 from celery_compat.db import message_jobs
+from celery_compat.message_row import from_input, is_celery_input
 from ujobs_bridge.db import jobs as driver
 
 IDLE_WAIT_S = 30.0
@@ -34,9 +36,9 @@ FINISHED = ("done", "dead", "cancelled")
 
 
 def _task_id(record: Any) -> str | None:
-    payload = record.input if isinstance(record.input, dict) else {}
-    headers = payload.get("headers") or {}
-    value = headers.get("id")
+    if not is_celery_input(record.input):
+        return None
+    value = from_input(record.input, queue=record.queue).headers.get("id")
     return None if value is None else str(value)
 
 
@@ -88,7 +90,9 @@ class BridgeInspect:
         with self.app.ujobs_client.pool.connection() as conn:
             for task_id in flat:
                 rows = message_jobs.jobs_of_task(conn, task_id)
-                if not rows:
+                if not rows:  # done rows are not listed: a done task has its stored result
+                    if self.app.AsyncResult(task_id).state in states.READY_STATES:
+                        answer[task_id] = ["ready", {"id": task_id}]
                     continue
                 state = rows[0][1]
                 if state == "running":
@@ -99,12 +103,14 @@ class BridgeInspect:
 
     @staticmethod
     def _request_info(record: Any) -> dict[str, Any]:
-        payload = record.input if isinstance(record.input, dict) else {}
+        message = (
+            from_input(record.input, queue=record.queue) if is_celery_input(record.input) else None
+        )
         return {
             "id": _task_id(record),
             "name": record.name,
-            "args": payload.get("args"),
-            "kwargs": payload.get("kwargs"),
+            "args": None if message is None else message.args,
+            "kwargs": None if message is None else message.kwargs,
             "delivery_info": {"routing_key": record.queue},
             "worker_pid": None,
         }

@@ -3,13 +3,27 @@
 -- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
 
 -- celery_enqueue --
--- One Celery message → one job, deduplicated for good by (task id, retries, nesting) through the
--- ledger, then inserted by the engine's one insert (x_jobs_insert, migration 0008). A message
--- for a revoked task id is born cancelled (it never runs) with %(revoked_reason)s as last_error.
+-- One Celery message with no send key → one job, inserted by the engine's one insert
+-- (x_jobs_insert, migration 0008), no ledger row. A message for a revoked task id is born
+-- cancelled (it never runs) with %(revoked_reason)s as last_error.
+select x.id
+  from (select %(task_id)s::text as task_id) as m
+  left join x_celery_revoked as r on r.task_id = m.task_id
+ cross join lateral x_jobs_insert(
+           %(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
+           array[%(input)s::text], null, array[%(max_attempts)s::int],
+           array[%(priority)s::smallint], array[%(run_at)s::timestamptz], array[0::float8],
+           null, null, null, array[%(traceparent)s::text], array[%(enqueued_by)s::text],
+           array[case when r.task_id is null then null else %(revoked_reason)s::text end]) as x(id)
+
+-- celery_enqueue_keyed --
+-- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;
+-- a key already taken absorbs the message (no row back).
 with ledger as (
-    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
-    values (%(task_id)s, %(retries)s, %(nesting)s, %(id)s, now())
-    on conflict (task_id, retries, nesting) do nothing
+    insert into x_celery_tasks (task_id, retries, nesting, sent_by, ordinal, job_id, created_at)
+    values (%(key_task_id)s, %(key_retries)s, %(key_nesting)s, %(sent_by)s, %(ordinal)s, %(id)s,
+            now())
+    on conflict (task_id, retries, nesting, sent_by, ordinal) do nothing
     returning job_id
 )
 select x.id
@@ -23,21 +37,25 @@ select x.id
            array[case when r.task_id is null then null else %(revoked_reason)s::text end]) as x(id)
 
 -- celery_enqueue_many --
--- The batch form of celery_enqueue: the messages the ledger kept are gathered back into arrays
--- (one aggregate row) and inserted by ONE call of x_jobs_insert.
+-- The batch form of celery_enqueue(_keyed): the keyed messages take their keys in the ledger,
+-- the messages kept (no key, or a key not taken before) are gathered back into arrays (one
+-- aggregate row) and inserted by ONE call of x_jobs_insert. A key twice in one batch: the first
+-- message takes it.
 with u as (
-    select u.task_id, u.retries, u.nesting, u.id, u.name, u.queue, u.input, u.priority, u.run_at,
-           u.traceparent
-      from unnest(%(task_ids)b::text[], %(retries)b::int[], %(nestings)b::int[],
-                         %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
-                         %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
-                         %(traceparents)b::text[])
-        as u(task_id, retries, nesting, id, name, queue, input, priority, run_at, traceparent)
+    select u.task_id, u.keyed, u.key_task_id, u.retries, u.nesting, u.sent_by, u.ordinal, u.id,
+           u.name, u.queue, u.input, u.priority, u.run_at, u.traceparent
+      from unnest(%(task_ids)b::text[], %(keyeds)b::bool[], %(key_task_ids)b::text[],
+                  %(retries)b::int[], %(nestings)b::int[], %(sent_bys)b::uuid[],
+                  %(ordinals)b::int[], %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
+                  %(inputs)b::text[], %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
+                  %(traceparents)b::text[])
+        as u(task_id, keyed, key_task_id, retries, nesting, sent_by, ordinal, id, name, queue,
+             input, priority, run_at, traceparent)
 ),
 ledger as (
-    insert into x_celery_tasks (task_id, retries, nesting, job_id, created_at)
-    select task_id, retries, nesting, id, now() from u
-    on conflict (task_id, retries, nesting) do nothing
+    insert into x_celery_tasks (task_id, retries, nesting, sent_by, ordinal, job_id, created_at)
+    select key_task_id, retries, nesting, sent_by, ordinal, id, now() from u where keyed
+    on conflict (task_id, retries, nesting, sent_by, ordinal) do nothing
     returning job_id
 ),
 kept as (
@@ -49,8 +67,9 @@ kept as (
            array_agg(case when r.task_id is null then null else %(revoked_reason)s::text end)
                as cancel_reasons
       from u
-      join ledger on ledger.job_id = u.id
+      left join ledger on ledger.job_id = u.id
       left join x_celery_revoked as r on r.task_id = u.task_id
+     where not u.keyed or ledger.job_id is not null
 )
 select x.id
   from kept
@@ -60,11 +79,12 @@ select x.id
            kept.enqueued_bys, kept.cancel_reasons) as x(id)
 
 -- celery_jobs_of_task --
-select t.job_id, j.state, j.last_error, j.updated_at
-  from x_celery_tasks as t
-  join x_jobs as j on j.id = t.job_id
- where t.task_id = %(task_id)s
- order by t.retries desc, t.nesting desc
+-- Through x_jobs_celery_task_idx (migration 0013): the rows of a task id that are not done.
+select j.id, j.state, j.last_error, j.updated_at
+  from x_jobs as j
+ where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = %(task_id)s::text
+   and j.enqueued_by = 'celery_compat' and j.state <> 'done'
+ order by j.created_at desc, j.id desc
 
 -- celery_revoke --
 -- Record the revoke and NOTIFY it in the same statement (so at the same commit): a worker that
@@ -169,7 +189,8 @@ returning jsonb_array_length(r.value::jsonb)
 listen x_celery_results
 
 -- purge_celery --
--- Results past their expiry, and ledger/revoke rows older than the cutoff (their jobs are gone).
+-- Results past their expiry, and ledger/revoke rows older than the cutoff (their live jobs are
+-- gone: a key must outlive any replay of its send).
 with r as (
     delete from x_celery_results where expires_at < %(cutoff)s returning 1
 ), c as (

@@ -48,11 +48,14 @@ select reason, count(*) from x_migrate_quarantine where resolution is null group
 select key from x_celery_results where key = any(%(keys)s::text[])
 
 -- migrate_ledger_arguments --
--- For messages the ledger already held: the arguments of the job it points at, so a redelivery
--- (same arguments) is absorbed and a different message under the same key is reported.
-select t.task_id, t.retries, t.nesting, j.input -> 'args', j.input -> 'kwargs'
+-- For messages the ledger already held under their own identity (sent_by nil, ordinal 0): the
+-- input of the job it points at (its arguments are read in Python, as the worker reads them), so
+-- a redelivery (same arguments) is absorbed and a different message under the same key is
+-- reported.
+select t.task_id, t.retries, t.nesting, j.input
   from unnest(%(task_ids)s::text[], %(retries)s::int[], %(nestings)s::int[])
        as k(task_id, retries, nesting)
   join x_celery_tasks as t
     on t.task_id = k.task_id and t.retries = k.retries and t.nesting = k.nesting
+   and t.sent_by = '00000000-0000-0000-0000-000000000000'::uuid and t.ordinal = 0
   join x_jobs as j on j.id = t.job_id

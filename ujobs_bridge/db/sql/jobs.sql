@@ -26,55 +26,67 @@ select id
                      null) as id
 
 -- job_get_live_by_key --
-select id from x_jobs
- where idempotency_key = %(idempotency_key)s
-   and state in ('ready', 'running', 'sleeping', 'waiting')
+select id from x_jobs where live_key = %(idempotency_key)s
 
 -- job_claim --
+-- The claim's lease is also recorded in x_job_leases (migration 0012), where the rescue sweep
+-- finds running jobs without an index on x_jobs that every settle would have to change.
 with picked as materialized (
     select id from x_jobs
-     where state in ('ready', 'sleeping', 'waiting')
+     where claimable
        and queue = %(queue)s
        and name = any(%(names)s::text[])
        and run_at <= coalesce(%(now)s, now())
      order by priority desc, run_at, id
      limit %(limit)s
      for update skip locked
+), claimed as (
+    update x_jobs as j
+       set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
+           lease_token = %(token)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+           claimed_by = %(worker)s, updated_at = now()
+      from picked
+     where j.id = picked.id
+    returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
+              (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+              j.deliveries, j.traceparent, j.run_at
+), leased as (
+    insert into x_job_leases (job_id, token) select id, lease_token from claimed
 )
-update x_jobs as j
-   set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
-       lease_token = %(token)s,
-       lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-       claimed_by = %(worker)s, updated_at = now()
-  from picked
- where j.id = picked.id
-returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
-          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-          j.deliveries, j.traceparent, j.run_at
+select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
+       traceparent, run_at
+  from claimed
 
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
 -- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
 -- "run_at" (when a suspended job is due again; null = never by time alone: year 9999, which
--- Python can still read, unlike infinity)}].
-update x_jobs as j
-   set state = u.state,
-       output = case when u.state = 'done' then u.output::jsonb else j.output end,
-       attempt = j.attempt - u.uncount,
-       run_at = case when u.state = 'ready'
-                     then coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)
-                     when u.state in ('sleeping', 'waiting')
-                     then coalesce(u.run_at, '9999-12-31 00:00:00+00'::timestamptz)
-                     else j.run_at end,
-       last_error = coalesce(u.error, j.last_error),
-       lease_token = null, lease_expires_at = null, claimed_by = null,
-       updated_at = now(),
-       finished_at = case when u.state in ('done', 'dead', 'cancelled') then now() else null end
-  from jsonb_to_recordset(%(batch)s::jsonb)
-       as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
-             run_at timestamptz)
- where j.id = u.id and j.lease_token = u.token and j.state = 'running'
-returning j.id
+-- Python can still read, unlike infinity)}]. The settled leases leave x_job_leases.
+with settled as (
+    update x_jobs as j
+       set state = u.state,
+           output = case when u.state = 'done' then u.output::jsonb else j.output end,
+           attempt = j.attempt - u.uncount,
+           run_at = case when u.state = 'ready'
+                         then coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)
+                         when u.state in ('sleeping', 'waiting')
+                         then coalesce(u.run_at, '9999-12-31 00:00:00+00'::timestamptz)
+                         else j.run_at end,
+           last_error = coalesce(u.error, j.last_error),
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           updated_at = now(),
+           finished_at = case when u.state in ('done', 'dead', 'cancelled') then now() else null end
+      from jsonb_to_recordset(%(batch)s::jsonb)
+           as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
+                 run_at timestamptz)
+     where j.id = u.id and j.lease_token = u.token and j.state = 'running'
+    returning j.id, u.token
+), released as (
+    delete from x_job_leases as l using settled
+     where l.job_id = settled.id and l.token = settled.token
+)
+select id from settled
 
 -- job_heartbeat --
 update x_jobs as j
@@ -87,23 +99,36 @@ returning j.id
 select id, state, lease_token from x_jobs where id = any(%(ids)s::uuid[])
 
 -- job_rescue --
-with lost as materialized (
-    select id from x_jobs
-     where state = 'running' and lease_expires_at < now()
-     order by lease_expires_at
+-- Running jobs whose lease ran out, found through x_job_leases (the leases claims granted; see
+-- migration 0012), judged on x_jobs itself (state, token, lease_expires_at). Leases whose job no
+-- longer runs under that token (a cancel ended it) are deleted on the way.
+with stale as (
+    delete from x_job_leases as l
+     where not exists (select 1 from x_jobs as j
+                        where j.id = l.job_id and j.lease_token = l.token
+                          and j.state = 'running')
+), lost as materialized (
+    select j.id, j.lease_token from x_job_leases as l
+      join x_jobs as j on j.id = l.job_id and j.lease_token = l.token
+     where j.state = 'running' and j.lease_expires_at < now()
+     order by j.lease_expires_at
      limit %(limit)s
-     for update skip locked
+     for update of j skip locked
+), rescued as (
+    update x_jobs as j
+       set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
+           last_error = %(error)s,
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           run_at = coalesce(%(now)s, now()),
+           updated_at = now(),
+           finished_at = case when j.attempt >= j.max_attempts then now() else null end
+      from lost
+     where j.id = lost.id
+    returning j.id, j.state
+), released as (
+    delete from x_job_leases as l using lost where l.job_id = lost.id and l.token = lost.lease_token
 )
-update x_jobs as j
-   set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-       last_error = %(error)s,
-       lease_token = null, lease_expires_at = null, claimed_by = null,
-       run_at = coalesce(%(now)s, now()),
-       updated_at = now(),
-       finished_at = case when j.attempt >= j.max_attempts then now() else null end
-  from lost
- where j.id = lost.id
-returning j.id, j.state
+select id, state from rescued
 
 -- job_expire --
 with gone as materialized (
@@ -226,10 +251,10 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
   from x_jobs
- where state = 'dead'
+ where dead_at is not null
    and (%(queue)s::text is null or queue = %(queue)s)
    and (%(name_like)s::text is null or name like %(name_like)s)
- order by updated_at desc, id
+ order by dead_at desc, id
  limit %(limit)s offset %(offset)s
 
 -- job_stats --
@@ -248,7 +273,7 @@ select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
   from unnest(%(queues)s::text[]) as q(queue)
  cross join lateral (
      select name, run_at from x_jobs
-      where state in ('ready', 'sleeping', 'waiting')
+      where claimable
         and queue = q.queue
         and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
       order by priority desc, run_at, id
@@ -264,7 +289,7 @@ select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
 select queue, state, name, count(*) as jobs, min(run_at) as oldest_run_at,
        extract(epoch from coalesce(%(now)s, now()) - min(run_at))::float8 as oldest_s
   from x_jobs
- where state in ('ready', 'sleeping', 'waiting')
+ where claimable
    and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
  group by queue, state, name
  order by queue, state, name
@@ -274,7 +299,7 @@ select queue, state, name, count(*) as jobs, min(run_at) as oldest_run_at,
 -- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s).
 with stranded as materialized (
     select id from x_jobs
-     where state in ('ready', 'sleeping', 'waiting')
+     where claimable
        and queue = %(queue)s
        and name <> all(%(names)s::text[])
        and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)

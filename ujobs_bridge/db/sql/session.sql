@@ -20,8 +20,18 @@ listen x_jobs_cancel
 -- and any later synchronous commit (an outcome) flushes it anyway, since WAL is sequential.
 set synchronous_commit = off
 
+-- tx_claims_async --
+-- The same, for one transaction: behind PgBouncer (transaction pooling) a session setting would
+-- stay on a server session other clients then use.
+set local synchronous_commit = off
+
 -- tx_outcomes_durable --
 set local synchronous_commit = on
+
+-- tx_idle_limit --
+-- The server ends this transaction if it is left idle longer than %(ms)s milliseconds (a paused
+-- process must not hold row locks forever); per transaction, so it also holds behind PgBouncer.
+select set_config('idle_in_transaction_session_timeout', %(ms)s, true)
 
 -- database_now --
 -- The database's clock, read once where a pass must compare against instants it wrote.

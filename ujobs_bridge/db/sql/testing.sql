@@ -43,24 +43,31 @@ $$
 
 -- testing_job_claim --
 -- ONE job, by id, claimed with exactly the columns job_claim sets (state, attempt counted,
--- deliveries, lease token and expiry, claimed_by), whatever its queue, priority or run_at:
+-- deliveries, lease token and expiry, claimed_by, the x_job_leases row), whatever its queue,
+-- priority or run_at:
 -- ``perform`` runs the job it just inserted, not whichever job is first in line.
 with picked as materialized (
     select id from x_jobs
      where id = %(id)s
-       and state in ('ready', 'sleeping', 'waiting')
+       and claimable
      for update
+), claimed as (
+    update x_jobs as j
+       set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
+           lease_token = %(token)s,
+           lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+           claimed_by = %(worker)s, updated_at = now()
+      from picked
+     where j.id = picked.id
+    returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
+              (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+              j.deliveries, j.traceparent, j.run_at
+), leased as (
+    insert into x_job_leases (job_id, token) select id, lease_token from claimed
 )
-update x_jobs as j
-   set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
-       lease_token = %(token)s,
-       lease_expires_at = now() + make_interval(secs => %(lease_s)s),
-       claimed_by = %(worker)s, updated_at = now()
-  from picked
- where j.id = picked.id
-returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
-          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-          j.deliveries, j.traceparent, j.run_at
+select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
+       traceparent, run_at
+  from claimed
 
 -- testing_jobs_due --
 -- How many jobs a worker of these queues and job names could claim now (job_claim's filter).
@@ -70,3 +77,7 @@ select count(id)
    and queue = any(%(queues)s::text[])
    and name = any(%(names)s::text[])
    and run_at <= coalesce(%(now)s, now())
+
+-- testing_pgbouncer_clients --
+-- PgBouncer's admin console (database ``pgbouncer``): one row per client connection.
+show clients

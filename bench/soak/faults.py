@@ -1,0 +1,183 @@
+"""The fault injector: carries out the seeded plan against the fleet and the soak's own Postgres.
+
+Why it exists: the faults must land while everything else runs, at planned times, and what
+each one did must be known afterwards (when it began, whom it hit, which jobs that worker
+held, how long the server was away) so the verdict can say which re-executions it explains
+and how long the system took to recover from it. One fault at a time, on one thread:
+
+- ``sigkill``: SIGKILL a worker's main process (the fleet restarts it);
+- ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
+- ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
+- ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
+  downtime, ``pg_ctl start`` (after ``immediate`` the server runs crash recovery).
+
+Before a worker fault the injector reads which jobs the worker holds (``running``,
+``claimed_by`` its worker id): their first settle after the fault is its recovery time.
+
+What it is not: the judge. It records; ``verdict`` decides.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from ujobs_bridge.testing import PrivateCluster
+
+from .fleet import Fleet, Slot
+from .plan import Fault
+
+CONNECT_TIMEOUT_S = 5
+START_TRIES = 3
+
+
+@dataclass
+class Event:
+    """A fault as it was carried out."""
+
+    fault: Fault
+    t: float = 0.0  # epoch: the fault began
+    target: str = ""
+    pid: int | None = None
+    held: list[str] | None = None  # job ids the worker held just before (None: unknown)
+    away_s: float | None = None  # restarts: stop to accepting again; sigstop: stopped for
+    terminated: int = 0
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Injector:
+    def __init__(
+        self,
+        plan: list[Fault],
+        fleet: Fleet,
+        workers: list[Slot],
+        cluster: PrivateCluster,
+        dsn: str,
+        seed: int,
+    ) -> None:
+        self.plan = plan
+        self.fleet = fleet
+        self.workers = workers
+        self.cluster = cluster
+        self.dsn = dsn
+        self.rng = random.Random(seed * 7919 + 1)
+        self.events: list[Event] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+
+    def start(self, t0_monotonic: float) -> None:
+        self._t0 = t0_monotonic
+        self._thread = threading.Thread(target=self._run, name="soak-faults", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """No more faults; a stopped worker is resumed and a stopped server started."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=300)
+        if not self.cluster.running:
+            self._start_server()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        for fault in self.plan:
+            if self._stop.wait(max(0.0, self._t0 + fault.at_s - time.monotonic())):
+                return
+            event = Event(fault)
+            self.events.append(event)
+            try:
+                getattr(self, "_" + fault.kind.replace("-", "_"))(event)
+            except Exception as exc:
+                event.error = f"{type(exc).__name__}: {exc}"
+                traceback.print_exc()
+
+    def _sigkill(self, event: Event) -> None:
+        slot = self.workers[event.fault.target]
+        event.target = slot.name
+        event.held = self._held(slot)
+        event.t = time.time()
+        event.pid = self.fleet.kill(slot)
+
+    def _sigstop(self, event: Event) -> None:
+        slot = self.workers[event.fault.target]
+        event.target = slot.name
+        event.held = self._held(slot)
+        event.t = time.time()
+        pid = self.fleet.pause(slot)
+        event.pid = pid
+        if pid is None:
+            return
+        try:
+            self._stop.wait(event.fault.hold_s)
+        finally:
+            self.fleet.resume(pid)
+            event.away_s = time.time() - event.t
+
+    def _terminate(self, event: Event) -> None:
+        event.target = "postgres"
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            rows = conn.execute(
+                "select pid from pg_stat_activity where datname = current_database()"
+                " and pid <> pg_backend_pid() and backend_type = 'client backend' order by pid"
+            ).fetchall()
+            pids = [int(r[0]) for r in rows]
+            chosen = self.rng.sample(pids, max(1, round(len(pids) * event.fault.share)))
+            event.t = time.time()
+            done = conn.execute(
+                "select count(*) filter (where pg_terminate_backend(p))"
+                " from unnest(%s::int[]) as p",
+                (chosen,),
+            ).fetchone()
+        event.terminated = int(done[0]) if done else 0
+        event.extra["sessions"] = len(pids)
+
+    def _restart_fast(self, event: Event) -> None:
+        self._restart(event, "fast")
+
+    def _restart_immediate(self, event: Event) -> None:
+        self._restart(event, "immediate")
+
+    def _restart(self, event: Event, mode: str) -> None:
+        event.target = "postgres"
+        event.t = time.time()
+        self.cluster.stop(mode)
+        time.sleep(event.fault.hold_s)
+        self._start_server()
+        event.away_s = time.time() - event.t
+
+    # ------------------------------------------------------------------ helpers
+
+    def _start_server(self) -> None:
+        for attempt in range(START_TRIES):
+            try:
+                self.cluster.start()
+                return
+            except Exception:
+                if attempt == START_TRIES - 1:
+                    raise
+                time.sleep(1.0)
+
+    def _held(self, slot: Slot) -> list[str] | None:
+        pid = slot.pid
+        if pid is None:
+            return None
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                rows = conn.execute(
+                    "select id from x_jobs where state = 'running' and claimed_by = %s",
+                    (f"{slot.node}:{pid}",),
+                ).fetchall()
+        except psycopg.Error:
+            return None
+        return [str(r[0]) for r in rows]

@@ -1,0 +1,403 @@
+"""From what ran, what was sent, what was broken and what the database says, to the figures.
+
+Why it exists: each loss column needs a precise rule, written once:
+
+- **enqueued**: sends that returned (``producers.Ledger``); for the scheduler, the fires
+  (``x_scheduler_fires``) of occurrences up to the end of the run.
+- **done**: the job row is ``done`` with the expected result (plain: its key; steps: 6); a
+  Celery task's stored result is ``SUCCESS`` with ``{"key": ...}``.
+- **dead (planned)**: a poison item that ended ``dead`` / ``FAILURE`` with ``PlannedPoison``.
+- **infra dead/failed**: anything else that ended ``dead`` / ``FAILURE`` (``UJ_WORKER_LOST``, a
+  connection error...): the job was charged for our faults.
+- **lost**: enqueued, and neither done nor dead after the settle (still ready or running, a
+  missing row or result, or a wrong result).
+- **beyond bound**: executions a job row (one message) had beyond the at-least-once bound.
+  Executions of a row, in start order e1..en: each ei before the last must be explained by a
+  planned failure (its ``end`` record says ``raised``/``retry``) or by a fault that could have
+  cut it short: a SIGKILL or SIGSTOP of the process that ran it (its pid, or its pool's
+  parent) between the start of ei and the start of e(i+1) (a SIGKILL of the parent up to
+  ``CHILD_LAG_S`` before the start: a pool child may start a body it was handed before it
+  notices its parent died), a database outage longer than
+  the lease in that window, or a claim the database forgot: e(i+1) was claimed with a
+  delivery number no higher than ei's (``deliveries`` is counted by every claim and never
+  given back) and a crash (``restart -m immediate``) came at most ``CLAIM_LAG_S`` after ei
+  started (and at most ``PREFETCH_WAIT_S`` before: the claim preceded the start). The
+  worker's claims commit asynchronously by design (``db/sql/session.sql``), so a crash can
+  lose the last fraction of a second of them and the job runs again. Anything else (a body re-run after a database restart or a terminated
+  backend, which the engine promises to ride out) counts.
+- **steps re-run**: a step function that started after its step row was committed
+  (``x_job_steps.completed_at`` is the commit transaction's ``now()``, later than the first
+  run's start and earlier than any run that started after the commit).
+- **double fires**: occurrences of ``soak-tick`` with more than one job row; **misses**:
+  occurrences on its grid from the first fire to the end of the run with no fire.
+- **stuck leases**: ``running`` rows whose lease has expired, read after the settle.
+- **recovery** per fault kind: from the fault to the first settle after it: for a worker fault,
+  the first ``finished_at`` among the jobs that worker held; for a database fault, the first
+  ``finished_at`` of any job after the fault began.
+
+What it is not: printing (``table``) or collecting (``run``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from .faults import Event
+from .fleet import Slot
+from .jobs import STEPS, TICK_S
+from .producers import Ledger, Sent
+
+WORKLOADS = ("plain", "steps", "celery", "migrated", "scheduler")
+JOB_NAMES = {
+    "bench.soak.jobs.plain": "plain",
+    "bench.soak.jobs.stepped": "steps",
+    "bench.soak.jobs.tick": "scheduler",
+    "soak.task": "celery",
+    "soak.migrated": "migrated",
+}
+LOSS_COLUMNS = (
+    "lost",
+    "beyond_bound",
+    "steps_rerun",
+    "infra_dead",
+    "double_fires",
+    "misses",
+    "stuck",
+)
+PROCESS_FAULTS = ("sigkill", "sigstop")
+DB_FAULTS = ("terminate", "restart-fast", "restart-immediate")
+FAULT_WINDOW_S = 2.0
+# A claim committed asynchronously is flushed within 3 x wal_writer_delay (200 ms) by
+# PostgreSQL: a crash can lose it only that soon after it. The claim came before its body
+# started (at most PREFETCH_WAIT_S before, waiting in the worker's prefetch), so the crash came
+# between PREFETCH_WAIT_S before the start and CLAIM_LAG_S (generous for a loaded machine) after.
+CLAIM_LAG_S = 2.0
+CHILD_LAG_S = 2.0
+PREFETCH_WAIT_S = 60.0  # after a database fault's end, sends may still meet its aftermath
+
+
+@dataclass
+class Row:
+    workload: str
+    enqueued: int = 0
+    done: int = 0
+    dead_planned: int = 0
+    lost: int = 0
+    beyond_bound: int = 0
+    steps_rerun: int | None = None
+    infra_dead: int = 0
+    double_fires: int | None = None
+    misses: int | None = None
+    stuck: int = 0
+    executions: int = 0
+    explained_reruns: int = 0
+    forgotten_claims: int = 0  # of which: a claim the server lost in a crash
+
+
+@dataclass
+class Verdict:
+    rows: dict[str, Row]
+    recovery: dict[str, dict[str, Any]]
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    other: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def losses(self) -> int:
+        return sum(int(getattr(r, c) or 0) for r in self.rows.values() for c in LOSS_COLUMNS)
+
+
+@dataclass
+class Inputs:
+    dsn: str
+    records: list[dict[str, Any]]
+    ledger: Ledger
+    events: list[Event]
+    slots: list[Slot]
+    t_start: float
+    t_end: float
+    lease_s: float
+
+
+def _db(dsn: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        jobs = conn.execute(
+            "select id::text, name, state, output, last_error, extract(epoch from finished_at),"
+            " input->'kwargs'->>'occurrence',"
+            " state = 'running' and lease_expires_at < now()"
+            " from x_jobs"
+        ).fetchall()
+        steps = conn.execute(
+            "select run_id::text, name, extract(epoch from completed_at) from x_job_steps"
+            " where status = 'completed'"
+        ).fetchall()
+        tasks = conn.execute("select task_id, retries, job_id::text from x_celery_tasks").fetchall()
+        results = conn.execute(
+            "select key, value from x_celery_results where key like 'celery-task-meta-%'"
+        ).fetchall()
+        fires = conn.execute(
+            "select extract(epoch from occurrence_at), job_ids::text[] from x_scheduler_fires"
+            " where task = 'soak-tick'"
+        ).fetchall()
+    return {"jobs": jobs, "steps": steps, "tasks": tasks, "results": results, "fires": fires}
+
+
+def judge(inputs: Inputs) -> Verdict:
+    db = _db(inputs.dsn)
+    rows = {w: Row(w) for w in WORKLOADS}
+    rows["steps"].steps_rerun = 0
+    rows["scheduler"].double_fires = 0
+    rows["scheduler"].misses = 0
+    samples: dict[str, list[str]] = defaultdict(list)
+
+    jobs = {j[0]: j for j in db["jobs"]}
+    by_task: dict[str, list[str]] = defaultdict(list)
+    for task_id, _retries, job_id in db["tasks"]:
+        by_task[task_id].append(job_id)
+    results = {}
+    for key, value in db["results"]:
+        try:
+            results[key[len("celery-task-meta-") :]] = json.loads(value)
+        except ValueError:
+            results[key[len("celery-task-meta-") :]] = {"status": "UNREADABLE"}
+
+    # ---- outcomes of what was enqueued
+    for sent in inputs.ledger.sent:
+        row = rows[sent.workload]
+        row.enqueued += 1
+        outcome, detail = _outcome(sent, jobs, results)
+        _count(row, outcome)
+        if outcome in ("lost", "infra"):
+            samples[f"{sent.workload} {outcome}"].append(f"{sent.ref}: {detail}")
+
+    # ---- the scheduler: fires up to the end of the run
+    sched = rows["scheduler"]
+    fired = sorted((float(at), ids) for at, ids in db["fires"])
+    in_run = [(at, ids) for at, ids in fired if at <= inputs.t_end]
+    for at, ids in in_run:
+        sched.enqueued += 1
+        states = [jobs[i][2] if i in jobs else "missing" for i in ids]
+        if states and all(s == "done" for s in states):
+            sched.done += 1
+        elif any(s == "dead" for s in states):
+            sched.infra_dead += 1
+            samples["scheduler infra"].append(f"{at}: {states}")
+        else:
+            sched.lost += 1
+            samples["scheduler lost"].append(f"{at}: {states}")
+    if in_run:
+        first = round(in_run[0][0])
+        have = {round(at) for at, _ in fired}
+        grid = range(first, int(inputs.t_end) + 1, TICK_S)
+        missing = [g for g in grid if g not in have]
+        sched.misses = len(missing)
+        samples["scheduler misses"].extend(str(g) for g in missing[:20])
+    per_occurrence = Counter(j[6] for j in db["jobs"] if JOB_NAMES.get(j[1]) == "scheduler")
+    sched.double_fires = sum(1 for n in per_occurrence.values() if n > 1)
+
+    # ---- stuck leases, by workload
+    for j in db["jobs"]:
+        if j[7]:
+            rows[JOB_NAMES.get(j[1], "plain")].stuck += 1
+            samples["stuck"].append(j[0])
+
+    # ---- executions beyond the at-least-once bound
+    _bound(inputs, rows, samples)
+
+    # ---- persisted steps re-run
+    committed = {(run, name): float(at) for run, name, at in db["steps"]}
+    for rec in inputs.records:
+        if rec.get("k") != "step":
+            continue
+        persisted = committed.get((rec["job"], rec["step"]))
+        if persisted is not None and rec["t"] > persisted:
+            rows["steps"].steps_rerun = (rows["steps"].steps_rerun or 0) + 1
+            samples["steps re-run"].append(f"{rec['job']} {rec['step']} pid {rec['pid']}")
+
+    finished = sorted(float(j[5]) for j in db["jobs"] if j[5] is not None)
+    finished_at = {j[0]: float(j[5]) for j in db["jobs"] if j[5] is not None}
+    return Verdict(
+        rows=rows,
+        recovery=_recovery(inputs.events, finished, finished_at),
+        samples=dict(samples),
+        other=_other(inputs),
+    )
+
+
+def _outcome(
+    sent: Sent, jobs: dict[str, Any], results: dict[str, dict[str, Any]]
+) -> tuple[str, str]:
+    if sent.workload in ("celery", "migrated"):
+        meta = results.get(sent.ref)
+        if meta is None:
+            return "lost", "no result"
+        status = meta.get("status")
+        value = meta.get("result")
+        if status == "SUCCESS":
+            ok = isinstance(value, dict) and "key" in value
+            return ("done", "") if ok else ("lost", f"SUCCESS with {value!r}")
+        if status == "FAILURE":
+            kind = value.get("exc_type") if isinstance(value, dict) else None
+            if kind == "PlannedPoison" and sent.plan == -1:
+                return "planned", ""
+            return "infra", f"FAILURE {str(value)[:300]}"
+        return "lost", f"status {status}"
+    job = jobs.get(sent.ref)
+    if job is None:
+        return "lost", "no row"
+    _id, _name, state, output, last_error = job[:5]
+    if state == "done":
+        expected: Any = sum(range(1, STEPS + 1)) if sent.workload == "steps" else None
+        if expected is not None and output != expected:
+            return "lost", f"done with {output!r}"
+        return "done", ""
+    if state == "dead":
+        if sent.plan == -1 and sent.workload == "plain" and "PlannedPoison" in (last_error or ""):
+            return "planned", ""
+        return "infra", f"dead: {(last_error or '')[:300]}"
+    return "lost", f"state {state}"
+
+
+def _count(row: Row, outcome: str) -> None:
+    if outcome == "done":
+        row.done += 1
+    elif outcome == "planned":
+        row.dead_planned += 1
+    elif outcome == "infra":
+        row.infra_dead += 1
+    else:
+        row.lost += 1
+
+
+def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) -> None:
+    starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ends: dict[str, dict[str, Any]] = {}
+    for rec in inputs.records:
+        if rec.get("k") == "start":
+            starts[rec["job"]].append(rec)
+        elif rec.get("k") == "end":
+            ends[rec["exec"]] = rec
+    process = [e for e in inputs.events if e.fault.kind in PROCESS_FAULTS and e.pid]
+    crashes = [e for e in inputs.events if e.fault.kind == "restart-immediate"]
+    long_outages = [
+        e
+        for e in inputs.events
+        if e.fault.kind.startswith("restart") and (e.away_s or 0) > inputs.lease_s
+    ]
+    for job, runs in starts.items():
+        runs.sort(key=lambda r: r["t"])
+        row = rows.get(runs[0]["w"])
+        if row is None:
+            continue
+        row.executions += len(runs)
+        for e, nxt in itertools.pairwise(runs):
+            end = ends.get(e["exec"])
+            if end is not None and end["how"] in ("raised", "retry"):
+                continue
+            window = (e["t"], nxt["t"])
+            hit = [f for f in process if _cut_short(e, f, window)]
+            hit += [f for f in long_outages if window[0] <= f.t <= window[1]]
+            lost_in = (e["t"] - PREFETCH_WAIT_S, e["t"] + CLAIM_LAG_S)
+            if _claim_forgotten(e, nxt) and any(lost_in[0] <= f.t <= lost_in[1] for f in crashes):
+                row.forgotten_claims += 1
+                hit.append(crashes[0])
+            if hit:
+                row.explained_reruns += 1
+                continue
+            row.beyond_bound += 1
+            how = end["how"] if end is not None else "no end record"
+            samples.setdefault(f"{row.workload} beyond bound", []).append(
+                f"job {job}: run at {e['t']:.2f} by pid {e['pid']} (attempt {e.get('attempt')}, "
+                f"delivery {e.get('deliveries')}, {how}), again at {nxt['t']:.2f} by pid "
+                f"{nxt['pid']} (attempt {nxt.get('attempt')}, delivery {nxt.get('deliveries')});"
+                " faults between: "
+                + ", ".join(
+                    f"{f.fault.kind}@{f.t:.2f}"
+                    for f in inputs.events
+                    if window[0] <= f.t <= window[1]
+                )
+            )
+
+
+def _cut_short(e: dict[str, Any], f: Event, window: tuple[float, float]) -> bool:
+    """A signal to the process that ran ``e`` in its window; for a pool child, a SIGKILL of its
+    parent up to ``CHILD_LAG_S`` before the start counts too: the child may start a body it
+    was handed before it notices that its parent is gone."""
+    if f.pid == e["pid"]:
+        return window[0] <= f.t <= window[1]
+    if f.pid == e["ppid"]:
+        lag = CHILD_LAG_S if f.fault.kind == "sigkill" else 0.0
+        return window[0] - lag <= f.t <= window[1]
+    return False
+
+
+def _claim_forgotten(e: dict[str, Any], nxt: dict[str, Any]) -> bool:
+    """The later run was claimed with a delivery number no higher than the earlier one's: the
+    database forgot the earlier claim (``deliveries`` is counted by every claim, never given
+    back), which only a server crash can do to a commit it acknowledged."""
+    first, then = e.get("deliveries"), nxt.get("deliveries")
+    return isinstance(first, int) and isinstance(then, int) and then <= first
+
+
+def _recovery(
+    events: list[Event], finished: list[float], finished_at: dict[str, float]
+) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for kind in ("sigkill", "sigstop", "terminate", "restart-fast", "restart-immediate"):
+        mine = [e for e in events if e.fault.kind == kind]
+        times: list[float] = []
+        for e in mine:
+            if not e.t:
+                continue
+            if kind in PROCESS_FAULTS:
+                after = [finished_at[j] for j in (e.held or []) if finished_at.get(j, 0) > e.t]
+                if after:
+                    times.append(min(after) - e.t)
+            else:
+                i = bisect.bisect_right(finished, e.t)
+                if i < len(finished):
+                    times.append(finished[i] - e.t)
+        away = [e.away_s for e in mine if e.away_s is not None]
+        out[kind] = {
+            "count": len(mine),
+            "errors": [e.error for e in mine if e.error],
+            "measured": len(times),
+            "median_s": statistics.median(times) if times else None,
+            "max_s": max(times) if times else None,
+            "away_s": away,
+            "held": [len(e.held) if e.held is not None else None for e in mine],
+            "terminated": [e.terminated for e in mine] if kind == "terminate" else [],
+        }
+    return out
+
+
+def _other(inputs: Inputs) -> dict[str, Any]:
+    windows = [
+        (e.t, e.t + (e.away_s or 0.0) + FAULT_WINDOW_S)
+        for e in inputs.events
+        if e.fault.kind in DB_FAULTS and e.t
+    ]
+    errors: dict[str, Counter[str]] = defaultdict(Counter)
+    for workload, t, cls in inputs.ledger.errors:
+        inside = any(a <= t <= b for a, b in windows)
+        errors[workload][f"{cls} ({'in a fault window' if inside else 'database up'})"] += 1
+    exits = {}
+    for slot in inputs.slots:
+        exits[slot.name] = {
+            "starts": slot.starts,
+            "planned_kills": sum(1 for x in slot.exits if x.planned),
+            "unplanned_exits": [x.code for x in slot.exits if not x.planned and not x.retired],
+            "orphans": sum(x.orphans for x in slot.exits if x.planned),
+        }
+    return {
+        "send_errors": {w: dict(c) for w, c in errors.items()},
+        "gets": dict(inputs.ledger.gets),
+        "exits": exits,
+    }

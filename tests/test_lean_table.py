@@ -1,0 +1,111 @@
+"""A lean x_jobs (migration 0012): which writes are HOT, where the rescue finds running jobs, and
+the insert's own wake-up.
+
+The promises: settling a finished job without an idempotency key and renewing a lease change no
+indexed column, so Postgres can update the row in place (HOT: no new index entries, the old
+version pruned without VACUUM); a claim, which takes the row out of the claim's set, is not HOT.
+A lease some other statement ended (a cancel) never keeps a later lease of the same job from
+being rescued. A job enqueued inside a transaction wakes the workers of its queue at commit,
+not before.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+
+from apps import basic_jobs
+from ujobs_bridge.client import Client
+from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import session
+from ujobs_bridge.records import JobState, Settlement
+
+NAMES = ["apps.basic_jobs.add"]
+
+
+def _claim(conn: psycopg.Connection[Any], *, lease_s: float = 30.0) -> Any:
+    (job,) = driver.job_claim(
+        conn,
+        driver.ClaimParams("basic", NAMES, 1, uuid.uuid4(), lease_s, "test"),
+    )
+    return job
+
+
+def _updates(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(updates, HOT updates) of x_jobs so far in the current transaction."""
+    row = conn.execute(
+        "select pg_stat_get_xact_tuples_updated('x_jobs'::regclass),"
+        " pg_stat_get_xact_tuples_hot_updated('x_jobs'::regclass)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_settle_and_heartbeat_are_hot_updates_the_claim_is_not(client: Client, db: Any) -> None:
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    with db.transaction():
+        assert _updates(db) == (0, 0)
+        job = _claim(db)
+        assert _updates(db) == (1, 0)  # the row leaves the claim index: a new version, indexed
+        assert driver.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
+        assert _updates(db) == (2, 1)
+        done = Settlement(ref.id, job.lease_token, JobState.DONE, output_json="3")
+        assert driver.job_settle(db, [done], None) == {ref.id}
+        assert _updates(db) == (3, 2)
+    assert db.execute("select state, output from x_jobs where id = %s", (ref.id,)).fetchone() == (
+        "done",
+        3,
+    )
+    assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
+
+
+def test_a_finished_keyed_job_frees_its_key(client: Client, db: Any) -> None:
+    first = basic_jobs.add.configure(client=client, idempotency_key="k-1").enqueue(1, 2)
+    again = basic_jobs.add.configure(client=client, idempotency_key="k-1").enqueue(1, 2)
+    assert again.existing and again.id == first.id
+    job = _claim(db)
+    done = Settlement(first.id, job.lease_token, JobState.DONE, output_json="3")
+    assert driver.job_settle(db, [done], None) == {first.id}
+    fresh = basic_jobs.add.configure(client=client, idempotency_key="k-1").enqueue(1, 2)
+    assert not fresh.existing and fresh.id != first.id
+
+
+def test_a_lease_ended_by_a_cancel_never_hides_a_later_lease_from_the_rescue(
+    client: Client, db: Any
+) -> None:
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    first = _claim(db)
+    assert driver.job_cancel(db, ref.id, "UJ_JOB_CANCELLED: by test")
+    assert driver.job_requeue(db, ref.id, None)
+    second = _claim(db, lease_s=30)
+    assert second.lease_token != first.lease_token
+    db.execute(
+        "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
+    )
+    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+        (ref.id, JobState.READY)
+    ]
+    assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
+    third = _claim(db)
+    assert third.attempt == 2  # the cancelled attempt was reset by the requeue; rescue kept 1
+    assert db.execute("select job_id, token from x_job_leases").fetchall() == [
+        (ref.id, third.lease_token)
+    ]
+
+
+def test_an_enqueue_wakes_the_queue_at_commit_not_before(client: Client, dsn: str) -> None:
+    with (
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn, autocommit=True) as marker,
+        psycopg.connect(dsn) as producer,
+    ):
+        session.listen_for_jobs(listener)
+        basic_jobs.add.configure(conn=producer).enqueue(1, 2)
+        marker.execute("select pg_notify('x_jobs_ready', 'marker')")
+        got = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
+        assert got == ["marker"]  # nothing from the uncommitted insert came before it
+        producer.commit()
+        got = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
+        assert got == ["basic"]
