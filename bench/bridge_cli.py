@@ -87,10 +87,12 @@ def spawn_worker(
     log_dir: Path,
     env: Mapping[str, str] | None = None,
     extra: Sequence[str] = (),
+    concurrency: int = CONCURRENCY,
 ) -> Group:
-    """``ujobs-bridge worker -A <tasks> -Q <queue> -c CONCURRENCY`` run from the project root."""
+    """``ujobs-bridge worker -A <tasks> -Q <queue> -c CONCURRENCY`` run from the project root
+    (the step-overhead cell also runs other ``-c``)."""
     argv = [
-        *command(), "worker", "--dsn", dsn, "-A", tasks, "-Q", queue, "-c", str(CONCURRENCY),
+        *command(), "worker", "--dsn", dsn, "-A", tasks, "-Q", queue, "-c", str(concurrency),
         *extra,
     ]  # fmt: skip
     full_env = {"PYTHONPATH": str(PROJECT_ROOT), **(env or {})}

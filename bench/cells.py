@@ -15,7 +15,10 @@ systems if it is measured the same way. So the clock placement lives here, once:
   ~10 ms gap between jobs.
 - the step-overhead cell (ujobs-bridge only, ``StepCells``): two ``timed_drain`` runs back to
   back on the same worker settings, N plain no-op jobs and N jobs of 5 no-op ``step.run``
-  calls; the figure that matters is the ratio of the two rates within one round.
+  calls; the figure that matters is the ratio of the two rates within one round. The pair runs
+  at each ``-c`` of ``STEP_BODIES``: ``-c 8`` (the target), ``-c 16`` (more bodies whose steps
+  share a commit) and ``-c 1`` on N/10 jobs, whose difference per step is what one lone
+  ``step.run`` costs (its latency: nothing to share a commit with).
 - the Celery-shaped cells (``CeleryShaped``: real Celery and celery_compat on the bridge, the
   same procedure on both sides): ``.delay()`` of a no-op one by one (on the bridge each one a
   durable commit); ``.delay()`` in blocks of ``TX_SIZE`` (on the bridge inside
@@ -85,6 +88,16 @@ SELECTABLE = {
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
 STEPS_LABEL = f"{STEP_COUNT} no-op step.run calls"
+STEADY = " · 1st→Nth done"  # label suffix of a drain's rate from its first completion on
+STEP_BODIES = (8, 16, 1)  # worker -c of the step-overhead pairs; the first is the target's
+SINGLE_BODY_SHARE = 10  # the -c 1 pair drains N / this many jobs (one body is slow by design)
+
+
+def bodies_suffix(concurrency: int) -> str:
+    """The label suffix of the step-overhead pair run at worker ``-c concurrency``; the first
+    of ``STEP_BODIES`` (the target's pair) has none."""
+    return "" if concurrency == STEP_BODIES[0] else f" · worker -c {concurrency}"
+
 
 WARMUP_ENQUEUES = 10
 FIRST_PICKUP_TIMEOUT_S = 60.0  # the first warm-up job also waits for the worker to start
@@ -180,7 +193,8 @@ class StepCells(Protocol):
     """A system that has durable steps (ujobs-bridge); the others show "n/a" in this cell."""
 
     def step_overhead(self, n: int, rnd: int) -> dict[str, DrainResult]:
-        """``PLAIN_LABEL`` and ``STEPS_LABEL`` -> drain of ``n`` such jobs, same workers."""
+        """``PLAIN_LABEL`` and ``STEPS_LABEL`` (each + ``bodies_suffix(c)`` for every ``c`` of
+        ``STEP_BODIES``) -> drain of such jobs, same workers within a pair."""
         ...
 
 

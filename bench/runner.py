@@ -282,7 +282,7 @@ class Runner:
         add = self.results.add
         for label, d in (got or {}).items():
             add(name, cell, label, "rate", rnd, d.rate)
-            add(name, cell, f"{label} · 1st→Nth done", "rate_steady", rnd, d.steady_rate)
+            add(name, cell, label + cells.STEADY, "rate_steady", rnd, d.steady_rate)
             if rss_cell is not None and d.report_rss:
                 mib = procs.MIB
                 add(name, rss_cell, f"{label} · at 1st done", "rss_start", rnd, d.rss_start / mib)

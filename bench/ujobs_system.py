@@ -14,7 +14,7 @@ every ~20 ms on the bench's own connection (the CLI calls and that count are ``b
 "1 worker process" is one ``worker -c 8``; "per core" is one such process per core. The
 step-overhead cell drains N ``noop`` jobs and N ``five_steps`` jobs with that same one
 ``worker -c 8``, back to back (which one goes first alternates by round, so drift within a round
-does not always favour the same one).
+does not always favour the same one), then the same pair at ``-c 16`` and at ``-c 1`` (N/10).
 
 What it is not: a test of the engine's guarantees (that is ``tests/``), nor a tuned setup: the
 worker runs with its defaults apart from ``-c 8``.
@@ -23,6 +23,7 @@ worker runs with its defaults apart from ``-c 8``.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,10 @@ class UjobsSystem:
         self.client.enqueue_many([(body or noop).call() for _ in range(n)])
         self.conn.execute("analyze x_jobs")
 
-    def _spawn_worker(self, index: int) -> Group:
+    def _spawn_workers(self, processes: int, concurrency: int = CONCURRENCY) -> list[Group]:
+        return [self._spawn_worker(i, concurrency) for i in range(processes)]
+
+    def _spawn_worker(self, index: int, concurrency: int = CONCURRENCY) -> Group:
         return bridge_cli.spawn_worker(
             f"ujobs-worker-{index}",
             dsn=self.dsn,
@@ -76,6 +80,7 @@ class UjobsSystem:
             queue="bench",
             log_dir=self.log_dir,
             env={"BENCH_REDIS_URL": REDIS_URL, "BENCH_LATENCY_KEY": self.latency_key},
+            concurrency=concurrency,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -145,17 +150,20 @@ class UjobsSystem:
 
         bodies = [(cells.PLAIN_LABEL, noop), (cells.STEPS_LABEL, five_steps)]
         out: dict[str, cells.DrainResult] = {}
-        for label, body in bodies if rnd % 2 == 0 else bodies[::-1]:
-            self._fill(n, body)
-            out[label] = cells.timed_drain(
-                n=n,
-                spawn=lambda: [self._spawn_worker(0)],
-                done_count=self._done,
-                settings=self.settings,
-                report_rss=False,
-            )
-            self._reset()
-        return {label: out[label] for label, _ in bodies}
+        for concurrency in cells.STEP_BODIES:
+            suffix = cells.bodies_suffix(concurrency)
+            jobs = n if concurrency > 1 else max(50, n // cells.SINGLE_BODY_SHARE)
+            for label, body in bodies if rnd % 2 == 0 else bodies[::-1]:
+                self._fill(jobs, body)
+                out[label + suffix] = cells.timed_drain(
+                    n=jobs,
+                    spawn=partial(self._spawn_workers, 1, concurrency),
+                    done_count=self._done,
+                    settings=self.settings,
+                    report_rss=False,
+                )
+                self._reset()
+        return out
 
     def lean_table(self, n: int) -> lean_table.LeanResult:
         """The lean-table cell on a server of its own (``lean_table``, ``private_pg``)."""

@@ -23,7 +23,7 @@ from ujobs_bridge.db import connections, schema
 from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.db import steps as steps_db
 from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.steps import Lease
+from ujobs_bridge.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
@@ -284,13 +284,27 @@ def test_step_writes_are_fenced_by_the_lease_and_listed_in_order(db: Any) -> Non
     stranger = Lease(job.id, uuid.uuid4(), job.attempt)
     started = datetime.now(UTC)
     assert steps_db.lease_held(db, lease) and not steps_db.lease_held(db, stranger)
-    assert not steps_db.step_complete(db, stranger, "a", 0, "1", started)  # fenced: nothing written
-    assert steps_db.step_complete(db, lease, "a", 0, "1", started)
-    assert not steps_db.step_complete(db, lease, "a", 0, "2", started)  # already completed: kept
+
+    def complete(*results: tuple[Lease, str, int, str]) -> set[tuple[Any, str]]:
+        return steps_db.steps_complete(db, [StepResult(*r, started) for r in results])
+
+    assert complete((stranger, "a", 0, "1")) == set()  # fenced: nothing written
+    assert complete((lease, "a", 0, "1")) == {(job.id, "a")}
+    assert complete((lease, "a", 0, "2")) == set()  # already completed: kept
     assert steps_db.step_fail(db, lease, "b", 1, "went wrong", started)
+    # one statement, many results: each fenced on its own, a failed step completed on retry
+    name = 'quote " and \\ and é'
+    written = complete(
+        (lease, "b", 1, '{"n": [1, 2]}'), (stranger, "c", 2, "3"), (lease, name, 3, '"x"')
+    )
+    assert written == {(job.id, "b"), (job.id, name)}
     listed = steps_db.step_list(db, job.id)
-    assert [(s.name, s.status) for s in listed] == [("a", "completed"), ("b", "failed")]
-    assert listed[0].output == 1
+    assert [(s.name, s.status, s.output) for s in listed] == [
+        ("a", "completed", 1),
+        ("b", "completed", {"n": [1, 2]}),
+        (name, "completed", "x"),
+    ]
+    assert listed[1].attempts == 2 and listed[1].error is None
 
 
 def test_a_sleeping_step_wakes_only_once_due(db: Any) -> None:

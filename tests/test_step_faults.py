@@ -36,9 +36,14 @@ def ledger(dsn: str, db: psycopg.Connection[Any]) -> Iterator[psycopg.Connection
 def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProc] = []
 
-    def start(faults_spec: str = "") -> WorkerProc:
+    def start(faults_spec: str = "", extra: list[str] | None = None) -> WorkerProc:
         proc = WorkerProc(
-            dsn, APP, QUEUE, tmp_path / f"worker{len(started)}.log", faults=faults_spec
+            dsn,
+            APP,
+            QUEUE,
+            tmp_path / f"worker{len(started)}.log",
+            faults=faults_spec,
+            extra=extra,
         )
         started.append(proc)
         return proc
@@ -170,6 +175,60 @@ def test_a_paused_worker_whose_lease_was_taken_over_writes_nothing_late(
     assert ship == (output["ship"], attempt)
     assert [pid for _, pid in effects(ledger, "end")] == [taker.pid]
     assert len(effects(ledger, "charge")) == 1
+
+
+def returned_steps(db: psycopg.Connection[Any]) -> list[tuple[Any, str, str]]:
+    """(job id, step name, value) of each ``step.run`` of ``many_steps`` that returned."""
+    rows = db.execute(
+        "select job_id, phase from test_effects where phase like 'returned:%%'"
+    ).fetchall()
+    return [(job_id, *phase.split(":", 2)[1:]) for job_id, phase in rows]
+
+
+def test_every_step_returned_by_many_concurrent_bodies_survives_a_kill_and_is_replayed(
+    client: Client, ledger: Any, workers: Any
+) -> None:
+    """Group commit: the steps of 8 bodies running at once share commits, and each step.run
+    returns only once its own row is durable. SIGKILL the worker mid-run: every step a body saw
+    return is in x_job_steps with the value the body got, and the next worker replays it (its
+    side effect never runs again)."""
+    call = step_fault_jobs.many_steps.configure(client=client)
+    refs = [call.enqueue(f"m{i}", 30) for i in range(8)]
+    first = workers(extra=["-c", "8"])
+    wait_for(lambda: len(returned_steps(ledger)) >= 60, timeout=60, what="60 steps to return")
+    first.kill()
+    returned = returned_steps(ledger)
+    stored = {
+        (run_id, name): (output, completed_at)
+        for run_id, name, output, completed_at in ledger.execute(
+            "select run_id, name, output, completed_at from x_job_steps where status = 'completed'"
+        ).fetchall()
+    }
+    for job_id, name, value in returned:
+        got = stored.get((job_id, name), (None, None))[0]
+        assert got == value, f"{name} of {job_id} returned {value} but {got} is stored"
+    # the bodies ran at once and their steps shared commits: rows of different jobs written by
+    # one statement carry the same transaction time
+    jobs_per_commit: dict[Any, set[Any]] = {}
+    for (run_id, _name), (_output, completed_at) in stored.items():
+        jobs_per_commit.setdefault(completed_at, set()).add(run_id)
+    assert max(len(jobs) for jobs in jobs_per_commit.values()) > 1
+
+    workers(extra=["-c", "8"])
+    wait_for(
+        lambda: all(job_state(ledger, ref.id)[0] == "done" for ref in refs),
+        timeout=60,
+        what="the rescued jobs to finish",
+    )
+    ran = ledger.execute(
+        "select job_id, phase, count(*) from test_effects where phase like 'ran:%%' "
+        "group by job_id, phase"
+    ).fetchall()
+    runs = {(job_id, phase.removeprefix("ran:")): n for job_id, phase, n in ran}
+    for job_id, name, value in returned:
+        assert runs[(job_id, name)] == 1, f"{name} of {job_id} ran again after it returned"
+        output = job_state(ledger, job_id)[2]
+        assert output[int(name.removeprefix("s"))] == value  # replayed: the value it returned
 
 
 def consumed(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:

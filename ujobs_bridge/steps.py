@@ -30,7 +30,7 @@ from .clock import Clock
 from .context import AttemptSignal
 from .db import steps as store
 from .db.connections import retrying, transient
-from .db.steps import Lease, StepRecord
+from .db.steps import Lease, StepRecord, StepResult
 from .error_text import error_text
 from .errors import (
     AttemptAborted,
@@ -41,6 +41,7 @@ from .errors import (
     StepError,
     StepSuspended,
 )
+from .group_commit import GroupCommit
 from .payload import dumps
 from .validation import NAME_PATTERN
 
@@ -54,7 +55,9 @@ ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
 
 class StepRunner:
-    """The steps of ONE attempt. Built by the worker; reached through ``step``."""
+    """The steps of ONE attempt. Built by the worker; reached through ``step``. ``commits``: the
+    process's group commit of step results (the worker shares one among all its bodies); a
+    runner without one gets its own."""
 
     def __init__(
         self,
@@ -64,9 +67,11 @@ class StepRunner:
         signal: AttemptSignal,
         clock: Clock,
         event_retention_s: float = DEFAULT_EVENT_RETENTION_S,
+        commits: GroupCommit | None = None,
     ) -> None:
         self.lease = lease
         self.connection = connection
+        self.commits = commits if commits is not None else GroupCommit(connection)
         self.signal = signal
         self.clock = clock
         self.event_retention_s = event_retention_s
@@ -77,17 +82,21 @@ class StepRunner:
     # ---------------------------------------------------------------- bookkeeping
 
     def _db(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``op`` on a step connection. An infrastructure error (a restart, a lost
-        connection, "starting up") is retried with backoff while the attempt may still hold its
-        lease (every step statement is safe to run twice: a repeated write finds its own row),
-        then raised as ``DatabaseUnavailableError``, which hands the attempt back uncounted."""
+        """Run ``op`` on a step connection, retried as ``_retried`` says."""
 
         def once() -> T:
             with self.connection() as conn:
                 return op(conn)
 
+        return self._retried(once)
+
+    def _retried(self, op: Callable[[], T]) -> T:
+        """Run ``op``. An infrastructure error (a restart, a lost connection, "starting up") is
+        retried with backoff while the attempt may still hold its lease (every step statement is
+        safe to run twice: a repeated write finds its own row), then raised as
+        ``DatabaseUnavailableError``, which hands the attempt back uncounted."""
         try:
-            return retrying(once, within_s=STEP_RETRY_S, gave_up=lambda: self.signal.aborted)
+            return retrying(op, within_s=STEP_RETRY_S, gave_up=lambda: self.signal.aborted)
         except psycopg.Error as exc:
             if not transient(exc):
                 raise
@@ -186,9 +195,8 @@ class StepRunner:
     def _persist(self, name: str, ordinal: int, value: Any, started: datetime) -> Any:
         output = dumps(value, what=f"the result of step {name!r}")
         self._check()  # a step write after the stop signal is refused
-        lease = self.lease
-        wrote = self._db(lambda c: store.step_complete(c, lease, name, ordinal, output, started))
-        if wrote:
+        result = StepResult(self.lease, name, ordinal, output, started)
+        if self._retried(lambda: self.commits.write(result)):
             return value
         existing = self._read_back(name)
         if existing is not None and self._ours(existing):

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import uuid
 from typing import Any
 
 import psycopg
@@ -58,3 +60,40 @@ def await_payment(key: str) -> dict[str, Any]:
     paid = step.wait_for_event("paid", "payment.received", key=key)
     record(key, "end")
     return {"paid": paid, "finished_by": os.getpid()}
+
+
+_ledgers = threading.local()
+
+
+def _ledger() -> psycopg.Connection[Any]:
+    """This body thread's own ledger connection (many concurrent bodies write to it)."""
+    conn: psycopg.Connection[Any] | None = getattr(_ledgers, "conn", None)
+    if conn is None or conn.closed:
+        conn = _ledgers.conn = _db()
+    return conn
+
+
+def note(key: str, phase: str) -> None:
+    ctx = current_job()
+    _ledger().execute(
+        "insert into test_effects (key, job_id, attempt, pid, phase) values (%s, %s, %s, %s, %s)",
+        (key, ctx.id, ctx.attempt, os.getpid(), phase),
+    )
+
+
+def effect(key: str, name: str) -> str:
+    """A step's side effect: noted as run, answering a value no re-run could repeat."""
+    note(key, f"ran:{name}")
+    return f"{name}:{uuid.uuid4()}"
+
+
+@job(queue="stepfaults", max_attempts=5, backoff=0, jitter=False)
+def many_steps(key: str, count: int) -> list[str]:
+    """``count`` steps in a row, each noted in the ledger once ``step.run`` returned (with the
+    value it returned): a test kills the worker while many of these run at once."""
+    values = []
+    for i in range(count):
+        value = step.run(f"s{i}", effect, key, f"s{i}")
+        note(key, f"returned:s{i}:{value}")
+        values.append(value)
+    return values

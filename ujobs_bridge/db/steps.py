@@ -9,6 +9,8 @@ What it is not: the replay logic.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,6 +22,7 @@ from ..faults import fault
 from .sql import q
 
 Conn = psycopg.Connection[Any]
+_text = json.JSONEncoder(ensure_ascii=False).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +63,36 @@ def _base(lease: Lease, name: str, ordinal: int) -> dict[str, Any]:
     }
 
 
-def step_complete(
-    conn: Conn, lease: Lease, name: str, ordinal: int, output_json: str, started_at: datetime
-) -> bool:
-    """True if this call wrote the result; False if nothing was written (lease lost, or the row
-    was already completed by an earlier ambiguous commit: the caller reads it back)."""
-    row = conn.execute(
-        q("step_complete"),
-        {**_base(lease, name, ordinal), "output": output_json, "started_at": started_at},
-    ).fetchone()
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One step's result to persist under its attempt's lease: ``output_json`` is JSON text."""
+
+    lease: Lease
+    name: str
+    ordinal: int
+    output_json: str
+    started_at: datetime
+
+    def item(self) -> str:
+        """This result as one element of ``steps_complete``'s batch document. The output is
+        embedded as it is (it is already JSON), so nothing is encoded twice."""
+        lease = self.lease
+        return (
+            f'{{"run_id":"{lease.run_id}","token":"{lease.token}","name":{_text(self.name)},'
+            f'"ordinal":{self.ordinal:d},"job_attempt":{lease.job_attempt:d},'
+            f'"started_at":"{self.started_at.isoformat()}","output":{self.output_json}}}'
+        )
+
+
+def steps_complete(conn: Conn, results: Sequence[StepResult]) -> set[tuple[UUID, str]]:
+    """Persist ``results`` in ONE statement (on an autocommit connection: one commit) and answer
+    the ``(run_id, name)`` of each row written. One not written had lost its lease, or its row
+    was already completed by an earlier ambiguous commit: the caller reads it back. No two
+    results may share a ``(run_id, name)``."""
+    batch = "[" + ",".join(r.item() for r in results) + "]"
+    rows = conn.execute(q("steps_complete"), {"batch": batch}).fetchall()
     fault("step.after_persist")
-    return row is not None
+    return {(row[0], row[1]) for row in rows}
 
 
 def step_fail(
@@ -153,8 +175,6 @@ def event_take(
     """In ONE transaction: under the lease, return the event this (run, step) already consumed,
     or consume the oldest open one and complete the step with it. Answers ("lost", None),
     ("none", None) or ("event", payload)."""
-    import json
-
     with conn.transaction():
         if not lease_held(conn, lease):
             return "lost", None

@@ -37,6 +37,7 @@ from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
 from ..error_text import error_text
 from ..errors import ErrorCode, PayloadError, StepError, StepSuspended
+from ..group_commit import GroupCommit
 from ..job import JobDefinition
 from ..outcomes import Cancel, Discard, Snooze
 from ..records import ClaimedJob
@@ -180,6 +181,9 @@ def _connection() -> AbstractContextManager[Conn]:
     return _pool[0].connection()
 
 
+_commits = GroupCommit(_connection)  # the child's step results (steps gathered by an async body)
+
+
 def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Reply:
     """Run one claimed job's body here through the attempt core, with the same
     ``current_job()`` and ``step`` a thread body gets (its signal never fires: a cancel is fenced
@@ -195,6 +199,7 @@ def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Repl
         connection=_connection,
         signal=AttemptSignal(),
         clock=SYSTEM_CLOCK,
+        commits=_commits,
     )
     result = run_body(definition, claimed, runner.signal, runner)
     return _reply(definition, result)

@@ -26,6 +26,7 @@ from ..clock import Clock
 from ..db import connections
 from ..db.connections import Conn, Pool, Role
 from ..db.steps import Lease
+from ..group_commit import GroupCommit
 from ..job import JobDefinition
 from ..steps import StepRunner
 from .attempt import BodyResult, run_body, run_body_async
@@ -55,7 +56,8 @@ class StepWrites:
     """The step runners of a worker's attempts, writing on their own small pool (durable
     commits), never on the claim connection. The pool opens on the first step write, holds at
     most ``max_size`` connections (the worker's concurrency + 1) and gives idle ones back
-    (``connections.pool``)."""
+    (``connections.pool``). All the worker's bodies share one ``GroupCommit``: step results
+    that gather while a commit is in flight are persisted by the next statement together."""
 
     def __init__(self, dsn: str, role: Role, *, clock: Clock, max_size: int) -> None:
         self.dsn = dsn
@@ -64,6 +66,7 @@ class StepWrites:
         self.max_size = max_size
         self._pool: Pool | None = None
         self._lock = threading.Lock()
+        self.commits = GroupCommit(self.connection)
 
     def runner(self, entry: InFlight) -> StepRunner:
         claimed = entry.claimed
@@ -72,6 +75,7 @@ class StepWrites:
             connection=self.connection,
             signal=entry.signal,
             clock=self.clock,
+            commits=self.commits,
         )
 
     def connection(self) -> AbstractContextManager[Conn]:

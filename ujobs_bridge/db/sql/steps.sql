@@ -9,15 +9,37 @@ select name, ordinal, status, output, attempts, error, job_attempt, started_at, 
  where run_id = %(run_id)s
  order by ordinal
 
+-- steps_complete --
+-- The group commit of step results: many steps (of many attempts) in ONE statement, so one
+-- commit. Each is persisted only while its attempt still holds the lease (fencing, the same test
+-- as step_complete's); a row that is already completed is left alone (an ambiguous earlier
+-- commit: the caller reads it back). Answers the (run_id, name) of each row written; the batch
+-- is a jsonb array of {run_id, token, name, ordinal, job_attempt, started_at, output}, with
+-- (run_id, name) distinct within it. The lease test is a scalar subquery looking the job up by
+-- id alone, so each row costs one primary-key probe of x_jobs, however many jobs are running
+-- (a test on `state` in its WHERE would let the planner walk an index of the running ones).
+insert into x_job_steps
+    (run_id, name, ordinal, status, output, attempts, job_attempt, started_at, completed_at)
+select b.run_id, b.name, b.ordinal, 'completed', b.output, 1, b.job_attempt, b.started_at, now()
+  from jsonb_to_recordset(%(batch)s::jsonb)
+       as b(run_id uuid, token uuid, name text, ordinal int, job_attempt int,
+            started_at timestamptz, output jsonb)
+ where (select j.state = 'running' and j.lease_token = b.token from x_jobs as j where j.id = b.run_id)
+on conflict (run_id, name) do update
+   set status = 'completed', output = excluded.output, attempts = x_job_steps.attempts + 1,
+       job_attempt = excluded.job_attempt, completed_at = now(), error = null
+ where x_job_steps.status <> 'completed'
+returning run_id, name
+
 -- step_complete --
--- Persist a step's result, but only while the attempt still holds the lease (fencing). A row that
--- is already completed is left alone (an ambiguous earlier commit): the caller reads it back.
+-- Persist one step's result (an event's consume, in its transaction), but only while the
+-- attempt still holds the lease (fencing). A row already completed is left alone.
 insert into x_job_steps
     (run_id, name, ordinal, status, output, attempts, job_attempt, started_at, completed_at)
 select %(run_id)s, %(name)s, %(ordinal)s, 'completed', %(output)s::jsonb, 1, %(job_attempt)s,
        %(started_at)s, now()
- where exists (select 1 from x_jobs
-                where id = %(run_id)s and lease_token = %(token)s and state = 'running')
+ where (select j.state = 'running' and j.lease_token = %(token)s
+          from x_jobs as j where j.id = %(run_id)s)
 on conflict (run_id, name) do update
    set status = 'completed', output = excluded.output, attempts = x_job_steps.attempts + 1,
        job_attempt = excluded.job_attempt, completed_at = now(), error = null
@@ -28,8 +50,8 @@ returning status
 insert into x_job_steps
     (run_id, name, ordinal, status, attempts, error, job_attempt, started_at)
 select %(run_id)s, %(name)s, %(ordinal)s, 'failed', 1, %(error)s, %(job_attempt)s, %(started_at)s
- where exists (select 1 from x_jobs
-                where id = %(run_id)s and lease_token = %(token)s and state = 'running')
+ where (select j.state = 'running' and j.lease_token = %(token)s
+          from x_jobs as j where j.id = %(run_id)s)
 on conflict (run_id, name) do update
    set status = 'failed', attempts = x_job_steps.attempts + 1, error = excluded.error,
        job_attempt = excluded.job_attempt
@@ -44,8 +66,8 @@ insert into x_job_steps
 select %(run_id)s, %(name)s, %(ordinal)s, %(status)s, 1, %(job_attempt)s,
        coalesce(%(wake_at)s, coalesce(%(now)s, now()) + make_interval(secs => %(duration_s)s)),
        %(event)s, %(correlation_key)s
- where exists (select 1 from x_jobs
-                where id = %(run_id)s and lease_token = %(token)s and state = 'running')
+ where (select j.state = 'running' and j.lease_token = %(token)s
+          from x_jobs as j where j.id = %(run_id)s)
 on conflict (run_id, name) do update
    set status = excluded.status, job_attempt = excluded.job_attempt
  where x_job_steps.status <> 'completed'
@@ -57,8 +79,8 @@ update x_job_steps
    set status = 'completed', completed_at = now(), output = %(output)s::jsonb
  where run_id = %(run_id)s and name = %(name)s and status in ('sleeping', 'waiting')
    and wake_at <= coalesce(%(now)s, now())
-   and exists (select 1 from x_jobs
-                where id = %(run_id)s and lease_token = %(token)s and state = 'running')
+   and (select j.state = 'running' and j.lease_token = %(token)s
+          from x_jobs as j where j.id = %(run_id)s)
 returning status
 
 -- step_lease_check --

@@ -1,0 +1,209 @@
+"""Group commit of step results: the steps of many running bodies persisted by one statement.
+
+Why it exists: ``step.run`` may return only once its result is durable, and a durable commit
+costs a WAL flush. One commit per step made a job of five no-op steps run at a small fraction of
+a plain job's rate. Here every body of a process hands its result to one ``GroupCommit`` and
+waits; the results that gather while a commit is in flight are written together by the next
+statement and committed once, and each waiting ``step.run`` is released only after the commit
+that holds its own row (the classic group commit: a leader writes, followers queue behind it).
+
+Nothing waits for company: the first result to arrive when no write is in flight is written at
+once, in its own thread, as before; batches form only from what queues up behind a commit, so a
+lone body pays no extra latency. The leader is a body thread itself: there is no writer thread
+to hand results to, and when a leader is done it passes the lead to the first result waiting.
+
+Each result keeps its own answer: a result whose attempt lost its lease is not written (the
+statement's lease check is per row) and only that ``step.run`` learns it; a batch the database
+refuses for a reason of one result's own (a value jsonb cannot hold) is written again one
+result at a time, so only that result fails; an infrastructure error (connection lost, server
+restarting) is given to every result of the batch, and each caller retries its own write.
+
+What it is not: the replay logic or the retry policy (``steps.py``), nor the SQL
+(``db/steps.py``). Sleeps, waits and failed steps are rare and written directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from .db import steps as store
+from .db.connections import transient
+from .db.steps import StepResult
+
+ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+
+IN_FLIGHT = 2  # batches being written at once: one executes while the one before it flushes
+MAX_ITEMS = 500  # results in one statement
+MAX_BYTES = 8 * 1024 * 1024  # about this many characters of results in one statement
+
+
+class _Waiter:
+    """One result waiting for its commit. ``latch`` is held until the result is settled
+    (``done``) or its thread is handed a ``batch`` to write (its own result first)."""
+
+    __slots__ = ("batch", "done", "error", "latch", "result", "written")
+
+    def __init__(self, result: StepResult) -> None:
+        self.result = result
+        self.done = False
+        self.written = False
+        self.error: BaseException | None = None
+        self.batch: list[_Waiter] | None = None
+        self.latch = threading.Lock()
+        self.latch.acquire()
+
+    @property
+    def key(self) -> tuple[UUID, str]:
+        return self.result.lease.run_id, self.result.name
+
+    @property
+    def size(self) -> int:
+        return len(self.result.output_json) + len(self.result.name) + 160
+
+
+class GroupCommit:
+    """The step results of one process, written in batches; ``write`` is thread-safe. At most
+    ``in_flight`` batches are written at once (one can execute while another's commit flushes);
+    a result that finds them all busy queues, and the queue is the next batch."""
+
+    def __init__(
+        self,
+        connection: ConnectionSource,
+        *,
+        in_flight: int = IN_FLIGHT,
+        max_items: int = MAX_ITEMS,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.connection = connection
+        self.in_flight = max(1, in_flight)
+        self.max_items = max(1, max_items)
+        self.max_bytes = max_bytes
+        self.statements = 0  # batch statements run (tests and metrics read these)
+        self.results = 0  # results those statements carried
+        self._mutex = threading.Lock()
+        self._queue: list[_Waiter] = []
+        self._leaders = 0  # threads writing a batch; while ``in_flight`` are, results queue
+
+    def waiting(self) -> int:
+        """Results queued behind the batches being written."""
+        with self._mutex:
+            return len(self._queue)
+
+    def write(self, result: StepResult) -> bool:
+        """Persist ``result`` and return once it is durable: True if this call wrote it, False
+        if nothing was written (the lease is lost, or the row was already completed: the caller
+        reads it back). Raises what the write raised for this result."""
+        waiter = _Waiter(result)
+        with self._mutex:
+            if self._leaders < self.in_flight:  # then nothing is queued: write it now
+                self._leaders += 1
+                waiter.batch = [waiter]
+            else:
+                self._queue.append(waiter)
+        if waiter.batch is None:
+            waiter.latch.acquire()  # released once settled, or once handed a batch to write
+        if waiter.batch is not None:
+            self._lead(waiter.batch)
+        assert waiter.done
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.written
+
+    # ---------------------------------------------------------------- the leader
+
+    def _lead(self, batch: list[_Waiter]) -> None:
+        """Write ``batch`` (this thread's own result first), topped up with what queued since it
+        was handed over, settle it, then hand the queue to its first waiter as the next batch
+        (or step down if nothing waits)."""
+        with self._mutex:
+            self._fill(batch)
+        try:
+            self._write(batch)
+        except BaseException as exc:  # the leader's thread is ending (SystemExit, a signal)
+            for waiter in batch:
+                if not waiter.done:
+                    waiter.error = exc if waiter is batch[0] else _ended(exc)
+                    waiter.done = True
+            raise
+        finally:
+            for waiter in batch[1:]:
+                waiter.latch.release()
+            with self._mutex:
+                if self._queue:
+                    ahead = self._queue[0]
+                    ahead.batch = []
+                    self._fill(ahead.batch)
+                    ahead.latch.release()  # it leads in this one's place
+                else:
+                    self._leaders -= 1
+
+    def _fill(self, batch: list[_Waiter]) -> None:
+        """Move results from the head of the queue into ``batch`` (under the mutex): up to
+        ``max_items`` and about ``max_bytes`` in all (at least one), at most one per (run, step
+        name); the rest keep their places."""
+        keys = {w.key for w in batch}
+        size = sum(w.size for w in batch)
+        rest: list[_Waiter] = []
+        for waiter in self._queue:
+            size += waiter.size
+            full = batch and (len(batch) >= self.max_items or size > self.max_bytes)
+            if full or waiter.key in keys:
+                rest.append(waiter)
+                continue
+            keys.add(waiter.key)
+            batch.append(waiter)
+        self._queue = rest
+
+    def _write(self, batch: list[_Waiter]) -> None:
+        try:
+            written = self._statement(batch)
+        except Exception as exc:
+            if len(batch) > 1 and not transient(exc):
+                self._one_by_one(batch)  # find the result the database refuses
+                return
+            for waiter in batch:
+                waiter.error = exc if waiter is batch[0] else _twin(exc)
+                waiter.done = True
+            return
+        for waiter in batch:
+            waiter.written = waiter.key in written
+            waiter.done = True
+
+    def _one_by_one(self, batch: list[_Waiter]) -> None:
+        for waiter in batch:
+            try:
+                waiter.written = waiter.key in self._statement([waiter])
+            except Exception as exc:
+                waiter.error = exc
+            waiter.done = True
+
+    def _statement(self, batch: list[_Waiter]) -> set[tuple[UUID, str]]:
+        with self.connection() as conn:
+            written = store.steps_complete(conn, [w.result for w in batch])
+        self.statements += 1
+        self.results += len(batch)
+        return written
+
+
+def _twin(exc: Exception) -> Exception:
+    """The error of a batch for another of its results: a database error is re-made (same class,
+    message and SQLSTATE, the original as its cause) so that no two threads raise, and annotate,
+    one exception object."""
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    twin = type(exc)(str(exc))
+    twin.sqlstate = exc.sqlstate
+    twin.__cause__ = exc
+    return twin
+
+
+def _ended(exc: BaseException) -> Exception:
+    """What the other results of a batch learn when the thread writing it ended mid-way: an
+    infrastructure error (their rows may or may not be in; a retry reads back what landed)."""
+    return psycopg.OperationalError(f"the thread writing this step's batch ended: {exc!r}")
