@@ -11,6 +11,7 @@ What it is not: the worker's claim path. Nothing here takes a lease.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import Any
 from uuid import UUID
@@ -37,6 +38,7 @@ REDACTED = "***"
 # kwargs); redacted like the arguments themselves.
 REPR_KEYS = frozenset({"argsrepr", "kwargsrepr"})
 MAX_REPR = 64 * 1024
+MAX_JSON_TEXT = 1024 * 1024
 # In a repr that cannot be parsed (cut short, or custom): 'secret-key': value, up to , } or ).
 _REPR_PAIR = re.compile(
     r"""(?P<key>(?P<q>['"])(?P<name>(?:(?!(?P=q)).)*)(?P=q)\s*:\s*)"""
@@ -59,7 +61,24 @@ def redact(value: Any) -> Any:
         return out
     if isinstance(value, list | tuple):
         return type(value)(redact(v) for v in value)
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        return _redact_json_text(value)
     return value
+
+
+def _redact_json_text(text: str) -> str:
+    """A string holding JSON (a message body kept as exact text, as celery_compat stores one)
+    redacted inside; one too large to inspect is hidden whole."""
+    if len(text) > MAX_JSON_TEXT:
+        return REDACTED
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(parsed, dict | list):
+        return text
+    hidden = redact(parsed)
+    return text if hidden == parsed else json.dumps(hidden, ensure_ascii=False)
 
 
 def redact_repr(text: str) -> str:
