@@ -3,7 +3,7 @@
 Why it exists: deploy scripts say ``celery worker``. Celery's command builds ``app.Worker(...)``
 (``celery/bin/worker.py``) and calls ``.start()``; a celery_compat app's ``Worker`` is this class
 (``Celery.Worker``), which maps Celery's already-parsed flags (node name expanded, ``-P`` resolved
-to a pool class, ``-l`` a level number) onto ``ujobs_bridge.cli.worker.WorkerFlags`` and runs
+to a pool class, ``-l`` a level number) onto ``ujobs_bridge.cli.worker_serve.WorkerFlags`` and runs
 the same ``serve`` as ``ujobs-bridge worker``: until SIGTERM/SIGINT, then drain and exit 0.
 A flag with no meaning on the bridge is refused (exit 2) with the reason, as there. Celery's
 ``--time-limit``/``--soft-time-limit`` set ``task_time_limit``/``task_soft_time_limit`` (the
@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from ujobs_bridge.cli import worker_flags as flags
-from ujobs_bridge.cli.worker import WorkerFlags, serve
+from ujobs_bridge.cli.worker_serve import WorkerFlags, serve
 from ujobs_bridge.errors import ConfigError
 
 from .loading import CeleryApp

@@ -2,7 +2,7 @@
 
 Why it exists: deploy scripts say ``celery -A proj worker -l INFO -n w1@%h -P prefork -c 4``.
 ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app (which calls into
-``cli.worker.serve``) both accept those flags, so their parsing lives here once: log levels by
+``cli.worker_serve.serve``) both accept those flags, so their parsing lives here once: log levels by
 Celery's names, node names expanded as ``celery.utils.nodenames.host_format`` does (``%h``,
 ``%n``, ``%d``; a name without ``@`` gets ``celery@``), pools mapped onto ours (``prefork`` is
 ``processes``, ``solo`` is ``threads`` with one slot), the pidfile Celery writes and refuses while

@@ -23,12 +23,14 @@ Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` event
 in-flight work up to the shutdown timeout, then hands back what is left with its attempt
 uncounted), ``reload()`` (run another registry and queues from the next claim on) and ``tick()``
 for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an error; one that dies
-(an error no loop survives, or the claim loop failing ``CLAIM_ERROR_STREAK`` times in a row on
-something other than the database) makes the worker fail: it hands back everything it holds
-uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge worker``
-exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their timeout.
+(an error no loop survives, or the claim loop failing ``claim_loop.CLAIM_ERROR_STREAK`` times
+in a row on something other than the database) makes the worker fail: it hands back everything
+it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge
+worker`` exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their
+timeout.
 
-What it is not: the decision table for one attempt (``attempt.py``) or the CLI (``cli/worker.py``).
+What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
+(``attempt.py``) or the CLI (``cli/worker.py``).
 """
 
 from __future__ import annotations
@@ -42,20 +44,17 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import psycopg
-
 from .. import context, validation
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db.connections import Backoff, Role, listen_dsn, transient
+from ..db.connections import Role, listen_dsn
 from ..dsn import mask_dsn
 from ..errors import ConfigError, ErrorCode
-from ..faults import fault
 from ..job import JobDefinition
 from ..records import ClaimedJob, JobState, Settlement
-from ..service import Service
 from .attempt import BodyResult, settle
 from .autoscale import Autoscaler
 from .child import TaskSettings
+from .claim_loop import ClaimLoop
 from .claims import EXPIRE_ERROR, Claims
 from .config import WorkerConfig
 from .control import ControlState, Handler, Panel
@@ -63,16 +62,13 @@ from .heartbeat import Heartbeat
 from .inflight import InFlight, InFlightTable
 from .listener import ExtraChannel, Listener
 from .outcome_batch import OutcomeBatch
-from .outcome_writes import flush_all, write_batch, write_isolating
+from .outcome_writes import flush_all, write_batch
 from .presence import Presence, default_node_name
 from .runtimes import LoopRuntime, Runtimes, StepWrites
 from .steering import Steering
 from .stopping import HungAttempt, Stopper
 
 log = logging.getLogger("ujobs.worker")
-
-RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
-CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
 
 
 class Worker(Steering):
@@ -358,62 +354,6 @@ class Worker(Steering):
         self._flush(force=True)
         return len(claimed)
 
-    def _cycle(self) -> None:
-        """One turn of the claim loop: a pass, then, unless it filled every free slot, a wait
-        until woken (a notification, a freed slot, a queued outcome) or the next poll."""
-        self._wake.clear()
-        if self._stopping.is_set() or self._pass():
-            return  # every free slot filled, or more outcomes due: the next pass at once
-        wait = self.config.poll_s
-        if self.outcomes:
-            wait = min(wait, self.config.ack_interval_s)
-        if self.table.timed():
-            wait = min(wait, 0.05)
-        self._wake.wait(wait)
-
-    def _pass(self) -> bool:
-        """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
-        per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
-        lease, this worker's own sweep must not rescue the jobs whose results it holds."""
-        self.stopper.check_deadlines()
-        capacity, held = self.stopper.capacity(
-            self.config.concurrency, self.config.prefetch_multiplier
-        )
-        scaler = self.autoscaler  # with one job per slot, hold one waiting: a reason to grow
-        if scaler and self.config.prefetch_multiplier == 1 and self.config.concurrency < scaler.max:
-            capacity += 1
-        batch = self._take_due()
-        if not batch:
-            self.claims.sweep()
-        free = capacity - held
-        want = 0
-        if free > 0 and not self._stopping.is_set() and (not held or free >= max(1, capacity // 2)):
-            want = min(free, self.config.claim_batch)
-        if not batch and not want:
-            return False
-        rows: list[ClaimedJob] = []
-        with self._jobs:  # what a pass claims, it runs with the same registry
-            try:
-                if batch and want:
-                    matched, rows = self.claims.write_then_claim(batch, want)
-                elif batch:
-                    matched = self.claims.write(batch)
-                else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
-                    matched, rows = set(), self.claims.claim(want)
-            except Exception as exc:  # whatever failed, the outcomes are kept
-                if not batch or transient(exc):
-                    self.outcomes.restore(batch)
-                    raise
-                log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
-                write_isolating(self.claims.write, batch, self.outcomes)  # keeps what it can't
-                want = 0
-            else:
-                self.outcomes.written(batch, matched)
-                self._start(rows)
-        if batch:
-            self.claims.sweep()
-        return (want > 0 and len(rows) == want) or self.outcomes.more()
-
     # ------------------------------------------------------------------ claim and dispatch
 
     def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
@@ -460,38 +400,3 @@ class Worker(Steering):
         if batch:
             write_batch(self.claims.write, batch, self.outcomes)
         return len(batch)
-
-
-class ClaimLoop(Service):
-    """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``Worker._cycle`` again
-    and again; an error resets the claim connection and pauses, longer after each failure in a
-    row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
-    cheaply later, with every outcome kept; ``CLAIM_ERROR_STREAK`` errors in a row that are not
-    database errors end the worker (``Service.on_died``)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
-        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
-
-    def tick(self) -> bool:
-        """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
-        return self.worker._pass()
-
-    def _pass(self) -> float:
-        if self.worker.stopping:  # asked before start(): take no pass at all
-            self.request_stop()
-            return 0.0
-        self.worker._cycle()
-        self.backoff.reset()
-        if self.worker.in_flight():
-            fault("worker.claim_loop")
-        return 0.0
-
-    def _on_error(self, exc: Exception) -> float:
-        self.worker.claims.reset()
-        if isinstance(exc, psycopg.Error):
-            log.warning("ujobs.worker.db_error: %s", exc)
-        else:
-            log.exception("ujobs.worker.error")
-        return self.backoff.next()

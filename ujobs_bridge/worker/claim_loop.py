@@ -1,0 +1,125 @@
+"""The worker's claim loop: write due outcomes and claim free slots, then wait to be woken.
+
+Why it exists: the claim loop is the worker's one busy thread, and its pass is where the
+durability order is kept: due outcomes are written and free slots claimed in ONE transaction (one
+commit per cycle), outcomes before the sweep (so after an outage longer than a lease this
+worker's own sweep does not rescue the jobs whose results it holds), and an outcome batch the
+database refuses is kept (a transient error) or written item by item to isolate the bad one. Being
+a ``Service``, it restarts after an error with a growing pause and ends the worker after
+``CLAIM_ERROR_STREAK`` errors in a row that are not database errors.
+
+What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
+rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from ..db.connections import Backoff, transient
+from ..faults import fault
+from ..records import ClaimedJob
+from ..service import Service
+from .outcome_writes import write_isolating
+
+if TYPE_CHECKING:
+    from .loop import Worker
+
+log = logging.getLogger("ujobs.worker")
+
+RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
+CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
+
+
+class ClaimLoop(Service):
+    """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``cycle`` again and
+    again; an error resets the claim connection and pauses, longer after each failure in a
+    row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
+    cheaply later, with every outcome kept; ``CLAIM_ERROR_STREAK`` errors in a row that are not
+    database errors end the worker (``Service.on_died``)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
+        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
+
+    def tick(self) -> bool:
+        """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
+        return self.claim_pass()
+
+    def cycle(self) -> None:
+        """One turn of the claim loop: a pass, then, unless it filled every free slot, a wait
+        until woken (a notification, a freed slot, a queued outcome) or the next poll."""
+        w = self.worker
+        w._wake.clear()
+        if w.stopping or self.claim_pass():
+            return  # every free slot filled, or more outcomes due: the next pass at once
+        wait = w.config.poll_s
+        if w.outcomes:
+            wait = min(wait, w.config.ack_interval_s)
+        if w.table.timed():
+            wait = min(wait, 0.05)
+        w._wake.wait(wait)
+
+    def claim_pass(self) -> bool:
+        """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
+        per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
+        lease, this worker's own sweep must not rescue the jobs whose results it holds."""
+        w = self.worker
+        w.stopper.check_deadlines()
+        capacity, held = w.stopper.capacity(w.config.concurrency, w.config.prefetch_multiplier)
+        scaler = w.autoscaler  # with one job per slot, hold one waiting: a reason to grow
+        if scaler and w.config.prefetch_multiplier == 1 and w.config.concurrency < scaler.max:
+            capacity += 1
+        batch = w._take_due()
+        if not batch:
+            w.claims.sweep()
+        free = capacity - held
+        want = 0
+        if free > 0 and not w.stopping and (not held or free >= max(1, capacity // 2)):
+            want = min(free, w.config.claim_batch)
+        if not batch and not want:
+            return False
+        rows: list[ClaimedJob] = []
+        with w._jobs:  # what a pass claims, it runs with the same registry
+            try:
+                if batch and want:
+                    matched, rows = w.claims.write_then_claim(batch, want)
+                elif batch:
+                    matched = w.claims.write(batch)
+                else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
+                    matched, rows = set(), w.claims.claim(want)
+            except Exception as exc:  # whatever failed, the outcomes are kept
+                if not batch or transient(exc):
+                    w.outcomes.restore(batch)
+                    raise
+                log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
+                write_isolating(w.claims.write, batch, w.outcomes)  # keeps what it can't
+                want = 0
+            else:
+                w.outcomes.written(batch, matched)
+                w._start(rows)
+        if batch:
+            w.claims.sweep()
+        return (want > 0 and len(rows) == want) or w.outcomes.more()
+
+    def _pass(self) -> float:
+        if self.worker.stopping:  # asked before start(): take no pass at all
+            self.request_stop()
+            return 0.0
+        self.cycle()
+        self.backoff.reset()
+        if self.worker.in_flight():
+            fault("worker.claim_loop")
+        return 0.0
+
+    def _on_error(self, exc: Exception) -> float:
+        self.worker.claims.reset()
+        if isinstance(exc, psycopg.Error):
+            log.warning("ujobs.worker.db_error: %s", exc)
+        else:
+            log.exception("ujobs.worker.error")
+        return self.backoff.next()
