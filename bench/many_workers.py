@@ -178,10 +178,12 @@ def run(
                 extra = ["--pgbouncer", "--listen-dsn", url] if via else []
                 dsn = routed if via else url
 
-                def spawn(p: int = processes, d: str = dsn, x: list[str] = extra) -> list[Group]:
+                def spawn(
+                    p: int = processes, d: str = dsn, x: list[str] = extra, q: str = ",".join(names)
+                ) -> list[Group]:
                     return [
                         bridge_cli.spawn_worker(f"scale-worker-{i}", dsn=d,
-                                                tasks="bench.ujobs_tasks", queue=",".join(names),
+                                                tasks="bench.ujobs_tasks", queue=q,
                                                 log_dir=log_dir, extra=x)
                         for i in range(p)
                     ]  # fmt: skip
