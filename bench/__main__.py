@@ -161,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(k for k, v in cells.SELECTABLE.items() if settings.wants(v))}, {CORES} cores, "
         f"per-core drain = {settings.per_core} processes, latency {settings.latency_samples} "
         f"samples after {settings.latency_warmup} warm-ups"
+        + (
+            f", many workers N={settings.scale_jobs:,} at "
+            f"{','.join(map(str, settings.scale_counts))} processes"
+            if settings.wants(cells.SCALE)
+            else ""
+        )
     )
     runner = Runner(settings, console)
     t0 = time.perf_counter()
