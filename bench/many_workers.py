@@ -12,9 +12,10 @@ all eight) and each process count P:
   ``--pgbouncer``) with a direct LISTEN connection (``--listen-dsn``), below that directly;
 - the clock (``cells.timed_drain``) runs from the spawn to the N-th ``done`` row, so start-up
   is in the figure (the rate from the first completion on is reported beside it);
-- a sampler thread reads the database's backends in ``pg_stat_activity`` every ``SAMPLE_S``
-  (its own connection excluded; PgBouncer's server connections included): the maximum is the
-  "server connections" figure;
+- a sampler thread reads the database's backends in ``pg_stat_activity`` every ``SAMPLE_S``,
+  counting only those that appeared after the spawn (the bench's own sessions and a previous
+  point's excluded; PgBouncer's server connections included, a fresh PgBouncer per point): the
+  maximum is the "server connections" figure;
 - at the end, from the ``x_jobs`` rows: done / not done / dead / redelivered counts (``no lost
   job``: done = N, nothing dead, nothing delivered twice), and the pick-up figures. A settle
   clears the claim's lease columns, so the claim instant is not on the row any more: the
@@ -95,18 +96,24 @@ class _ConnectionSampler:
         self.peak = 0
         self._stop = threading.Event()
         self._conn = pg.connect(pg.dsn_for("postgres"))
+        self._before: set[int] = set()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self) -> set[int]:
+        rows = self._conn.execute(
+            "select pid from pg_stat_activity where datname = %s and pid <> pg_backend_pid()",
+            (self.dbname,),
+        ).fetchall()
+        return {int(r[0]) for r in rows}
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
-            row = self._conn.execute(
-                "select count(*) from pg_stat_activity"
-                " where datname = %s and pid <> pg_backend_pid()",
-                (self.dbname,),
-            ).fetchone()
-            self.peak = max(self.peak, int(row[0]) if row else 0)
+            self.peak = max(self.peak, len(self._pids() - self._before))
 
     def __enter__(self) -> _ConnectionSampler:
+        # The bench's own sessions (and a previous point's, still closing) are not this
+        # point's: only backends that appear after this instant are counted.
+        self._before = self._pids()
         self._thread.start()
         return self
 
@@ -169,14 +176,15 @@ def run(
 ) -> list[ScalePoint]:
     """Every (layout, count) point: see the module docstring. The database is left empty."""
     points: list[ScalePoint] = []
-    with bouncer() as b:
-        routed = b.dsn(dbname)
-        for layout in LAYOUTS:
-            names = queue_names(layout)
-            for processes in counts:
-                via = processes >= BOUNCER_FROM
+    for layout in LAYOUTS:
+        names = queue_names(layout)
+        for processes in counts:
+            via = processes >= BOUNCER_FROM
+            # A fresh PgBouncer per point: its idle server connections die with it, so they
+            # never count in the next point's figure.
+            with bouncer() if via else contextlib.nullcontext() as b:
                 extra = ["--pgbouncer", "--listen-dsn", url] if via else []
-                dsn = routed if via else url
+                dsn = b.dsn(dbname) if b is not None else url
 
                 def spawn(
                     p: int = processes, d: str = dsn, x: list[str] = extra, q: str = ",".join(names)
@@ -202,5 +210,5 @@ def run(
                     ScalePoint(layout, processes, via, drain, p50, p99, sampler.peak, ok, open_,
                                dead, again)
                 )  # fmt: skip
-        conn.execute("truncate x_jobs cascade")
+    conn.execute("truncate x_jobs cascade")
     return points
