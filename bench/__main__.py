@@ -13,6 +13,8 @@ README can always be re-checked on the machine at hand::
     python -m bench --only ujobs --cells lean --lean-jobs 100000   # the lean-table cell
     python -m bench --only migrate,celery-redis,celery-rabbitmq \
         --cells drain-broker,drain-core                       # ... and x Celery's own drain
+    python -m bench --only ujobs --cells scale --scale-jobs 5000 \
+        --scale-svg docs/many-workers.svg                    # 1..32 worker processes
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when
@@ -85,6 +87,20 @@ def parse(argv: list[str] | None = None) -> Settings:
         help="N of the lean-table cell (default 1,000,000; --quick: 20,000)",
     )
     parser.add_argument(
+        "--scale-jobs",
+        type=int,
+        default=None,
+        help="N of the many-workers cell (default 50,000; --quick: 2,000)",
+    )
+    parser.add_argument(
+        "--scale-counts",
+        default="1,2,4,8,16,32",
+        help="worker process counts of the many-workers cell (default 1,2,4,8,16,32)",
+    )
+    parser.add_argument(
+        "--scale-svg", type=Path, default=None, help="write the many-workers chart (SVG) here"
+    )
+    parser.add_argument(
         "--json-out", type=Path, default=None, help="write every figure as JSON here"
     )
     args = parser.parse_args(argv)
@@ -106,6 +122,15 @@ def parse(argv: list[str] | None = None) -> Settings:
     lean_jobs = (
         args.lean_jobs if args.lean_jobs is not None else (20_000 if args.quick else 1_000_000)
     )
+    scale_jobs = (
+        args.scale_jobs if args.scale_jobs is not None else (2_000 if args.quick else 50_000)
+    )
+    try:
+        scale_counts = tuple(int(c) for c in args.scale_counts.split(",") if c.strip())
+    except ValueError:
+        parser.error("--scale-counts: comma-separated whole numbers")
+    if scale_jobs < 1 or not scale_counts or min(scale_counts) < 1:
+        parser.error("--scale-jobs and every --scale-counts must be at least 1")
     if jobs < 1 or rounds < 1 or samples < 1 or args.per_core < 1 or lean_jobs < 1:
         parser.error(
             "--jobs, --rounds, --latency-samples, --per-core and --lean-jobs must be at least 1"
@@ -120,6 +145,9 @@ def parse(argv: list[str] | None = None) -> Settings:
         drain_deadline_s=args.drain_deadline,
         json_out=args.json_out,
         lean_jobs=lean_jobs,
+        scale_jobs=scale_jobs,
+        scale_counts=scale_counts,
+        scale_svg=args.scale_svg,
         cells=tuple(cells.SELECTABLE[c] for c in picked),
     )
 
@@ -133,6 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(k for k, v in cells.SELECTABLE.items() if settings.wants(v))}, {CORES} cores, "
         f"per-core drain = {settings.per_core} processes, latency {settings.latency_samples} "
         f"samples after {settings.latency_warmup} warm-ups"
+        + (
+            f", many workers N={settings.scale_jobs:,} at "
+            f"{','.join(map(str, settings.scale_counts))} processes"
+            if settings.wants(cells.SCALE)
+            else ""
+        )
     )
     runner = Runner(settings, console)
     t0 = time.perf_counter()

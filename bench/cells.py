@@ -42,13 +42,16 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import redis
 
 from .lean_table import LeanResult
 from .procs import MIB, BenchTimeout, Group, RssSampler, wait_until
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .many_workers import ScalePoint
 
 ENQ_ONE = "enqueue, one-by-one"
 ENQ_BATCH = "enqueue, batched"
@@ -67,9 +70,10 @@ CELERY_PREFORK = 2  # the Celery drain the bridge's one-process drain is held ag
 MIGRATE = "migrate: drain a Celery backlog into Postgres"
 RSS_MIGRATE = "migrate: drainer RSS"
 LEAN = "lean table: N jobs through enqueue -> claim -> settle, purge running"
+SCALE = "many workers: 1..32 worker processes, one queue and 8 queues"
 CELLS = (
     ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED,
-    MIGRATE, RSS_MIGRATE, LEAN,
+    MIGRATE, RSS_MIGRATE, LEAN, SCALE,
 )  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
@@ -84,6 +88,7 @@ SELECTABLE = {
     "drain-shared": DRAIN_SHARED,
     "drain-broker": MIGRATE,
     "lean": LEAN,
+    "scale": SCALE,
 }
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
@@ -223,6 +228,13 @@ class LeanCells(Protocol):
     def lean_table(self, n: int) -> LeanResult:
         """``n`` jobs through enqueue -> claim -> settle with the purge running."""
         ...
+
+
+@runtime_checkable
+class ScaleCells(Protocol):
+    """The many-workers cell (``many_workers``): ujobs-bridge only, first round only."""
+
+    def many_workers(self, n: int, counts: Sequence[int]) -> list[ScalePoint]: ...
 
 
 @runtime_checkable

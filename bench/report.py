@@ -234,6 +234,9 @@ def targets(results: Results) -> list[Target]:
     out.extend(celery_shaped_targets(results))
     out.extend(migrate_targets(results))
     out.extend(lean_targets(results))
+    from . import scale_report  # it builds on this module's Target
+
+    out.extend(scale_report.targets(results))
     return out
 
 
@@ -428,8 +431,15 @@ def targets_table(items: list[Target]) -> Table:
 
 
 def render(results: Results, console: Console) -> list[Target]:
+    from . import scale_report
+
     for cell in cells.CELLS:
-        table = steps_table(results) if cell == cells.STEPS else cell_table(results, cell)
+        if cell == cells.SCALE:
+            table = scale_report.table(results)
+        elif cell == cells.STEPS:
+            table = steps_table(results)
+        else:
+            table = cell_table(results, cell)
         if table is not None:
             console.print(table)
     found = targets(results)

@@ -27,9 +27,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from . import cells, procs
+from . import cells, procs, scale_chart
 from .cells import System
 from .lean_table import LeanResult
+from .many_workers import ScalePoint
 from .results import Results
 from .settings import AMQP_URL, CORES, REDIS_URL, TITLES, Settings
 
@@ -157,6 +158,14 @@ class Runner:
                 rnd, name, cells.LEAN, partial(system.lean_table, self.settings.lean_jobs)
             )
             self.lean(rnd, name, lean)
+        if isinstance(system, cells.ScaleCells) and self.settings.wants(cells.SCALE) and rnd == 0:
+            points = self.attempt(
+                rnd,
+                name,
+                cells.SCALE,
+                partial(system.many_workers, self.settings.scale_jobs, self.settings.scale_counts),
+            )
+            self.scale(rnd, name, points)
         if isinstance(system, cells.BrokerDrain) and self.settings.wants(cells.MIGRATE):
             got = self.attempt(
                 rnd, name, cells.MIGRATE, partial(system.drain_broker, self.settings.jobs)
@@ -183,6 +192,33 @@ class Runner:
             {"system": name, "cell": cell, "round": rnd, "lean": got.__dict__}
         )
         self.say(rnd, name, f"{cell}: {escape(got.summary())}")
+
+    def scale(self, rnd: int, name: str, points: list[ScalePoint] | None) -> None:
+        """Record the many-workers cell (one row per layout and count) and draw its chart."""
+        if not points:
+            return
+        add, cell = self.results.add, cells.SCALE
+        for p in points:
+            label = f"{p.layout} · {p.processes} proc{' · PgBouncer' if p.bouncer else ''}"
+            add(name, cell, label, "rate", rnd, p.drain.rate)
+            add(name, cell, label + cells.STEADY, "rate_steady", rnd, p.drain.steady_rate)
+            add(name, cell, label + " · pick-up p50", "p50", rnd, p.pickup_p50_ms)
+            add(name, cell, label + " · pick-up p99", "p99", rnd, p.pickup_p99_ms)
+            add(name, cell, label + " · server connections", "rows", rnd, p.server_connections)
+            add(name, cell, label + " · lost/dead/redelivered", "rows", rnd,
+                p.drain.jobs - p.done + p.dead + p.redelivered)  # fmt: skip
+            self.results.detail.append(
+                {"system": name, "cell": cell, "round": rnd, "scale": {
+                    **{k: v for k, v in p.__dict__.items() if k != "drain"},
+                    "drain": p.drain.__dict__}}
+            )  # fmt: skip
+            self.say(rnd, name, f"{cell} [{escape(p.layout)}]: {escape(p.summary())}")
+        path = self.settings.scale_svg or self.log_dir / "many-workers.svg"
+        caption = (
+            f"N={self.settings.scale_jobs:,} no-op jobs, {CORES} cores, run {self.settings.run_id}"
+        )
+        scale_chart.write(points, caption, path)
+        self.say(rnd, name, f"{cell}: chart written to {path}")
 
     def broker_drains(
         self, rnd: int, name: str, got: dict[str, cells.MigrateResult] | None
@@ -309,6 +345,8 @@ def _settings_doc(settings: Settings) -> dict[str, Any]:
         "rss_sample_s": settings.rss_sample_s,
         "drain_deadline_s": settings.drain_deadline,
         "lean_jobs": settings.lean_jobs,
+        "scale_jobs": settings.scale_jobs,
+        "scale_counts": list(settings.scale_counts),
         "cells": list(settings.cells) or list(cells.CELLS),
         "run_id": settings.run_id,
     }

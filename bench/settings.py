@@ -55,6 +55,9 @@ class Settings:
     cells: tuple[str, ...] = ()  # titles from bench.cells.SELECTABLE to run; empty = every cell
     json_out: Path | None = None
     lean_jobs: int = 1_000_000  # the lean-table cell's N (``--lean-jobs``)
+    scale_jobs: int = 50_000  # the many-workers cell's N (``--scale-jobs``)
+    scale_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # its process counts
+    scale_svg: Path | None = None  # where its chart goes (``--scale-svg``; default: the log dir)
     run_id: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:6]}")
 
     @property

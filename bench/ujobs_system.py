@@ -23,6 +23,7 @@ worker runs with its defaults apart from ``-c 8``.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from typing import Any
 import psycopg
 import redis
 
-from . import bridge_cli, cells, lean_table, pg, private_pg
+from . import bridge_cli, cells, lean_table, many_workers, pg, private_pg
 from .bridge_cli import CONCURRENCY
 from .procs import Group
 from .settings import REDIS_URL, Settings
@@ -174,6 +175,20 @@ class UjobsSystem:
             log_dir=self.log_dir,
             settings={**lean_table.RECOMMENDED, **extra},
             deadline_s=self.settings.lean_deadline,
+        )
+
+    def many_workers(self, n: int, counts: Sequence[int]) -> list[many_workers.ScalePoint]:
+        """The many-workers cell on this system's database (``many_workers``)."""
+        self._reset()
+        return many_workers.run(
+            client=self.client,
+            conn=self.conn,
+            dbname=self.dbname,
+            url=self.dsn,
+            n=n,
+            counts=counts,
+            settings=self.settings,
+            log_dir=self.log_dir,
         )
 
     def idle_latency(self) -> list[float]:
