@@ -23,6 +23,7 @@ What it is not: a benchmark (``python -m bench``) or a test.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shlex
@@ -145,6 +146,9 @@ def demo(
         raise click.UsageError(exc.render()) from exc
     assert config.queues is not None
     queue = config.queues[0]
+    # The planned retries (hundreds) are the tour's point and its tables count them; one log
+    # line each would bury the tables. Dead letters (ERROR) still show.
+    logging.getLogger("ujobs.job").setLevel(logging.ERROR)
 
     resolved = database(dsn)  # the one line saying which database, password masked
     applied = schema.upgrade(resolved.dsn)
