@@ -22,7 +22,7 @@ from ujobs_bridge.dashboard.panels import JobSection, Site
 from ujobs_bridge.records import JobRecord
 
 from .db import result_store
-from .message_row import is_celery_input
+from .message_row import from_input, is_celery_input
 
 META_PREFIX = "celery-task-meta-"  # Celery's key/value backend key for a task's meta
 
@@ -38,7 +38,13 @@ class CeleryPanel:
         value = record.input
         if not is_celery_input(value):
             return []
-        headers = value.get("headers") or {}
+        try:  # headers, and the embed kept inside the body's exact JSON text (message_row.py)
+            message = from_input(value, queue=record.queue, job_id=record.id)
+            headers, embed = message.headers, message.embed or {}
+        except (ValueError, TypeError, KeyError, RecursionError):
+            headers, embed = value.get("headers") or {}, {}
+        if not isinstance(headers, dict):
+            headers = {}
         task_id = str(headers.get("id") or "")
         rows = [("task", str(headers.get("task") or record.name)), ("task id", task_id)]
         for key in ("retries", "eta", "expires", "group", "origin"):
@@ -50,7 +56,6 @@ class CeleryPanel:
             other = headers.get(key)
             if other and other != task_id:
                 links.append((f"{label} {other}", f"/jobs/{other}"))
-        embed = value.get("embed") or {}
         for label, field in (
             ("next in chain", "chain"),
             ("callback", "callbacks"),

@@ -116,21 +116,25 @@ def assert_no_session_state(through: Through) -> None:
             conn.close()
 
 
-def listeners(db: Db, role: str) -> int:
+def listeners(db: Db, role: str, since: Any = None) -> int:
+    """Sessions of ``role`` on this database (opened at or after ``since``, when given: apps of
+    earlier tests in this process may still hold theirs)."""
     row = db.execute(
         "select count(*) from pg_stat_activity where datname = current_database()"
-        " and application_name like %s",
-        (f"ujobs:{role}",),
+        " and application_name like %s and (%s::timestamptz is null or backend_start >= %s)",
+        (f"ujobs:{role}", since, since),
     ).fetchone()
     return int(row[0]) if row else 0
 
 
-def assert_wakeups(through: Through, db: Db, role: str) -> None:
+def assert_wakeups(through: Through, db: Db, role: str, since: Any = None) -> None:
     """With ``--listen-dsn`` the process LISTENs on a direct connection; without, nowhere."""
     if through.listen:
-        wait_for(lambda: listeners(db, role) == 1, timeout=30, what=f"the {role} connection")
+        wait_for(
+            lambda: listeners(db, role, since) == 1, timeout=30, what=f"the {role} connection"
+        )
     else:
-        assert listeners(db, role) == 0
+        assert listeners(db, role, since) == 0
 
 
 def states(db: Db) -> dict[str, int]:
@@ -252,6 +256,7 @@ def test_celery_compat_send_and_result(
     from apps.budget_celery import add, app
     from ujobs_bridge import connect
 
+    since = db.execute("select clock_timestamp()").fetchone()[0]  # type: ignore[index]
     if through.listen:
         monkeypatch.setenv("UJOBS_LISTEN_URL", through.direct)
     worker(procs, through, "apps.budget_celery")
@@ -260,7 +265,7 @@ def test_celery_compat_send_and_result(
     try:
         assert [add.delay(i, 1).get(timeout=60) for i in range(8)] == list(range(1, 9))
         assert group(add.s(i, i) for i in range(10))().get(timeout=60) == [2 * i for i in range(10)]
-        assert_wakeups(through, db, "celery:results")
+        assert_wakeups(through, db, "celery:results", since)
     finally:
         app.backend.close()  # its result listener
         app.use_ujobs_client(None)
