@@ -29,6 +29,7 @@ What it is not: the worker loop or the lease keeper (``ujobs_bridge.worker``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ from . import rate_limit, revoked_ids, task_events
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
-from .outage import forget_outage, outage_handed_back, raise_if_outage
+from .outage import forget_outage, outage_handed_back, raise_if_outage, stored
 from .send_keys import running_body
 
 PROTOCOL_HEADERS = frozenset(
@@ -362,7 +363,8 @@ def run_message(
         except Reject as exc:  # raised outside the body (by the tracer's own hooks)
             rejection = exc
     for retry, key in held:  # RETRY is stored now: the retry may run and store its own outcome
-        app.amqp.insert_now(retry, key=key)
+        # Keyed, so safe to repeat: retried through an outage like the result writes.
+        stored(app.ujobs_client, functools.partial(_insert_held, app, retry, key))
         fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
@@ -405,6 +407,10 @@ def _runner(app: Any, name: str) -> Any:
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run
+
+
+def _insert_held(app: Any, message: Any, key: Any, conn: Any) -> None:
+    app.amqp.insert_now(message, conn, key=key)
 
 
 def _queue_of(app: Any, name: str, task: Any) -> str:
