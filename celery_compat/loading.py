@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.loading import LoadedApp
 from ujobs_bridge.scheduling.task import PeriodicTask
@@ -104,34 +103,6 @@ def not_found(spec: str, target: Any) -> str:
     )
 
 
-def worker_settings(app: Any) -> dict[str, int]:
-    """The worker settings the app has set: ``worker_concurrency`` (→ ``concurrency``),
-    ``worker_prefetch_multiplier`` (→ ``prefetch_multiplier``), ``worker_max_tasks_per_child``
-    and ``worker_max_memory_per_child`` (→ ``max_tasks_per_child`` / ``max_memory_per_child``),
-    each only when the app sets it (Celery's own defaults, CPU count and 4, do not override the
-    bridge's)."""
-    conf = app.conf
-    builtin = conf.maps[-1] if getattr(conf, "maps", None) else {}
-    out: dict[str, int] = {}
-    for key, name in (
-        ("worker_concurrency", "concurrency"),
-        ("worker_prefetch_multiplier", "prefetch_multiplier"),
-        ("worker_max_tasks_per_child", "max_tasks_per_child"),
-        ("worker_max_memory_per_child", "max_memory_per_child"),
-    ):
-        value = conf.get(key)
-        explicit = key in conf.maps[0] if getattr(conf, "maps", None) else False
-        if value is None or (not explicit and value == builtin.get(key)):
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(
-                f"the Celery app's {key}={value!r} is not a positive integer",
-                hint=f"set {key} to a whole number of at least 1, or pass the worker flag",
-            )
-        out[name] = value
-    return out
-
-
 class CeleryApp(LoadedApp):
     """A Celery app named by ``-A``, as the engine uses it."""
 
@@ -157,7 +128,17 @@ class CeleryApp(LoadedApp):
         return str(value) if value else None
 
     def worker_settings(self) -> dict[str, int]:
-        return worker_settings(self.app)
+        """Its sizes; first, what it sets that the bridge cannot honour is refused and what
+        has no effect here is said (``worker_settings.review``)."""
+        from . import worker_settings
+
+        worker_settings.review(self.app)
+        return worker_settings.sizes(self.app)
+
+    def worker_pool(self) -> str | None:
+        from . import worker_settings
+
+        return worker_settings.pool(self.app)
 
     def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
         """Celery's meaning: ``task_time_limit`` / ``task_soft_time_limit``, the defaults for

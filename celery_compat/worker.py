@@ -26,6 +26,7 @@ from ujobs_bridge.cli import worker_flags as flags
 from ujobs_bridge.cli.worker_serve import WorkerFlags, serve
 from ujobs_bridge.errors import ConfigError
 
+from . import worker_settings
 from .loading import CeleryApp
 
 # Celery's Worker(**kwargs) keys that mean nothing once the worker is running here (the
@@ -96,10 +97,6 @@ def _beat_scheduler_refusal(scheduler: Any) -> ConfigError | None:
     )
 
 
-# Celery's pool modules (celery.concurrency.<module>) whose name is not the -P name
-POOL_MODULES = {"thread": "threads"}
-
-
 def _list(value: Any) -> tuple[str, ...]:
     if not value:
         return ()
@@ -108,15 +105,8 @@ def _list(value: Any) -> tuple[str, ...]:
 
 
 def _pool_name(pool_cls: Any) -> str:
-    """``-P`` as Celery resolved it: a pool class (``celery.concurrency.prefork.TaskPool``) or a
-    name; the bridge maps the name."""
-    if pool_cls is None:
-        return "prefork"
-    if isinstance(pool_cls, str):
-        return pool_cls
-    module = getattr(pool_cls, "__module__", "") or ""
-    name = module.rsplit(".", 1)[-1] or str(pool_cls)
-    return POOL_MODULES.get(name, name)
+    """``-P`` as Celery resolved it (from the flag or ``worker_pool``): a pool class or a name."""
+    return "prefork" if pool_cls is None else worker_settings.pool_name(pool_cls)
 
 
 def _app_spec() -> str | None:

@@ -161,6 +161,10 @@ class LoadedApp:
         """``concurrency`` / ``prefetch_multiplier`` the app sets, used where no flag is given."""
         return {}
 
+    def worker_pool(self) -> str | None:
+        """The pool the app chose, by Celery's ``-P`` name, used where no ``-P`` is given."""
+        return None
+
     def channels(self) -> tuple[ExtraChannel, ...]:
         """Extra LISTEN channels the worker's listener should carry for this app."""
         return ()

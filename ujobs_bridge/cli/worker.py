@@ -72,11 +72,10 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
 @click.option(
     "-P",
     "--pool",
-    default="threads",
-    show_default=True,
+    default=None,
     metavar="|".join(flags.POOL_MAP),
     help="Where bodies run. prefork is processes; solo is threads with -c 1; "
-    "eventlet/gevent are refused.",
+    "eventlet/gevent are refused. Default: a Celery app's worker_pool, else threads.",
 )
 @click.option(
     "-O",
@@ -207,7 +206,7 @@ def worker(
     queues: str | None,
     exclude_queues: str | None,
     concurrency: int | None,
-    pool: str,
+    pool: str | None,
     optimization: str | None,
     prefetch_multiplier: int | None,
     lease_s: float,
@@ -234,7 +233,9 @@ def worker(
 ) -> None:
     """Run jobs. SIGTERM shuts down: no new claims, running bodies finish or are handed back."""
     try:  # the flags are checked before -A is imported
-        mapped_pool, mapped_concurrency = flags.pool(pool, concurrency)
+        mapped_pool, mapped_concurrency = (
+            flags.pool(pool, concurrency) if pool is not None else (None, concurrency)
+        )
         asked = WorkerFlags(
             queues=_queues(queues),
             exclude_queues=_queues(exclude_queues) or (),

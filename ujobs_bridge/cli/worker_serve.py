@@ -62,7 +62,7 @@ class WorkerFlags:
     queues: tuple[str, ...] | None = None
     exclude_queues: tuple[str, ...] = ()
     concurrency: int | None = None
-    pool: str = "threads"
+    pool: str | None = None  # mapped onto ours; None: the app's worker_pool, else threads
     prefetch_multiplier: int | None = None
     lease_s: float = DEFAULT_LEASE_S
     poll_s: float = DEFAULT_POLL_S
@@ -98,7 +98,7 @@ class WorkerFlags:
         return WorkerConfig(
             queues=self.queues,
             concurrency=concurrency,
-            pool=self.pool,
+            pool=self.pool or "threads",
             prefetch_multiplier=DEFAULT_PREFETCH_MULTIPLIER
             if self.prefetch_multiplier is None
             else self.prefetch_multiplier,
@@ -135,10 +135,16 @@ def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServe
 
 
 def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp) -> WorkerConfig:
-    """The app's own worker settings (a Celery app's worker_concurrency ...) where no flag was
-    given. Per-child limits set by the app apply to the process pool; the thread pool runs
+    """The app's own worker settings (a Celery app's worker_concurrency, worker_pool ...) where
+    no flag was given. Per-child limits set by the app apply to the process pool; the thread pool runs
     without them (as Celery's does), saying so."""
     from_app = app.worker_settings()
+    chosen = app.worker_pool()
+    solo = False
+    if asked.pool is None and chosen is not None:  # -P wins over the app's worker_pool
+        mapped, forced = flags.pool(chosen, asked.concurrency)
+        config = dataclasses.replace(config, pool=mapped)
+        solo = forced is not None and asked.concurrency is None
     for key in ("max_tasks_per_child", "max_memory_per_child"):
         if key not in from_app or getattr(asked, key) is not None:
             continue
@@ -159,6 +165,14 @@ def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp)
         config = dataclasses.replace(config, concurrency=from_app["concurrency"])
     if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
         config = dataclasses.replace(config, prefetch_multiplier=from_app["prefetch_multiplier"])
+    if solo:  # worker_pool="solo": one body at a time, whatever worker_concurrency says
+        if asked.autoscale is not None:
+            raise ConfigError(
+                "the Celery app's worker_pool='solo' runs one body at a time, but --autoscale "
+                "was given",
+                hint="drop --autoscale, or pass -P threads",
+            )
+        config = dataclasses.replace(config, concurrency=1)
     return config
 
 
