@@ -130,7 +130,9 @@ def listeners(db: Db, role: str, since: Any = None) -> int:
 def assert_wakeups(through: Through, db: Db, role: str, since: Any = None) -> None:
     """With ``--listen-dsn`` the process LISTENs on a direct connection; without, nowhere."""
     if through.listen:
-        wait_for(lambda: listeners(db, role, since) == 1, timeout=30, what=f"the {role} connection")
+        wait_for(
+            lambda: listeners(db, role, since) == 1, timeout=30, what=f"the {role} connection"
+        )
     else:
         assert listeners(db, role, since) == 0
 
