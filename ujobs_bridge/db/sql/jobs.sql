@@ -61,8 +61,8 @@ select id, name, queue, input, attempt, max_attempts, lease_token, expired, deli
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
 -- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
--- "outage" (0/1: see below), "run_at" (when a suspended job is due again; null = never by time alone: year 9999, which
--- Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
+-- "outage" (0/1: see below), "run_at" (when a suspended job is due again; null = never by time
+-- alone: year 9999, which Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
 -- finished done or dead are added to this backend's row of x_job_counts for the current minute
 -- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
 -- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
