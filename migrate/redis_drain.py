@@ -24,12 +24,15 @@ What it is not: a kombu consumer (nothing here registers with kombu or acks thro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .appinfo import PIDBOX_SUFFIXES, AppInfo
 from .batch import Taken
@@ -70,6 +73,12 @@ return moved
 """
 
 
+def client_name(drainer_id: str) -> str:
+    """The Redis connection's name (CLIENT LIST, CLIENT KILL): no spaces or control characters."""
+    safe = "".join(c if c.isprintable() and not c.isspace() else "_" for c in drainer_id)
+    return f"ujobs-migrate:{safe}"[:100]
+
+
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
@@ -102,7 +111,16 @@ class RedisSource:
         self.unacked_index_key = self.prefix + str(opts.get("unacked_index_key") or "unacked_index")
         self.drainer_id = drainer_id
         self.restore_unacked = restore_unacked
-        self.client: Any = redis.Redis.from_url(url)  # bytes replies (no decode_responses)
+        # Bytes replies (no decode_responses). No retries inside redis-py: a take retried after
+        # its reply was lost would move a second batch into the same list, and the DEL after
+        # its commit would drop the first one unseen. A lost connection is raised instead; the
+        # drain (``--follow``: outages.py) reopens and recovers this drainer's lists first.
+        # The name finds this drainer in CLIENT LIST.
+        self.client: Any = redis.Redis.from_url(
+            url,
+            retry=Retry(NoBackoff(), 0),
+            client_name=client_name(drainer_id),
+        )
         self.client.ping()
         self._move = self.client.register_script(_MOVE)
         self._adopt = self.client.register_script(_ADOPT)
@@ -252,7 +270,10 @@ class RedisSource:
         """Nothing to take: the runner waits (Redis has no cheap multi-list wake-up)."""
 
     def close(self) -> None:
-        self.client.delete(self.heartbeat_key(self.drainer_id))
+        """Say this drainer is gone (its lists may then be adopted) and disconnect; with Redis
+        unreachable, just disconnect (the heartbeat key expires by itself)."""
+        with contextlib.suppress(redis.RedisError):
+            self.client.delete(self.heartbeat_key(self.drainer_id))
         self.client.close()
 
     # -- unacked (only with --restore-unacked) ------------------------------------------------

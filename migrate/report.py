@@ -50,6 +50,7 @@ class Stats:
     elapsed_s: float = 0.0
     remaining: int | None = None
     stopped_by_signal: bool = False
+    outages: int = 0  # --follow: database or broker outages ridden through
 
     @property
     def taken(self) -> int:
@@ -106,6 +107,7 @@ class Stats:
             "rate_per_s": round(self.rate(), 1),
             "remaining": self.remaining,
             "stopped_by_signal": self.stopped_by_signal,
+            "outages": self.outages,
         }
 
 
@@ -209,6 +211,12 @@ def print_report(console: Console, stats: Stats) -> None:
     if not stats.dry_run:
         console.print(
             f"{stats.taken:,} message(s) in {stats.elapsed_s:.2f} s ({stats.rate():,.0f}/s)"
+        )
+    if stats.outages:
+        console.print(
+            f"rode through {stats.outages} database/broker outage(s): what was in hand was "
+            "taken again, the ledger absorbed what had been committed",
+            highlight=False,
         )
     if stats.stopped_by_signal:
         console.print("stopped by signal: the batch in hand was finished")

@@ -54,6 +54,7 @@ from .batch import (
     prepare,
 )
 from .defaults import DEFAULT_BATCH, DEFAULT_POLL_S
+from .outages import RideThrough, outage_of
 from .report import Stats
 
 log = logging.getLogger("migrate.drain")
@@ -166,16 +167,24 @@ class DrainLoop(Service):
     poll_s: float = DEFAULT_POLL_S
     on_batch: Callable[[Stats], None] | None = None
     stats: Stats = field(default_factory=Stats)
+    # --follow: an outage of the database or the broker is waited out (``outages.py``), and
+    # ``source`` and ``conn`` are then new ones; None: the first outage ends the drain.
+    outages: RideThrough | None = None
 
     def __post_init__(self) -> None:
         Service.__init__(self, "migrate-drain", interval_s=self.poll_s)
         self._stop = self.stop_event  # one stop event: the caller's signal handler and stop()
         self.error: Exception | None = None
+        self._let_go = False  # stopped during an outage: source and connection are closed
+        self._use(self.conn)
+
+    def _use(self, conn: psycopg.Connection[Any]) -> None:
         # Lists and strings go to Postgres in binary on this connection: celery_enqueue_many
         # takes the batch as arrays, and psycopg's TEXT array dumper escapes every element with
         # a regex (most of the drain's CPU for JSON inputs full of quotes). Only this connection.
-        self.conn.adapters.register_dumper(str, StrBinaryDumper)
-        self.conn.adapters.register_dumper(list, ListBinaryDumper)
+        conn.adapters.register_dumper(str, StrBinaryDumper)
+        conn.adapters.register_dumper(list, ListBinaryDumper)
+        self.conn = conn
 
     # ------------------------------------------------------------------ ``Service``
 
@@ -254,15 +263,53 @@ class DrainLoop(Service):
         event); every batch taken is committed and acknowledged before it returns."""
         self.stats = stats
         with sparse_gc():
-            while not self.stop_event.is_set() and (room := self._room(stats)):
-                items = self.source.recover(room)
-                if not items:
+            while True:
+                try:
+                    self._drain(stats)
                     break
-                self._finish(items, self._commit(prepare(items, self.ctx)), stats)
-            self._pipeline(stats)
+                except Exception as exc:
+                    if not self._ride_through(exc):
+                        raise
+                    if self._let_go:
+                        break
         stats.stopped_by_signal = self.stop_event.is_set()
-        stats.remaining = self.source.remaining()
+        stats.remaining = self._remaining()
+        if self.outages is not None:
+            stats.outages = self.outages.outages
         return stats
+
+    def _drain(self, stats: Stats) -> None:
+        """What an earlier run (or the batch an outage interrupted) left, then new messages."""
+        while not self.stop_event.is_set() and (room := self._room(stats)):
+            items = self.source.recover(room)
+            if not items:
+                break
+            self._finish(items, self._commit(prepare(items, self.ctx)), stats)
+        self._pipeline(stats)
+
+    def _ride_through(self, exc: Exception) -> bool:
+        """After ``exc``: False to raise it (not an outage, or no ``outages`` policy); True once
+        the drain may go on: reconnected (a new source and connection), or stopped meanwhile."""
+        if self.outages is None or outage_of(exc) is None:
+            return False
+        restored = self.outages.ride(exc, self.source, self.conn)
+        if restored is None:  # stopped during the outage: source and connection are closed
+            self._let_go = True
+            return True
+        self.source, conn = restored
+        self._use(conn)
+        return True
+
+    def _remaining(self) -> int | None:
+        """Messages still waiting, or None when the broker cannot say (stopped in an outage)."""
+        if self._let_go:
+            return None
+        try:
+            return self.source.remaining()
+        except Exception as exc:
+            if outage_of(exc) is None:
+                raise
+            return None
 
     def _pipeline(self, stats: Stats) -> None:
         """Take and decode batch N+1 while batch N commits on a helper thread; acknowledge N (DEL /

@@ -248,3 +248,45 @@ def test_sigterm_finishes_the_batch_in_hand_then_exits_0(
     assert relay.wait(timeout=20) == 0, relay.output()
     assert "published=10" in relay.output()
     assert_one_job_per_row_in_order(dsn, source, staged)
+
+
+def test_a_long_transaction_in_another_database_does_not_stall_the_relay(
+    dsn: str, source_for: Callable[[str], str]
+) -> None:
+    """xids are cluster-wide, but a transaction of another database cannot write this outbox:
+    one left open there (holding an xid older than every row) does not hold the relay back."""
+    source, elsewhere = source_for("same"), source_for("cross")
+    with psycopg.connect(elsewhere) as other:
+        other.execute("select pg_current_xact_id()")  # an xid, held open until the block ends
+        staged = stage_rows(source)
+        relay = OutboxRelay(source)
+        try:
+            assert relay.tick() == ROWS
+        finally:
+            relay.stop()
+        assert other.info.transaction_status is psycopg.pq.TransactionStatus.INTRANS
+    assert_one_job_per_row_in_order(dsn, source, staged)
+
+
+def test_an_open_transaction_in_the_same_database_still_holds_later_rows_back(
+    dsn: str, source_for: Callable[[str], str]
+) -> None:
+    """Row 1 is staged in a transaction still open while rows 2.. commit: nothing after it is
+    published before it (a later row never overtakes an earlier one), then all, in order."""
+    source = source_for("same")
+    relay = OutboxRelay(source)
+    try:
+        with psycopg.connect(source) as slow:
+            first = stage(slow, deliver.call(1)).job_id  # its transaction stays open
+            staged = [first]
+            with psycopg.connect(source) as conn:
+                for seq in range(2, ROWS + 1):
+                    with conn.transaction():
+                        staged.append(stage(conn, deliver.call(seq)).job_id)
+            assert relay.tick() == 0
+            assert published(source) == []
+            slow.commit()
+        assert relay.tick() == ROWS
+    finally:
+        relay.stop()
+    assert_one_job_per_row_in_order(dsn, source, staged)

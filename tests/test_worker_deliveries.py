@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -93,3 +94,47 @@ def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client
     second = claim()
     assert (first.attempt, first.deliveries) == (1, 1)
     assert (second.attempt, second.deliveries) == (1, 2)
+
+
+def test_outage_hand_backs_are_capped_so_a_body_that_keeps_meeting_outages_ends_dead(
+    frozen_client: Client, worker: Worker, db: Any, clock: FrozenClock
+) -> None:
+    """An outage gives the attempt back, but only ``OUTAGE_HANDBACKS`` times per job: then each
+    one counts, and the job is dead once its attempts (2) are spent, not handed back forever."""
+    ref = delivery_jobs.meets_outages.configure(client=frozen_client).enqueue()
+    for _ in range(driver.OUTAGE_HANDBACKS + 10):  # a bound: the loop must end before it
+        if state_of(db, ref.id)[0] == "dead":
+            break
+        assert worker.tick() == 1
+        clock.advance(timedelta(seconds=2))  # past the outage's short delay
+    row = db.execute(
+        "select state, attempt, deliveries, outage_handbacks, last_error, finished_at"
+        " from x_jobs where id = %s",
+        (ref.id,),
+    ).fetchone()
+    state, attempt, deliveries, handbacks, last_error, finished_at = row
+    assert (state, attempt) == ("dead", 2)
+    assert deliveries == driver.OUTAGE_HANDBACKS + 2  # the free hand-backs, then two attempts
+    assert handbacks == driver.OUTAGE_HANDBACKS + 2
+    assert "UJ_DATABASE_UNAVAILABLE" in last_error and finished_at is not None
+    # the first OUTAGE_HANDBACKS runs all saw attempt 1: those hand-backs were free
+    assert [a for a, _ in delivery_jobs.SEEN] == [1] * (driver.OUTAGE_HANDBACKS + 1) + [2]
+
+
+def test_a_drains_hand_backs_are_not_capped(frozen_client: Client, db: Any) -> None:
+    """Only outage hand-backs are counted: a shutdown's hand-back gives the attempt back always."""
+    ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
+    db.execute("update x_jobs set outage_handbacks = 100 where id = %s", (ref.id,))
+    params = driver.ClaimParams(
+        queue="deliveries",
+        names=["apps.delivery_jobs.report"],
+        limit=1,
+        token=uuid.uuid4(),
+        lease_s=30,
+        worker="test",
+        now=None,
+    )
+    (first,) = driver.job_claim(db, params)
+    back = Settlement(ref.id, first.lease_token, JobState.READY, uncount=1, error="drained")
+    assert driver.job_settle(db, [back], None) == {ref.id}
+    assert state_of(db, ref.id)[:2] == ("ready", 0)

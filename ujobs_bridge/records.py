@@ -114,6 +114,8 @@ class Settlement:
 
     ``state`` is where the row goes: done, ready (retry after ``delay_s``), dead or cancelled.
     ``uncount`` is 1 for an attempt handed back by a drain: it gives the claim's attempt back.
+    ``outage``: handed back because the body met a database outage; the database gives such
+    attempts back only ``db.jobs.OUTAGE_HANDBACKS`` times per job, then counts them.
     """
 
     id: UUID
@@ -124,3 +126,4 @@ class Settlement:
     error: str | None = None
     uncount: int = 0
     run_at: datetime | None = None  # a suspended job's wake time
+    outage: bool = False  # handed back for a database outage (capped: migration 0018)

@@ -12,11 +12,12 @@ What it is not: the drainer (``migrate/runner.py`` and the transports).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -240,7 +241,7 @@ def run_drain(
     from migrate.appinfo import AppInfo
     from migrate.batch import Context
     from migrate.report import Stats, print_report
-    from migrate.runner import SourceOptions, broker_kind, dry_run, masked
+    from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
 
     err = console(stderr=True)
     if follow:  # a line per batch (migrate.drain) while it runs
@@ -285,7 +286,26 @@ def run_drain(
         if dry_run_flag:
             dry_run(source, ctx, stats, limit)
         else:
-            _drain(source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err)
+            reopen_options = dataclasses.replace(
+                options, queues=list(source.queues) or queues, all_queues=False
+            )
+
+            def reopen() -> Source:  # after an outage (--follow): the same broker and queues
+                return open_source(url, info, reopen_options)
+
+            _drain(
+                (source, url, reopen),
+                ctx,
+                stats,
+                dsn,
+                app_spec,
+                follow,
+                limit,
+                batch,
+                poll_s,
+                as_json,
+                err,
+            )
     finally:
         source.close()
         if exporter is not None:
@@ -297,7 +317,7 @@ def run_drain(
 
 
 def _drain(
-    source: Source,
+    broker: tuple[Source, str, Callable[[], Source]],
     ctx: Context,
     stats: Stats,
     dsn: str | None,
@@ -309,12 +329,17 @@ def _drain(
     as_json: bool,
     err: Console,
 ) -> None:
+    """Drain into the database. ``--follow`` waits out outages (``migrate/outages.py``),
+    reopening the source with ``reopen`` (``broker``: the source, the broker URL, ``reopen``); a
+    reopened source is closed here, the first one by the caller."""
+    from migrate.outages import RideThrough
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
     from ujobs_bridge import loading
     from ujobs_bridge.db import connections
     from ujobs_bridge.schema_access import ensure_schema
 
+    source, broker_url, reopen = broker
     resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
     ensure_schema(resolved)
     stop = threading.Event()
@@ -322,30 +347,41 @@ def _drain(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    def connect() -> connections.Conn:
+        return connections.connect(resolved.dsn, CLI_ROLE)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     last = [0.0]
+    outages = RideThrough(resolved.dsn, broker_url, connect, reopen, stop) if follow else None
+    loop: DrainLoop | None = None
     with (
-        connections.connect(resolved.dsn, CLI_ROLE) as conn,
         LiveProgress(err, enabled=not as_json and err.is_terminal) as bar,
         _restoring(previous),
     ):
 
         def on_batch(s: Stats) -> None:
             now = time.monotonic()
-            if bar.enabled and now - last[0] > 0.5:
+            if bar.enabled and now - last[0] > 0.5 and loop is not None:
                 last[0] = now
-                bar.update(s, source.remaining())
+                bar.update(s, loop.source.remaining())
 
         if not as_json:
             err.print(
                 f"draining {', '.join(source.queues) or '(no queues)'} from {ctx.broker}"
                 + (" (follow)" if follow else "")
             )
-        loop = DrainLoop(source, conn, ctx, stop, batch, follow, limit, poll_s, on_batch)
+        conn = connect()
+        loop = DrainLoop(
+            source, conn, ctx, stop, batch, follow, limit, poll_s, on_batch, outages=outages
+        )
         try:
             loop.run(stats)
         except Exception as exc:
             raise infrastructure_error(exc, ctx.broker) from None
+        finally:
+            loop.conn.close()
+            if loop.source is not source:  # reopened after an outage (the old one is closed)
+                loop.source.close()
 
 
 migrate.add_command(quarantine)

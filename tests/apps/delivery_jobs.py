@@ -23,3 +23,13 @@ def report() -> bool:
     ctx = current_job()
     SEEN.append((ctx.attempt, ctx.redelivered))
     return ctx.redelivered
+
+
+@job(queue="deliveries", max_attempts=2)
+def meets_outages() -> None:
+    """Every run ends in a database outage (as a body that crashes the server would)."""
+    from ujobs_bridge.errors import DatabaseUnavailableError
+
+    ctx = current_job()
+    SEEN.append((ctx.attempt, ctx.redelivered))
+    raise DatabaseUnavailableError("the server went away (test)", hint="it comes back")

@@ -29,6 +29,12 @@ from .sql import q
 
 Conn = psycopg.Connection[Any]
 
+# A job's attempts handed back uncounted because its body met a database outage: given back
+# this many times, then counted like failures (migration 0018), so a body that itself causes
+# the outage (crashing the server, getting its connection killed) ends dead instead of looping.
+# One outage costs a job one hand-back at most, so only a job that meets twenty reaches it.
+OUTAGE_HANDBACKS = 20
+
 
 class EnqueueSpec(NamedTuple):
     """One row to insert. ``run_at`` wins over ``delay_s``; both absent means now.
@@ -273,11 +279,12 @@ def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> d
                 "error": s.error,
                 "uncount": s.uncount,
                 "run_at": s.run_at.isoformat() if s.run_at is not None else None,
+                "outage": 1 if s.outage else 0,
             }
             for s in settlements
         ]
     )
-    return {"batch": batch, "now": now}
+    return {"batch": batch, "now": now, "outage_cap": OUTAGE_HANDBACKS}
 
 
 def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:

@@ -2,7 +2,8 @@
 
 Why it exists: the outbox's promise (a job exists if and only if the transaction that staged it
 committed, published in commit order) rests on these statements: a claim that only sees rows
-older than every running transaction, one relay at a time per database, and a cross-database
+older than every running transaction of its database (one elsewhere on the server
+never stalls it), one relay at a time per database, and a cross-database
 publish that a replay after a crash absorbs. They run only here.
 
 What it is not: the relay loop or its batching (``ujobs_bridge.outbox``). Each function runs on

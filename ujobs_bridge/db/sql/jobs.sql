@@ -61,16 +61,23 @@ select id, name, queue, input, attempt, max_attempts, lease_token, expired, deli
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
 -- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
--- "run_at" (when a suspended job is due again; null = never by time alone: year 9999, which
--- Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
+-- "outage" (0/1: see below), "run_at" (when a suspended job is due again; null = never by time
+-- alone: year 9999, which Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
 -- finished done or dead are added to this backend's row of x_job_counts for the current minute
 -- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
--- update non-HOT).
+-- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
+-- back only %(outage_cap)s times per job (migration 0018): past that it counts as an attempt,
+-- and the job is dead once its attempts are spent, so a body that keeps causing outages ends.
 with settled as (
     update x_jobs as j
-       set state = u.state,
+       set state = case when u.outage = 1 and j.outage_handbacks >= %(outage_cap)s
+                         and j.attempt >= j.max_attempts
+                        then 'dead' else u.state end,
            output = case when u.state = 'done' then u.output::jsonb else j.output end,
-           attempt = j.attempt - u.uncount,
+           attempt = j.attempt - case when u.outage = 1
+                                       and j.outage_handbacks >= %(outage_cap)s
+                                      then 0 else u.uncount end,
+           outage_handbacks = j.outage_handbacks + u.outage,
            run_at = case when u.state = 'ready'
                          then coalesce(%(now)s, now()) + make_interval(secs => u.delay_s)
                          when u.state in ('sleeping', 'waiting')
@@ -79,10 +86,13 @@ with settled as (
            last_error = coalesce(u.error, j.last_error),
            lease_token = null, lease_expires_at = null, claimed_by = null,
            updated_at = now(),
-           finished_at = case when u.state in ('done', 'dead', 'cancelled') then now() else null end
+           finished_at = case when u.state in ('done', 'dead', 'cancelled')
+                                or (u.outage = 1 and j.outage_handbacks >= %(outage_cap)s
+                                    and j.attempt >= j.max_attempts)
+                              then now() else null end
       from jsonb_to_recordset(%(batch)s::jsonb)
            as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
-                 run_at timestamptz)
+                 run_at timestamptz, outage int)
      where j.id = u.id and j.lease_token = u.token and j.state = 'running'
     returning j.id, u.token, j.queue, j.state
 ), released as (
