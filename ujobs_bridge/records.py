@@ -126,4 +126,4 @@ class Settlement:
     error: str | None = None
     uncount: int = 0
     run_at: datetime | None = None  # a suspended job's wake time
-    outage: bool = False  # handed back for a database outage (capped: migration 0018)
+    outage: bool = False  # handed back for a database outage (capped: migration 0015)

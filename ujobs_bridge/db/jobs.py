@@ -30,7 +30,7 @@ from .sql import q
 Conn = psycopg.Connection[Any]
 
 # A job's attempts handed back uncounted because its body met a database outage: given back
-# this many times, then counted like failures (migration 0018), so a body that itself causes
+# this many times, then counted like failures (migration 0015), so a body that itself causes
 # the outage (crashing the server, getting its connection killed) ends dead instead of looping.
 # One outage costs a job one hand-back at most, so only a job that meets twenty reaches it.
 OUTAGE_HANDBACKS = 20

@@ -66,7 +66,7 @@ select id, name, queue, input, attempt, max_attempts, lease_token, expired, deli
 -- finished done or dead are added to this backend's row of x_job_counts for the current minute
 -- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
 -- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
--- back only %(outage_cap)s times per job (migration 0018): past that it counts as an attempt,
+-- back only %(outage_cap)s times per job (migration 0015): past that it counts as an attempt,
 -- and the job is dead once its attempts are spent, so a body that keeps causing outages ends.
 with settled as (
     update x_jobs as j

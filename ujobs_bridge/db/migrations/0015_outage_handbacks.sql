@@ -1,4 +1,4 @@
--- 0018_outage_handbacks: how many times a job's attempt was handed back uncounted because its
+-- 0015_outage_handbacks: how many times a job's attempt was handed back uncounted because its
 -- body ran into a database outage.
 -- Forward-only. Applied in one transaction under an advisory lock by schema.py.
 
