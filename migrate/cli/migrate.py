@@ -49,6 +49,25 @@ if TYPE_CHECKING:
     from migrate.runner import Source
 
 
+class Readiness:
+    """``/readyz`` of ``migrate --metrics-port``: ready once draining (its database resolved),
+    while it is not stopping and the database answers."""
+
+    def __init__(self) -> None:
+        self.dsn: str | None = None
+        self.stop: threading.Event | None = None
+
+    def check(self) -> tuple[bool, dict[str, object]]:
+        from ujobs_bridge import health
+
+        if self.dsn is None or self.stop is None:
+            return False, {"migrate": "starting"}
+        if self.stop.is_set():
+            return False, {"migrate": "stopping"}
+        database = health.database_reachable(self.dsn)
+        return database.ok, {"migrate": "draining", "database": database.detail}
+
+
 def load_app(app_spec: str) -> Any:
     from celery_compat.cli import app_for_command
 
@@ -246,11 +265,14 @@ def run_drain(
     if follow:  # a line per batch (migrate.drain) while it runs
         logs.setup("INFO", log_format)
     exporter = None
+    readiness = Readiness()
     if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
         from ujobs_bridge.metrics import REGISTRY
         from ujobs_bridge.metrics_http import MetricsServer
 
-        exporter = MetricsServer(REGISTRY, port=metrics_port, address=metrics_address)
+        exporter = MetricsServer(
+            REGISTRY, port=metrics_port, address=metrics_address, ready=readiness.check
+        )
         exporter.start()
         err.print(f"metrics: http://{metrics_address}:{exporter.port}/metrics")
     info = AppInfo.from_app(load_app(app_spec))
@@ -285,7 +307,10 @@ def run_drain(
         if dry_run_flag:
             dry_run(source, ctx, stats, limit)
         else:
-            _drain(source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err)
+            _drain(
+                source, ctx, stats, dsn, app_spec, follow, limit, batch, poll_s, as_json, err,
+                readiness,
+            )  # fmt: skip
     finally:
         source.close()
         if exporter is not None:
@@ -308,6 +333,7 @@ def _drain(
     poll_s: float,
     as_json: bool,
     err: Console,
+    readiness: Readiness,
 ) -> None:
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
@@ -322,6 +348,7 @@ def _drain(
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    readiness.dsn, readiness.stop = resolved.dsn, stop
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     last = [0.0]
     with (
