@@ -43,8 +43,10 @@ def procs() -> Iterator[list[CliProc]]:
 
 def endpoint(proc: CliProc) -> str:
     match = wait_for(
-        lambda: re.search(r"metrics: (http://\S+)/metrics", proc.output())
-        or proc.proc.poll() is not None,
+        lambda: (
+            re.search(r"metrics: (http://\S+)/metrics", proc.output())
+            or proc.proc.poll() is not None
+        ),
         timeout=60,
         what="the metrics endpoint",
     )
