@@ -1,6 +1,7 @@
-"""Periodic tasks for ``tests/test_metrics_procs.py``: daily tasks whose phase the test sets
-(``$OBS_ANCHOR``, an ISO instant), so the occurrences missed since a watermark the test writes
-are known exactly and none falls due while the test runs. Nothing runs the jobs."""
+"""Periodic tasks for ``tests/test_metrics_procs.py`` and ``tests/test_dashboard_ops.py``: daily
+tasks whose phase the test may set (``$OBS_ANCHOR``, an ISO instant; default 12:00 UTC), so the
+occurrences missed since a watermark the test writes are known exactly and none falls due while
+the test runs; and a wall-clock cron in another zone. Nothing runs the jobs."""
 
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ catch_all = task(
 catch_once = task(
     "obs-once", every=timedelta(days=1), anchor=ANCHOR, catch_up="run-once", job=daily_report
 )
+obs_cron = task("obs-cron", cron="15 3 * * *", tz="Europe/Paris", job=daily_report)
