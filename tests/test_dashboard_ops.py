@@ -168,18 +168,22 @@ def test_scheduled_page_of_a_celery_apps_beat_schedule(
     scheduler = _scheduler(dsn, "apps.celery_beat_app", tmp_path / "scheduler.log")
     started.append(scheduler)
     wait_for(
-        lambda: db.execute(
-            "select count(*) from x_scheduler_fires where task = 'beat:minutely-all'"
-        ).fetchone()[0]  # type: ignore[index]
-        >= 4,
+        lambda: (
+            db.execute(
+                "select count(*) from x_scheduler_fires where task = 'beat:minutely-all'"
+            ).fetchone()[0]  # type: ignore[index]
+            >= 4
+        ),
         timeout=60,
         what="minutely-all's missed minutes fired",
     )
     wait_for(
-        lambda: db.execute(
-            "select count(*) from x_scheduler_state where task = 'beat:nightly-report'"
-        ).fetchone()
-        == (1,),
+        lambda: (
+            db.execute(
+                "select count(*) from x_scheduler_state where task = 'beat:nightly-report'"
+            ).fetchone()
+            == (1,)
+        ),
         timeout=60,
         what="a round over every entry",
     )

@@ -133,6 +133,7 @@ def test_quarantine_show_hides_secrets_and_raw_writes_the_stored_bytes(
         "'password': '***'" in headers["kwargsrepr"] and "'note': 'fine'" in headers["kwargsrepr"]
     )
     args, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
+    assert args == []
     assert kwargs == {"password": "***", "token": "***", "api_key": "***", "note": "fine"}
     (stored,) = db.execute("select raw from x_migrate_quarantine where id = %s", (ids["secrets"],))
     assert data["sha256"] and len(data["raw_preview"]) > 0
