@@ -1,7 +1,9 @@
 """``--metrics-port`` on the scheduler and on ``migrate --follow``, scraped from the real
 processes: the scheduler's fires and catch-ups after a known number of missed occurrences, the
 drainer's moved / duplicate / quarantined after a known Redis backlog with a poison message, and
-``/healthz`` and ``/readyz`` of each (ready while the process runs and its database answers).
+``/healthz`` and ``/readyz`` of each (ready while the process runs and its database answers);
+and the dashboard's database series for the outbox lag (rows relayed by a real scheduler) and
+the live workers (a real worker process).
 
 The scheduler's tasks are daily with a phase the test sets (``tests/apps/obs_sched.py``), and
 the test writes their watermark 3.5 days back: exactly 3 occurrences were missed and none falls
@@ -172,3 +174,65 @@ def test_migrate_follow_metrics_count_a_known_backlog_with_a_poison_message(
     assert json.loads(body)["database"] == "reachable"
     proc.term()
     assert proc.wait(timeout=60) == 0, proc.output()
+
+
+def test_the_dashboards_metrics_follow_the_outbox_lag_and_the_live_workers(
+    dsn: str, db: psycopg.Connection[Any], tmp_path: Path, procs: list[CliProc]
+) -> None:
+    """Two outbox rows staged two minutes ago are pending with that lag until a real scheduler
+    relays them; a real worker is one live worker on its queue while it runs."""
+    from dashboard_support import Dashboard
+
+    from apps.outbox_jobs import deliver
+    from ujobs_bridge.outbox.staging import stage
+
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        staged = [stage(conn, deliver.call(n)).job_id for n in (1, 2)]
+    db.execute(  # staged two minutes ago (as if no relay had run since)
+        "update x_outbox set created_at = now() - interval '120 seconds' where job_id = any(%s)",
+        (staged,),
+    )
+    dash = Dashboard(dsn, tmp_path / "dash.log")
+    try:
+        found = samples(dash.request("/metrics")[1])
+        assert value(found, "ujobs_outbox_pending") == 2
+        assert value(found, "ujobs_outbox_lag_seconds") >= 120
+        assert value(found, "ujobs_live_workers", queue="outbox-tests") == 0
+        relay = CliProc(
+            ["scheduler", "--no-purge", "--interval", "0.25", "--dsn", dsn],
+            tmp_path / "scheduler.log",
+        )
+        procs.append(relay)
+        found = wait_for(
+            lambda: (
+                (s := samples(dash.request("/metrics")[1])).get(("ujobs_outbox_pending", ())) == 0
+                and s
+            ),
+            timeout=60,
+            what="the relay to publish the outbox",
+        )
+        assert value(found, "ujobs_outbox_lag_seconds") == 0
+        assert db.execute(
+            "select count(*) from x_jobs where id = any(%s)", (staged,)
+        ).fetchone() == (2,)
+        worker = CliProc(
+            ["worker", "-A", "apps.outbox_jobs", "--poll", "0.2", "--dsn", dsn],
+            tmp_path / "worker.log",
+        )
+        procs.append(worker)
+        wait_for(
+            lambda: (
+                value(
+                    samples(dash.request("/metrics")[1]), "ujobs_live_workers", queue="outbox-tests"
+                )
+                == 1
+            ),
+            timeout=60,
+            what="the worker counted live",
+        )
+        worker.term()
+        assert worker.wait(timeout=60) == 0, worker.output()
+        found = samples(dash.request("/metrics")[1])
+        assert value(found, "ujobs_live_workers", queue="outbox-tests") == 0  # a clean exit
+    finally:
+        dash.close()
