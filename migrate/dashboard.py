@@ -4,8 +4,9 @@ retry, discard).
 Why it exists: during a cutover the operator reviews poison messages where they watch the jobs;
 the engine cannot read migrate's table, so migrate contributes these pages through the
 ``ujobs_bridge.dashboard`` entry point. Raw bytes are shown as an escaped text preview and a
-hex dump (never decoded with anything but UTF-8 with escapes); retry decodes with the ``-A``
-app's accepted serializers and never with pickle.
+hex dump (never decoded with anything but UTF-8 with escapes), secret-looking values hidden as
+in job arguments (``redacted.py``); retry decodes the stored bytes with the ``-A`` app's
+accepted serializers and never with pickle.
 
 What it is not: the quarantine's rules (``quarantine.py``, ``batch.retry_entry``).
 """
@@ -22,8 +23,10 @@ from starlette.routing import BaseRoute, Route
 
 from ujobs_bridge.dashboard.panels import JobSection, Site
 from ujobs_bridge.records import JobRecord
+from ujobs_bridge.redaction import redact_text
 
 from . import quarantine as store
+from . import redacted
 from .defaults import DEFAULT_MAX_BYTES
 
 PREVIEW_BYTES = 4096
@@ -62,14 +65,16 @@ class QuarantinePanel:
                 stored = store.get(conn, entry_id)
             if stored is None:
                 return PlainTextResponse(f"no quarantine entry {entry_id}\n", 404)
-            preview = stored.raw[:PREVIEW_BYTES].decode("utf-8", "backslashreplace")
+            shown = redacted.raw_bytes(stored.raw)  # secrets hidden, as in job arguments
             return site.render(
                 request,
                 "quarantine_entry.html",
                 {
                     "stored": stored,
-                    "preview": preview,
-                    "hexdump": hex_dump(stored.raw),
+                    "detail": redact_text(stored.entry.detail or ""),
+                    "redacted": shown != stored.raw,
+                    "preview": shown[:PREVIEW_BYTES].decode("utf-8", "backslashreplace"),
+                    "hexdump": hex_dump(shown),
                     "can_retry": site.config.app_spec is not None,
                 },
             )

@@ -2,17 +2,15 @@
 and the live worker nodes (which processes run, and how many consume each queue).
 
 Why it exists: the CLI and any dashboard need the same answers, with the same safety rules:
-inputs and outputs are printed with secret-looking keys redacted unless asked, and an operation
-on a job in the wrong state says what state it is in and what to do instead.
+inputs and outputs are printed with secret-looking keys redacted unless asked
+(``redaction.py``), and an operation on a job in the wrong state says what state it is in and
+what to do instead.
 
 What it is not: the worker's claim path. Nothing here takes a lease.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import re
 from typing import Any
 from uuid import UUID
 
@@ -28,78 +26,9 @@ from .db.nodes import NodeRecord
 from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
+from .redaction import redact
 
 INTROSPECT_ROLE = connections.Role("introspect")
-SECRET_KEY = re.compile(r"pass|secret|token|key|authorization|cookie", re.IGNORECASE)
-REDACTED = "***"
-
-
-# Headers that repeat a job's arguments as text (Celery's protocol: ``repr()`` of args and
-# kwargs); redacted like the arguments themselves.
-REPR_KEYS = frozenset({"argsrepr", "kwargsrepr"})
-MAX_REPR = 64 * 1024
-MAX_JSON_TEXT = 1024 * 1024
-# In a repr that cannot be parsed (cut short, or custom): 'secret-key': value, up to , } or ).
-_REPR_PAIR = re.compile(
-    r"""(?P<key>(?P<q>['"])(?P<name>(?:(?!(?P=q)).)*)(?P=q)\s*:\s*)"""
-    r"""(?P<value>'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^,})\]]*)"""
-)
-
-
-def redact(value: Any) -> Any:
-    """``value`` with the value of every secret-looking key replaced by ``***``, and the
-    argument reprs (``argsrepr``/``kwargsrepr``) redacted the same way."""
-    if isinstance(value, dict):
-        out: dict[Any, Any] = {}
-        for k, v in value.items():
-            if SECRET_KEY.search(str(k)):
-                out[k] = REDACTED
-            elif k in REPR_KEYS and isinstance(v, str):
-                out[k] = redact_repr(v)
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(value, list | tuple):
-        return type(value)(redact(v) for v in value)
-    if isinstance(value, str) and value[:1] in ("[", "{"):
-        return _redact_json_text(value)
-    return value
-
-
-def _redact_json_text(text: str) -> str:
-    """A string holding JSON (a message body kept as exact text, as celery_compat stores one)
-    redacted inside; one too large to inspect is hidden whole."""
-    if len(text) > MAX_JSON_TEXT:
-        return REDACTED
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    if not isinstance(parsed, dict | list):
-        return text
-    hidden = redact(parsed)
-    return text if hidden == parsed else json.dumps(hidden, ensure_ascii=False)
-
-
-def redact_repr(text: str) -> str:
-    """A ``repr()`` of arguments with its secret-looking keys' values hidden: parsed as a
-    literal (never evaluated) and redacted when it parses, else by pattern; one too large to
-    inspect is hidden whole."""
-    if len(text) > MAX_REPR:
-        return REDACTED
-    try:
-        parsed = ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _REPR_PAIR.sub(
-            lambda m: (
-                m.group("key") + repr(REDACTED)
-                if SECRET_KEY.search(m.group("name"))
-                else m.group(0)
-            ),
-            text,
-        )
-    hidden = redact(parsed)
-    return text if hidden == parsed else repr(hidden)
 
 
 def parse_id(text: str) -> UUID:

@@ -50,6 +50,25 @@ if TYPE_CHECKING:
     from migrate.runner import Source
 
 
+class Readiness:
+    """``/readyz`` of ``migrate --metrics-port``: ready once draining (its database resolved),
+    while it is not stopping and the database answers."""
+
+    def __init__(self) -> None:
+        self.dsn: str | None = None
+        self.stop: threading.Event | None = None
+
+    def check(self) -> tuple[bool, dict[str, object]]:
+        from ujobs_bridge import health
+
+        if self.dsn is None or self.stop is None:
+            return False, {"migrate": "starting"}
+        if self.stop.is_set():
+            return False, {"migrate": "stopping"}
+        database = health.database_reachable(self.dsn)
+        return database.ok, {"migrate": "draining", "database": database.detail}
+
+
 def load_app(app_spec: str) -> Any:
     from celery_compat.cli import app_for_command
 
@@ -247,11 +266,14 @@ def run_drain(
     if follow:  # a line per batch (migrate.drain) while it runs
         logs.setup("INFO", log_format)
     exporter = None
+    readiness = Readiness()
     if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
         from ujobs_bridge.metrics import REGISTRY
         from ujobs_bridge.metrics_http import MetricsServer
 
-        exporter = MetricsServer(REGISTRY, port=metrics_port, address=metrics_address)
+        exporter = MetricsServer(
+            REGISTRY, port=metrics_port, address=metrics_address, ready=readiness.check
+        )
         exporter.start()
         err.print(f"metrics: http://{metrics_address}:{exporter.port}/metrics")
     info = AppInfo.from_app(load_app(app_spec))
@@ -305,6 +327,7 @@ def run_drain(
                 poll_s,
                 as_json,
                 err,
+                readiness,
             )
     finally:
         source.close()
@@ -328,6 +351,7 @@ def _drain(
     poll_s: float,
     as_json: bool,
     err: Console,
+    readiness: Readiness,
 ) -> None:
     """Drain into the database. ``--follow`` waits out outages (``migrate/outages.py``),
     reopening the source with ``reopen`` (``broker``: the source, the broker URL, ``reopen``); a
@@ -350,6 +374,7 @@ def _drain(
     def connect() -> connections.Conn:
         return connections.connect(resolved.dsn, CLI_ROLE)
 
+    readiness.dsn, readiness.stop = resolved.dsn, stop
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     last = [0.0]
     outages = RideThrough(resolved.dsn, broker_url, connect, reopen, stop) if follow else None

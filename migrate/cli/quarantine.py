@@ -28,6 +28,7 @@ from ujobs_bridge.cli.options import (
 )
 from ujobs_bridge.cli.output import cell, console
 from ujobs_bridge.db import connections
+from ujobs_bridge.redaction import redact_text
 
 
 def _conn(app_spec: str | None, dsn: str | None, as_json: bool) -> connections.Conn:
@@ -102,7 +103,10 @@ def ls(
 @quarantine.command()
 @click.argument("entry_id", type=int)
 @click.option(
-    "--raw", "dump_raw", is_flag=True, help="Write the raw bytes to stdout, nothing else."
+    "--raw",
+    "dump_raw",
+    is_flag=True,
+    help="Write the raw bytes to stdout as stored (secrets NOT hidden), nothing else.",
 )
 @APP
 @dsn_option
@@ -110,7 +114,8 @@ def ls(
 def show(
     entry_id: int, dump_raw: bool, app_spec: str | None, dsn: str | None, as_json: bool
 ) -> None:
-    """Show one entry: reason, detail, metadata, and its bytes (escaped, first 4 KiB)."""
+    """Show one entry: reason, detail, metadata, and its bytes (escaped, first 4 KiB), with
+    secret-looking values hidden (``--raw``: the bytes exactly as stored)."""
     from migrate import quarantine as store
 
     with _conn(app_spec, dsn, as_json or dump_raw) as conn:
@@ -120,13 +125,18 @@ def show(
     if dump_raw:
         sys.stdout.buffer.write(stored.raw)
         return
-    preview = stored.raw[:4096].decode("utf-8", "backslashreplace")
+    from migrate import redacted
+
+    # secret-looking values hidden, as the dashboard hides job arguments (--raw: as stored)
+    preview = redacted.raw_bytes(stored.raw)[:4096].decode("utf-8", "backslashreplace")
     data = {
         **stored.entry.as_json(),
         "sha256": stored.sha256,
-        "meta": stored.meta,
+        "meta": redacted.meta(stored.meta),
         "raw_preview": preview,
     }
+    if stored.entry.detail:
+        data["detail"] = redact_text(stored.entry.detail)
     if as_json:
         print_json(data)
         return

@@ -18,8 +18,9 @@ from rich.text import Text
 
 from .. import validation
 from ..errors import ConfigError
-from ..introspect import Introspector, parse_state, redact, step_json, suspended_reason
+from ..introspect import Introspector, parse_state, step_json, suspended_reason
 from ..records import JobRecord
+from ..redaction import redact
 from . import jobs_steer
 from .options import APP, app_database, dsn_option, json_option, print_json
 from .output import cell, console, table

@@ -20,7 +20,7 @@ from types import FrameType
 
 import click
 
-from .. import loading, logs, metrics
+from .. import health, loading, logs, metrics
 from ..db import connections
 from ..db.scheduling import last_fires, watermarks
 from ..errors import ConfigError
@@ -171,7 +171,22 @@ def serve(
         relay.start()
     exporter = None
     if metrics_port is not None:
-        exporter = MetricsServer(metrics.REGISTRY, port=metrics_port, address=metrics_address)
+
+        def ready() -> tuple[bool, dict[str, object]]:
+            """Ready while it runs and its database answers; says whether it leads (a
+            follower is ready: it takes over when the leader goes)."""
+            if stop.is_set():
+                return False, {"scheduler": "shutting down"}
+            database = health.database_reachable(resolved.dsn)
+            return database.ok, {
+                "scheduler": runner.holder,
+                "leader": runner.leader.is_leader,
+                "database": database.detail,
+            }
+
+        exporter = MetricsServer(
+            metrics.REGISTRY, port=metrics_port, address=metrics_address, ready=ready
+        )
         exporter.start()
         click.echo(f"metrics: http://{metrics_address}:{exporter.port}/metrics", err=True)
     click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)

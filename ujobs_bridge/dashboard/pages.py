@@ -22,8 +22,9 @@ from ..db import jobs as driver
 from ..db import nodes
 from ..db import steps as step_db
 from ..errors import ConfigError
-from ..introspect import REDACTED, lookup_ids, name_pattern, parse_state, redact, suspended_reason
+from ..introspect import lookup_ids, name_pattern, parse_state, suspended_reason
 from ..records import JobRecord
+from ..redaction import REDACTED, redact
 from . import views
 from .panels import JobSection
 

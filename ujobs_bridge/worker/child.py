@@ -7,8 +7,10 @@ importing a name taken from the row — and answers with plain tuples (JSON text
 suspension's wake time), not pickled objects, so nothing from the database is unpickled. Durable
 steps work in the child too: it writes them under the attempt's lease token on its own pool.
 
-The child dies with its parent: it asks the kernel for SIGKILL when the parent's thread that
-spawned it ends (``PR_SET_PDEATHSIG``, Linux), and a watch thread waits on the parent as the
+The child ignores SIGINT and SIGTERM (a signal to the whole process group reaches it too): it
+exits when the parent says so, running its exit hooks (the app's, atexit's: an OpenTelemetry
+provider flushes its spans there), or is killed by the parent. It dies with its parent: it asks
+the kernel for SIGKILL when the parent's thread that spawned it ends (``PR_SET_PDEATHSIG``, Linux), and a watch thread waits on the parent as the
 fallback elsewhere (and runs the exit hooks first, then exits).
 
 What it is not: a lease keeper or the pool (``children.py``). Leases, fencing and outcomes stay
@@ -134,8 +136,12 @@ def child_init(
 
     if node:
         context.set_node_name(node)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # The parent decides when to stop: a Ctrl-C or a SIGTERM sent to the whole process group
+    # (a terminal, systemd's default KillMode) reaches the child too, and must neither cut its
+    # body short (the parent's shutdown lets it finish, or hands it back and kills the child)
+    # nor skip its exit hooks (an OpenTelemetry batch of spans is flushed by them).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _dsn.append(dsn)
     if app_spec is None:
         _on_exit(lambda: None)
