@@ -7,10 +7,14 @@ waits; the results that gather while a commit is in flight are written together 
 statement and committed once, and each waiting ``step.run`` is released only after the commit
 that holds its own row (the classic group commit: a leader writes, followers queue behind it).
 
-Nothing waits for company: the first result to arrive when no write is in flight is written at
-once, in its own thread, as before; batches form only from what queues up behind a commit, so a
-lone body pays no extra latency. The leader is a body thread itself: there is no writer thread
-to hand results to, and when a leader is done it passes the lead to the first result waiting.
+Gathering: the bodies one commit releases come back with their next steps a moment later, and
+the first one back used to lead a batch alone while the rest queued behind it (half batches in
+turn, each body waiting out about two commits a step). So a leader waits for the callers the
+last commit released to write again, at most ``gather_max_s`` (2 ms) and half as long as that
+commit took, and stops waiting as soon as they are all back. A lone body is back before it
+leads, so it never waits; nothing else waits for company. The leader is a body thread itself:
+there is no writer thread to hand results to, and when a leader is done it passes the lead to
+the first result waiting.
 
 Each result keeps its own answer: a result whose attempt lost its lease is not written (the
 statement's lease check is per row) and only that ``step.run`` learns it; a batch the database
@@ -83,12 +87,14 @@ class GroupCommit:
         max_items: int = MAX_ITEMS,
         max_bytes: int = MAX_BYTES,
         gather_max_s: float = GATHER_MAX_S,
+        gather_share: float = GATHER_SHARE,
     ) -> None:
         self.connection = connection
         self.in_flight = max(1, in_flight)
         self.max_items = max(1, max_items)
         self.max_bytes = max_bytes
         self.gather_max_s = max(0.0, gather_max_s)
+        self.gather_share = max(0.0, gather_share)
         self.statements = 0  # batch statements run (tests and metrics read these)
         self.results = 0  # results those statements carried
         self._mutex = threading.Lock()
@@ -159,13 +165,13 @@ class GroupCommit:
 
     def _gather(self) -> None:
         """Wait (under the mutex) for the callers the last commit released to write again, at
-        most ``gather_max_s`` and half as long as that commit took: the bodies a commit releases
+        most ``gather_max_s`` and ``gather_share`` of the time that commit took: the bodies a commit releases
         together then share the next one, instead of the first back leading a batch alone while
         the rest queue behind it (two half batches alternating, each body waiting out two
         commits a step). A lone body is back before it leads: it never waits."""
         if not self._away:
             return
-        deadline = time.monotonic() + min(self.gather_max_s, self._commit_s * GATHER_SHARE)
+        deadline = time.monotonic() + min(self.gather_max_s, self._commit_s * self.gather_share)
         while self._away:
             left = deadline - time.monotonic()
             if left <= 0:
