@@ -102,6 +102,7 @@ class GroupCommit:
         self._queue: list[_Waiter] = []
         self._leaders = 0  # threads writing a batch; while ``in_flight`` are, results queue
         self._away = 0  # callers the last commit released that have not written again since
+        self._gathering = 0  # leaders waiting for them: meanwhile what arrives joins a batch
         self._commit_s = 0.0  # how long the last batch statement took (its commit included)
 
     def waiting(self) -> int:
@@ -116,7 +117,7 @@ class GroupCommit:
         waiter = _Waiter(result)
         with self._mutex:
             self._away = max(0, self._away - 1)
-            if self._leaders < self.in_flight:  # then nothing is queued: write it now
+            if self._leaders < self.in_flight and not self._gathering:  # nothing is queued
                 self._leaders += 1
                 waiter.batch = [waiter]
             else:
@@ -165,18 +166,23 @@ class GroupCommit:
 
     def _gather(self) -> None:
         """Wait (under the mutex) for the callers the last commit released to write again, at
-        most ``gather_max_s`` and ``gather_share`` of the time that commit took: the bodies a commit releases
-        together then share the next one, instead of the first back leading a batch alone while
-        the rest queue behind it (two half batches alternating, each body waiting out two
-        commits a step). A lone body is back before it leads: it never waits."""
+        most ``gather_max_s`` and ``gather_share`` of the time that commit took: the bodies a
+        commit releases together then share the next one, instead of the first back leading a
+        batch alone while the rest queue behind it (half batches in turn, each body waiting out
+        about two commits a step). Meanwhile what arrives queues for this batch, even with a
+        write slot free. A lone body is back before it leads: it never waits."""
         if not self._away:
             return
         deadline = time.monotonic() + min(self.gather_max_s, self._commit_s * self.gather_share)
-        while self._away:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._arrived.wait(left)
+        self._gathering += 1
+        try:
+            while self._away:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._arrived.wait(left)
+        finally:
+            self._gathering -= 1
 
     def _fill(self, batch: list[_Waiter]) -> None:
         """Move results from the head of the queue into ``batch`` (under the mutex): up to
