@@ -5,8 +5,8 @@ jobs live in a module of their own. ``noop`` does nothing (drains count ``state 
 in Postgres); ``ping`` takes ``time.time()`` on its first line and RPUSHes ``"<sent> <now>"`` to
 the Redis list named by ``BENCH_LATENCY_KEY``, exactly as the Celery ``ping`` task does.
 ``five_steps`` runs 5 durable ``step.run`` calls of a no-op, so that its drain rate beside
-``noop``'s is the cost of steps themselves (one step-list read per attempt, one persisted
-result per step).
+``noop``'s is the cost of steps themselves (one persisted result per step; a first claim
+reads no stored steps back).
 
 What it is not: an example of good job design; bodies are empty on purpose.
 """

@@ -181,3 +181,77 @@ def test_a_lone_body_writes_each_step_at_once(db: Any, pool: Pool) -> None:
         assert runner.run(f"s{i}", lambda i=i: i) == i
         assert commits.waiting() == 0 and commits.statements == i + 1  # written, not queued
     assert [row[2] for row in stored(db, lease)] == [0, 1, 2]
+
+
+def test_the_bodies_a_commit_released_share_the_next_commit(db: Any, pool: Pool) -> None:
+    """Three bodies of two steps: the first step of body 0 is written alone (held at the gate),
+    bodies 1 and 2 queue behind it. The batch after it waits for body 0 to come back with its
+    second step, and the one after that for bodies 1 and 2: three statements, not one batch
+    for whoever is back first and another for the rest."""
+    leases = [running_job(db) for _ in range(3)]
+    gate = Gate(pool)
+    commits = GroupCommit(gate.connection, in_flight=1, gather_max_s=30.0, gather_share=1e6)
+    runners = [
+        StepRunner(
+            lease=lease,
+            connection=pool.connection,
+            signal=AttemptSignal(),
+            clock=SYSTEM_CLOCK,
+            commits=commits,
+            fresh=True,
+        )
+        for lease in leases
+    ]
+    done: dict[int, list[int]] = {}
+
+    def body(i: int) -> None:
+        done[i] = [runners[i].run(f"s{k}", lambda k=k: i * 10 + k) for k in range(2)]
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(3)]
+    threads[0].start()
+    assert gate.reached.wait(30), "the first step never reached its write"
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: commits.waiting() == 2, what="the other first steps to queue")
+    gate.opened.set()
+    for thread in threads:
+        thread.join(60)
+    assert done == {0: [0, 1], 1: [10, 11], 2: [20, 21]}
+    assert (commits.statements, commits.results) == (3, 6)
+    for i, lease in enumerate(leases):
+        assert stored(db, lease) == [("s0", "completed", i * 10), ("s1", "completed", i * 10 + 1)]
+
+
+class Counted:
+    """``pool``'s connections, counted as they are taken."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.taken = 0
+
+    @contextmanager
+    def connection(self) -> Iterator[Conn]:
+        self.taken += 1
+        with self.pool.connection() as conn:
+            yield conn
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_first_claim_runs_its_steps_without_reading_stored_ones(
+    db: Any, pool: Pool, fresh: bool
+) -> None:
+    """``fresh`` (the worker's claim is the row's first): one connection per step, none to read
+    stored steps back; otherwise the stored steps are read once, before the first step."""
+    lease = running_job(db)
+    counted = Counted(pool)
+    runner = StepRunner(
+        lease=lease,
+        connection=counted.connection,
+        signal=AttemptSignal(),
+        clock=SYSTEM_CLOCK,
+        commits=GroupCommit(counted.connection),
+        fresh=fresh,
+    )
+    assert [runner.run(f"s{i}", lambda i=i: i) for i in range(3)] == [0, 1, 2]
+    assert counted.taken == (3 if fresh else 4)
+    assert [row[2] for row in stored(db, lease)] == [0, 1, 2]

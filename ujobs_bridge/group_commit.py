@@ -7,10 +7,14 @@ waits; the results that gather while a commit is in flight are written together 
 statement and committed once, and each waiting ``step.run`` is released only after the commit
 that holds its own row (the classic group commit: a leader writes, followers queue behind it).
 
-Nothing waits for company: the first result to arrive when no write is in flight is written at
-once, in its own thread, as before; batches form only from what queues up behind a commit, so a
-lone body pays no extra latency. The leader is a body thread itself: there is no writer thread
-to hand results to, and when a leader is done it passes the lead to the first result waiting.
+Gathering: the bodies one commit releases come back with their next steps a moment later, and
+the first one back used to lead a batch alone while the rest queued behind it (half batches in
+turn, each body waiting out about two commits a step). So a leader waits for the callers the
+last commit released to write again, at most ``gather_max_s`` (2 ms) and half as long as that
+commit took, and stops waiting as soon as they are all back. A lone body is back before it
+leads, so it never waits; nothing else waits for company. The leader is a body thread itself:
+there is no writer thread to hand results to, and when a leader is done it passes the lead to
+the first result waiting.
 
 Each result keeps its own answer: a result whose attempt lost its lease is not written (the
 statement's lease check is per row) and only that ``step.run`` learns it; a batch the database
@@ -25,6 +29,7 @@ What it is not: the replay logic or the retry policy (``steps.py``), nor the SQL
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -39,6 +44,8 @@ from .db.steps import StepResult
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
 IN_FLIGHT = 2  # batches being written at once: one executes while the one before it flushes
+GATHER_MAX_S = 0.002  # the longest a batch waits for the bodies the last commit released ...
+GATHER_SHARE = 0.5  # ... and at most this share of how long that commit took
 MAX_ITEMS = 500  # results in one statement
 MAX_BYTES = 8 * 1024 * 1024  # about this many characters of results in one statement
 
@@ -79,16 +86,24 @@ class GroupCommit:
         in_flight: int = IN_FLIGHT,
         max_items: int = MAX_ITEMS,
         max_bytes: int = MAX_BYTES,
+        gather_max_s: float = GATHER_MAX_S,
+        gather_share: float = GATHER_SHARE,
     ) -> None:
         self.connection = connection
         self.in_flight = max(1, in_flight)
         self.max_items = max(1, max_items)
         self.max_bytes = max_bytes
+        self.gather_max_s = max(0.0, gather_max_s)
+        self.gather_share = max(0.0, gather_share)
         self.statements = 0  # batch statements run (tests and metrics read these)
         self.results = 0  # results those statements carried
         self._mutex = threading.Lock()
+        self._arrived = threading.Condition(self._mutex)  # a result queued (a gathering leader)
         self._queue: list[_Waiter] = []
         self._leaders = 0  # threads writing a batch; while ``in_flight`` are, results queue
+        self._away = 0  # callers the last commit released that have not written again since
+        self._gathering = 0  # leaders waiting for them: meanwhile what arrives joins a batch
+        self._commit_s = 0.0  # how long the last batch statement took (its commit included)
 
     def waiting(self) -> int:
         """Results queued behind the batches being written."""
@@ -101,11 +116,13 @@ class GroupCommit:
         reads it back). Raises what the write raised for this result."""
         waiter = _Waiter(result)
         with self._mutex:
-            if self._leaders < self.in_flight:  # then nothing is queued: write it now
+            self._away = max(0, self._away - 1)
+            if self._leaders < self.in_flight and not self._gathering:  # nothing is queued
                 self._leaders += 1
                 waiter.batch = [waiter]
             else:
                 self._queue.append(waiter)
+                self._arrived.notify_all()
         if waiter.batch is None:
             waiter.latch.acquire()  # released once settled, or once handed a batch to write
         if waiter.batch is not None:
@@ -122,7 +139,9 @@ class GroupCommit:
         was handed over, settle it, then hand the queue to its first waiter as the next batch
         (or step down if nothing waits)."""
         with self._mutex:
+            self._gather()
             self._fill(batch)
+        started = time.monotonic()
         try:
             self._write(batch)
         except BaseException as exc:  # the leader's thread is ending (SystemExit, a signal)
@@ -135,6 +154,8 @@ class GroupCommit:
             for waiter in batch[1:]:
                 waiter.latch.release()
             with self._mutex:
+                self._away = len(batch)  # its callers are back in their bodies
+                self._commit_s = time.monotonic() - started
                 if self._queue:
                     ahead = self._queue[0]
                     ahead.batch = []
@@ -142,6 +163,26 @@ class GroupCommit:
                     ahead.latch.release()  # it leads in this one's place
                 else:
                     self._leaders -= 1
+
+    def _gather(self) -> None:
+        """Wait (under the mutex) for the callers the last commit released to write again, at
+        most ``gather_max_s`` and ``gather_share`` of the time that commit took: the bodies a
+        commit releases together then share the next one, instead of the first back leading a
+        batch alone while the rest queue behind it (half batches in turn, each body waiting out
+        about two commits a step). Meanwhile what arrives queues for this batch, even with a
+        write slot free. A lone body is back before it leads: it never waits."""
+        if not self._away:
+            return
+        deadline = time.monotonic() + min(self.gather_max_s, self._commit_s * self.gather_share)
+        self._gathering += 1
+        try:
+            while self._away:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._arrived.wait(left)
+        finally:
+            self._gathering -= 1
 
     def _fill(self, batch: list[_Waiter]) -> None:
         """Move results from the head of the queue into ``batch`` (under the mutex): up to

@@ -57,7 +57,9 @@ ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 class StepRunner:
     """The steps of ONE attempt. Built by the worker; reached through ``step``. ``commits``: the
     process's group commit of step results (the worker shares one among all its bodies); a
-    runner without one gets its own."""
+    runner without one gets its own. ``fresh``: the attempt's claim is the row's first
+    (``ClaimedJob.deliveries == 1``): no earlier claim could have stored a step under its lease,
+    so the stored steps are not read (one round trip per job saved)."""
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class StepRunner:
         clock: Clock,
         event_retention_s: float = DEFAULT_EVENT_RETENTION_S,
         commits: GroupCommit | None = None,
+        fresh: bool = False,
     ) -> None:
         self.lease = lease
         self.connection = connection
@@ -75,7 +78,9 @@ class StepRunner:
         self.signal = signal
         self.clock = clock
         self.event_retention_s = event_retention_s
-        self._recorded: dict[int, StepRecord] | None = None
+        # fresh: nothing of this run is stored (its claim is the row's first), so nothing is
+        # read back to replay
+        self._recorded: dict[int, StepRecord] | None = {} if fresh else None
         self._seen: set[str] = set()
         self._ordinal = 0
 

@@ -206,6 +206,7 @@ def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Repl
         signal=AttemptSignal(),
         clock=SYSTEM_CLOCK,
         commits=_commits,
+        fresh=claimed.deliveries == 1,
     )
     result = run_body(definition, claimed, runner.signal, runner)
     return _reply(definition, result)

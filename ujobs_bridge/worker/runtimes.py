@@ -76,6 +76,7 @@ class StepWrites:
             signal=entry.signal,
             clock=self.clock,
             commits=self.commits,
+            fresh=claimed.deliveries == 1,
         )
 
     def connection(self) -> AbstractContextManager[Conn]:
