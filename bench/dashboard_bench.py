@@ -230,6 +230,30 @@ def summary(result: DashboardResult) -> str:
     return "\n".join(lines)
 
 
+def targets(results: Any) -> list[Any]:
+    """One target per page timed in the dashboard cell: its p95 under ``TARGET_MS``."""
+    from . import cells
+    from .report import Target, _verdict
+
+    out = []
+    rows = results.settings.get("dashboard_rows", 0)
+    for (system, cell, label), row in results.rows.items():
+        if cell != cells.DASHBOARD or not label.endswith(" · p95"):
+            continue
+        page = label.removesuffix(" · p95")
+        out.append(
+            Target(
+                f"{system} dashboard at {rows:,} rows: {page} (p95 ms)",
+                f"{row.median:.1f} ms",
+                "",
+                f"≤ {TARGET_MS:g}",
+                _verdict(row.median, None, TARGET_MS),
+                row.median,
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.dashboard_bench")
     parser.add_argument("--rows", type=int, default=1_000_000)

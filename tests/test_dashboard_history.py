@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +106,7 @@ def test_the_latency_chart_shows_each_minutes_mean_and_largest_wait(
         for g in card.find_elements(By.CSS_SELECTOR, "g.minute")
     }
     expected = {
-        minute.astimezone().strftime("%H:%M"): (len(w), sum(w) / len(w), max(w))
+        minute.astimezone(UTC).strftime("%H:%M"): (len(w), sum(w) / len(w), max(w))
         for minute, w in per_minute.items()
     }
     assert shown.keys() == expected.keys(), (shown, expected)
