@@ -3,7 +3,8 @@ per minute, the mean and the largest wait from due to claim of jobs a real worke
 figures the database recorded at each claim), and a job's page lists every attempt (number,
 worker, claim and end times, outcome, its own error with traceback, shown as text); ``jobs show
 --json`` carries the same attempts; the jobs list pages by key through jobs created in one
-transaction without losing or repeating one. Screenshots: ``artifacts/dashboard/``."""
+transaction without losing or repeating one; a rescued attempt is recorded as lost, and a job's
+attempts go with it when it is discarded or purged. Screenshots: ``artifacts/dashboard/``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,9 +24,11 @@ import pytest
 from cli_proc import TESTS_DIR
 from dashboard_support import Dashboard, browser, screenshot
 
+from conftest import wait_for
 from ujobs_bridge import job
 from ujobs_bridge.client import Client
 from ujobs_bridge.dashboard.views import latency_text
+from ujobs_bridge.db import bulk, retention
 from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.testing import run_until_idle
 from ujobs_bridge.worker import Worker, WorkerConfig
@@ -211,3 +215,35 @@ def test_the_jobs_list_pages_by_key_through_one_transactions_jobs(
     assert seen == sorted(r.id for r in refs)  # created together: by id, none lost or repeated
     everything = driver.job_list(db, state=None, queue="history", name=None, limit=50)
     assert [r.id for r in everything] == seen
+
+
+def test_a_rescued_attempt_is_recorded_lost_and_attempts_go_with_their_job(
+    dsn: str, client: Client, db: psycopg.Connection[Any]
+) -> None:
+    ref = quick.configure(client=client).enqueue(1)
+    token = uuid.uuid4()
+    claim = driver.ClaimParams("history", [quick.name], 1, token, 0.05, "gone-worker")
+    assert [c.id for c in driver.job_claim(db, claim)] == [ref.id]
+    wait_for(
+        lambda: driver.job_rescue(db, limit=10, error="UJ_LEASE_EXPIRED: test", now=None),
+        timeout=30,
+        what="the lease to run out and the rescue to take the job back",
+    )
+    assert db.execute(
+        "select attempt, worker, outcome, error, claimed_at is not null from x_job_attempts"
+        " where job_id = %s",
+        (ref.id,),
+    ).fetchall() == [(1, "gone-worker", "lost", "UJ_LEASE_EXPIRED: test", True)]
+    # A discarded dead letter takes its attempts along; so does the purge of a finished job.
+    db.execute("update x_jobs set state = 'dead' where id = %s", (ref.id,))
+    assert bulk.job_discard_matching(db, bulk.JobFilter(ids=[ref.id])) == 1
+    assert db.execute("select count(*) from x_job_attempts").fetchone() == (0,)
+    other = quick.configure(client=client).enqueue(2)
+    run_until_idle(_worker(dsn))
+    assert db.execute("select count(*) from x_job_attempts").fetchone() == (1,)
+    db.execute(
+        "update x_jobs set finished_at = now() - interval '30 days' where id = %s", (other.id,)
+    )
+    retention.purge_jobs(db, retention.PurgeBatch(datetime.now(UTC) - timedelta(days=7), 100))
+    assert db.execute("select count(*) from x_jobs").fetchone() == (0,)
+    assert db.execute("select count(*) from x_job_attempts").fetchone() == (0,)

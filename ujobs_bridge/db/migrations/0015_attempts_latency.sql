@@ -8,12 +8,15 @@
 -- right edge of a small index (measured with `python -m bench --cells enqueue-batch`).
 create index x_jobs_created_idx on x_jobs (created_at desc, id);
 
--- The lease row a claim writes now says who claimed the job and when, so that the settle (and
--- the rescue), which delete it in the same statement, can record the attempt without reading
--- anything more. Rows written before this migration have neither (their attempts show '-').
+-- The lease row a claim writes now says who claimed the job, when, and which attempt that
+-- claim began, so that the settle (and the rescue), which delete it in the same statement, can
+-- record the attempt without reading anything more (and whatever the settle then does to the
+-- job's attempt count). Rows written before this migration have none of them (their attempts
+-- show '-' and the job's count).
 alter table x_job_leases
     add column worker text,
-    add column claimed_at timestamptz;
+    add column claimed_at timestamptz,
+    add column attempt int;
 
 -- One row per attempt that ended (settled by its worker, or rescued after its lease ran out):
 -- appended by job_settle and job_rescue in the same statement, never updated; deleted with its

@@ -58,8 +58,8 @@ with picked as materialized (
               greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
                   as wait_s
 ), leased as (
-    insert into x_job_leases (job_id, token, worker, claimed_at)
-    select id, lease_token, %(worker)s, now() from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
+    select id, lease_token, %(worker)s, now(), attempt from claimed
 ), timed as (
     insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
     select date_trunc('minute', now()), queue, pg_backend_pid(), count(*), sum(wait_s),
@@ -107,11 +107,11 @@ with settled as (
 ), released as (
     delete from x_job_leases as l using settled
      where l.job_id = settled.id and l.token = settled.token
-    returning l.job_id, l.token, l.worker, l.claimed_at
+    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
 ), attempted as (
     insert into x_job_attempts
         (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.token, s.attempt, r.worker, r.claimed_at, s.updated_at,
+    select s.id, s.token, coalesce(r.attempt, s.attempt), r.worker, r.claimed_at, s.updated_at,
            case when s.state <> 'ready' then s.state
                 when s.uncount = 0 then 'retried'
                 when s.error like 'UJ_JOB_SNOOZED%%' then 'snoozed'

@@ -64,8 +64,8 @@ with picked as materialized (
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
               j.deliveries, j.traceparent, j.run_at
 ), leased as (
-    insert into x_job_leases (job_id, token, worker, claimed_at)
-    select id, lease_token, %(worker)s, now() from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
+    select id, lease_token, %(worker)s, now(), attempt from claimed
 )
 select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
        traceparent, run_at
