@@ -31,7 +31,8 @@ select id from x_jobs where live_key = %(idempotency_key)s
 -- job_claim --
 -- The claim's lease is also recorded in x_job_leases (migration 0012), where the rescue sweep
 -- finds running jobs without an index on x_jobs that every settle would have to change; with the
--- worker and the claim's time, which the settle copies into the attempt's history (0015). The
+-- worker, the claim's time and the attempt it begins, which the settle copies into the attempt's
+-- history (0015). The
 -- pick-up latency of the jobs it picked (now() - max(run_at, created_at), never negative) is
 -- added to this backend's row of x_job_counts for the current minute: the dashboard's latency
 -- chart, kept as the settle keeps its done and dead counts (one row per backend, no waiting).
