@@ -15,6 +15,7 @@ README can always be re-checked on the machine at hand::
         --cells drain-broker,drain-core                       # ... and x Celery's own drain
     python -m bench --only ujobs --cells scale --scale-jobs 5000 \
         --scale-svg docs/many-workers.svg                    # 1..32 worker processes
+    python -m bench --only ujobs --cells dashboard          # dashboard pages at 1,000,000 rows
     python -m bench --json-out bench/results/run.json
 
 Exit code: 0 when every cell ran, 1 when any cell failed (the tables still print), 130 when
@@ -101,6 +102,12 @@ def parse(argv: list[str] | None = None) -> Settings:
         "--scale-svg", type=Path, default=None, help="write the many-workers chart (SVG) here"
     )
     parser.add_argument(
+        "--dashboard-rows",
+        type=int,
+        default=None,
+        help="rows in x_jobs of the dashboard cell (default 1,000,000; --quick: 20,000)",
+    )
+    parser.add_argument(
         "--json-out", type=Path, default=None, help="write every figure as JSON here"
     )
     args = parser.parse_args(argv)
@@ -125,6 +132,13 @@ def parse(argv: list[str] | None = None) -> Settings:
     scale_jobs = (
         args.scale_jobs if args.scale_jobs is not None else (2_000 if args.quick else 50_000)
     )
+    dashboard_rows = (
+        args.dashboard_rows
+        if args.dashboard_rows is not None
+        else (20_000 if args.quick else 1_000_000)
+    )
+    if dashboard_rows < 1:
+        parser.error("--dashboard-rows must be at least 1")
     try:
         scale_counts = tuple(int(c) for c in args.scale_counts.split(",") if c.strip())
     except ValueError:
@@ -148,6 +162,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         scale_jobs=scale_jobs,
         scale_counts=scale_counts,
         scale_svg=args.scale_svg,
+        dashboard_rows=dashboard_rows,
+        dashboard_requests=5 if args.quick else 20,
         cells=tuple(cells.SELECTABLE[c] for c in picked),
     )
 

@@ -29,6 +29,10 @@ systems if it is measured the same way. So the clock placement lives here, once:
 - the lean-table cell (ujobs-bridge only, ``LeanCells``, first round only): ``--lean-jobs``
   jobs (default 1,000,000) through enqueue -> claim -> settle on a private server with the purge
   running; throughput per tenth, the HOT ratio, dead tuples and sizes (``lean_table``).
+- the dashboard cell (ujobs-bridge only, ``DashboardCells``, first round only): a fresh database
+  filled with ``--dashboard-rows`` jobs (default 1,000,000), the real dashboard served, each
+  page (overview, jobs list and its filters, the next page, one job) timed; median and p95 in
+  ms against the 200 ms target (``dashboard_bench``).
 - the migrate cell (``BrokerDrain``, ``migrate_system``): N messages real Celery published to
   Redis and to RabbitMQ, each backlog drained by the ``ujobs-bridge migrate`` CLI (a
   subprocess) into a fresh database; spawn -> exit, the drainer's own clock, and its RSS.
@@ -51,6 +55,7 @@ from .procs import MIB, BenchTimeout, Group, RssSampler, wait_until
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from .dashboard_bench import DashboardResult
     from .many_workers import ScalePoint
 
 ENQ_ONE = "enqueue, one-by-one"
@@ -71,9 +76,10 @@ MIGRATE = "migrate: drain a Celery backlog into Postgres"
 RSS_MIGRATE = "migrate: drainer RSS"
 LEAN = "lean table: N jobs through enqueue -> claim -> settle, purge running"
 SCALE = "many workers: 1..32 worker processes, one queue and 8 queues"
+DASHBOARD = "dashboard: page times with N rows in x_jobs"
 CELLS = (
     ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED,
-    MIGRATE, RSS_MIGRATE, LEAN, SCALE,
+    MIGRATE, RSS_MIGRATE, LEAN, SCALE, DASHBOARD,
 )  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
@@ -89,6 +95,7 @@ SELECTABLE = {
     "drain-broker": MIGRATE,
     "lean": LEAN,
     "scale": SCALE,
+    "dashboard": DASHBOARD,
 }
 STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
@@ -228,6 +235,13 @@ class LeanCells(Protocol):
     def lean_table(self, n: int) -> LeanResult:
         """``n`` jobs through enqueue -> claim -> settle with the purge running."""
         ...
+
+
+@runtime_checkable
+class DashboardCells(Protocol):
+    """The dashboard cell (``dashboard_bench``): ujobs-bridge only, first round only."""
+
+    def dashboard_pages(self, rows: int) -> DashboardResult: ...
 
 
 @runtime_checkable

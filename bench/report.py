@@ -234,9 +234,10 @@ def targets(results: Results) -> list[Target]:
     out.extend(celery_shaped_targets(results))
     out.extend(migrate_targets(results))
     out.extend(lean_targets(results))
-    from . import scale_report  # it builds on this module's Target
+    from . import dashboard_bench, scale_report  # they build on this module's Target
 
     out.extend(scale_report.targets(results))
+    out.extend(dashboard_bench.targets(results))
     return out
 
 

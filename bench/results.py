@@ -31,6 +31,7 @@ UNITS = {
     "pct": "%",
     "rows": "rows",
     "mib": "MiB",
+    "ms": "ms",
 }
 HIGHER_IS_BETTER = {"rate", "rate_steady"}
 

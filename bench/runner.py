@@ -29,6 +29,7 @@ from rich.markup import escape
 
 from . import cells, procs, scale_chart
 from .cells import System
+from .dashboard_bench import DashboardResult, summary
 from .lean_table import LeanResult
 from .many_workers import ScalePoint
 from .results import Results
@@ -166,6 +167,18 @@ class Runner:
                 partial(system.many_workers, self.settings.scale_jobs, self.settings.scale_counts),
             )
             self.scale(rnd, name, points)
+        if (
+            isinstance(system, cells.DashboardCells)
+            and self.settings.wants(cells.DASHBOARD)
+            and rnd == 0
+        ):
+            pages = self.attempt(
+                rnd,
+                name,
+                cells.DASHBOARD,
+                partial(system.dashboard_pages, self.settings.dashboard_rows),
+            )
+            self.dashboard(rnd, name, pages)
         if isinstance(system, cells.BrokerDrain) and self.settings.wants(cells.MIGRATE):
             got = self.attempt(
                 rnd, name, cells.MIGRATE, partial(system.drain_broker, self.settings.jobs)
@@ -219,6 +232,21 @@ class Runner:
         )
         scale_chart.write(points, caption, path)
         self.say(rnd, name, f"{cell}: chart written to {path}")
+
+    def dashboard(self, rnd: int, name: str, got: DashboardResult | None) -> None:
+        """Record the dashboard cell: each page's median and p95 (ms)."""
+        if got is None:
+            return
+        for label in got.pages:
+            self.results.add(
+                name, cells.DASHBOARD, f"{label} · median", "ms", rnd, got.median(label)
+            )
+            self.results.add(name, cells.DASHBOARD, f"{label} · p95", "ms", rnd, got.p95(label))
+        self.results.detail.append(
+            {"system": name, "cell": cells.DASHBOARD, "round": rnd,
+             "dashboard": {"rows": got.rows, "pages": got.pages, "plans": got.plans}}
+        )  # fmt: skip
+        self.say(rnd, name, f"{cells.DASHBOARD} ({got.rows:,} rows):\n{escape(summary(got))}")
 
     def broker_drains(
         self, rnd: int, name: str, got: dict[str, cells.MigrateResult] | None
@@ -347,6 +375,7 @@ def _settings_doc(settings: Settings) -> dict[str, Any]:
         "lean_jobs": settings.lean_jobs,
         "scale_jobs": settings.scale_jobs,
         "scale_counts": list(settings.scale_counts),
+        "dashboard_rows": settings.dashboard_rows,
         "cells": list(settings.cells) or list(cells.CELLS),
         "run_id": settings.run_id,
     }

@@ -58,6 +58,8 @@ class Settings:
     scale_jobs: int = 50_000  # the many-workers cell's N (``--scale-jobs``)
     scale_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32)  # its process counts
     scale_svg: Path | None = None  # where its chart goes (``--scale-svg``; default: the log dir)
+    dashboard_rows: int = 1_000_000  # rows in x_jobs of the dashboard cell (``--dashboard-rows``)
+    dashboard_requests: int = 20  # timed requests per page
     run_id: str = field(default_factory=lambda: f"{os.getpid()}_{uuid.uuid4().hex[:6]}")
 
     @property

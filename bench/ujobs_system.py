@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 import redis
 
-from . import bridge_cli, cells, lean_table, many_workers, pg, private_pg
+from . import bridge_cli, cells, dashboard_bench, lean_table, many_workers, pg, private_pg
 from .bridge_cli import CONCURRENCY
 from .procs import Group
 from .settings import REDIS_URL, Settings
@@ -176,6 +176,10 @@ class UjobsSystem:
             settings={**lean_table.RECOMMENDED, **extra},
             deadline_s=self.settings.lean_deadline,
         )
+
+    def dashboard_pages(self, rows: int) -> dashboard_bench.DashboardResult:
+        """The dashboard cell: a database of its own with ``rows`` jobs, each page timed."""
+        return dashboard_bench.measure(rows, self.settings.dashboard_requests)
 
     def many_workers(self, n: int, counts: Sequence[int]) -> list[many_workers.ScalePoint]:
         """The many-workers cell on this system's database (``many_workers``)."""

@@ -77,7 +77,7 @@ def test_an_upgrade_keeps_every_count_and_the_last_hour(old_dsn: str) -> None:
             _add(conn, "done", now - timedelta(hours=1), finished_at=now - timedelta(minutes=2))
         _add(conn, "dead", now - timedelta(hours=1), finished_at=now - timedelta(minutes=2))
         _add(conn, "done", now - timedelta(days=2), finished_at=now - timedelta(days=2))
-    assert [m.version for m in schema.upgrade(old_dsn)] == [BEFORE + 1]
+    assert schema.upgrade(old_dsn)[0].version == BEFORE + 1  # then 0015 and any later ones
     with psycopg.connect(old_dsn, autocommit=True) as conn:
         depth = {d.state: d.jobs for d in observe.observe_depth(conn, None)}
         assert depth == {

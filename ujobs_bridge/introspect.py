@@ -18,11 +18,12 @@ import psycopg
 
 from . import plugins
 from .clock import SYSTEM_CLOCK, Clock
-from .db import bulk, connections
+from .db import bulk, connections, observe
 from .db import jobs as driver
 from .db import nodes as node_store
 from .db import steps as step_store
 from .db.nodes import NodeRecord
+from .db.observe import AttemptRow
 from .db.steps import StepRecord
 from .errors import ConfigError, JobNotFoundError, JobStateError
 from .records import LIVE_STATES, JobRecord, JobState, QueueStat
@@ -120,6 +121,11 @@ class Introspector:
     def steps(self, job_id: UUID) -> list[StepRecord]:
         with self._connect() as conn:
             return step_store.step_list(conn, job_id)
+
+    def attempts(self, job_id: UUID) -> list[AttemptRow]:
+        """The job's attempts that ended, oldest first (migration 0016 on)."""
+        with self._connect() as conn:
+            return observe.observe_attempts(conn, job_id)
 
     def jobs(
         self,

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import validation
+from ..db.observe import AttemptRow
 from ..errors import ConfigError
 from ..introspect import Introspector, parse_state, step_json, suspended_reason
 from ..records import JobRecord
@@ -54,6 +55,37 @@ def _table(records: list[JobRecord], title: str) -> Table:
             cell(f"{r.attempt}/{r.max_attempts}"),
             cell(_when(r.run_at)),
             cell(error[-1] if error else "", 80),
+        )
+    return out
+
+
+def _attempt_json(a: AttemptRow) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "worker": a.worker,
+        "claimed_at": a.claimed_at.isoformat() if a.claimed_at else None,
+        "finished_at": a.finished_at.isoformat(),
+        "outcome": a.outcome,
+        "error": a.error,
+    }
+
+
+def _attempts_table(attempts: list[AttemptRow]) -> Table:
+    """Each attempt that ended: who ran it, when, how; its error's last line (the whole
+    traceback is in ``--json`` and on the dashboard's job page)."""
+    out = table(
+        f"{len(attempts)} attempt(s)",
+        ("#", "worker", "claimed", "finished", "outcome", "error"),
+    )
+    for a in attempts:
+        error = (a.error or "").strip().splitlines()
+        out.add_row(
+            cell(str(a.attempt)),
+            cell(a.worker or "-"),
+            cell(_when(a.claimed_at)),
+            cell(_when(a.finished_at)),
+            cell(a.outcome),
+            cell(error[-1] if error else "", 120),
         )
     return out
 
@@ -147,11 +179,13 @@ def show(
             err=True,
         )
     steps = introspector.steps(record.id)
+    attempts = introspector.attempts(record.id)
     data = _record_json(record, show_input)
     reason = suspended_reason(record, steps)
     if as_json:
         data["suspended"] = reason
         data["steps"] = [step_json(s, show_input) for s in steps]
+        data["attempts"] = [_attempt_json(a) for a in attempts]
         print_json(data)
         return
     fields = Table(title=Text(f"job {record.id}"), show_header=False)
@@ -165,6 +199,8 @@ def show(
         fields.add_row(cell("suspended"), cell(reason))
     out = console()
     out.print(fields)
+    if attempts:
+        out.print(_attempts_table(attempts))
     if steps:
         step_table = table(
             f"{len(steps)} step(s)",

@@ -1,4 +1,5 @@
-"""The dashboard's pages (GET): overview, jobs, one job, dead letters, scheduled tasks, workers.
+"""The dashboard's pages (GET): overview, jobs, one job (with its attempts), dead letters,
+scheduled tasks, workers.
 
 Why it exists: each page is one read of the database shaped by ``views.py`` and drawn by its
 template; filters come from the query string and are validated like the CLI's flags (a bad
@@ -19,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import validation
 from ..db import jobs as driver
-from ..db import nodes
+from ..db import nodes, observe
 from ..db import steps as step_db
 from ..errors import ConfigError
 from ..introspect import lookup_ids, name_pattern, parse_state, suspended_reason
@@ -83,7 +84,21 @@ def _filters(request: Request) -> dict[str, Any]:
         "since": _instant(request, "since"),
         "until": _instant(request, "until"),
         "offset": _int(request, "offset", 0),
+        "before": _key(request, "before"),
     }
+
+
+def _key(request: Request, key: str) -> tuple[datetime, UUID] | None:
+    """A page key: the created_at and id of the last row of the previous page, as
+    ``ISO-TIME,UUID`` (what the "older" link carries)."""
+    raw = _text(request, key)
+    if raw is None:
+        return None
+    at, _, job_id = raw.rpartition(",")
+    try:
+        return datetime.fromisoformat(at), UUID(job_id)
+    except ValueError as exc:
+        raise BadFilter(f"{key} must be ISO-TIME,UUID (the older link's), not {raw!r}") from exc
 
 
 def routes(site: DashboardSite) -> list[BaseRoute]:
@@ -104,6 +119,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         with site.connect() as conn:
             queues = views.queue_rows(conn, config.clock.sql_now())
             chart = views.chart(conn, now)
+            latency = views.latency_chart(conn, now)
         ages = {
             q.queue: views.age_text((now - q.oldest_due).total_seconds()) if q.oldest_due else "-"
             for q in queues
@@ -111,7 +127,14 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         return site.render(
             request,
             "overview.html",
-            {"queues": queues, "ages": ages, "chart": chart, "refresh": AUTO_REFRESH_S},
+            {
+                "queues": queues,
+                "ages": ages,
+                "chart": chart,
+                "latency": latency,
+                "latency_text": views.latency_text,
+                "refresh": AUTO_REFRESH_S,
+            },
         )
 
     def jobs_page(request: Request) -> Response:
@@ -128,10 +151,19 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
                 ids=ids,
                 since=f["since"],
                 until=f["until"],
+                before=f["before"],
                 limit=size,
                 offset=f["offset"],
             )
-        return site.render(request, "jobs.html", _listing(request, records, f["offset"], size))
+        listing = _listing(request, records, f["offset"], size)
+        listing["filters"].pop("before", None)
+        listing["older"] = (
+            f"{records[-1].created_at.isoformat()},{records[-1].id}"
+            if len(records) == size
+            else None
+        )
+        listing["paged"] = f["before"] is not None or f["offset"] > 0
+        return site.render(request, "jobs.html", listing)
 
     def dead_page(request: Request) -> Response:
         f = _filters(request)
@@ -153,6 +185,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
             if record is None:
                 return site.render(request, "missing.html", {"key": key})
             steps = step_db.step_list(conn, record.id)
+            attempts = observe.observe_attempts(conn, record.id)
             sections: list[JobSection] = []
             for panel in site.panels:
                 sections.extend(panel.job_sections(conn, record))
@@ -166,6 +199,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
                 "output": redact(record.output),
                 "redacted": REDACTED,
                 "steps": steps,
+                "attempts": attempts,
                 "waits": waits,
                 "suspended": suspended_reason(record, steps),
                 "sections": sections,

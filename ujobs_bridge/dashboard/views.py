@@ -1,5 +1,6 @@
 """What the dashboard's pages show, read from the database and shaped for the templates: the
-overview's per-queue numbers, the last hour's chart as SVG geometry, job rows, scheduled tasks.
+overview's per-queue numbers, the last hour's charts (throughput and failures, pick-up latency)
+as SVG geometry, job rows, scheduled tasks.
 
 Why it exists: pages should render numbers, not compute them; a test can compare these values
 with the database directly. Reads go through the ``db`` package (``observe.py``, ``jobs.py``,
@@ -22,7 +23,7 @@ from ..scheduling.leader import DEFAULT_GROUP
 from ..scheduling.task import PeriodicTask
 
 CHART_MINUTES = 60
-CHART_W, CHART_H = 1240, 170
+CHART_W, CHART_H = 610, 170
 
 
 @dataclass
@@ -63,6 +64,44 @@ class Chart:
     end: datetime | None = None
     width: int = CHART_W
     height: int = CHART_H
+
+
+@dataclass(frozen=True)
+class LatencyMinute:
+    """One minute of the latency chart: ``mean`` drawn inside ``max`` (a bar each)."""
+
+    minute: str  # HH:MM
+    picked: int
+    mean_s: float
+    max_s: float
+    mean: Bar
+    max: Bar
+
+
+@dataclass
+class LatencyChart:
+    """Pick-up latency per minute over the last hour (jobs claimed in that minute: the mean and
+    the largest wait from due to claim), scaled to the largest, in ``CHART_W``x``CHART_H``."""
+
+    minutes: list[LatencyMinute] = field(default_factory=list)
+    picked: int = 0
+    mean_s: float | None = None  # over the hour, weighted by the jobs picked each minute
+    max_s: float | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    width: int = CHART_W
+    height: int = CHART_H
+
+
+def latency_text(seconds: float | None) -> str:
+    """A wait for people: ms below a second, then seconds, minutes, hours."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return age_text(seconds)
 
 
 def age_text(seconds: float | None) -> str:
@@ -119,6 +158,44 @@ def chart(conn: psycopg.Connection[Any], now: datetime) -> Chart:
         if bad:
             y = CHART_H - h_ok - h_bad
             out.failed.append(Bar(x, y, slot - 2, h_bad, f"{label}: {bad} dead"))
+    return out
+
+
+def latency_chart(conn: psycopg.Connection[Any], now: datetime) -> LatencyChart:
+    """The last hour's pick-up latency, a bar per minute: the largest wait, the mean inside it."""
+    end = now.replace(second=0, microsecond=0)
+    start = end - timedelta(minutes=CHART_MINUTES - 1)
+    out = LatencyChart(start=start, end=end)
+    rows = observe.observe_pickup_per_minute(conn, CHART_MINUTES, now)
+    if not rows:
+        return out
+    out.picked = sum(r.picked for r in rows)
+    out.mean_s = sum(r.mean_s * r.picked for r in rows) / out.picked
+    out.max_s = max(r.max_s for r in rows)
+    slot = CHART_W / CHART_MINUTES
+    scale = (CHART_H - 20) / out.max_s if out.max_s > 0 else 0.0
+    for r in rows:
+        i = round((r.minute - start).total_seconds() / 60)
+        if not 0 <= i < CHART_MINUTES:
+            continue
+        label = (start + timedelta(minutes=i)).strftime("%H:%M")
+        x = i * slot + 1
+        h_max = max(1.0, r.max_s * scale)
+        h_mean = max(1.0, r.mean_s * scale)
+        title = (
+            f"{label}: {r.picked} picked, mean {latency_text(r.mean_s)}, "
+            f"max {latency_text(r.max_s)}"
+        )
+        out.minutes.append(
+            LatencyMinute(
+                minute=label,
+                picked=r.picked,
+                mean_s=r.mean_s,
+                max_s=r.max_s,
+                mean=Bar(x + 1, CHART_H - h_mean, max(1.0, slot - 4), h_mean, title),
+                max=Bar(x, CHART_H - h_max, slot - 2, h_max, title),
+            )
+        )
     return out
 
 

@@ -356,11 +356,15 @@ def job_list(
     offset: int = 0,
     since: datetime | None = None,
     until: datetime | None = None,
+    before: tuple[datetime, UUID] | None = None,
 ) -> list[JobRecord]:
     """Newest first. ``name`` matches exactly, ``name_like`` is a LIKE pattern (``name`` wins);
     ``ids`` narrows to those rows; ``since``/``until`` bound ``created_at`` (until excluded);
-    paged by ``limit`` and ``offset``."""
+    paged by ``limit`` and by key: ``before`` is the (created_at, id) of the last row of the
+    previous page (read from the creation-order index, however deep), ``offset`` skips rows."""
     params = {
+        "before_at": before[0] if before is not None else None,
+        "before_id": before[1] if before is not None else None,
         "state": state,
         "queue": queue,
         "name_like": like_literal(name) if name is not None else name_like,

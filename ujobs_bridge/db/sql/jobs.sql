@@ -30,7 +30,12 @@ select id from x_jobs where live_key = %(idempotency_key)s
 
 -- job_claim --
 -- The claim's lease is also recorded in x_job_leases (migration 0012), where the rescue sweep
--- finds running jobs without an index on x_jobs that every settle would have to change.
+-- finds running jobs without an index on x_jobs that every settle would have to change; with the
+-- worker, the claim's time and the attempt it begins, which the settle copies into the attempt's
+-- history (0016). The
+-- pick-up latency of the jobs it picked (now() - max(run_at, created_at), never negative) is
+-- added to this backend's row of x_job_counts for the current minute: the dashboard's latency
+-- chart, kept as the settle keeps its done and dead counts (one row per backend, no waiting).
 with picked as materialized (
     select id from x_jobs
      where claimable
@@ -50,9 +55,22 @@ with picked as materialized (
      where j.id = picked.id
     returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-              j.deliveries, j.traceparent, j.run_at
+              j.deliveries, j.traceparent, j.run_at,
+              greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
+                  as wait_s
 ), leased as (
-    insert into x_job_leases (job_id, token) select id, lease_token from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
+    select id, lease_token, %(worker)s, now(), attempt from claimed
+), timed as (
+    insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
+    select date_trunc('minute', now()), queue, pg_backend_pid(), count(*), sum(wait_s),
+           max(wait_s)
+      from claimed
+     group by queue
+    on conflict (minute, queue, backend)
+    do update set picked = c.picked + excluded.picked,
+                  wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
+                  wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
 select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
        traceparent, run_at
@@ -68,6 +86,8 @@ select id, name, queue, input, attempt, max_attempts, lease_token, expired, deli
 -- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
 -- back only %(outage_cap)s times per job (migration 0015): past that it counts as an attempt,
 -- and the job is dead once its attempts are spent, so a body that keeps causing outages ends.
+-- Each settled attempt is appended to x_job_attempts (0016) with the worker and claim time its
+-- lease row carried, its outcome and its error (the job's page shows them).
 with settled as (
     update x_jobs as j
        set state = case when u.outage = 1 and j.outage_handbacks >= %(outage_cap)s
@@ -94,10 +114,24 @@ with settled as (
            as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
                  run_at timestamptz, outage int)
      where j.id = u.id and j.lease_token = u.token and j.state = 'running'
-    returning j.id, u.token, j.queue, j.state
+    returning j.id, u.token, j.queue, j.state, j.attempt + u.uncount as attempt, j.updated_at,
+              u.uncount, u.error
 ), released as (
     delete from x_job_leases as l using settled
      where l.job_id = settled.id and l.token = settled.token
+    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+), attempted as (
+    insert into x_job_attempts
+        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+    select s.id, s.token, coalesce(r.attempt, s.attempt), r.worker, r.claimed_at, s.updated_at,
+           case when s.state <> 'ready' then s.state
+                when s.uncount = 0 then 'retried'
+                when s.error like 'UJ_JOB_SNOOZED%%' then 'snoozed'
+                else 'handed_back' end,
+           s.error
+      from settled as s
+      left join released as r on r.job_id = s.id and r.token = s.token
+    on conflict do nothing
 ), counted as (
     insert into x_job_counts as c (minute, queue, backend, done, dead)
     select date_trunc('minute', now()), queue, pg_backend_pid(),
@@ -130,7 +164,7 @@ with stale as (
                         where j.id = l.job_id and j.lease_token = l.token
                           and j.state = 'running')
 ), lost as materialized (
-    select j.id, j.lease_token from x_job_leases as l
+    select j.id, j.lease_token, j.attempt, l.worker, l.claimed_at from x_job_leases as l
       join x_jobs as j on j.id = l.job_id and j.lease_token = l.token
      where j.state = 'running' and j.lease_expires_at < now()
      order by j.lease_expires_at
@@ -149,6 +183,13 @@ with stale as (
     returning j.id, j.state, j.queue
 ), released as (
     delete from x_job_leases as l using lost where l.job_id = lost.id and l.token = lost.lease_token
+), attempted as (
+    insert into x_job_attempts
+        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+    select lost.id, lost.lease_token, lost.attempt, lost.worker, lost.claimed_at, now(), 'lost',
+           %(error)s
+      from lost
+    on conflict do nothing
 ), counted as (
     insert into x_job_counts as c (minute, queue, backend, dead)
     select date_trunc('minute', now()), queue, pg_backend_pid(), count(*)
@@ -199,17 +240,31 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
 
 -- job_list --
 -- `name_like` is a LIKE pattern (a glob translated by the caller, `\` escapes); `ids` narrows to
--- given rows (a Celery task id's jobs); paged by `limit`/`offset`, newest first.
+-- given rows (a Celery task id's jobs); newest first, in the order of x_jobs_created_idx
+-- (migration 0016: created_at never changes, so a settle stays HOT), so a page is read from that
+-- index, not by sorting the table. Paged by key: `before_at`/`before_id` (the last row of the
+-- previous page) start the page after it, from the index; `offset` skips rows after that.
+-- The lines that repeat `state` name the partial index holding that state's rows (dead, the
+-- claimable and the suspended ones), so a rare state can be read from it instead of walking
+-- the whole creation order; with parameters bound they fold to the index's own predicate.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
   from x_jobs
  where (%(state)s::text is null or state = %(state)s)
+   and (%(state)s::text is distinct from 'dead' or dead_at is not null)
+   and (%(state)s::text is null or %(state)s::text not in ('ready', 'sleeping', 'waiting')
+        or claimable)
+   and (%(state)s::text is null or %(state)s::text not in ('sleeping', 'waiting')
+        or suspended = %(state)s::text)
    and (%(queue)s::text is null or queue = %(queue)s)
    and (%(name_like)s::text is null or name like %(name_like)s)
    and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
    and (%(since)s::timestamptz is null or created_at >= %(since)s)
    and (%(until)s::timestamptz is null or created_at < %(until)s)
+   and (%(before_at)s::timestamptz is null or created_at <= %(before_at)s)
+   and (%(before_at)s::timestamptz is null or created_at < %(before_at)s
+        or id > %(before_id)s::uuid)
  order by created_at desc, id
  limit %(limit)s offset %(offset)s
 
@@ -242,7 +297,8 @@ with target as (
 select count(*) from notified
 
 -- job_discard_matching --
--- Every dead row matching the filter, deleted (steps cascade); the count of rows deleted.
+-- Every dead row matching the filter, deleted (steps cascade, attempts beside it); the count of
+-- rows deleted.
 with target as (
     delete from x_jobs
      where state = 'dead'
@@ -251,6 +307,8 @@ with target as (
        and (%(name_like)s::text is null or name like %(name_like)s)
        and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
     returning id
+), attempts as (
+    delete from x_job_attempts as a using target where a.job_id = target.id
 )
 select count(*) from target
 

@@ -77,3 +77,23 @@ select count(*) as pending,
        coalesce(extract(epoch from coalesce(%(now)s, now()) - min(created_at)), 0) as lag_s
   from x_outbox
  where published_at is null
+
+-- observe_pickup_per_minute --
+-- Pick-up latency in the last `minutes` whole minutes up to `now`, per minute: jobs claimed, the
+-- mean and the largest wait from due (max(run_at, created_at)) to claim, in seconds, from the
+-- counts each claim adds to x_job_counts (migration 0016), summed over queues and backends.
+select minute, sum(picked)::bigint as picked,
+       sum(wait_sum_s) / nullif(sum(picked), 0) as wait_mean_s, max(wait_max_s) as wait_max_s
+  from x_job_counts
+ where minute > coalesce(%(now)s, now()) - make_interval(mins => %(minutes)s)
+   and minute <= coalesce(%(now)s, now())
+ group by minute
+having sum(picked) > 0
+ order by minute
+
+-- observe_attempts --
+-- One job's attempts that ended, oldest first (x_job_attempts, migration 0016; primary key).
+select attempt, worker, claimed_at, finished_at, outcome, error
+  from x_job_attempts
+ where job_id = %(id)s
+ order by finished_at, attempt

@@ -3,11 +3,14 @@
 -- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
 
 -- purge_jobs --
--- Finished jobs (their steps go with them, by cascade), a bounded batch at a time.
+-- Finished jobs (their steps go with them, by cascade; their attempts' history beside them), a
+-- bounded batch at a time.
 with gone as (
     select id from x_jobs
      where state in ('done', 'dead', 'cancelled') and finished_at < %(cutoff)s
      limit %(limit)s
+), attempts as (
+    delete from x_job_attempts as a using gone where a.job_id = gone.id
 )
 delete from x_jobs as j using gone where j.id = gone.id
 

@@ -43,7 +43,8 @@ $$
 
 -- testing_job_claim --
 -- ONE job, by id, claimed with exactly the columns job_claim sets (state, attempt counted,
--- deliveries, lease token and expiry, claimed_by, the x_job_leases row), whatever its queue,
+-- deliveries, lease token and expiry, claimed_by, the x_job_leases row with its worker and
+-- time; not the pick-up latency counts), whatever its queue,
 -- priority or run_at:
 -- ``perform`` runs the job it just inserted, not whichever job is first in line.
 with picked as materialized (
@@ -63,7 +64,8 @@ with picked as materialized (
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
               j.deliveries, j.traceparent, j.run_at
 ), leased as (
-    insert into x_job_leases (job_id, token) select id, lease_token from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
+    select id, lease_token, %(worker)s, now(), attempt from claimed
 )
 select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
        traceparent, run_at
