@@ -182,6 +182,13 @@ def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: An
     assert [(m.state, m.jobs) for m in per_minute] == [("done", 1)]
     assert observe.observe_finished_per_minute(db, 60, now - timedelta(days=1)) == []
     assert observe.observe_outbox_lag(db, None) == (0, 0.0)
+    # the claim counted its pick-up (due: created_at, later than run_at), the settle its attempt
+    picked = observe.observe_pickup_per_minute(db, 60, None)
+    assert [m.picked for m in picked] == [1] and 0 <= picked[0].mean_s <= picked[0].max_s < 60
+    assert observe.observe_pickup_per_minute(db, 60, now - timedelta(days=1)) == []
+    attempts = observe.observe_attempts(db, running.id)
+    assert [(a.attempt, a.outcome) for a in attempts] == [(1, "done")]
+    assert attempts[0].claimed_at is not None and attempts[0].claimed_at <= attempts[0].finished_at
 
 
 def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(db: Any) -> None:
