@@ -59,6 +59,34 @@ BRIDGE_PRODUCER = BridgeProducer()
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+def conf_value(conf: Any, key: str, default: Any = None) -> Any:
+    """``conf.get(key, default)`` without its exceptions, read live on every call.
+
+    Celery's ``Settings.get`` tries each of its maps under each spelling of the key (with the
+    namespace prefix, the old upper-case name) and raises and catches a ``KeyError`` for every
+    miss: a key nobody set (``ujobs_broker_tasks``, ``ujobs_max_deliveries``) costs about ten
+    exceptions, and every ``.delay()`` reads two. This looks the same spellings up in the same
+    maps, in the same order, by membership tests; the spellings of a key depend only on the
+    namespace prefix and are kept per (key, prefix)."""
+    try:
+        prefix, maps, key_t = conf.prefix, conf.maps, conf.key_t
+        spellings = _SPELLINGS.get((key, prefix))
+        if spellings is None:
+            spellings = _SPELLINGS[(key, prefix)] = tuple(conf._to_keys(key))
+    except AttributeError:  # not Celery's Settings (a pending or foreign configuration)
+        return conf.get(key, default)
+    for mapping in maps:
+        for k in spellings:
+            if key_t is not None:
+                k = key_t(k)
+            if k in mapping:
+                return mapping[k]
+    return default
+
+
+_SPELLINGS: dict[tuple[str, Any], tuple[str, ...]] = {}
+
+
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
     if all(type(v) in _SCALARS for v in properties.values()):
         return dict(properties)  # the usual case (Celery's own properties): nothing to drop
@@ -202,7 +230,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         self.insert_now(row, conn, payload=payload, key=key)
 
     def max_attempts(self) -> int:
-        return int(self.app.conf.get("ujobs_max_deliveries") or 3)
+        return int(conf_value(self.app.conf, "ujobs_max_deliveries") or 3)
 
     def insert_now(
         self,
