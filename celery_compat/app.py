@@ -39,7 +39,7 @@ import psycopg
 from ujobs_bridge.client import Client, connect
 
 from . import purge_command
-from .sending import BRIDGE_PRODUCER, BridgeProducer
+from .sending import BRIDGE_PRODUCER, BridgeProducer, conf_value
 
 _client_lock = threading.Lock()
 BEAT_SCHEDULER = "celery_compat.beat_scheduler:BeatScheduler"
@@ -96,7 +96,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
     # -- routing between Postgres and the broker -----------------------------------------------
 
     def goes_to_broker(self, name: str) -> bool:
-        globs = self.conf.get("ujobs_broker_tasks") or ()
+        globs = conf_value(self.conf, "ujobs_broker_tasks") or ()
         if isinstance(globs, str):
             globs = [globs]
         return any(fnmatch.fnmatchcase(name, g) for g in globs)

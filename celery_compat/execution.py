@@ -82,6 +82,15 @@ PROTOCOL_HEADERS = frozenset(
 HOSTNAME = f"celery@{socket.gethostname()}"  # outside a worker; a worker's is its node name
 
 
+def task_registry(app: Any) -> Any:
+    """``app.tasks`` without its lock: Celery's ``tasks`` is kombu's ``cached_property``, whose
+    every read takes ONE ``RLock`` shared by all apps, so the worker's body threads queued on it
+    for each message. Once computed the registry sits in the app's ``__dict__`` (read it there);
+    before that, the property finalizes the app as usual."""
+    registry = app.__dict__.get("tasks")
+    return registry if registry is not None else app.tasks
+
+
 def hostname() -> str:
     """``self.request.hostname``: the node name of the worker running in this process (Celery's
     ``-n``, default ``celery@<host>``)."""
@@ -317,7 +326,7 @@ def run_message(
         raise Discard(f"row input is not a Celery message (task {name!r})")
     app.set_current()  # shared_task proxies called from this body resolve to this app
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
-    task = app.tasks[name]
+    task = task_registry(app)[name]
     request = _request(message, ctx.redelivered)
     events = task_events.node(task)  # None: events off (the common case costs one check)
     expires = message.expires

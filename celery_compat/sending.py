@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import signals
 from celery.app.amqp import AMQP
+from celery.utils.collections import DictAttribute
 from kombu.entity import Queue
 
 from . import send_keys, task_events
@@ -57,6 +58,40 @@ BRIDGE_PRODUCER = BridgeProducer()
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def conf_value(conf: Any, key: str, default: Any = None) -> Any:
+    """``conf.get(key, default)`` without its exceptions, read live on every call.
+
+    Celery's ``Settings.get`` tries each of its maps under each spelling of the key (with the
+    namespace prefix, the old upper-case name) and raises and catches a ``KeyError`` for every
+    miss: a key nobody set (``ujobs_broker_tasks``, ``ujobs_max_deliveries``) costs about ten
+    exceptions, and every ``.delay()`` reads two. This looks the same spellings up in the same
+    maps, in the same order, by membership tests; the spellings of a key depend only on the
+    namespace prefix and are kept per (key, prefix). A configuration not loaded yet (its map is
+    Celery's ``PendingConfiguration``, whose membership test ignores the prefix) or not Celery's
+    ``Settings`` is read with ``conf.get``."""
+    try:
+        prefix, maps, key_t = conf.prefix, conf.maps, conf.key_t
+        if not all(type(m) in _PLAIN_MAPS for m in maps):
+            return conf.get(key, default)
+        spellings = _SPELLINGS.get((key, prefix))
+        if spellings is None:
+            spellings = _SPELLINGS[(key, prefix)] = tuple(conf._to_keys(key))
+    except AttributeError:  # not Celery's Settings
+        return conf.get(key, default)
+    for mapping in maps:
+        for k in spellings:
+            if key_t is not None:
+                k = key_t(k)
+            if k in mapping:
+                return mapping[k]
+    return default
+
+
+_SPELLINGS: dict[tuple[str, Any], tuple[str, ...]] = {}
+# Maps whose ``in`` agrees with their ``[]`` (config_from_object wraps an object in DictAttribute).
+_PLAIN_MAPS = frozenset({dict, DictAttribute})
 
 
 def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +237,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         self.insert_now(row, conn, payload=payload, key=key)
 
     def max_attempts(self) -> int:
-        return int(self.app.conf.get("ujobs_max_deliveries") or 3)
+        return int(conf_value(self.app.conf, "ujobs_max_deliveries") or 3)
 
     def insert_now(
         self,
