@@ -1,0 +1,94 @@
+"""A fleet runs its fleet-wide chores (the rescue sweep, the node reap) about as often as one
+worker would, and still runs them: a lost lease is rescued by a fleet of workers, a lone worker
+sweeps at once on start and then every ``sweep_s`` exactly (``ujobs_bridge.worker.fleet``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from apps import delivery_jobs
+from conftest import wait_for
+from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge.client import Client
+from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.loading import from_module
+from ujobs_bridge.worker import fleet
+
+QUEUE = "deliveries"
+
+
+def test_a_lone_worker_keeps_the_exact_interval_and_sweeps_at_once() -> None:
+    assert fleet.chore_gap(5.0, 1, rand=lambda: 0.9) == 5.0
+    assert fleet.chore_gap(5.0, 0, rand=lambda: 0.9) == 5.0  # not counted yet: alone
+    assert fleet.first_delay(5.0, 1, rand=lambda: 0.9) == 0.0
+
+
+def test_in_a_fleet_each_worker_spreads_its_runs_over_the_fleet_with_jitter() -> None:
+    # 10 workers: each waits 5..15 intervals, 10 on average: the fleet runs one per interval.
+    assert fleet.chore_gap(2.0, 10, rand=lambda: 0.0) == 10.0
+    assert fleet.chore_gap(2.0, 10, rand=lambda: 0.5) == 20.0
+    assert fleet.chore_gap(2.0, 10, rand=lambda: 1.0) == 30.0
+    # a fleet started together does not run its first chores together
+    assert fleet.first_delay(2.0, 10, rand=lambda: 0.25) == 5.0
+    # capped: a count that lags a shrinking fleet cannot stretch a worker's gap for long
+    assert fleet.chore_gap(1.0, 500, rand=lambda: 0.5) == fleet.SPREAD_MAX
+
+
+@pytest.fixture
+def fleet_of_three(dsn: str) -> Iterator[list[Worker]]:
+    delivery_jobs.SEEN.clear()
+    config = WorkerConfig(queues=(QUEUE,), sweep_s=0.2, lease_s=6.0, poll_s=0.2)
+    workers = [Worker(dsn, from_module(delivery_jobs), config) for _ in range(3)]
+    try:
+        for w in workers:
+            w.start()
+        yield workers
+    finally:
+        for w in workers:
+            w.stop(timeout_s=2)
+
+
+def test_each_worker_of_a_fleet_counts_the_live_nodes(fleet_of_three: list[Worker]) -> None:
+    for w in fleet_of_three:
+        w.presence.refresh_soon()
+    wait_for(
+        lambda: all(w.presence.fleet == 3 for w in fleet_of_three),
+        timeout=30,
+        what="every worker to count three live nodes",
+    )
+
+
+def test_a_fleet_still_rescues_a_lost_lease(
+    client: Client, fleet_of_three: list[Worker], db: psycopg.Connection[Any]
+) -> None:
+    # On a queue the fleet does not consume, so no worker of it claims the job first: the
+    # rescue is fleet-wide (every queue), the claim is not.
+    ref = delivery_jobs.report.configure(client=client, queue="elsewhere").enqueue()
+    (lost,) = driver.job_claim(
+        db,
+        driver.ClaimParams(
+            queue="elsewhere",
+            names=["apps.delivery_jobs.report"],
+            limit=1,
+            token=uuid.uuid4(),
+            lease_s=0,  # a worker that claims it, then dies: its lease runs out at once
+            worker="died",
+            now=None,
+        ),
+    )
+    assert lost.id == ref.id
+
+    def state() -> tuple[Any, ...]:
+        row = db.execute(
+            "select state, deliveries, last_error from x_jobs where id = %s", (ref.id,)
+        )
+        return tuple(row.fetchone() or ())
+
+    wait_for(lambda: state()[0] == "ready", timeout=60, what="the fleet's sweep to rescue it")
+    assert state()[1] == 1
+    assert "UJ_WORKER_LOST" in state()[2]
