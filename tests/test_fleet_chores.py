@@ -92,3 +92,35 @@ def test_a_fleet_still_rescues_a_lost_lease(
     wait_for(lambda: state()[0] == "ready", timeout=60, what="the fleet's sweep to rescue it")
     assert state()[1] == 1
     assert "UJ_WORKER_LOST" in state()[2]
+
+
+def test_in_a_fleet_an_empty_claim_pauses_the_next_one_briefly_alone_never() -> None:
+    assert fleet.empty_pause(0, 10, 1.0) == 0.0  # the last claim found something
+    assert fleet.empty_pause(5, 1, 1.0) == 0.0  # alone: nobody else would take the job
+    assert fleet.empty_pause(1, 10, 1.0, rand=lambda: 0.5) == fleet.EMPTY_PAUSE_S
+    assert fleet.empty_pause(3, 10, 1.0, rand=lambda: 0.5) == 4 * fleet.EMPTY_PAUSE_S
+    assert fleet.empty_pause(99, 10, 1.0, rand=lambda: 0.5) == 10 * fleet.EMPTY_PAUSE_PER_WORKER_S
+    assert fleet.empty_pause(99, 10, 0.05, rand=lambda: 0.5) == 0.05  # never past the poll
+
+
+def test_a_fleet_runs_a_trickle_of_single_jobs(
+    client: Client, fleet_of_three: list[Worker], db: psycopg.Connection[Any]
+) -> None:
+    for w in fleet_of_three:
+        w.presence.refresh_soon()
+    wait_for(lambda: all(w.presence.fleet == 3 for w in fleet_of_three), what="a fleet of 3")
+    refs = []
+    for _ in range(10):  # one at a time: each wakes the whole fleet, two of three find nothing
+        refs.append(delivery_jobs.report.configure(client=client).enqueue())
+        wait_for(
+            lambda: (
+                db.execute("select state from x_jobs where id = %s", (refs[-1].id,)).fetchone()
+                == ("done",)
+            ),
+            timeout=30,
+            what="the job to run",
+        )
+    row = db.execute(
+        "select count(*), max(deliveries) from x_jobs where id = any(%s)", ([r.id for r in refs],)
+    ).fetchone()
+    assert row == (10, 1)
