@@ -22,21 +22,35 @@ from ujobs_bridge.worker import fleet
 QUEUE = "deliveries"
 
 
-def test_a_lone_worker_keeps_the_exact_interval_and_sweeps_at_once() -> None:
-    assert fleet.chore_gap(5.0, 1, rand=lambda: 0.9) == 5.0
-    assert fleet.chore_gap(5.0, 0, rand=lambda: 0.9) == 5.0  # not counted yet: alone
-    assert fleet.first_delay(5.0, 1, rand=lambda: 0.9) == 0.0
+def test_a_lone_worker_sweeps_at_once_then_every_interval_exactly() -> None:
+    chore = fleet.Chore(5.0, rand=lambda: 0.9)
+    assert chore.due(100.0, 1)
+    chore.ran(100.0)
+    assert not chore.due(104.9, 1)
+    assert chore.due(105.0, 1)
+    assert fleet.Chore(5.0).due(100.0, 0)  # not counted yet: alone
 
 
 def test_in_a_fleet_each_worker_spreads_its_runs_over_the_fleet_with_jitter() -> None:
+    draws = iter([0.5, 0.25, 0.0, 1.0])
+    chore = fleet.Chore(2.0, rand=lambda: next(draws))
     # 10 workers: each waits 5..15 intervals, 10 on average: the fleet runs one per interval.
-    assert fleet.chore_gap(2.0, 10, rand=lambda: 0.0) == 10.0
-    assert fleet.chore_gap(2.0, 10, rand=lambda: 0.5) == 20.0
-    assert fleet.chore_gap(2.0, 10, rand=lambda: 1.0) == 30.0
-    # a fleet started together does not run its first chores together
-    assert fleet.first_delay(2.0, 10, rand=lambda: 0.25) == 5.0
+    assert chore.gap(10) == 20.0
+    # a fleet started together does not run its first chores together: a quarter of a gap in
+    assert not chore.due(100.0, 10)
+    assert not chore.due(114.9, 10)
+    assert chore.due(115.0, 10)
+    chore.ran(115.0)
+    assert chore.gap(10) == 10.0  # the jitter is drawn anew after each run
     # capped: a count that lags a shrinking fleet cannot stretch a worker's gap for long
-    assert fleet.chore_gap(1.0, 500, rand=lambda: 0.5) == fleet.SPREAD_MAX
+    assert chore.gap(500) == 2.0 * fleet.SPREAD_MAX * 0.5
+
+
+def test_a_worker_whose_fleet_shrank_runs_its_chore_after_one_interval() -> None:
+    chore = fleet.Chore(2.0, rand=lambda: 0.5)
+    chore.ran(100.0)
+    assert not chore.due(103.0, 10)  # ten workers: every 20 s
+    assert chore.due(103.0, 1)  # the others are gone: every 2 s again, from its last run
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ class Claims:
         self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
         self._queue_turn = 0
         self.fleet_size = fleet_size
-        self._next_sweep: float | None = None  # monotonic; None: the first pass decides
+        self._sweeps = fleet.Chore(config.sweep_s)
         self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
 
     @property
@@ -179,12 +179,9 @@ class Claims:
         in a fleet of N, every N ``sweep_s`` or so, jittered: the fleet sweeps every
         ``sweep_s``, see ``fleet.py``)."""
         now = time.monotonic()
-        every = self.config.sweep_s
-        if self._next_sweep is None:
-            self._next_sweep = now + fleet.first_delay(every, self.fleet_size())
-        if not force and now < self._next_sweep:
+        if not force and not self._sweeps.due(now, self.fleet_size()):
             return
-        self._next_sweep = now + fleet.chore_gap(every, self.fleet_size())
+        self._sweeps.ran(now)
         with self._conn.using():
             conn = self.connection()
             rescued = driver.job_rescue(

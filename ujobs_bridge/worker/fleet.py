@@ -38,20 +38,34 @@ def spread(fleet: int) -> int:
     return min(max(fleet, 1), SPREAD_MAX)
 
 
-def chore_gap(interval_s: float, fleet: int, rand: Callable[[], float] = random.random) -> float:
-    """Seconds until this worker's next run: ``interval_s`` alone, else about ``fleet`` of them."""
-    k = spread(fleet)
-    if k == 1:
-        return interval_s
-    return interval_s * k * (0.5 + rand())
+class Chore:
+    """When a worker next runs one fleet-wide chore every ``interval_s``: judged at each check
+    against the fleet's size then, so a fleet that shrinks (its count drops as nodes expire)
+    shortens the wait at once; the jitter is drawn anew after each run."""
 
+    def __init__(self, interval_s: float, rand: Callable[[], float] = random.random) -> None:
+        self.interval_s = interval_s
+        self._rand = rand
+        self._jitter = rand()
+        self._last: float | None = None  # monotonic of the last run; None: never ran
 
-def first_delay(interval_s: float, fleet: int, rand: Callable[[], float] = random.random) -> float:
-    """Seconds until this worker's first run: at once alone, else a random point of one gap."""
-    k = spread(fleet)
-    if k == 1:
-        return 0.0
-    return interval_s * k * rand()
+    def gap(self, fleet: int) -> float:
+        """Seconds between this worker's runs: ``interval_s`` alone, else about ``fleet`` of
+        them (half to one and a half times that)."""
+        k = spread(fleet)
+        return self.interval_s if k == 1 else self.interval_s * k * (0.5 + self._jitter)
+
+    def due(self, now: float, fleet: int) -> bool:
+        """Whether to run it at ``now`` (monotonic). The first check of a lone worker is due; in
+        a fleet, the first run falls at a random point of one gap from the first check."""
+        if self._last is None:
+            behind = 1.0 if spread(fleet) == 1 else self._rand()
+            self._last = now - self.gap(fleet) * behind
+        return now - self._last >= self.gap(fleet)
+
+    def ran(self, now: float) -> None:
+        self._last = now
+        self._jitter = self._rand()
 
 
 EMPTY_PAUSE_S = 0.005  # the pause after one empty claim, in a fleet

@@ -80,7 +80,7 @@ class Presence(Service):
         self.listening = threading.Event()  # x_control notifications can arrive
         self._wake = threading.Event()
         self._last_beat = 0.0
-        self._next_sweep: float | None = None  # monotonic; None: the first pass decides
+        self._sweeps = fleet.Chore(SWEEP_S)
         self.fleet = 1  # live nodes at the last beat: spreads the fleet-wide chores (fleet.py)
         super().__init__("presence", interval_s=POLL_S)
 
@@ -163,10 +163,8 @@ class Presence(Service):
             with self.conn.using() as conn:
                 self._beat(conn, now)
         handled = self._handle()
-        if self._next_sweep is None:
-            self._next_sweep = now + fleet.first_delay(SWEEP_S, self.fleet)
-        if now >= self._next_sweep:
-            self._next_sweep = now + fleet.chore_gap(SWEEP_S, self.fleet)
+        if self._sweeps.due(now, self.fleet):
+            self._sweeps.ran(now)
             with self.conn.using() as conn:
                 reaped = nodes.node_reap(conn, self.clock.sql_now())
                 mailbox.control_expire(conn, self.clock.sql_now())
