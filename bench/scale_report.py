@@ -26,13 +26,19 @@ def points(results: Results) -> list[dict[str, Any]]:
     return [d["scale"] for d in results.detail if d.get("cell") == cells.SCALE and "scale" in d]
 
 
+def _all_up(p: dict[str, Any]) -> float:
+    """The "all up" rate; NaN when not measured (a JSON file holds it as null)."""
+    value = p.get("all_up_rate")
+    return math.nan if value is None else float(value)
+
+
 def _row(p: dict[str, Any]) -> list[str]:
     drain = p["drain"]
     rate = drain["jobs"] / drain["seconds"]
     span = drain["seconds"] - drain["first_seconds"]
     steady = (drain["jobs"] - drain["first_count"]) / span if span > 0 else float("nan")
     lost = drain["jobs"] - p["done"]
-    up = float(p.get("all_up_rate", math.nan))
+    up = _all_up(p)
     return [
         p["layout"],
         str(p["processes"]),
@@ -83,11 +89,8 @@ def targets(results: Results) -> list[Target]:
         def rate(p: dict[str, Any]) -> float:
             return float(p["drain"]["jobs"]) / float(p["drain"]["seconds"])
 
-        def up(p: dict[str, Any]) -> float:
-            return float(p.get("all_up_rate", math.nan))
-
         value = rate(last) / rate(first) if rate(first) else float("nan")
-        warm = up(last) / up(first) if up(first) else float("nan")
+        warm = _all_up(last) / _all_up(first) if _all_up(first) else float("nan")
         for what, v in (("", value), (" (all up: start-up left out)", warm)):
             out.append(
                 Target(
