@@ -16,6 +16,12 @@ all eight) and each process count P:
   counting only those that appeared after the spawn (the bench's own sessions and a previous
   point's excluded; PgBouncer's server connections included, a fresh PgBouncer per point): the
   maximum is the "server connections" figure;
+- the same thread also reads, in the bench's database, how many worker nodes (``x_worker_nodes``,
+  registered by each worker as it starts) appeared since the spawn, and the ``done`` count: from
+  the instant all P are registered to the N-th ``done`` row, the rate of the jobs done in that
+  window is the "all up" figure (the fleet's throughput without its start-up, which on a few
+  cores is most of a small drain: 32 interpreters importing the engine). It is left out (NaN)
+  when less than a tenth of the jobs were left by then;
 - at the end, from the ``x_jobs`` rows: done / not done / dead / redelivered counts (``no lost
   job``: done = N, nothing dead, nothing delivered twice), and the pick-up figures. A settle
   clears the claim's lease columns, so the claim instant is not on the row any more: the
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +72,7 @@ class ScalePoint:
     not_done: int
     dead: int
     redelivered: int
+    all_up_rate: float = float("nan")  # jobs/s from all P nodes registered to the N-th done
 
     @property
     def clean(self) -> bool:
@@ -75,7 +83,8 @@ class ScalePoint:
         via = "PgBouncer" if self.bouncer else "direct"
         return (
             f"{self.processes} proc ({via}): {self.drain.rate:,.0f} jobs/s "
-            f"(1st→Nth {self.drain.steady_rate:,.0f}), pick-up p50 {self.pickup_p50_ms:,.0f} ms "
+            f"(1st→Nth {self.drain.steady_rate:,.0f}, all up {self.all_up_rate:,.0f}), "
+            f"pick-up p50 {self.pickup_p50_ms:,.0f} ms "
             f"p99 {self.pickup_p99_ms:,.0f} ms, server connections {self.server_connections}, "
             f"done {self.done:,}/{self.drain.jobs:,}, dead {self.dead}, "
             f"redelivered {self.redelivered}"
@@ -89,15 +98,42 @@ def queue_names(layout: str) -> list[str]:
 
 
 class _ConnectionSampler:
-    """Max backends of ``dbname`` in ``pg_stat_activity`` (this sampler's own excluded)."""
+    """Max backends of ``dbname`` in ``pg_stat_activity`` (this sampler's own excluded), and the
+    "all up" rate: jobs done per second from the instant ``processes`` nodes have registered."""
 
-    def __init__(self, dbname: str) -> None:
+    def __init__(self, dbname: str, processes: int = 0, jobs: int = 0) -> None:
         self.dbname = dbname
+        self.processes = processes
+        self.jobs = jobs
         self.peak = 0
         self._stop = threading.Event()
         self._conn = pg.connect(pg.dsn_for("postgres"))
+        self._jobs_conn = pg.connect(pg.dsn_for(dbname))
+        self._since: Any = None  # the database's clock at the spawn: nodes started after it
+        self._up: tuple[float, int] | None = None  # (perf_counter, done) once all are up
         self._before: set[int] = set()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def all_up_rate(self, end: float) -> float:
+        """Jobs/s from all nodes up to ``end`` (``perf_counter`` of the N-th done); NaN if under
+        a tenth of the jobs were left then."""
+        if self._up is None:
+            return float("nan")
+        at, done = self._up
+        left, span = self.jobs - done, end - at
+        return left / span if left >= self.jobs / 10 and span > 0 else float("nan")
+
+    def _watch_jobs(self) -> None:
+        if self._up is not None or not self.processes:
+            return
+        row = self._jobs_conn.execute(
+            "select (select count(*) from x_worker_nodes where started_at >= %s),"
+            " (select count(*) from x_jobs where state = 'done')",
+            (self._since,),
+        ).fetchone()
+        assert row is not None
+        if int(row[0]) >= self.processes:
+            self._up = (time.perf_counter(), int(row[1]))
 
     def _pids(self) -> set[int]:
         rows = self._conn.execute(
@@ -109,11 +145,15 @@ class _ConnectionSampler:
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
             self.peak = max(self.peak, len(self._pids() - self._before))
+            self._watch_jobs()
 
     def __enter__(self) -> _ConnectionSampler:
         # The bench's own sessions (and a previous point's, still closing) are not this
         # point's: only backends that appear after this instant are counted.
         self._before = self._pids()
+        row = self._jobs_conn.execute("select now()").fetchone()
+        assert row is not None
+        self._since = row[0]
         self._thread.start()
         return self
 
@@ -121,6 +161,7 @@ class _ConnectionSampler:
         self._stop.set()
         self._thread.join(timeout=10)
         self._conn.close()
+        self._jobs_conn.close()
 
 
 @contextlib.contextmanager
@@ -201,14 +242,16 @@ def run(
                     return int(next(iter(row.fetchone() or (0,))))
 
                 _fill(client, conn, n, layout)
-                with _ConnectionSampler(dbname) as sampler:
+                with _ConnectionSampler(dbname, processes, n) as sampler:
+                    start = time.perf_counter()  # timed_drain's clock starts here too
                     drain = cells.timed_drain(
                         n=n, spawn=spawn, done_count=done, settings=settings, report_rss=False
                     )
+                all_up = sampler.all_up_rate(start + drain.seconds)
                 ok, open_, dead, again, p50, p99 = _rows(conn)
                 points.append(
                     ScalePoint(layout, processes, via, drain, p50, p99, sampler.peak, ok, open_,
-                               dead, again)
+                               dead, again, all_up)
                 )  # fmt: skip
     conn.execute("truncate x_jobs cascade")
     return points

@@ -2,8 +2,8 @@
 
 Why it exists: the issue asks for the many-workers figures drawn next to their table, and the
 bench has no plotting dependency. Two panels side by side, x = worker processes on a log2 axis
-(1, 2, 4 ... 32), one line per layout (one queue, 8 queues): throughput (spawn -> N-th done)
-and the most server connections seen. A point drawn hollow had an error or a lost job.
+(1, 2, 4 ... 32), one line per layout (one queue, 8 queues): throughput (spawn -> N-th done;
+dashed: from all workers up, where measured) and the most server connections seen. A point drawn hollow had an error or a lost job.
 
 What it is not: a general plotting library: just enough SVG for these two panels. Every text
 written into it is escaped.
@@ -35,10 +35,12 @@ def _nice_max(value: float) -> float:
 
 def _panel(
     x0: int, title: str, points: Sequence[ScalePoint], value: Callable[[ScalePoint], float],
-    fmt: Callable[[float], str],
+    fmt: Callable[[float], str], dashed: Callable[[ScalePoint], float] | None = None,
 ) -> list[str]:  # fmt: skip
     counts = sorted({p.processes for p in points})
-    top = _nice_max(max((value(p) for p in points), default=1.0))
+    seen = [value(p) for p in points] + [dashed(p) for p in points] if dashed else []
+    top = _nice_max(max((v for v in seen or [value(p) for p in points] if not math.isnan(v)),
+                        default=1.0))  # fmt: skip
     lo, hi = math.log2(counts[0]), math.log2(counts[-1]) if counts else 1.0
     span = (hi - lo) or 1.0
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
@@ -70,6 +72,11 @@ def _panel(
             continue
         path = " ".join(f"{px(p.processes):.1f},{py(value(p)):.1f}" for p in mine)
         out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        warm = [p for p in mine if dashed and not math.isnan(dashed(p))]
+        if dashed and len(warm) > 1:
+            path = " ".join(f"{px(p.processes):.1f},{py(dashed(p)):.1f}" for p in warm)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                       'stroke-width="1.5" stroke-dasharray="5,4"/>')  # fmt: skip
         for p in mine:
             fill = colour if p.clean else "white"
             out.append(f'<circle cx="{px(p.processes):.1f}" cy="{py(value(p)):.1f}" r="4" '
@@ -83,7 +90,8 @@ def render(points: Sequence[ScalePoint], caption: str) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * W}" height="{H + 40}" '
         'font-family="sans-serif" font-size="11">',
         f'<rect width="{2 * W}" height="{H + 40}" fill="white"/>',
-        *_panel(0, "throughput, jobs/s", points, lambda p: p.drain.rate, lambda v: f"{v:,.0f}"),
+        *_panel(0, "throughput, jobs/s (dashed: all workers up)", points,
+                lambda p: p.drain.rate, lambda v: f"{v:,.0f}", lambda p: p.all_up_rate),
         *_panel(W, "server connections (max seen)", points,
                 lambda p: float(p.server_connections), lambda v: f"{v:.0f}"),
     ]  # fmt: skip

@@ -8,6 +8,8 @@ the Redis list named by ``BENCH_LATENCY_KEY``, exactly as the Celery ``ping`` ta
 ``noop``'s is the cost of steps themselves (one persisted result per step; a first claim
 reads no stored steps back).
 
+``redis`` is imported by ``ping`` alone, so a worker that never runs it does not pay for it.
+
 What it is not: an example of good job design; bodies are empty on purpose.
 """
 
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import os
 import time
-
-import redis
+from typing import TYPE_CHECKING
 
 from ujobs_bridge import job, step
+
+if TYPE_CHECKING:
+    import redis
 
 QUEUE = "bench"
 STEPS = 5  # bench.cells.STEP_COUNT: not imported, so the worker loads nothing but this module
@@ -26,6 +30,10 @@ _redis: redis.Redis | None = None
 
 
 def _client() -> redis.Redis:
+    # Imported here, not at the top: only ``ping`` needs it, and the many-workers cell starts
+    # 32 workers that load this module, each paying for the import (a sixth of its start-up).
+    import redis
+
     global _redis
     if _redis is None:
         url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")

@@ -116,6 +116,12 @@ def nodes_live(conn: Conn, now: datetime | None) -> list[NodeRecord]:
     ]
 
 
+def nodes_fleet(conn: Conn, now: datetime | None) -> int:
+    """How many nodes are live (not yet expired), this one included once it is registered."""
+    row = conn.execute(q("nodes_fleet"), {"now": now}).fetchone()
+    return int(row[0]) if row else 0
+
+
 def nodes_per_queue(conn: Conn, now: datetime | None) -> dict[str, int]:
     """Live worker processes per consumed queue (a queue nobody consumes is absent)."""
     return {str(r[0]): int(r[1]) for r in conn.execute(q("nodes_per_queue"), {"now": now})}

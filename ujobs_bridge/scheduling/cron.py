@@ -22,13 +22,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import CroniterBadDateError, CroniterError, croniter
 
 from .. import validation
 from ..errors import ConfigError, ErrorCode, ScheduleError
+
+if TYPE_CHECKING:  # imported where a cron schedule is built: a worker that has none never pays
+    from croniter import croniter  # for croniter and dateutil (a tenth of its start-up)
 
 CatchUpPolicy = Literal["skip", "run-once", "all"]
 CATCH_UP_POLICIES: tuple[str, ...] = get_args(CatchUpPolicy)
@@ -152,6 +153,8 @@ class CronSchedule:
             raise ScheduleError(f"day_or must be True or False, got {self.day_or!r}")
         object.__setattr__(self, "expr", expr)
         object.__setattr__(self, "zone", zone)
+        from croniter import CroniterBadDateError, CroniterError
+
         try:
             self._iterator().get_next(datetime)
         except CroniterBadDateError as exc:
@@ -182,6 +185,8 @@ class CronSchedule:
             cache = _ITERATORS.cache = {}
         it = cache.get((self.expr, self.day_or))
         if it is None:
+            from croniter import croniter
+
             it = croniter(self.expr, wall, day_or=self.day_or)
             cache[(self.expr, self.day_or)] = it
         else:

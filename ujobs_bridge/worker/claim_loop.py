@@ -15,6 +15,7 @@ rows), the claim statements (``claims.py``) or the outcome batching (``outcome_b
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -23,6 +24,7 @@ from ..db.connections import Backoff, transient
 from ..faults import fault
 from ..records import ClaimedJob
 from ..service import Service
+from . import fleet
 from .outcome_writes import write_isolating
 
 if TYPE_CHECKING:
@@ -44,6 +46,9 @@ class ClaimLoop(Service):
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
+        self.empties = 0  # claims in a row that found nothing
+        self.quiet_until = 0.0  # monotonic: no claim before (fleet.empty_pause); outcomes go on
+        self.deferred = False  # a claim was asked for (a wake-up) during the pause
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
     def tick(self) -> bool:
@@ -62,6 +67,9 @@ class ClaimLoop(Service):
             wait = min(wait, w.config.ack_interval_s)
         if w.table.timed():
             wait = min(wait, 0.05)
+        quiet = self.quiet_until - time.monotonic()
+        if self.deferred and quiet > 0:
+            wait = min(wait, quiet)  # the claim asked for during the pause, at its end
         w._wake.wait(wait)
 
     def claim_pass(self) -> bool:
@@ -81,6 +89,9 @@ class ClaimLoop(Service):
         want = 0
         if free > 0 and not w.stopping and (not held or free >= max(1, capacity // 2)):
             want = min(free, w.config.claim_batch)
+        if want and time.monotonic() < self.quiet_until:
+            want = 0  # paused after empty claims (fleet.py): claimed when the pause ends
+            self.deferred = True
         if not batch and not want:
             return False
         rows: list[ClaimedJob] = []
@@ -102,9 +113,23 @@ class ClaimLoop(Service):
             else:
                 w.outcomes.written(batch, matched)
                 w._start(rows)
+                if want:
+                    self._claimed(len(rows))
         if batch:
             w.claims.sweep()
         return (want > 0 and len(rows) == want) or w.outcomes.more()
+
+    def _claimed(self, rows: int) -> None:
+        """After a claim: an empty one pauses the next in a fleet (``fleet.empty_pause``)."""
+        self.deferred = False
+        if rows:
+            self.empties = 0
+            self.quiet_until = 0.0
+            return
+        self.empties += 1
+        w = self.worker
+        pause = fleet.empty_pause(self.empties, w.claims.fleet_size(), w.config.poll_s)
+        self.quiet_until = time.monotonic() + pause if pause else 0.0
 
     def _pass(self) -> float:
         if self.worker.stopping:  # asked before start(): take no pass at all

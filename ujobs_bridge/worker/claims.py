@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -33,6 +34,7 @@ from ..db import session
 from ..db.connections import Reconnecting, Role, behind_pgbouncer
 from ..errors import ErrorCode
 from ..records import ClaimedJob, Settlement
+from . import fleet
 from .config import WorkerConfig
 from .outcome_batch import WorkerCounts
 
@@ -68,7 +70,10 @@ class Claims:
         config: WorkerConfig,
         clock: Clock,
         counts: WorkerCounts,
+        fleet_size: Callable[[], int] = lambda: 1,
     ) -> None:
+        """``fleet_size``: how many workers are live (``Presence.fleet``); the sweep, which
+        works for all of them, is spread over them (``fleet.py``)."""
         self.worker_id = worker_id
         self.queues = queues
         self.names = names
@@ -79,7 +84,8 @@ class Claims:
         self._pooled = behind_pgbouncer()  # no session settings: set local per claim
         self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
         self._queue_turn = 0
-        self._last_sweep = 0.0
+        self.fleet_size = fleet_size
+        self._sweeps = fleet.Chore(config.sweep_s)
         self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
 
     @property
@@ -169,11 +175,13 @@ class Claims:
         return matched, rows
 
     def sweep(self, *, force: bool = False) -> None:
-        """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s``."""
+        """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s`` (alone;
+        in a fleet of N, every N ``sweep_s`` or so, jittered: the fleet sweeps every
+        ``sweep_s``, see ``fleet.py``)."""
         now = time.monotonic()
-        if not force and now - self._last_sweep < self.config.sweep_s:
+        if not force and not self._sweeps.due(now, self.fleet_size()):
             return
-        self._last_sweep = now
+        self._sweeps.ran(now)
         with self._conn.using():
             conn = self.connection()
             rescued = driver.job_rescue(

@@ -162,6 +162,7 @@ class Worker(Steering):
             config=self.config,
             clock=clock,
             counts=self.counts,
+            fleet_size=lambda: self.presence.fleet,
         )
         self.claim_loop = ClaimLoop(self)
         self.heartbeat = Heartbeat(

@@ -37,6 +37,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..db import mailbox, nodes
 from ..db.connections import Reconnecting
 from ..service import Service
+from . import fleet
 from .control import NO_REPLY, Panel
 from .listener import ExtraChannel
 
@@ -79,7 +80,8 @@ class Presence(Service):
         self.listening = threading.Event()  # x_control notifications can arrive
         self._wake = threading.Event()
         self._last_beat = 0.0
-        self._last_sweep = 0.0
+        self._sweeps = fleet.Chore(SWEEP_S)
+        self.fleet = 1  # live nodes at the last beat: spreads the fleet-wide chores (fleet.py)
         super().__init__("presence", interval_s=POLL_S)
 
     # ------------------------------------------------------------------ wake-ups
@@ -161,8 +163,8 @@ class Presence(Service):
             with self.conn.using() as conn:
                 self._beat(conn, now)
         handled = self._handle()
-        if now - self._last_sweep >= SWEEP_S:
-            self._last_sweep = now
+        if self._sweeps.due(now, self.fleet):
+            self._sweeps.ran(now)
             with self.conn.using() as conn:
                 reaped = nodes.node_reap(conn, self.clock.sql_now())
                 mailbox.control_expire(conn, self.clock.sql_now())
@@ -179,6 +181,7 @@ class Presence(Service):
                 log.warning("ujobs.presence.reregistered: node %s had expired", self.name)
             self.after_seq = max(seq, self.after_seq or 0)
             self.registered.set()
+        self.fleet = nodes.nodes_fleet(conn, sql_now)
         self._last_beat = now
 
     def _handle(self) -> int:

@@ -46,6 +46,11 @@ select worker_id, name, hostname, pid, queues, concurrency, pool, info, started_
  where expires_at > coalesce(%(now)s, now())
  order by name, worker_id
 
+-- nodes_fleet --
+-- How many worker processes are live: each spreads its fleet-wide chores (the rescue sweep, the
+-- node reap) over this many, so a fleet runs them about as often as one worker would.
+select count(*)::int from x_worker_nodes where expires_at > coalesce(%(now)s, now())
+
 -- nodes_per_queue --
 -- Live worker processes per consumed queue.
 select q.queue, count(*)::int

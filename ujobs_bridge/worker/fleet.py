@@ -1,0 +1,83 @@
+"""How often a worker runs a chore done for the whole fleet: spread over the fleet's size.
+
+Why it exists: some of a worker's periodic statements work for every worker, not for itself: the
+rescue sweep (expired leases, expired jobs, unregistered names; ``claims.py``) and the reap of
+expired nodes (``presence.py``). Every worker runs them, so that any one survivor is enough; but
+N workers each running them every interval do the same work N times. At 32 processes the sweep,
+which reads every lease the fleet holds, was the busiest statement after the claim and the settle
+(bench cell ``scale``: 62 sweeps while 32 workers drained 5,000 jobs). So a worker in a fleet of N waits about N intervals (capped at ``SPREAD_MAX``,
+jittered by ±50 % so the fleet's runs do not line up) between its own runs: the fleet as a whole
+runs a chore about once per interval whatever its size. A lone worker keeps the exact interval,
+and runs its first sweep at once, as before; in a fleet the first run falls at a random point of
+one gap, so a fleet started together does not sweep together.
+
+The same fleet size damps the herd a NOTIFY wakes: every idle worker hears each insert's
+notification and claims, and all but one find nothing. In a fleet, a worker whose claims come
+back empty waits a little before claiming again (``empty_pause``: 5 ms doubling per empty claim
+in a row, up to 10 ms per live worker and never past the poll interval, jittered): the fleet's
+empty claims stay around 100/s whatever its size, instead of one per worker per insert. The
+others, and it once the pause is over, still claim at once, so a job waits for the first worker
+out of its pause (N staggered pauses of up to N x 10 ms: about 10 ms). An idle fleet is never
+paused when a job arrives: its last empty claim was a poll, a second ago. A lone worker never
+pauses.
+
+What it is not: a leader election (no worker is special; whoever survives still sweeps), nor
+where the fleet's size comes from (``presence.py`` counts the live nodes at each beat).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+SPREAD_MAX = 64  # a worker's own gap is at most this many intervals: the count may lag a shrink
+
+
+def spread(fleet: int) -> int:
+    """The number of intervals a worker's own gap spans: the fleet's size, within 1..SPREAD_MAX."""
+    return min(max(fleet, 1), SPREAD_MAX)
+
+
+class Chore:
+    """When a worker next runs one fleet-wide chore every ``interval_s``: judged at each check
+    against the fleet's size then, so a fleet that shrinks (its count drops as nodes expire)
+    shortens the wait at once; the jitter is drawn anew after each run."""
+
+    def __init__(self, interval_s: float, rand: Callable[[], float] = random.random) -> None:
+        self.interval_s = interval_s
+        self._rand = rand
+        self._jitter = rand()
+        self._last: float | None = None  # monotonic of the last run; None: never ran
+
+    def gap(self, fleet: int) -> float:
+        """Seconds between this worker's runs: ``interval_s`` alone, else about ``fleet`` of
+        them (half to one and a half times that)."""
+        k = spread(fleet)
+        return self.interval_s if k == 1 else self.interval_s * k * (0.5 + self._jitter)
+
+    def due(self, now: float, fleet: int) -> bool:
+        """Whether to run it at ``now`` (monotonic). The first check of a lone worker is due; in
+        a fleet, the first run falls at a random point of one gap from the first check."""
+        if self._last is None:
+            behind = 1.0 if spread(fleet) == 1 else self._rand()
+            self._last = now - self.gap(fleet) * behind
+        return now - self._last >= self.gap(fleet)
+
+    def ran(self, now: float) -> None:
+        self._last = now
+        self._jitter = self._rand()
+
+
+EMPTY_PAUSE_S = 0.005  # the pause after one empty claim, in a fleet
+EMPTY_PAUSE_PER_WORKER_S = 0.01  # the longest pause: this per live worker (a fleet's budget)
+
+
+def empty_pause(
+    empties: int, fleet: int, poll_s: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Seconds before this worker claims again after ``empties`` empty claims in a row."""
+    if empties < 1 or fleet <= 1:
+        return 0.0
+    longest = min(EMPTY_PAUSE_PER_WORKER_S * fleet, poll_s)
+    pause = min(longest, EMPTY_PAUSE_S * (1 << min(empties - 1, 16)))
+    return pause * (0.5 + rand())
