@@ -350,3 +350,13 @@ def test_celerys_own_manager_inspects_the_test_worker(app: Any) -> None:
         assert held.get(timeout=10) == "released"
         manager.wait_until_idle()
         assert w.hostname == "mgr@test"
+
+
+def test_a_broadcast_without_reply_accepts_timeout_none_as_celery_does(app: Any) -> None:
+    """``AsyncResult.revoke_by_stamped_headers()`` broadcasts with ``timeout=None`` (its default,
+    ``wait=False``): Celery sends it; the bridge must not fail on the ``None``."""
+    with start_worker(app, perform_ping_check=False, hostname="stamp@test"):
+        result = app.tasks["contrib.add"].delay(1, 2)
+        assert result.revoke_by_stamped_headers(headers={"monitoring_id": ["nope"]}) is None
+        assert app.control.broadcast("ping", timeout=None) is None
+        assert result.get(timeout=10) == 3
