@@ -21,9 +21,10 @@ REDIS_PUBSUB = (
 
 REASONS: dict[str, str] = {
     "test_task_sent_event_respects_publish_retry_limit": (
-        "publishes with an explicit kombu Producer on a broker connection and checks the "
-        "task-sent event buffer: a real broker producer sends to the broker (nobody consumes "
-        "it in this run) and task events are not part of celery_compat"
+        "sends with an explicit kombu Producer on a broker connection "
+        "(app.amqp.Producer(connection)): celery_compat publishes a message handed to a broker "
+        "producer to that broker, as asked (tasks go to Postgres when sent without one), and "
+        "nothing consumes that broker in this run, so the task never runs"
     ),
     "test_revoked_by_headers_simple_canvas": STAMP_REVOKE,
     "test_revoked_by_headers_complex_canvas": STAMP_REVOKE,
