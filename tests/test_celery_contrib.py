@@ -355,11 +355,14 @@ def test_celerys_own_manager_inspects_the_test_worker(app: Any) -> None:
 def test_a_broadcast_without_reply_accepts_timeout_none_as_celery_does(app: Any) -> None:
     """``AsyncResult.revoke_by_stamped_headers()`` broadcasts with ``timeout=None`` (its default,
     ``wait=False``): Celery sends it; the bridge must not fail on the ``None``."""
-    with start_worker(app, perform_ping_check=False, hostname="stamp@test"):
-        result = app.tasks["contrib.add"].delay(1, 2)
-        assert result.revoke_by_stamped_headers(headers={"monitoring_id": ["nope"]}) is None
-        assert app.control.broadcast("ping", timeout=None) is None
-        assert result.get(timeout=10) == 3
+    try:
+        with start_worker(app, perform_ping_check=False, hostname="stamp@test"):
+            result = app.tasks["contrib.add"].delay(1, 2)
+            assert result.revoke_by_stamped_headers(headers={"monitoring_id": ["nope"]}) is None
+            assert app.control.broadcast("ping", timeout=None) is None
+            assert result.get(timeout=10) == 3
+    finally:  # the worker's revoked stamps are process memory, as in Celery
+        worker_state.revoked_stamps.clear()
 
 
 def test_revoke_by_stamped_headers_discards_a_stamped_task_and_replies_like_celery(
@@ -378,6 +381,7 @@ def test_revoke_by_stamped_headers_discards_a_stamped_task_and_replies_like_cele
             return {"monitoring_id": self.value}
 
     add = app.tasks["contrib.add"]
+    worker_state.revoked_stamps.clear()
     try:
         with start_worker(app, perform_ping_check=False, hostname="stamps@test"):
             reply = app.control.revoke_by_stamped_headers(
