@@ -27,9 +27,9 @@ REASONS: dict[str, str] = {
         "its errback, the test waits 1 s and then reads the other 41 counters with timeout 0, "
         "so the session worker (concurrency 1) must have run 41 more failing tasks and their "
         "errbacks within that second; the bridge's test worker claims each from Postgres and, "
-        "on this shared 2-core machine, does not always make it (in the full run of "
-        "2026-12-01 errback_new_style passed and errback_old_style did not; a re-run of both "
-        "failed the same way, at a counter read with timeout 0)"
+        "on this shared 2-core machine, does not always make it (in both full runs of "
+        "2026-12-01 errback_new_style passed and errback_old_style did not; a re-run of the two "
+        "alone failed both the same way, at a counter read with timeout 0)"
     ),
     "test_asyncresult_forget_cancels_subscription": REDIS_PUBSUB,
     "test_asyncresult_get_cancels_subscription": REDIS_PUBSUB,
