@@ -114,7 +114,7 @@ class BridgeControl(Control):  # type: ignore[misc]
         destination: Any = None,
         connection: Any = None,
         reply: bool = False,
-        timeout: float = 1.0,
+        timeout: float | None = 1.0,
         limit: int | None = None,
         callback: Any = None,
         channel: Any = None,
@@ -144,7 +144,7 @@ class BridgeControl(Control):  # type: ignore[misc]
                 _dumps(arguments),
                 destination=None if destination is None else [str(d) for d in destination],
                 reply=reply,
-                timeout=timeout,
+                timeout=1.0 if timeout is None else timeout,  # Celery: None is the default
                 limit=limit,
                 on_reply=on_reply,
             )

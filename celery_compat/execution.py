@@ -48,7 +48,7 @@ from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge.retry import RetryPolicy
 
-from . import rate_limit, revoked_ids, task_events
+from . import rate_limit, revoked_ids, stamp_revokes, task_events
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
 from .message_row import from_input, is_celery_input
@@ -335,7 +335,9 @@ def run_message(
         if events:
             task_events.revoked(events, message.task_id, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
-    if revoked_ids.REVOKED.is_revoked(app, message.task_id):  # claimed, then revoked: never runs
+    if revoked_ids.REVOKED.is_revoked(app, message.task_id) or (  # claimed, then revoked
+        stamp_revokes.revoking_header(message.headers) is not None  # a stamped-header revoke
+    ):
         _revoke(task, message.task_id, request, expired=False, terminated=False)
         if events:
             task_events.revoked(events, message.task_id, expired=False, terminated=False)

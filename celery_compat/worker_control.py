@@ -29,7 +29,7 @@ from ujobs_bridge.worker import control as engine
 from ujobs_bridge.worker.control import ControlState, Handler, nok, ok
 from ujobs_bridge.worker.inflight import InFlight
 
-from . import revoked_ids
+from . import revoked_ids, stamp_revokes
 from .message_row import from_input, is_celery_input
 
 log = logging.getLogger("celery.worker.control")
@@ -153,6 +153,31 @@ def commands(app: Any) -> dict[str, Handler]:
         # The revoke itself is durable and already applied (control.py); this is Celery's reply.
         return ok(f"tasks {set(maybe_list(task_id) or [])} flagged as revoked")
 
+    def revoke_by_stamped_headers(
+        state: ControlState,
+        headers: Any = None,
+        terminate: Any = False,
+        signal: Any = None,
+        **_: Any,
+    ) -> Any:
+        wanted = stamp_revokes.add(headers)
+        if not terminate:
+            return ok(f"headers {wanted} flagged as revoked, but not terminated")
+        hit: dict[str, set[Any]] = {}
+        for entry in engine.held(state, started=True):
+            claimed = entry.claimed
+            if not is_celery_input(claimed.input):
+                continue
+            message = from_input(claimed.input, queue=claimed.queue, job_id=claimed.id)
+            header = stamp_revokes.revoking_header(message.headers)
+            if header is not None:
+                app.control.revoke(message.task_id, terminate=True, signal=signal or "SIGTERM")
+                for key, value in header.items():
+                    hit.setdefault(key, set()).add(value)
+        if not hit:
+            return ok(f"headers {wanted} were not terminated")
+        return ok(f"headers {hit} revoked")
+
     def rate_limit(
         state: ControlState, task_name: str = "", rate_limit: Any = None, **_: Any
     ) -> Any:
@@ -196,6 +221,7 @@ def commands(app: Any) -> dict[str, Handler]:
         "conf": conf,
         "report": report,
         "revoke": revoke,
+        "revoke_by_stamped_headers": revoke_by_stamped_headers,
         "rate_limit": rate_limit,
         "time_limit": time_limit,
         "stats": stats,

@@ -350,3 +350,59 @@ def test_celerys_own_manager_inspects_the_test_worker(app: Any) -> None:
         assert held.get(timeout=10) == "released"
         manager.wait_until_idle()
         assert w.hostname == "mgr@test"
+
+
+def test_a_broadcast_without_reply_accepts_timeout_none_as_celery_does(app: Any) -> None:
+    """``AsyncResult.revoke_by_stamped_headers()`` broadcasts with ``timeout=None`` (its default,
+    ``wait=False``): Celery sends it; the bridge must not fail on the ``None``."""
+    try:
+        with start_worker(app, perform_ping_check=False, hostname="stamp@test"):
+            result = app.tasks["contrib.add"].delay(1, 2)
+            assert result.revoke_by_stamped_headers(headers={"monitoring_id": ["nope"]}) is None
+            assert app.control.broadcast("ping", timeout=None) is None
+            assert result.get(timeout=10) == 3
+    finally:  # the worker's revoked stamps are process memory, as in Celery
+        worker_state.revoked_stamps.clear()
+
+
+def test_revoke_by_stamped_headers_discards_a_stamped_task_and_replies_like_celery(
+    app: Any,
+) -> None:
+    """Celery's worker keeps revoked stamps in ``worker_state.revoked_stamps`` and discards a
+    request carrying one (REVOKED); an unstamped task and other values still run."""
+    from celery.canvas import StampingVisitor
+    from celery.exceptions import TaskRevokedError
+
+    class Monitoring(StampingVisitor):  # type: ignore[misc]
+        def __init__(self, value: str) -> None:
+            self.value = value
+
+        def on_signature(self, sig: Any, **headers: Any) -> dict[str, Any]:
+            return {"monitoring_id": self.value}
+
+    add = app.tasks["contrib.add"]
+    worker_state.revoked_stamps.clear()
+    try:
+        with start_worker(app, perform_ping_check=False, hostname="stamps@test"):
+            reply = app.control.revoke_by_stamped_headers(
+                {"monitoring_id": ["m-1"]}, terminate=False, reply=True, timeout=10
+            )
+            assert reply == [
+                {
+                    "stamps@test": {
+                        "ok": "headers {'monitoring_id': ['m-1']} flagged as revoked, "
+                        "but not terminated"
+                    }
+                }
+            ]
+            assert worker_state.revoked_stamps == {"monitoring_id": ["m-1"]}
+            hit, other = add.si(1, 1), add.si(2, 2)
+            hit.stamp(visitor=Monitoring("m-1"))
+            other.stamp(visitor=Monitoring("m-2"))
+            revoked, ran, plain = hit.apply_async(), other.apply_async(), add.delay(3, 3)
+            with pytest.raises(TaskRevokedError):
+                revoked.get(timeout=10)
+            assert revoked.state == states.REVOKED
+            assert (ran.get(timeout=10), plain.get(timeout=10)) == (4, 6)
+    finally:
+        worker_state.revoked_stamps.clear()
