@@ -336,6 +336,9 @@ def test_celerys_own_manager_inspects_the_test_worker(app: Any) -> None:
     and waits through remote control over Postgres."""
     from celery.contrib.testing.manager import Manager as CeleryManager
 
+    from celery_compat.contrib.testing.manager import Manager
+
+    assert Manager is CeleryManager  # the swapped import is Celery's class itself
     with start_worker(app, perform_ping_check=False, hostname="mgr@test") as w:
         manager = CeleryManager(app)
         assert manager.inspect().ping() == {"mgr@test": {"ok": "pong"}}
