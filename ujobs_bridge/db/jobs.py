@@ -25,6 +25,7 @@ from psycopg.types.json import set_json_loads
 
 from ..errors import JobStateError
 from ..records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
+from . import arrays
 from .sql import q
 
 Conn = psycopg.Connection[Any]
@@ -127,9 +128,12 @@ def job_enqueue_many(
     """One statement for the whole batch; keys already live answer with their existing job."""
     if not specs:
         return []
-    columns = [_column(c) for c in zip(*specs, strict=True)]
+    columns = [
+        arrays.column(kind, c) for kind, c in zip(_KINDS, zip(*specs, strict=True), strict=True)
+    ]
     params: dict[str, Any] = dict(zip(_COLUMN_PARAMS, columns, strict=True))
     params["now"] = now
+    arrays.register(conn)
     skipped = {row[0] for row in conn.execute(q("job_enqueue_many"), params).fetchall()}
     if not skipped:
         return [JobRef(s.id, s.name) for s in specs]
@@ -144,21 +148,19 @@ def job_enqueue_many(
     return refs
 
 
-# The array parameter of ``job_enqueue_many`` each EnqueueSpec field goes to, in field order.
+# The array parameter of ``job_enqueue_many`` each EnqueueSpec field goes to, and its element
+# type (``arrays.column``), in field order.
 _ARRAY_OF = {
-    "id": "ids", "name": "names", "queue": "queues", "input_json": "inputs",
-    "max_attempts": "max_attempts", "priority": "priorities",
-    "idempotency_key": "idempotency_keys", "run_at": "run_ats", "delay_s": "delays",
-    "expires_at": "expires_ats", "expires_in_s": "expires_ins", "tenant_id": "tenant_ids",
-    "traceparent": "traceparents", "enqueued_by": "enqueued_bys",
+    "id": ("ids", "uuid"), "name": ("names", "text"), "queue": ("queues", "text"),
+    "input_json": ("inputs", "text"), "max_attempts": ("max_attempts", "int4"),
+    "priority": ("priorities", "int2"), "idempotency_key": ("idempotency_keys", "text"),
+    "run_at": ("run_ats", "timestamptz"), "delay_s": ("delays", "float8"),
+    "expires_at": ("expires_ats", "timestamptz"), "expires_in_s": ("expires_ins", "float8"),
+    "tenant_id": ("tenant_ids", "text"), "traceparent": ("traceparents", "text"),
+    "enqueued_by": ("enqueued_bys", "text"),
 }  # fmt: skip
-_COLUMN_PARAMS = tuple(_ARRAY_OF[field] for field in EnqueueSpec._fields)
-
-
-def _column(values: tuple[Any, ...]) -> list[Any] | None:
-    """One field of every row, as the array it is sent as; a field no row sets is sent as NULL
-    (``unnest`` pads a missing array with nulls), which saves encoding and decoding n nulls."""
-    return None if values.count(None) == len(values) else list(values)
+_COLUMN_PARAMS = tuple(_ARRAY_OF[field][0] for field in EnqueueSpec._fields)
+_KINDS = tuple(_ARRAY_OF[field][1] for field in EnqueueSpec._fields)
 
 
 @dataclass(frozen=True, slots=True)
