@@ -25,6 +25,7 @@ from .db import connections
 from .db import jobs as driver
 from .db.jobs import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
+from .job import specs_of
 from .records import JobRef
 from .schema_access import ensure_schema
 
@@ -72,7 +73,7 @@ class Client:
         self, requests: Iterable[Any], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[JobRef]:
         """Enqueue ``job.call(...)`` requests in one statement (one transaction)."""
-        specs: Sequence[EnqueueSpec] = [r.spec() for r in requests]
+        specs: Sequence[EnqueueSpec] = specs_of(requests)
         now = self.clock.sql_now()
         if conn is not None:
             return driver.job_enqueue_many(conn, specs, now)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -31,12 +31,14 @@ from . import tracing, validation
 from .db import jobs as driver
 from .db.jobs import EnqueueSpec
 from .errors import ConfigError, ErrorCode
-from .ids import new_job_id
+from .ids import new_job_id, new_job_ids
 from .payload import encode_input
 from .records import JobRef
 from .retry import DEFAULT_BACKOFF_BASE_S, DEFAULT_BACKOFF_CAP_S, DEFAULT_MAX_ATTEMPTS, RetryPolicy
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from .client import Client
 
 
@@ -152,10 +154,16 @@ class EnqueueRequest:
     options: EnqueueOptions
 
     def spec(self) -> EnqueueSpec:
+        return self.spec_as(new_job_id(), tracing.current_traceparent)
+
+    def spec_as(self, job_id: UUID, context: Callable[[], str | None] | str | None) -> EnqueueSpec:
+        """The row under ``job_id``; ``context`` is the caller's trace context (or how to read
+        it), used when the options carry none."""
         d, o = self.definition, self.options
         expires_in = o.expires_in_s if o.expires_in_s is not None else d.expires_s
+        traceparent = o.traceparent or (context() if callable(context) else context)
         return EnqueueSpec(
-            id=new_job_id(),
+            id=job_id,
             name=d.name,
             queue=o.queue or d.queue,
             input_json=encode_input(self.args, self.kwargs, job_name=d.name),
@@ -167,9 +175,21 @@ class EnqueueRequest:
             expires_at=o.expires_at,
             expires_in_s=None if o.expires_at is not None else expires_in,
             tenant_id=o.tenant_id,
-            traceparent=o.traceparent or tracing.current_traceparent(),
+            traceparent=traceparent,
             enqueued_by=o.enqueued_by,
         )
+
+
+def specs_of(requests: Iterable[Any]) -> list[EnqueueSpec]:
+    """The rows of a batch (``client.enqueue_many``), each validated as ``spec()`` validates
+    one: ids from one read of the OS's randomness, the trace context read once (the whole batch
+    is built in the caller's one context). A request of another kind builds its own ``spec()``."""
+    batch = requests if isinstance(requests, list) else list(requests)
+    context = tracing.current_traceparent()
+    return [
+        r.spec_as(job_id, context) if type(r) is EnqueueRequest else r.spec()
+        for r, job_id in zip(batch, new_job_ids(len(batch)), strict=True)
+    ]
 
 
 class JobCall(Generic[P, R]):

@@ -22,6 +22,8 @@ from uuid import UUID
 
 import psycopg
 
+from ujobs_bridge.db import arrays
+
 from ..message_row import CeleryMessage
 from ..send_keys import NO_SENDER, SendKey
 from . import q
@@ -72,28 +74,41 @@ def enqueue_many(
     """Insert many messages in one statement, message i under ``keys[i]`` (None: no key; no
     ``keys``: none has one); messages whose key was taken are skipped. Returns the new job ids."""
     sent = list(keys) if keys is not None else [None] * len(messages)
-    params: dict[str, Any] = {
-        "task_ids": [m.task_id for m in messages],
-        "keyeds": [k is not None for k in sent],
-        "key_task_ids": [
-            m.task_id if k is None else k.task_id for m, k in zip(messages, sent, strict=True)
-        ],
-        "retries": [0 if k is None else k.retries for k in sent],
-        "nestings": [0 if k is None else k.nesting for k in sent],
-        "sent_bys": [NO_SENDER if k is None else k.sent_by for k in sent],
-        "ordinals": [0 if k is None else k.ordinal for k in sent],
-        "ids": [m.job_id for m in messages],
-        "names": [m.task for m in messages],
-        "queues": [m.queue for m in messages],
-        "inputs": list(inputs) if inputs is not None else [m.input_json() for m in messages],
-        "priorities": [m.priority for m in messages],
-        "run_ats": [m.eta for m in messages],
-        "traceparents": [m.headers.get("traceparent") or None for m in messages],
-        "max_attempts": max_attempts,
-        "revoked_reason": REVOKED_REASON,
-        "enqueued_by": "celery_compat",
-        "now": now,
+    columns: dict[str, tuple[str, list[Any]]] = {
+        "task_ids": ("text", [m.task_id for m in messages]),
+        "keyeds": ("bool", [k is not None for k in sent]),
+        "key_task_ids": (
+            "text",
+            [m.task_id if k is None else k.task_id for m, k in zip(messages, sent, strict=True)],
+        ),
+        "retries": ("int4", [0 if k is None else k.retries for k in sent]),
+        "nestings": ("int4", [0 if k is None else k.nesting for k in sent]),
+        "sent_bys": ("uuid", [NO_SENDER if k is None else k.sent_by for k in sent]),
+        "ordinals": ("int4", [0 if k is None else k.ordinal for k in sent]),
+        "ids": ("uuid", [m.job_id for m in messages]),
+        "names": ("text", [m.task for m in messages]),
+        "queues": ("text", [m.queue for m in messages]),
+        "inputs": (
+            "text",
+            list(inputs) if inputs is not None else [m.input_json() for m in messages],
+        ),
+        "priorities": ("int2", [m.priority for m in messages]),
+        "run_ats": ("timestamptz", [m.eta for m in messages]),
+        "traceparents": ("text", [m.headers.get("traceparent") or None for m in messages]),
     }
+    # The arrays as the engine's batch insert sends them (a shared value once, text and uuid
+    # columns joined); ``[]`` for an empty batch, which unnests to no row.
+    params: dict[str, Any] = {
+        name: arrays.column(kind, tuple(values)) if values else values
+        for name, (kind, values) in columns.items()
+    }
+    params.update(
+        max_attempts=max_attempts,
+        revoked_reason=REVOKED_REASON,
+        enqueued_by="celery_compat",
+        now=now,
+    )
+    arrays.register(conn)
     return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
 
 

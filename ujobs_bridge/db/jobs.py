@@ -25,6 +25,7 @@ from psycopg.types.json import set_json_loads
 
 from ..errors import JobStateError
 from ..records import ClaimedJob, JobRecord, JobRef, JobState, QueueStat, Settlement
+from . import arrays
 from .sql import q
 
 Conn = psycopg.Connection[Any]
@@ -133,33 +134,39 @@ def job_enqueue_many(
     """One statement for the whole batch; keys already live answer with their existing job."""
     if not specs:
         return []
-    params: dict[str, Any] = {
-        "ids": [s.id for s in specs],
-        "names": [s.name for s in specs],
-        "queues": [s.queue for s in specs],
-        "inputs": [s.input_json for s in specs],
-        "idempotency_keys": [s.idempotency_key for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
-        "priorities": [s.priority for s in specs],
-        "run_ats": [s.run_at for s in specs],
-        "delays": [s.delay_s for s in specs],
-        "expires_ats": [s.expires_at for s in specs],
-        "expires_ins": [s.expires_in_s for s in specs],
-        "tenant_ids": [s.tenant_id for s in specs],
-        "traceparents": [s.traceparent for s in specs],
-        "enqueued_bys": [s.enqueued_by for s in specs],
-        "now": now,
-    }
-    inserted = {row[0] for row in conn.execute(q("job_enqueue_many"), params).fetchall()}
+    columns = [
+        arrays.column(kind, c) for kind, c in zip(_KINDS, zip(*specs, strict=True), strict=True)
+    ]
+    params: dict[str, Any] = dict(zip(_COLUMN_PARAMS, columns, strict=True))
+    params["now"] = now
+    arrays.register(conn)
+    skipped = {row[0] for row in conn.execute(q("job_enqueue_many"), params).fetchall()}
+    if not skipped:
+        return [JobRef(s.id, s.name) for s in specs]
     refs: list[JobRef] = []
     for spec in specs:
-        if spec.id in inserted:
+        if spec.id not in skipped:
             refs.append(JobRef(spec.id, spec.name))
         elif spec.idempotency_key is None:
             raise _id_taken(spec)
         else:
             refs.append(job_enqueue(conn, spec, now))
     return refs
+
+
+# The array parameter of ``job_enqueue_many`` each EnqueueSpec field goes to, and its element
+# type (``arrays.column``), in field order.
+_ARRAY_OF = {
+    "id": ("ids", "uuid"), "name": ("names", "text"), "queue": ("queues", "text"),
+    "input_json": ("inputs", "text"), "max_attempts": ("max_attempts", "int4"),
+    "priority": ("priorities", "int2"), "idempotency_key": ("idempotency_keys", "text"),
+    "run_at": ("run_ats", "timestamptz"), "delay_s": ("delays", "float8"),
+    "expires_at": ("expires_ats", "timestamptz"), "expires_in_s": ("expires_ins", "float8"),
+    "tenant_id": ("tenant_ids", "text"), "traceparent": ("traceparents", "text"),
+    "enqueued_by": ("enqueued_bys", "text"),
+}  # fmt: skip
+_COLUMN_PARAMS = tuple(_ARRAY_OF[field][0] for field in EnqueueSpec._fields)
+_KINDS = tuple(_ARRAY_OF[field][1] for field in EnqueueSpec._fields)
 
 
 @dataclass(frozen=True, slots=True)

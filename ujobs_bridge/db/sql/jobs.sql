@@ -16,14 +16,22 @@ select id
                      array[%(enqueued_by)s::text], null) as id
 
 -- job_enqueue_many --
--- The whole batch as parallel binary arrays, through the one insert (x_jobs_insert).
-select id
-  from x_jobs_insert(%(now)s, %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
-                     %(inputs)b::text[], %(idempotency_keys)b::text[], %(max_attempts)b::int[],
-                     %(priorities)b::smallint[], %(run_ats)b::timestamptz[], %(delays)b::float8[],
-                     %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
-                     %(tenant_ids)b::text[], %(traceparents)b::text[], %(enqueued_bys)b::text[],
-                     null) as id
+-- The whole batch as parallel binary arrays, through the one insert (x_jobs_insert). A field no
+-- row sets comes as NULL (unnest pads it with nulls). Answers the ids it did NOT insert (a live
+-- job holds the key, or the id exists): usually none, so the batch's ids do not travel back.
+with inserted as materialized (
+    select id
+      from x_jobs_insert(%(now)s, %(ids)b::uuid[], %(names)b::text[], %(queues)b::text[],
+                         %(inputs)b::text[], %(idempotency_keys)b::text[],
+                         %(max_attempts)b::int[], %(priorities)b::smallint[],
+                         %(run_ats)b::timestamptz[], %(delays)b::float8[],
+                         %(expires_ats)b::timestamptz[], %(expires_ins)b::float8[],
+                         %(tenant_ids)b::text[], %(traceparents)b::text[],
+                         %(enqueued_bys)b::text[], null) as id
+)
+select batch.id
+  from unnest(%(ids)b::uuid[]) as batch (id)
+ where not exists (select 1 from inserted where inserted.id = batch.id)
 
 -- job_get_live_by_key --
 select id from x_jobs where live_key = %(idempotency_key)s
