@@ -744,3 +744,28 @@ def test_a_shared_connection_runs_one_users_block_at_a_time(dsn: str) -> None:
     thread.join(10)
     assert seen == [psycopg.pq.TransactionStatus.IDLE]
     shared.close()
+
+
+def test_packed_arrays_are_read_by_the_server_as_the_lists_they_pack(db: Any) -> None:
+    """``arrays``: what ``enqueue_many`` sends instead of psycopg's per-element dumping arrives
+    as the same array (NULLs, non-ASCII text, repeated elements, and a column left to psycopg)."""
+    from ujobs_bridge.db import arrays
+
+    arrays.register(db)
+    ids = [uuid.uuid4() for _ in range(3)]
+    row = db.execute(
+        "select %(t)b::text[], %(u)b::uuid[], %(r)b::int[], %(f)b::float8[], %(n)s::int[],"
+        " %(s)b::smallint[], %(mixed)s::int[]",
+        {
+            "t": arrays.texts(["a", None, "ünï"]),
+            "u": arrays.uuids(ids),
+            "r": arrays.repeated(arrays.INT4, 7, 3),
+            "f": arrays.column("float8", (1.5, 1.5)),
+            "n": arrays.column("int4", (None, None)),
+            "s": arrays.column("int2", (3, 3)),
+            "mixed": arrays.column("int4", (1, 2)),
+        },
+    ).fetchone()
+    assert row == (["a", None, "ünï"], ids, [7, 7, 7], [1.5, 1.5], None, [3, 3], [1, 2])
+    assert isinstance(arrays.column("text", ("x", "y")), arrays.Packed)
+    assert isinstance(arrays.column("uuid", tuple(ids)), arrays.Packed)

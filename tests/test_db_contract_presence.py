@@ -36,9 +36,11 @@ def test_a_node_lives_while_renewed_and_is_reaped_once_expired(db: psycopg.Conne
     (one, _two) = nodes.nodes_live(db, T0 + timedelta(seconds=10))
     assert (one.name, one.queues, one.info) == ("celery@h", ["a", "b"], {"registered": ["t"]})
     assert nodes.nodes_per_queue(db, T0) == {"a": 1, "b": 2}
+    assert nodes.nodes_fleet(db, T0) == 2
     assert nodes.node_heartbeat(db, spec(concurrency=5), 30.0, T0 + timedelta(seconds=20))
     at_40 = T0 + timedelta(seconds=40)
     assert [(n.name, n.concurrency) for n in nodes.nodes_live(db, at_40)] == [("celery@h", 5)]
+    assert nodes.nodes_fleet(db, at_40) == 1  # w2's expired row is not counted, reaped or not
     assert nodes.node_reap(db, at_40) == ["w2@h"]
     assert not nodes.node_heartbeat(db, spec("h:2:b", "w2@h"), 30.0, at_40)  # gone: register again
     assert nodes.node_delete(db, "h:1:a") and not nodes.node_delete(db, "h:1:a")
