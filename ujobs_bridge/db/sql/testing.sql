@@ -44,7 +44,7 @@ $$
 -- testing_job_claim --
 -- ONE job, by id, claimed with exactly the columns job_claim sets (state, attempt counted,
 -- deliveries, lease token and expiry, claimed_by, the x_job_leases row with its worker and
--- time; not the pick-up latency counts), whatever its queue,
+-- time, the pick-up latency counts), whatever its queue,
 -- priority or run_at:
 -- ``perform`` runs the job it just inserted, not whichever job is first in line.
 with picked as materialized (
@@ -62,10 +62,22 @@ with picked as materialized (
      where j.id = picked.id
     returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-              j.deliveries, j.traceparent, j.run_at
+              j.deliveries, j.traceparent, j.run_at,
+              greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
+                  as wait_s
 ), leased as (
     insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
     select id, lease_token, %(worker)s, now(), attempt from claimed
+), timed as (
+    insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
+    select date_trunc('minute', now()), queue, pg_backend_pid(), count(*), sum(wait_s),
+           max(wait_s)
+      from claimed
+     group by queue
+    on conflict (minute, queue, backend)
+    do update set picked = c.picked + excluded.picked,
+                  wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
+                  wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
 select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
        traceparent, run_at
