@@ -769,3 +769,42 @@ def test_packed_arrays_are_read_by_the_server_as_the_lists_they_pack(db: Any) ->
     assert row == (["a", None, "ünï"], ids, [7, 7, 7], [1.5, 1.5], None, [3, 3], [1, 2])
     assert isinstance(arrays.column("text", ("x", "y")), arrays.Packed)
     assert isinstance(arrays.column("uuid", tuple(ids)), arrays.Packed)
+
+
+def test_one_row_and_a_batch_insert_the_same_columns(db: Any) -> None:
+    """``x_jobs_insert`` takes a single row by its own branch (0017): every column it writes,
+    the wake-up and a taken key's answer match the set-based insert of a batch."""
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    shapes: list[dict[str, Any]] = [
+        {"delay_s": 30.0, "expires_in_s": 60.0, "priority": 3, "tenant_id": "t1",
+         "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "enqueued_by": "contract"},
+        {"run_at": now + timedelta(hours=1), "expires_at": now + timedelta(days=1),
+         "idempotency_key": "one-or-many"},
+    ]  # fmt: skip
+    columns = (
+        "name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at, state,"
+        " last_error, finished_at, tenant_id, traceparent, enqueued_by, claimable, live_key"
+    )
+
+    def row(job_id: uuid.UUID) -> tuple[Any, ...]:
+        found = db.execute(f"select {columns} from x_jobs where id = %s", (job_id,)).fetchone()
+        assert found is not None
+        return tuple(found)
+
+    db.execute("listen x_jobs_ready")
+    for shape in shapes:
+        alone = spec(**shape)
+        assert not driver.job_enqueue_many(db, [alone], now)[0].existing
+        alone_row = row(alone.id)
+        if shape.get("idempotency_key"):  # free the key for the batch
+            db.execute("update x_jobs set state = 'done' where id = %s", (alone.id,))
+        batch = [spec(**shape), spec()]
+        assert not any(ref.existing for ref in driver.job_enqueue_many(db, batch, now))
+        batch_row = row(batch[0].id)
+        assert alone_row == batch_row
+    notified = [n.payload for n in db.notifies(timeout=0.5, stop_after=4)]
+    assert notified and set(notified) == {"contract"}
+    taken = spec(idempotency_key="one-or-many")
+    (answer,) = driver.job_enqueue_many(db, [taken], now)  # the live key answers, as in a batch
+    assert answer.existing and answer.id != taken.id
+    assert db.execute("select count(*) from x_jobs where id = %s", (taken.id,)).fetchone() == (0,)
