@@ -109,6 +109,8 @@ def publish_and_drain(dsn: str, queue: str) -> dict[str, int]:
         key = "secrets" if e["task"] == "migrate_proj.secret_thing" else e["reason"]
         ids[key] = e["id"]
     assert set(ids) == {"unknown_task", "malformed", "secrets"}, listed
+    for secret in SECRETS:  # the listing's details are redacted too
+        assert secret not in json.dumps(listed), secret
     return ids
 
 

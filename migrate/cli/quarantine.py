@@ -67,7 +67,8 @@ def ls(
         found = store.entries(conn, include_resolved=include_resolved, reason=reason, limit=limit)
         counts = store.open_counts(conn)
     if as_json:
-        print_json({"entries": [e.as_json() for e in found], "open_by_reason": counts})
+        listed = [e.as_json() | {"detail": redact_text(e.detail)} for e in found]
+        print_json({"entries": listed, "open_by_reason": counts})
         return
     table = Table(title=Text(f"{len(found)} quarantined message(s)"))
     for col in (
@@ -206,7 +207,7 @@ def retry(
                 "job_id": str(outcome.job_id) if outcome.job_id else None,
                 "duplicate": outcome.duplicate,
                 "reason": outcome.poison.reason if outcome.poison else None,
-                "detail": outcome.poison.detail if outcome.poison else None,
+                "detail": redact_text(outcome.poison.detail) if outcome.poison else None,
             }
         )
     elif outcome.ok:
@@ -221,7 +222,8 @@ def retry(
     else:
         assert outcome.poison is not None
         click.echo(
-            f"still quarantined {entry_id}: {outcome.poison.reason}: {outcome.poison.detail}"
+            f"still quarantined {entry_id}: {outcome.poison.reason}: "
+            f"{redact_text(outcome.poison.detail)}"
         )
     if not outcome.ok:
         sys.exit(1)
