@@ -104,7 +104,9 @@ def effects(db: Db, phase: str, key: str | None = None) -> list[dict[str, Any]]:
 
 
 def open_gate(db: Db, name: str) -> None:
+    """The gate row, and a NOTIFY for bodies blocked on it (``wedge_jobs.hangs``)."""
     db.execute("insert into test_gates (name) values (%s) on conflict do nothing", (name,))
+    db.execute("select pg_notify('test_gates', %s)", (name,))
 
 
 def lease_ran_out(db: Db, job_id: Any) -> bool:

@@ -3,15 +3,15 @@ signal, raise ``SystemExit`` / ``KeyboardInterrupt``, or kill their own pool chi
 
 Why it exists: ``test_worker_wedges.py`` runs them in real worker subprocesses and asserts that
 the worker goes on (issue 13, faults 3, 6 and 7). Every body records its progress in the effect
-ledger (``test_effects``, see ``fault_jobs.record``); a hung body waits for a gate row with plain
-``time.sleep`` (never ``current_job().wait``), so no signal of the attempt reaches it.
+ledger (``test_effects``, see ``fault_jobs.record``); a hung body blocks on a LISTEN for its gate
+(``open_gate`` inserts the row and notifies), never on ``current_job().wait``, so no signal of
+the attempt reaches it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
 
 from apps.fault_jobs import _db, hold, record
@@ -29,8 +29,12 @@ def _gate_open(gate: str) -> bool:
 def hangs(key: str, gate: str) -> str:
     """Record 'start', then block (ignoring the attempt's signal) until ``gate`` opens."""
     record(key, "start")
-    while not _gate_open(gate):
-        time.sleep(0.05)
+    with _db() as conn:
+        conn.execute("listen test_gates")  # before the check: an opening in between is queued
+        while not _gate_open(gate):
+            # blocks on the socket until a gate opens; the timeout only re-checks the row
+            for _ in conn.notifies(timeout=5, stop_after=1):
+                pass
     record(key, "end")
     return key
 
