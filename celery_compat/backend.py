@@ -112,6 +112,16 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         k, v, ttl = bytes_to_str(key), bytes_to_str(value), self._ttl()
         stored(self.client, lambda conn: result_store.result_set(conn, k, v, ttl))
 
+    def _set_with_state(self, key: Any, value: Any, state: Any) -> None:
+        if not getattr(self._local, "storing", False):  # a group's result: a plain write
+            self.set(key, value)
+            return
+        # A task result: the statement itself refuses to replace a stored SUCCESS. Celery's
+        # guard in _store_result reads first, so two runs of one task id (a replayed message
+        # whose re-send already ran) could otherwise write RETRY over SUCCESS in between.
+        k, v, ttl, status = bytes_to_str(key), bytes_to_str(value), self._ttl(), str(state)
+        stored(self.client, lambda conn: result_store.result_set(conn, k, v, ttl, status=status))
+
     def delete(self, key: Any) -> None:
         k = bytes_to_str(key)
         stored(self.client, lambda conn: result_store.result_delete(conn, k))

@@ -4,6 +4,8 @@ expiry, time limits, track_started, Reject, get() inside a task, and ``self.requ
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -264,3 +266,47 @@ def test_result_extended_stores_name_args_kwargs_queue_and_worker(app: Any, dsn:
     with worker(app, dsn):
         assert plain.get(timeout=10) == 2
     assert AsyncResult(plain.id, app=app).name is None  # not extended: as in Celery
+
+
+def test_a_late_retry_write_never_replaces_a_stored_success(app: Any, dsn: str) -> None:
+    """Two runs of one task id (a replayed message whose re-send already ran): the replay read
+    RETRY, then the re-send stored SUCCESS, then the replay writes RETRY. Celery's guard is a
+    read then a write; the stored SUCCESS must stay, or get() waits forever."""
+    tid = uuid()
+    app.backend.store_result(tid, None, states.RETRY)  # the first run's retry
+    key = app.backend.get_key_for_task(tid).decode()
+    success = json.dumps(
+        {
+            "status": "SUCCESS",
+            "result": 42,
+            "traceback": None,
+            "children": [],
+            "date_done": None,
+            "task_id": tid,
+        }
+    )
+    with psycopg.connect(dsn) as other:  # the re-send's worker, mid-commit of its SUCCESS
+        other.execute(
+            "update x_celery_results set value = %s, status = 'SUCCESS' where key = %s",
+            (success, key),
+        )
+        late = threading.Thread(
+            target=app.backend.store_result, args=(tid, None, states.RETRY), daemon=True
+        )
+        late.start()  # reads RETRY (the other write is uncommitted), then waits on the row
+
+        def waiting_on_the_row() -> bool:
+            with psycopg.connect(dsn, autocommit=True) as probe:
+                row = probe.execute(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                    " and query like %s",
+                    ("%x_celery_results%",),
+                ).fetchone()
+            return bool(row and row[0])
+
+        wait_for(waiting_on_the_row, timeout=30, what="the late RETRY write to wait")
+        other.commit()
+    late.join(timeout=30)
+    assert not late.is_alive()
+    stored = AsyncResult(tid, app=app)
+    assert (stored.state, stored.get(timeout=5)) == (states.SUCCESS, 42)

@@ -30,9 +30,17 @@ def result_mget(conn: Conn, keys: Sequence[str], now: datetime | None = None) ->
 
 
 def result_set(
-    conn: Conn, key: str, value: str, ttl_s: float | None, now: datetime | None = None
-) -> None:
-    conn.execute(q("celery_result_set"), {"key": key, "value": value, "ttl_s": ttl_s, "now": now})
+    conn: Conn,
+    key: str,
+    value: str,
+    ttl_s: float | None,
+    now: datetime | None = None,
+    status: str | None = None,
+) -> bool:
+    """Store ``value`` under ``key``; ``status``: the state of a task result, whose write leaves
+    a stored SUCCESS in place. False when it did (nothing written, nobody woken)."""
+    params = {"key": key, "value": value, "ttl_s": ttl_s, "now": now, "status": status}
+    return conn.execute(q("celery_result_set"), params).fetchone() is not None
 
 
 def result_delete(conn: Conn, key: str) -> None:

@@ -107,14 +107,18 @@ select key, value from x_celery_results
  where key = any(%(keys)s::text[]) and (expires_at is null or expires_at > coalesce(%(now)s, now()))
 
 -- celery_result_set --
+-- %(status)s: a task result's state (its write never replaces a stored SUCCESS, as Celery's
+-- own read-then-write guard intends, but atomically); NULL for keys that are not task results.
 with saved as (
-    insert into x_celery_results (key, value, expires_at, updated_at)
+    insert into x_celery_results (key, value, expires_at, updated_at, status)
     values (%(key)s, %(value)s,
             case when %(ttl_s)s::float8 is null then null
                  else coalesce(%(now)s, now()) + make_interval(secs => %(ttl_s)s::float8) end,
-            now())
+            now(), %(status)s::text)
     on conflict (key) do update
-        set value = excluded.value, expires_at = excluded.expires_at, updated_at = now()
+        set value = excluded.value, expires_at = excluded.expires_at, updated_at = now(),
+            status = excluded.status
+        where excluded.status is null or x_celery_results.status is distinct from 'SUCCESS'
     returning key
 )
 select pg_notify('x_celery_results', key) from saved
