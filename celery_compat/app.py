@@ -105,7 +105,9 @@ class Celery(celery.Celery):  # type: ignore[misc]
     def producer_or_acquire(self, producer: Any = None) -> Iterator[Any]:
         if producer is not None:
             yield producer
-        else:
+            return
+        # Acquired for several sends (a group's): they are written together when it exits.
+        with self.amqp.gathered():
             yield BRIDGE_PRODUCER
 
     def send_task(self, name: str, args: Any = None, kwargs: Any = None, **options: Any) -> Any:

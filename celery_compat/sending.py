@@ -30,7 +30,14 @@ from . import send_keys, task_events
 from .db import message_jobs
 from .message_row import CeleryMessage
 from .queue_names import bridge_queue
-from .transaction import batch_hold, current_connection
+from .transaction import (
+    Held,
+    batch_hold,
+    current_connection,
+    gather_hold,
+    gathered_sends,
+    write_held,
+)
 
 
 class _NoBrokerConnection:
@@ -234,7 +241,17 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return
         if conn is not None and batch_hold(row, payload, self.max_attempts(), key):
             return  # enqueue_in(batch=True): written in one statement when the block exits
+        if conn is None and gather_hold(row, payload, self.max_attempts(), key):
+            return  # a group's send: written together when its producer block exits
         self.insert_now(row, conn, payload=payload, key=key)
+
+    def gathered(self) -> contextlib.AbstractContextManager[None]:
+        """The sends of this block (a group's) are written together, through the pool."""
+        return gathered_sends(self._write_gathered)
+
+    def _write_gathered(self, held: list[Held]) -> None:
+        with self.app.ujobs_client.pool.connection() as pooled, pooled.transaction():
+            write_held(pooled, held)
 
     def max_attempts(self) -> int:
         return int(conf_value(self.app.conf, "ujobs_max_deliveries") or 3)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from celery import chain, chord, group
 from celery.exceptions import ChordError
-from celery.result import GroupResult
+from celery.result import AsyncResult, GroupResult
 
 from apps import celery_tasks as t
 from apps.celery_harness import (
@@ -142,10 +142,18 @@ def test_add_to_chord_grows_the_running_chord_and_the_body_gets_the_added_parts(
 def test_a_generator_header_is_sent_as_it_is_consumed_and_the_body_runs_once(
     run: Any, dsn: str
 ) -> None:
+    first = t.add.s(0, 0)
+    first_id = first.freeze().id
+
     def header() -> Iterator[Any]:
-        for i in range(4):
+        yield first
+        for i in range(1, 4):
             if i == 3:  # celery #3021: the first part ran before the header was spent
-                wait_for(lambda: t.RAN["add"] >= 1, timeout=10, what="a header part to run")
+                wait_for(
+                    lambda: AsyncResult(first_id, app=t.app).ready(),
+                    timeout=10,
+                    what="a header part to run",
+                )
             yield t.add.s(i, i)
 
     r = chord(header())(t.tsum.s())

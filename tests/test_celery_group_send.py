@@ -1,0 +1,72 @@
+"""A Celery group's send on the bridge: its messages are written together (a commit per chunk,
+not a commit per message, which made a group of 1,000 wait out 1,000 flushes), every row is
+durable when ``apply_async`` returns, and a group one of whose members cannot be encoded leaves
+nothing to run. Inside the caller's transaction (``enqueue_in``) a group rides that transaction
+as before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from celery import group
+from kombu.exceptions import EncodeError
+
+from apps import celery_tasks as t
+from apps.celery_harness import (
+    bound,
+    celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
+    worker,
+)
+from celery_compat import enqueue_in, transaction
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[Any]:
+    t.reset()
+    with bound(t.app, dsn):
+        yield t.app
+
+
+def written(dsn: str) -> tuple[int, int]:
+    """(rows, distinct transactions that wrote them), read before any worker touched them."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select count(*), count(distinct xmin::text) from x_jobs").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_group_is_written_in_one_commit_and_runs(app: Any, dsn: str) -> None:
+    result = group(t.identity.s(i) for i in range(40)).apply_async()
+    assert written(dsn) == (40, 1)  # all there when apply_async returned, in one transaction
+    with worker(app, dsn, concurrency=4):
+        assert result.get(timeout=30) == list(range(40))
+
+
+def test_a_large_group_commits_once_per_chunk(
+    app: Any, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transaction, "GATHER_CHUNK", 10)
+    result = group(t.identity.s(i) for i in range(25)).apply_async()
+    assert written(dsn) == (25, 3)
+    with worker(app, dsn, concurrency=4):
+        assert result.get(timeout=30) == list(range(25))
+
+
+def test_a_group_with_a_member_that_cannot_be_encoded_sends_nothing(app: Any, dsn: str) -> None:
+    with pytest.raises(EncodeError):
+        group(t.identity.s(1), t.identity.s(object()), t.identity.s(3)).apply_async()
+    assert written(dsn) == (0, 0)
+    assert t.identity.delay(7).id  # the app sends as before afterwards
+    assert written(dsn) == (1, 1)
+
+
+def test_a_group_inside_the_callers_transaction_rolls_back_with_it(app: Any, dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        with enqueue_in(conn):
+            group(t.identity.s(i) for i in range(5)).apply_async()
+        assert written(dsn) == (0, 0)  # not committed yet
+        conn.rollback()
+    assert written(dsn) == (0, 0)
