@@ -103,51 +103,43 @@ def _steer(
         click.echo(f"{PAST[action]} {changed} job(s){rest}")
 
 
-@click.command()
-@click.argument("job_id", metavar="[ID]", required=False)
-@_filter_options
-@APP
-@dsn_option
-@json_option
-def cancel(
-    job_id: str | None,
-    queue: str | None,
-    name: str | None,
-    state: str | None,
-    task_id: str | None,
-    yes: bool,
-    app_spec: str | None,
-    dsn: str | None,
-    as_json: bool,
-) -> None:
-    """Cancel a live job (ID: a job id or a Celery task id), or every live job matching
-    --queue/--name/--state/--task-id (asks first unless --yes); running bodies are signalled."""
-    _steer(
-        "cancel", job_id, CANCELLABLE, queue=queue, name=name, state=state, task_id=task_id,
-        yes=yes, app_spec=app_spec, dsn=dsn, as_json=as_json,
-    )  # fmt: skip
+def _steer_command(action: str, states: tuple[str, ...], help_text: str) -> click.Command:
+    """``cancel`` and ``requeue``: the same arguments, options and steering, one action each."""
+
+    @click.command(name=action, help=help_text)
+    @click.argument("job_id", metavar="[ID]", required=False)
+    @_filter_options
+    @APP
+    @dsn_option
+    @json_option
+    def command(
+        job_id: str | None,
+        queue: str | None,
+        name: str | None,
+        state: str | None,
+        task_id: str | None,
+        yes: bool,
+        app_spec: str | None,
+        dsn: str | None,
+        as_json: bool,
+    ) -> None:
+        _steer(
+            action, job_id, states, queue=queue, name=name, state=state, task_id=task_id,
+            yes=yes, app_spec=app_spec, dsn=dsn, as_json=as_json,
+        )  # fmt: skip
+
+    return command
 
 
-@click.command()
-@click.argument("job_id", metavar="[ID]", required=False)
-@_filter_options
-@APP
-@dsn_option
-@json_option
-def requeue(
-    job_id: str | None,
-    queue: str | None,
-    name: str | None,
-    state: str | None,
-    task_id: str | None,
-    yes: bool,
-    app_spec: str | None,
-    dsn: str | None,
-    as_json: bool,
-) -> None:
-    """Give a dead or cancelled job (or every one matching the filters; asks first unless
-    --yes) a fresh set of attempts, due now."""
-    _steer(
-        "requeue", job_id, REQUEUEABLE, queue=queue, name=name, state=state, task_id=task_id,
-        yes=yes, app_spec=app_spec, dsn=dsn, as_json=as_json,
-    )  # fmt: skip
+cancel = _steer_command(
+    "cancel",
+    CANCELLABLE,
+    "Cancel a live job (ID: a job id or a Celery task id), or every live job matching "
+    "--queue/--name/--state/--task-id (asks first unless --yes); running bodies are signalled.",
+)
+requeue = _steer_command(
+    "requeue",
+    REQUEUEABLE,
+    "Give a dead or cancelled job (or every one matching the filters; asks first unless "
+    "--yes) a fresh set of attempts, due now.",
+)
