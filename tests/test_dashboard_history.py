@@ -30,6 +30,7 @@ from ujobs_bridge.client import Client
 from ujobs_bridge.dashboard.views import latency_text
 from ujobs_bridge.db import bulk, retention
 from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.records import JobState, Settlement
 from ujobs_bridge.testing import run_until_idle
 from ujobs_bridge.worker import Worker, WorkerConfig
 
@@ -247,3 +248,28 @@ def test_a_rescued_attempt_is_recorded_lost_and_attempts_go_with_their_job(
     retention.purge_jobs(db, retention.PurgeBatch(datetime.now(UTC) - timedelta(days=7), 100))
     assert db.execute("select count(*) from x_jobs").fetchone() == (0,)
     assert db.execute("select count(*) from x_job_attempts").fetchone() == (0,)
+
+
+def test_a_cancelled_running_attempt_is_recorded_and_its_late_settle_adds_nothing(
+    client: Client, db: psycopg.Connection[Any]
+) -> None:
+    one = quick.configure(client=client).enqueue(1)
+    two = quick.configure(client=client).enqueue(2)
+    waiting = quick.configure(client=client).enqueue(3)
+    token = uuid.uuid4()
+    claim = driver.ClaimParams("history", [quick.name], 2, token, 30, "busy-worker")
+    assert {c.id for c in driver.job_claim(db, claim)} == {one.id, two.id}
+    assert driver.job_cancel(db, one.id, "UJ_JOB_CANCELLED: by hand")
+    assert bulk.job_cancel_matching(db, bulk.JobFilter(ids=[two.id, waiting.id]), "bulk") == 2
+    recorded = db.execute(
+        "select job_id, attempt, worker, outcome, error, claimed_at is not null"
+        " from x_job_attempts order by error"
+    ).fetchall()
+    assert recorded == [  # the never-claimed job had no attempt to record
+        (one.id, 1, "busy-worker", "cancelled", "UJ_JOB_CANCELLED: by hand", True),
+        (two.id, 1, "busy-worker", "cancelled", "bulk", True),
+    ]
+    assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
+    late = Settlement(one.id, token, JobState.DONE, output_json="1")
+    assert driver.job_settle(db, [late], None) == set()  # fenced: the cancel ended the attempt
+    assert db.execute("select count(*) from x_job_attempts").fetchone() == (2,)

@@ -222,12 +222,32 @@ update x_jobs as j
 returning j.id
 
 -- job_cancel --
-with target as (
-    update x_jobs
+-- A running job's cancel ends its attempt: the lease row goes and the attempt is appended to
+-- x_job_attempts as `cancelled` (the body's own settle is fenced by then and records nothing).
+with old as materialized (
+    select id, lease_token, attempt from x_jobs
+     where id = %(id)s and state in ('ready', 'running', 'sleeping', 'waiting')
+       for update
+), target as (
+    update x_jobs as j
        set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
            last_error = %(error)s, updated_at = now(), finished_at = now()
-     where id = %(id)s and state in ('ready', 'running', 'sleeping', 'waiting')
-    returning id
+      from old
+     where j.id = old.id
+    returning j.id, j.updated_at
+), released as (
+    delete from x_job_leases as l using old
+     where l.job_id = old.id and l.token = old.lease_token
+    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+), attempted as (
+    insert into x_job_attempts
+        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+    select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+           t.updated_at, 'cancelled', %(error)s
+      from released as r
+      join target as t on t.id = r.job_id
+      join old as o on o.id = r.job_id
+    on conflict do nothing
 )
 select id, pg_notify('x_jobs_cancel', id::text) from target
 
@@ -288,17 +308,35 @@ select count(*)
 
 -- job_cancel_matching --
 -- Every live row matching the filter, cancelled as `job_cancel` does (a running body is
--- signalled through x_jobs_cancel); the count of rows cancelled.
-with target as (
-    update x_jobs
-       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
-           last_error = %(error)s, updated_at = now(), finished_at = now()
+-- signalled through x_jobs_cancel, its attempt recorded `cancelled`); the count cancelled.
+with old as materialized (
+    select id, lease_token, attempt from x_jobs
      where state in ('ready', 'running', 'sleeping', 'waiting')
        and (%(state)s::text is null or state = %(state)s)
        and (%(queue)s::text is null or queue = %(queue)s)
        and (%(name_like)s::text is null or name like %(name_like)s)
        and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
-    returning id
+       for update
+), target as (
+    update x_jobs as j
+       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
+           last_error = %(error)s, updated_at = now(), finished_at = now()
+      from old
+     where j.id = old.id
+    returning j.id, j.updated_at
+), released as (
+    delete from x_job_leases as l using old
+     where l.job_id = old.id and l.token = old.lease_token
+    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+), attempted as (
+    insert into x_job_attempts
+        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+    select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+           t.updated_at, 'cancelled', %(error)s
+      from released as r
+      join target as t on t.id = r.job_id
+      join old as o on o.id = r.job_id
+    on conflict do nothing
 ), notified as (
     select pg_notify('x_jobs_cancel', id::text) from target
 )
