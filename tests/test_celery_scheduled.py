@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from test_celery_control import W1, W2, CeleryWorker, celery, live
 
@@ -27,8 +26,18 @@ from ujobs_bridge.db import nodes
 
 pytestmark = [pytest.mark.timeout(180)]
 
-INFO_KEYS = {"id", "name", "args", "kwargs", "type", "hostname", "time_start", "acknowledged",
-             "delivery_info", "worker_pid"}  # fmt: skip  (Celery's Request.info())
+INFO_KEYS = {
+    "id",
+    "name",
+    "args",
+    "kwargs",
+    "type",
+    "hostname",
+    "time_start",
+    "acknowledged",
+    "delivery_info",
+    "worker_pid",
+}  # fmt: skip  (Celery's Request.info())
 
 
 def _node(worker_id: str, queues: list[str]) -> nodes.NodeSpec:
@@ -65,7 +74,9 @@ def test_the_statement_names_one_reporting_node_per_queue_and_pages_by_keyset(ds
             assert [r.queue for r in page("w-b", ["a", "b"], limit=100)] == ["b"]
             assert len(page("w-a", ["a", "c"], limit=100)) == 6
             # an expired node reports nothing: the next one in order does
-            nodes.node_register(conn, _node("w-0", ["a"]), 60, datetime.now(UTC) - timedelta(hours=1))
+            nodes.node_register(
+                conn, _node("w-0", ["a"]), 60, datetime.now(UTC) - timedelta(hours=1)
+            )
             assert len(page("w-b", ["a", "b"], limit=100)) == 1
             assert len(page("w-a", ["a"], limit=100)) == 6
             # in an hour and a second, they are all due: nothing is scheduled any more
