@@ -54,5 +54,7 @@ def scheduled(
         "after_run_at": after[0] if after else None,
         "after_id": after[1] if after else None,
     }
-    rows = conn.execute(q("celery_scheduled"), params).fetchall()
+    with conn.transaction():
+        conn.execute(q("celery_scheduled_without_jit"))
+        rows = conn.execute(q("celery_scheduled"), params).fetchall()
     return [ScheduledRow(r[0], r[1], r[2], int(r[3]), r[4], int(r[5]), r[6]) for r in rows]

@@ -1,5 +1,11 @@
 -- celery_compat: `inspect scheduled` from the job rows that wait for a future time.
 
+-- celery_scheduled_without_jit --
+-- For the transaction of celery_scheduled: its estimate (a recursive scan the planner cannot
+-- size: ~100 levels of a few hundred rows) passes jit_above_cost, and compiling it costs ~25 ms
+-- against ~5 ms of work.
+select set_config('jit', 'off', true)
+
 -- celery_scheduled --
 -- The messages waiting for a future run_at (an eta/countdown, a retry's countdown, a snooze)
 -- on the queues %(queues)s of the worker %(worker_id)s, that this worker reports: each queue is
