@@ -52,6 +52,7 @@ def test_the_statement_names_one_reporting_node_per_queue_and_pages_by_keyset(ds
         capp.add.delay(0, 0)  # due now: reserved or ready, not scheduled
         capp.mul.apply_async((2, 2), countdown=3600)  # queue b
         with client.pool.connection() as conn:
+            nodes.node_register(conn, _node("w-b", ["a", "b"]), 60, None)
 
             def page(worker_id: str, queues: list[str], **kw: Any) -> list[Any]:
                 return scheduled_db.scheduled(conn, worker_id=worker_id, queues=queues, **kw)
@@ -73,10 +74,11 @@ def test_the_statement_names_one_reporting_node_per_queue_and_pages_by_keyset(ds
             assert page("w-b", ["a"], limit=100) == []
             assert [r.queue for r in page("w-b", ["a", "b"], limit=100)] == ["b"]
             assert len(page("w-a", ["a", "c"], limit=100)) == 6
-            # an expired node reports nothing: the next one in order does
-            nodes.node_register(
-                conn, _node("w-0", ["a"]), 60, datetime.now(UTC) - timedelta(hours=1)
-            )
+            # an expired node reports nothing, nor does a worker with no live node: the next
+            # live one in order does
+            expired = datetime.now(UTC) - timedelta(hours=1)
+            nodes.node_register(conn, _node("w-0", ["a"]), 60, expired)
+            assert page("w-0", ["a"], limit=100) == [] and page("w-x", ["a"], limit=100) == []
             assert len(page("w-b", ["a", "b"], limit=100)) == 1
             assert len(page("w-a", ["a"], limit=100)) == 6
             # in an hour and a second, they are all due: nothing is scheduled any more

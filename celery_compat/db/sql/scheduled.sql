@@ -9,9 +9,10 @@ select set_config('jit', 'off', true)
 -- celery_scheduled --
 -- The messages waiting for a future run_at (an eta/countdown, a retry's countdown, a snooze)
 -- on the queues %(queues)s of the worker %(worker_id)s, that this worker reports: each queue is
--- reported by ONE live node, the live node consuming it with the smallest worker_id (this worker
--- when no live node sorts before it, so a worker whose node just expired still answers), so the
--- replies of all workers together list each message once. In (run_at, id) order after the
+-- reported by ONE node, the live node consuming it with the smallest worker_id, so the replies of
+-- all workers together list each message once (a worker whose node has expired reports nothing
+-- until its heartbeat registers it again; a node that registers or expires between two workers'
+-- reads can make one reply miss or repeat a queue, once). In (run_at, id) order after the
 -- keyset (%(after_run_at)s, %(after_id)s) (NULLs: from the start), at most %(limit)s rows.
 -- Indexed without a sort of the queue: x_jobs_claim_idx is (queue, priority desc, run_at, id)
 -- where claimable, so a recursive loose scan walks the queue's distinct priorities (one index
@@ -20,11 +21,10 @@ select set_config('jit', 'off', true)
 with recursive mine as (
     select q.queue
       from unnest(%(queues)s::text[]) as q(queue)
-     where not exists (
-           select 1
+     where %(worker_id)s::text = (
+           select min(n.worker_id)
              from x_worker_nodes as n
             where n.expires_at > coalesce(%(now)s, now())
-              and n.worker_id < %(worker_id)s
               and q.queue = any(n.queues))
 ),
 levels as (
