@@ -33,6 +33,7 @@ from ujobs_bridge.worker.listener import ExtraChannel
 if TYPE_CHECKING:
     from ujobs_bridge.worker.loop import Worker
 
+    from .broker_control import BrokerControl
     from .worker_events import WorkerEvents
     from .worker_signals import WorkerInstance
 
@@ -111,6 +112,7 @@ class CeleryApp(LoadedApp):
         self.app = app
         self._worker: WorkerInstance | None = None
         self._events: WorkerEvents | None = None
+        self._broker_control: BrokerControl | None = None
         self._dsn: str | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
@@ -199,16 +201,26 @@ class CeleryApp(LoadedApp):
             worker_signals.worker_ready(self._worker)
         if self._events is not None:
             self._events.ready()
+        from . import broker_control, worker_control
+
+        self._broker_control = broker_control.start(  # never raises
+            self.app, worker.node, worker.presence.panel, worker_control.encode
+        )
 
     def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
         from . import worker_signals
 
+        if self._broker_control is not None:  # no further command (safe in a signal handler)
+            self._broker_control.request_stop()
         if self._worker is not None:
             worker_signals.worker_shutting_down(self._worker, signum, hurry)
 
     def on_worker_shutdown(self, worker: Worker) -> None:
         from . import worker_signals
 
+        if self._broker_control is not None:  # never waits long on a broker that hangs
+            self._broker_control.close()
+            self._broker_control = None
         if self._events is not None:
             self._events.shutdown()
         if self._worker is not None:

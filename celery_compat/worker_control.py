@@ -3,7 +3,10 @@
 Why it exists: the engine's panel (``ujobs_bridge.worker.control``) knows jobs, not Celery tasks.
 For a Celery app, ``inspect registered`` lists task names with their attributes as Celery's
 worker does, ``active``/``reserved``/``query_task`` describe messages by their Celery task id in
-the shape of ``Request.info()``, ``conf`` and ``report`` are the app's own, ``revoked`` lists the
+the shape of ``Request.info()``, ``scheduled`` lists the messages waiting in Postgres for a future
+time (an eta/countdown: rows whose ``run_at`` is ahead) on the worker's queues, each reported by
+one live worker of the fleet (``db/scheduled.py`` says which) and at most ``SCHEDULED_LIMIT`` per
+worker (the earliest), ``conf`` and ``report`` are the app's own, ``revoked`` lists the
 ids the worker knows revoked, and ``rate_limit``/``time_limit`` change the task objects this
 worker process runs (the next run reads them: ``rate_limit.py``, ``execution.py``), with
 Celery's replies and log lines. Replies are encoded with kombu's JSON, as Celery's mailbox does.
@@ -30,10 +33,12 @@ from ujobs_bridge.worker.control import ControlState, Handler, nok, ok
 from ujobs_bridge.worker.inflight import InFlight
 
 from . import revoked_ids, stamp_revokes
+from .db import scheduled as scheduled_db
 from .message_row import from_input, is_celery_input
 
 log = logging.getLogger("celery.worker.control")
 DEFAULT_TASK_INFO_ITEMS = ("exchange", "routing_key", "rate_limit")
+SCHEDULED_LIMIT = 1000  # rows one worker lists for `inspect scheduled` (the earliest first)
 _dumps: Callable[[Any], str] = kombu_json.dumps  # typed here because kombu is not
 
 
@@ -66,6 +71,47 @@ def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dic
         },
         "worker_pid": os.getpid(),
     }
+
+
+def scheduled_info(state: ControlState, row: scheduled_db.ScheduledRow) -> dict[str, Any]:
+    """A message waiting for its time, as a Celery worker's ``inspect scheduled`` entry: its
+    eta, its priority (the message's; Celery's timer reports its own entry priority) and the
+    request as ``Request.info()`` shows one not yet started (no start time, not acknowledged,
+    no worker pid)."""
+    if is_celery_input(row.input):
+        message = from_input(row.input, queue=row.queue, job_id=row.id)
+        request = {
+            "id": message.task_id,
+            "name": message.task,
+            "args": message.args,
+            "kwargs": message.kwargs,
+            "type": message.task,
+            "priority": message.properties.get("priority"),
+        }
+    else:  # an @job row on a queue the worker shares with the app
+        payload = row.input if isinstance(row.input, dict) else {}
+        request = {
+            "id": str(row.id),
+            "name": row.name,
+            "args": payload.get("args", []),
+            "kwargs": payload.get("kwargs", {}),
+            "type": row.name,
+            "priority": None,
+        }
+    priority = request.pop("priority")
+    request |= {
+        "hostname": state.node,
+        "time_start": None,
+        "acknowledged": False,
+        "delivery_info": {
+            "exchange": "",
+            "routing_key": row.queue,
+            "priority": priority,
+            "redelivered": row.deliveries > 0,
+        },
+        "worker_pid": None,
+    }
+    return {"eta": row.run_at.isoformat(), "priority": row.priority, "request": request}
 
 
 def _task_id(entry: InFlight) -> str:
@@ -107,6 +153,14 @@ def commands(app: Any) -> dict[str, Handler]:
 
     def reserved(state: ControlState, **_: Any) -> Any:
         return [request_info(state, e) for e in engine.held(state, started=False)]
+
+    def scheduled(state: ControlState, **_: Any) -> Any:
+        worker = state.worker
+        with app.ujobs_client.pool.connection() as conn:
+            rows = scheduled_db.scheduled(
+                conn, worker_id=worker.id, queues=worker.queues, limit=SCHEDULED_LIMIT
+            )
+        return [scheduled_info(state, row) for row in rows]
 
     def query_task(state: ControlState, ids: Any = (), **_: Any) -> Any:
         wanted = {str(i) for i in maybe_list(ids) or []}
@@ -215,6 +269,7 @@ def commands(app: Any) -> dict[str, Handler]:
     return {
         "active": active,
         "reserved": reserved,
+        "scheduled": scheduled,
         "query_task": query_task,
         "registered": registered,
         "revoked": revoked,

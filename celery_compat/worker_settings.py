@@ -72,8 +72,8 @@ NOTED: Mapping[str, str] = {
     "worker_state_db": "revoked task ids are kept in Postgres, for every worker and restart",
     "worker_deduplicate_successful_tasks": "a job that succeeded is never run again, and "
     "transport duplicates are absorbed by their send key",
-    "worker_enable_remote_control": "inspect and control travel through Postgres, not the "
-    "broker; the worker answers them",
+    "worker_enable_remote_control": "inspect and control through Postgres are answered "
+    "regardless; False only keeps the worker off a cutover broker's mailbox",
 }
 # setting -> (why it cannot be honoured, what to do instead)
 REFUSED: Mapping[str, tuple[str, str]] = {

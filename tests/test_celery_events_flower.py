@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +42,7 @@ def free_port() -> int:
 
 
 class Flower:
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, *, broker: str = BROKER, inspect_timeout_ms: int = 100) -> None:
         self.port = free_port()
         self.log = log
         self._out = log.open("w")
@@ -51,11 +52,11 @@ class Flower:
                 sys.executable,
                 "-m",
                 "celery",
-                f"--broker={BROKER}",
+                f"--broker={broker}",
                 "flower",
                 f"--port={self.port}",
                 "--address=127.0.0.1",
-                "--inspect_timeout=100",
+                f"--inspect_timeout={inspect_timeout_ms}",
             ],
             stdout=self._out,
             stderr=subprocess.STDOUT,
@@ -69,6 +70,16 @@ class Flower:
         with urllib.request.urlopen(url, timeout=10) as response:
             body = response.read().decode()
         return json.loads(body) if body.startswith(("{", "[")) else body
+
+    def post(self, path: str, form: dict[str, str] | None = None) -> tuple[int, Any]:
+        """POST ``form`` (urlencoded) to Flower's API: (status, decoded body)."""
+        url = f"http://127.0.0.1:{self.port}{path}"
+        data = urllib.parse.urlencode(form or {}).encode()
+        try:
+            with urllib.request.urlopen(url, data=data, timeout=30) as response:
+                return response.status, json.loads(response.read().decode() or "null")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
 
     def healthy(self) -> bool:
         with contextlib.suppress(OSError, urllib.error.URLError):

@@ -19,6 +19,7 @@ import logging
 import os
 import platform
 import resource
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -372,17 +373,21 @@ COMMANDS: Mapping[str, Handler] = {
 
 
 class Panel:
-    """The commands one worker answers: the engine's, with the app's on top."""
+    """The commands one worker answers: the engine's, with the app's on top. Several mailboxes
+    may dispatch to it (Postgres, and an app's broker during a cutover): one command runs at a
+    time."""
 
     def __init__(self, state: ControlState, extra: Mapping[str, Handler] | None = None) -> None:
         self.state = state
         self.handlers: dict[str, Handler] = {**COMMANDS, **(extra or {})}
+        self._one_at_a_time = threading.Lock()
 
     def dispatch(self, command: str, arguments: Mapping[str, Any]) -> Any:
         """The reply value of ``command`` (``NO_REPLY`` for none); never raises."""
         try:
             handler = self.handlers[command]
-            return handler(self.state, **dict(arguments))
+            with self._one_at_a_time:
+                return handler(self.state, **dict(arguments))
         except Exception as exc:  # Celery's mailbox answers every failure with its repr
             log.error("pidbox command error: %r", exc, exc_info=not isinstance(exc, KeyError))
             return nok(repr(exc))
