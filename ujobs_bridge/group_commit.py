@@ -116,13 +116,15 @@ class GroupCommit:
         reads it back). Raises what the write raised for this result."""
         waiter = _Waiter(result)
         with self._mutex:
-            self._away = max(0, self._away - 1)
+            if self._away:
+                self._away -= 1
             if self._leaders < self.in_flight and not self._gathering:  # nothing is queued
                 self._leaders += 1
                 waiter.batch = [waiter]
             else:
                 self._queue.append(waiter)
-                self._arrived.notify_all()
+                if self._gathering and not self._away:
+                    self._arrived.notify_all()  # the last one a gathering leader waits for
         if waiter.batch is None:
             waiter.latch.acquire()  # released once settled, or once handed a batch to write
         if waiter.batch is not None:
@@ -151,18 +153,20 @@ class GroupCommit:
                     waiter.done = True
             raise
         finally:
-            for waiter in batch[1:]:
-                waiter.latch.release()
-            with self._mutex:
+            ahead: _Waiter | None = None
+            with self._mutex:  # counted before any of them can be back to write again
                 self._away = len(batch)  # its callers are back in their bodies
                 self._commit_s = time.monotonic() - started
                 if self._queue:
                     ahead = self._queue[0]
                     ahead.batch = []
                     self._fill(ahead.batch)
-                    ahead.latch.release()  # it leads in this one's place
                 else:
                     self._leaders -= 1
+            for waiter in batch[1:]:
+                waiter.latch.release()
+            if ahead is not None:
+                ahead.latch.release()  # it leads in this one's place
 
     def _gather(self) -> None:
         """Wait (under the mutex) for the callers the last commit released to write again, at
