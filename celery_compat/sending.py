@@ -239,11 +239,12 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             assert key is not None
             send_keys.hold(row, key)  # this task's own re-send: sent once its outcome is stored
             return
-        if conn is not None and batch_hold(row, payload, self.max_attempts(), key):
+        max_attempts = self.max_attempts()
+        if conn is not None and batch_hold(row, payload, max_attempts, key):
             return  # enqueue_in(batch=True): written in one statement when the block exits
-        if conn is None and gather_hold(row, payload, self.max_attempts(), key):
+        if conn is None and gather_hold(row, payload, max_attempts, key):
             return  # a group's send: written together when its producer block exits
-        self.insert_now(row, conn, payload=payload, key=key)
+        self.insert_now(row, conn, payload=payload, key=key, max_attempts=max_attempts)
 
     def gathered(self) -> contextlib.AbstractContextManager[None]:
         """The sends of this block (a group's) are written together, through the pool."""
@@ -263,13 +264,24 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         *,
         payload: str | None = None,
         key: send_keys.SendKey | None = None,
+        max_attempts: int | None = None,
     ) -> None:
         """Insert ``row`` now: on ``conn`` (the caller's transaction) or through the pool."""
-        max_attempts = self.max_attempts()
+        if max_attempts is None:
+            max_attempts = self.max_attempts()
         if conn is not None:
             message_jobs.enqueue(conn, row, max_attempts=max_attempts, input_json=payload, key=key)
             return
-        with self.app.ujobs_client.pool.connection() as pooled:
+        # One autocommit statement on a pooled connection, borrowed and given back without
+        # ``pool.connection()``: its ``with conn:`` commit (nothing to commit in autocommit), its
+        # timing stats and its generator cost a one-by-one ``.delay()`` tens of microseconds.
+        # ``putconn`` still rolls back a connection returned in a transaction and replaces a
+        # broken one; the checkout still runs the pool's check.
+        pool = self.app.ujobs_client.pool
+        pooled = pool.getconn()
+        try:
             message_jobs.enqueue(
                 pooled, row, max_attempts=max_attempts, input_json=payload, key=key
             )
+        finally:
+            pool.putconn(pooled)
