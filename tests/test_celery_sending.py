@@ -84,6 +84,37 @@ def test_enqueue_in_batch_writes_once_at_block_exit_and_nothing_on_error(
     assert len(jobs(dsn)) == 4
 
 
+def test_delays_one_by_one_each_land_also_after_the_pools_connections_were_killed(
+    app: Any, dsn: str
+) -> None:
+    """Each ``.delay()`` outside a transaction is its own committed row, on whichever pooled
+    connection (and its reused cursor) serves it, including a connection opened after the server
+    killed the ones the pool held."""
+    before = [t.add.delay(i, i).id for i in range(3)]
+    assert len(jobs(dsn)) == 3
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        killed = admin.execute(
+            "select array_agg(pid) from pg_stat_activity where datname = current_database()"
+            " and pid <> pg_backend_pid()"
+        ).fetchone()
+        assert killed is not None and killed[0]
+        admin.execute("select pg_terminate_backend(p) from unnest(%s::int[]) as p", (killed[0],))
+        wait_for(
+            lambda: (
+                admin.execute(
+                    "select count(*) from pg_stat_activity where pid = any(%s)", (killed[0],)
+                ).fetchone()
+                == (0,)
+            ),
+            what="the pool's sessions to end",
+        )
+    after = [t.add.delay(i, i).id for i in range(3)]
+    rows = jobs(dsn)
+    assert len(rows) == 6
+    sent = sorted(from_input(r["input"], queue="celery").task_id for r in rows)
+    assert sent == sorted(before + after)
+
+
 def test_enqueue_in_refuses_what_is_not_a_psycopg3_connection() -> None:
     with pytest.raises(TypeError, match="psycopg 3 Connection"), enqueue_in(object()):  # type: ignore[arg-type]
         pass

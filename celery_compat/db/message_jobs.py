@@ -35,7 +35,7 @@ REVOKED_REASON = "UJ_JOB_CANCELLED: task id was revoked"
 
 
 def enqueue(
-    conn: Conn,
+    conn: Conn | psycopg.Cursor[Any],
     message: CeleryMessage,
     *,
     max_attempts: int,
@@ -44,8 +44,8 @@ def enqueue(
     key: SendKey | None = None,
 ) -> UUID | None:
     """Insert one message as a job; ``None`` when ``key`` was taken before (the ledger absorbed
-    a duplicate). ``input_json``: the message's ``input_json()`` when the caller already
-    encoded it."""
+    a duplicate). ``conn``: a connection, or a cursor to reuse (the one-by-one send's).
+    ``input_json``: the message's ``input_json()`` when the caller already encoded it."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
     if key is None:
