@@ -10,10 +10,16 @@ Everything here is Celery's own object except ``Celery`` (``app.py``) and ``enqu
 (``transaction.py``); ``shared_task`` and friends bind to the current app, so untouched modules
 that still say ``from celery import shared_task`` land on the bridge too.
 
+``Celery`` and ``enqueue_in`` are imported when first asked for (PEP 562 ``__getattr__``): every
+``import celery_compat.<submodule>`` runs this file, and what only reads messages (``ujobs-bridge
+migrate``) needs neither the app class nor the engine's client behind it.
+
 What it is not: a re-implementation of Celery. It needs the ``celery`` package (5.3-5.7).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from celery import (
     Task,
@@ -32,8 +38,29 @@ from celery import (
     xstarmap,
 )
 
-from .app import Celery
-from .transaction import enqueue_in
+if TYPE_CHECKING:
+    from .app import Celery
+    from .transaction import enqueue_in
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Celery":
+        from .app import Celery
+
+        value: Any = Celery
+    elif name == "enqueue_in":
+        from .transaction import enqueue_in
+
+        value = enqueue_in
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # bound for good: the next look-up does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Celery",

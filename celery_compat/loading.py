@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.loading import LoadedApp
-from ujobs_bridge.scheduling.task import PeriodicTask
-from ujobs_bridge.worker.listener import ExtraChannel
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imports no worker
+    from ujobs_bridge.job import JobDefinition
+    from ujobs_bridge.scheduling.task import PeriodicTask
+    from ujobs_bridge.worker.listener import ExtraChannel
     from ujobs_bridge.worker.loop import Worker
 
     from .broker_control import BrokerControl

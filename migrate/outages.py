@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import amqp
 import psycopg
-import redis
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from ujobs_bridge.db.connections import Backoff, transient
@@ -53,14 +52,24 @@ CAP_S = 5.0  # ... up to this
 
 # The broker's connection failed (not a reply it gave): worth reconnecting. A Redis reply error
 # (a script, a wrong type) or an AMQP channel error (a missing queue) is not an outage.
-_BROKER_OUTAGES = (
+_OUTAGES = (
     OSError,  # sockets: refused, reset, broken pipe, timed out
-    redis.ConnectionError,  # includes BusyLoadingError: a restarted Redis loading its data
-    redis.TimeoutError,
-    amqp.exceptions.RecoverableConnectionError,  # includes ConnectionForced (close_connection)
-    amqp.exceptions.ConnectionError,
     KombuOperationalError,
 )
+
+
+def _broker_outages() -> tuple[type[BaseException], ...]:
+    """The client libraries' own outage errors, of the clients imported: an error of a client
+    can only come from it once it is imported, and a drain imports only its broker's (redis-py
+    for Redis, py-amqp for RabbitMQ), so neither is imported here for the other."""
+    kinds: list[type[BaseException]] = list(_OUTAGES)
+    redis = sys.modules.get("redis")
+    if redis is not None:  # ConnectionError includes BusyLoadingError: a Redis loading its data
+        kinds += [redis.ConnectionError, redis.TimeoutError]
+    amqp = sys.modules.get("amqp.exceptions")
+    if amqp is not None:  # RecoverableConnectionError includes ConnectionForced
+        kinds += [amqp.RecoverableConnectionError, amqp.ConnectionError]
+    return tuple(kinds)
 
 
 def outage_of(exc: BaseException) -> str | None:
@@ -68,7 +77,7 @@ def outage_of(exc: BaseException) -> str | None:
     and go on), else None (raise it)."""
     if isinstance(exc, psycopg.Error):
         return DATABASE if transient(exc) else None
-    if isinstance(exc, _BROKER_OUTAGES):
+    if isinstance(exc, _broker_outages()):
         return BROKER
     return None
 

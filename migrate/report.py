@@ -17,12 +17,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported when a table or a bar is made: --json uses neither
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+    from rich.table import Table
 
 from .batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
 from .quarantine import storable_text
@@ -116,6 +116,12 @@ class LiveProgress:
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.enabled = enabled
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
         self._progress = Progress(
             TextColumn("[bold]draining"),
             BarColumn(),
@@ -126,16 +132,15 @@ class LiveProgress:
             console=console,
             transient=False,
         )
-        self._task: TaskID | None = None
 
     def __enter__(self) -> LiveProgress:
-        if self.enabled:
+        if self._progress is not None:
             self._progress.start()
             self._task = self._progress.add_task("drain", total=None, rate=0.0, left="?")
         return self
 
     def update(self, stats: Stats, remaining: int | None) -> None:
-        if self._task is None:
+        if self._task is None or self._progress is None:
             return
         left = "?" if remaining is None else f"{remaining:,}"
         total = None if remaining is None else stats.taken + remaining
@@ -144,7 +149,7 @@ class LiveProgress:
         )
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+        if self._progress is not None:
             self._progress.stop()
 
 
@@ -154,6 +159,9 @@ def _reasons_text(counts: Counter[str]) -> str:
 
 
 def final_table(stats: Stats) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     verb = "would" if stats.dry_run else "done"
     table = Table(title=Text(f"migrate ({verb}): {stats.taken:,} message(s) from {stats.broker}"))
     for col in ("queue", "moved", "expired", "duplicates", "quarantined", "reasons", "redelivered"):
@@ -182,6 +190,9 @@ def final_table(stats: Stats) -> Table:
 
 
 def dry_run_table(stats: Stats) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(
         title=Text(f"dry run: {stats.taken:,} message(s) in {stats.broker}; nothing was changed")
     )

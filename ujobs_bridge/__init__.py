@@ -5,36 +5,155 @@ The public surface of the engine lives here and only here::
     from ujobs_bridge import job, connect, current_job
 
 Submodules are implementation; import from the package root.
+
+A name is imported when it is first asked for (PEP 562 ``__getattr__``), not with the package:
+every ``import ujobs_bridge.<submodule>`` runs this file first, and a command that needs only a
+few submodules (``ujobs-bridge migrate``: its start-up is part of every drain) should not import
+the client, the worker and the scheduler. What ``job.py`` and ``purge.py`` define is bound at
+once: ``job`` and ``purge`` are also submodule names, and importing such a submodule would
+replace a lazily bound function with the module.
 """
 
 from __future__ import annotations
 
-from .client import Client, connect, default_client, set_default_client
-from .clock import Clock, FrozenClock, SystemClock
-from .context import JobContext, current_job
-from .errors import (
-    AttemptAborted,
-    ConfigError,
-    ErrorCode,
-    EventTimeoutError,
-    PayloadError,
-    StepError,
-    StepSuspended,
-    UjobsError,
-)
-from .events import EventSent, send_event
+from typing import TYPE_CHECKING, Any
+
 from .job import EnqueueRequest, JobCall, JobDefinition, job
-from .outbox.relay import OutboxRelay
-from .outbox.staging import Staged, stage
-from .outcomes import Cancel, Discard, Snooze
 from .purge import PurgeTarget, purge, register_targets
-from .records import JobRecord, JobRef, JobState
-from .retry import RetryPolicy
-from .scheduling.scheduler import Scheduler
-from .scheduling.task import Occurrence, PeriodicTask, task
-from .steps import step
-from .worker.config import WorkerConfig
-from .worker.loop import Worker
+
+if TYPE_CHECKING:
+    from .client import Client, connect, default_client, set_default_client
+    from .clock import Clock, FrozenClock, SystemClock
+    from .context import JobContext, current_job
+    from .errors import (
+        AttemptAborted,
+        ConfigError,
+        ErrorCode,
+        EventTimeoutError,
+        PayloadError,
+        StepError,
+        StepSuspended,
+        UjobsError,
+    )
+    from .events import EventSent, send_event
+    from .outbox.relay import OutboxRelay
+    from .outbox.staging import Staged, stage
+    from .outcomes import Cancel, Discard, Snooze
+    from .records import JobRecord, JobRef, JobState
+    from .retry import RetryPolicy
+    from .scheduling.scheduler import Scheduler
+    from .scheduling.task import Occurrence, PeriodicTask, task
+    from .steps import step
+    from .worker.config import WorkerConfig
+    from .worker.loop import Worker
+
+
+def _module(home: str) -> Any:
+    """The submodule ``home``: static imports, so no module is ever named by data."""
+    if home == "client":
+        from . import client
+
+        return client
+    if home == "clock":
+        from . import clock
+
+        return clock
+    if home == "context":
+        from . import context
+
+        return context
+    if home == "errors":
+        from . import errors
+
+        return errors
+    if home == "events":
+        from . import events
+
+        return events
+    if home == "outcomes":
+        from . import outcomes
+
+        return outcomes
+    if home == "records":
+        from . import records
+
+        return records
+    if home == "retry":
+        from . import retry
+
+        return retry
+    if home == "steps":
+        from . import steps
+
+        return steps
+    if home == "scheduling":
+        from . import scheduling
+
+        return scheduling
+    if home == "worker":
+        from . import worker
+
+        return worker
+    if home == "outbox":
+        from . import outbox
+
+        return outbox
+    raise AssertionError(home)
+
+
+# Each lazily bound name -> the submodule (relative to this package) that defines it.
+_HOMES: dict[str, str] = {
+    "Client": "client",
+    "connect": "client",
+    "default_client": "client",
+    "set_default_client": "client",
+    "Clock": "clock",
+    "FrozenClock": "clock",
+    "SystemClock": "clock",
+    "JobContext": "context",
+    "current_job": "context",
+    "AttemptAborted": "errors",
+    "ConfigError": "errors",
+    "ErrorCode": "errors",
+    "EventTimeoutError": "errors",
+    "PayloadError": "errors",
+    "StepError": "errors",
+    "StepSuspended": "errors",
+    "UjobsError": "errors",
+    "EventSent": "events",
+    "send_event": "events",
+    "OutboxRelay": "outbox",
+    "Staged": "outbox",
+    "stage": "outbox",
+    "Cancel": "outcomes",
+    "Discard": "outcomes",
+    "Snooze": "outcomes",
+    "JobRecord": "records",
+    "JobRef": "records",
+    "JobState": "records",
+    "RetryPolicy": "retry",
+    "Scheduler": "scheduling",
+    "Occurrence": "scheduling",
+    "PeriodicTask": "scheduling",
+    "task": "scheduling",
+    "step": "steps",
+    "WorkerConfig": "worker",
+    "Worker": "worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_module(home), name)
+    globals()[name] = value  # bound for good: the next look-up does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AttemptAborted",
