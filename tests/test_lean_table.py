@@ -139,3 +139,24 @@ def test_an_enqueue_wakes_the_queue_at_commit_not_before(client: Client, dsn: st
         producer.commit()
         got = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
         assert got == ["basic"]
+
+
+def test_the_claim_skips_a_job_another_transaction_holds_and_never_waits(
+    client: Client, db: Any, dsn: str
+) -> None:
+    """A statement that moves a job in or out of the claim's set locks the job row first and its
+    x_job_claimable row second (the trigger); the claim locks them the other way round, both
+    SKIP LOCKED, so it passes over the job instead of waiting (or deadlocking) on it."""
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    db.execute("set statement_timeout = '30s'")  # a claim that waited would fail, not hang
+    params = driver.ClaimParams("basic", NAMES, 1, uuid.uuid4(), 30.0, "test")
+    with psycopg.connect(dsn) as holder:
+        holder.execute("select id from x_jobs where id = %s for update", (ref.id,))
+        assert driver.job_claim(db, params) == []  # the job row is held: skipped
+        holder.execute(
+            "update x_jobs set run_at = run_at - interval '1 second' where id = %s", (ref.id,)
+        )
+        assert driver.job_claim(db, params) == []  # both rows held: skipped at the head
+        holder.rollback()
+    assert _claim(db).id == ref.id
+    assert _claimable(db) == []

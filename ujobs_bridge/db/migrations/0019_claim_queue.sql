@@ -25,6 +25,11 @@
 -- update), then the x_job_claimable row (the trigger). The claim scans x_job_claimable and locks
 -- its rows with SKIP LOCKED, then the x_jobs rows, again with SKIP LOCKED, so it never waits on
 -- a row and cannot deadlock with them.
+
+-- No job may change between the copy below and the triggers that keep the copy exact: writers
+-- wait for this migration's commit (readers do not).
+lock table x_jobs in share row exclusive mode;
+
 create table x_job_claimable (
     id        uuid primary key,
     queue     text not null,
