@@ -30,8 +30,13 @@
 -- wait for this migration's commit (readers do not).
 lock table x_jobs in share row exclusive mode;
 
+-- No primary key: the claim index's key ends with the job id, so it finds any row by the key a
+-- trigger reads from the job's old version (the copy always equals it), and a second index on
+-- id would cost every job one more index entry and dead entry (measured: ~1 MB more at 200,000
+-- jobs in the lean-table cell). Exactly one row per claimable job is the triggers' invariant
+-- (the test suite checks it after every test).
 create table x_job_claimable (
-    id        uuid primary key,
+    id        uuid not null,
     queue     text not null,
     name      text not null,
     priority  smallint not null,
@@ -63,16 +68,17 @@ begin
 end
 $fn$;
 
+-- The row a job had is found by the claim index's whole key, read from the job's old version.
 create function x_job_claimable_move() returns trigger language plpgsql as $fn$
 begin
+    if old.claimable then
+        delete from x_job_claimable
+         where queue = old.queue and priority = old.priority and run_at = old.run_at
+           and id = old.id;
+    end if;
     if new.claimable then
         insert into x_job_claimable (id, queue, name, priority, run_at)
-        values (new.id, new.queue, new.name, new.priority, new.run_at)
-        on conflict (id) do update
-           set queue = excluded.queue, name = excluded.name, priority = excluded.priority,
-               run_at = excluded.run_at;
-    else
-        delete from x_job_claimable where id = old.id;
+        values (new.id, new.queue, new.name, new.priority, new.run_at);
     end if;
     return null;
 end
@@ -80,7 +86,8 @@ $fn$;
 
 create function x_job_claimable_leave() returns trigger language plpgsql as $fn$
 begin
-    delete from x_job_claimable where id = old.id;
+    delete from x_job_claimable
+     where queue = old.queue and priority = old.priority and run_at = old.run_at and id = old.id;
     return null;
 end
 $fn$;
