@@ -131,7 +131,8 @@ def _sizes(conn: psycopg.Connection[Any]) -> dict[str, int]:
     rows = conn.execute(
         "select c.relname, pg_relation_size(c.oid) from pg_class c"
         " where c.oid = any(%(tables)s::regclass[])"
-        " or c.oid in (select indexrelid from pg_index where indrelid = any(%(tables)s::regclass[]))"
+        " or c.oid in (select indexrelid from pg_index"
+        " where indrelid = any(%(tables)s::regclass[]))"
         " order by c.relkind desc, c.relname",
         {"tables": list(TABLES)},
     ).fetchall()

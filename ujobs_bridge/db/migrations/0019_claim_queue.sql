@@ -11,11 +11,12 @@
 --
 -- x_job_claimable holds exactly the x_jobs rows whose `claimable` is true, with the columns the
 -- claim filters and orders by (copies: queue, name and priority never change once a job exists;
--- run_at is copied again whenever it changes while the job stays claimable). It is kept by row
--- triggers on x_jobs rather than by each statement, so that no statement (of this package,
--- celery_compat, migrate, an operator's hand-written update) can leave it inexact: a job enters
--- when it is inserted claimable or becomes claimable (a retry, a suspension, a rescue, a
--- requeue), its copy follows run_at while it stays claimable (an event's or a step's wake-up),
+-- run_at is copied again whenever it changes while the job stays claimable). It is kept by
+-- triggers on x_jobs (one per insert statement, one per row updated or deleted) rather than by
+-- each statement's own text, so that no statement (of this package, celery_compat, migrate, an
+-- operator's hand-written update) can leave it inexact: a job enters when it is inserted
+-- claimable or becomes claimable (a retry, a suspension, a rescue, a requeue), its copy
+-- follows run_at while it stays claimable (an event's or a step's wake-up),
 -- and it leaves when it stops being claimable (the claim, a cancel, an expiry, a dead letter) or
 -- is deleted. The update and delete triggers' WHEN clauses are evaluated by the server before
 -- any function runs, so the writes that do not move a job in or out (a settle to done, a

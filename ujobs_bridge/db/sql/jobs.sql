@@ -282,8 +282,8 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
 -- previous page) start the page after it, from the index; `offset` skips rows after that.
 -- The lines that repeat `state` name the smaller set holding that state's rows (the dead and
 -- the suspended ones: a partial index; the claimable ones: x_job_claimable, migration 0019,
--- whose ids are looked up by primary key), so a rare state can be read from it instead of
--- walking the whole creation order; with parameters bound they fold to that set alone.
+-- whose ids are looked up in x_jobs' primary key), so a rare state can be read from it
+-- instead of walking the whole creation order; with parameters bound they fold to that set.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
