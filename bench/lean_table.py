@@ -19,7 +19,8 @@ otherwise):
   100k) should be flat;
 - at the end (workers stopped): ``n_tup_upd``, ``n_tup_hot_upd`` (the HOT ratio of updates on
   ``x_jobs``), ``n_dead_tup``, autovacuum runs, the heap and each index's size; then a routine
-  ``VACUUM x_jobs`` (not FULL) and each index's size again.
+  ``VACUUM`` of both tables (not FULL) and each index's size again. Sizes include the claim
+  table, ``x_job_claimable`` (migration 0019), where the claim index now lives.
 
 What it is not: a drain-rate figure to compare with other systems (the producer competes with
 the workers for the two cores), nor a test: it reports, it does not assert.
@@ -49,7 +50,8 @@ SEGMENTS = 10
 # What the README's "Table health" section recommends for the server (per-table settings come
 # with the schema, migration 0012).
 RECOMMENDED: dict[str, str] = {"autovacuum_naptime": "1s"}
-CLAIM_INDEX = "x_jobs_claim_idx"
+CLAIM_INDEX = "x_job_claimable_claim_idx"  # on the claim table (migration 0019)
+TABLES = ("x_jobs", "x_job_claimable")  # sized at the end, then vacuumed and sized again
 
 
 @dataclass
@@ -125,11 +127,14 @@ def _stats(conn: psycopg.Connection[Any]) -> dict[str, int]:
 
 
 def _sizes(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    """x_jobs, the claim table (``x_job_claimable``, migration 0019) and their indexes."""
     rows = conn.execute(
         "select c.relname, pg_relation_size(c.oid) from pg_class c"
-        " where c.oid = 'x_jobs'::regclass"
-        " or c.oid in (select indexrelid from pg_index where indrelid = 'x_jobs'::regclass)"
-        " order by c.relkind desc, c.relname"
+        " where c.oid = any(%(tables)s::regclass[])"
+        " or c.oid in (select indexrelid from pg_index"
+        " where indrelid = any(%(tables)s::regclass[]))"
+        " order by c.relkind desc, c.relname",
+        {"tables": list(TABLES)},
     ).fetchall()
     return {str(name): int(size) for name, size in rows}
 
@@ -228,7 +233,7 @@ def run(n: int, *, processes: int, log_dir: Path, settings: dict[str, str],
         time.sleep(1.5)  # backends flush their table statistics on exit / at most every second
         table = _stats(conn)
         sizes = _sizes(conn)
-        conn.execute("vacuum x_jobs")
+        conn.execute("vacuum x_jobs, x_job_claimable")
         sizes_vacuumed = _sizes(conn)
         conn.close()
         purge_conn.close()

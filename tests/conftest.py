@@ -45,11 +45,34 @@ def pg_dsn(pg_database: TemporaryDatabase) -> str:
     return pg_database.dsn
 
 
+# x_job_claimable (migration 0019) must hold exactly the claimable jobs, with their queue, name,
+# priority and run_at, whatever statements a test ran: checked after every test on the session
+# database, so each test that moves jobs in and out of the claim's set checks it.
+CLAIM_SET_DRIFT = (
+    "select (select count(*) from (select id, queue, name, priority, run_at from x_jobs"
+    " where claimable except all select id, queue, name, priority, run_at from x_job_claimable)"
+    " as m), (select count(*) from (select id, queue, name, priority, run_at from x_job_claimable"
+    " except all select id, queue, name, priority, run_at from x_jobs where claimable) as e)"
+)
+
+
+def assert_claim_set_exact(dsn: str) -> None:
+    """No claimable job missing from x_job_claimable, no row there that is not one (or stale)."""
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError:
+        return  # the test took the server away; nothing to read
+    with conn:
+        row = conn.execute(CLAIM_SET_DRIFT).fetchone()
+    assert row == (0, 0), f"x_job_claimable drifted: (missing, extra) = {row}"
+
+
 @pytest.fixture
-def dsn(pg_database: TemporaryDatabase) -> str:
+def dsn(pg_database: TemporaryDatabase) -> Iterator[str]:
     """The session database, emptied for this test."""
     pg_database.reset()
-    return pg_database.dsn
+    yield pg_database.dsn
+    assert_claim_set_exact(pg_database.dsn)
 
 
 @pytest.fixture

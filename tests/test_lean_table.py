@@ -1,9 +1,11 @@
 """A lean x_jobs (migration 0012): which writes are HOT, where the rescue finds running jobs, and
 the insert's own wake-up.
 
-The promises: settling a finished job without an idempotency key and renewing a lease change no
-indexed column (nor do the dashboard's indexes, migration 0014), so Postgres can update the row in place (HOT: no new index entries, the old
-version pruned without VACUUM); a claim, which takes the row out of the claim's set, is not HOT.
+The promises: claiming a job, settling a finished job without an idempotency key and renewing a
+lease change no indexed column of x_jobs (the claim's set lives in ``x_job_claimable`` since
+migration 0019; the dashboard's indexes, migration 0014, name none either), so Postgres can
+update the row in place (HOT: no new index entries, the old version pruned without VACUUM).
+``x_job_claimable`` holds exactly the claimable jobs, whichever statement moves a job in or out.
 A lease some other statement ended (a cancel) never keeps a later lease of the same job from
 being rescued. A job enqueued inside a transaction wakes the workers of its queue at commit,
 not before.
@@ -34,6 +36,10 @@ def _claim(conn: psycopg.Connection[Any], *, lease_s: float = 30.0) -> Any:
     return job
 
 
+def _claimable(conn: psycopg.Connection[Any]) -> list[uuid.UUID]:
+    return [r[0] for r in conn.execute("select id from x_job_claimable order by id").fetchall()]
+
+
 def _updates(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """(updates, HOT updates) of x_jobs so far in the current transaction."""
     row = conn.execute(
@@ -44,17 +50,19 @@ def _updates(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def test_settle_and_heartbeat_are_hot_updates_the_claim_is_not(client: Client, db: Any) -> None:
+def test_the_claim_the_heartbeat_and_the_settle_are_hot_updates(client: Client, db: Any) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    assert _claimable(db) == [ref.id]
     with db.transaction():
         assert _updates(db) == (0, 0)
         job = _claim(db)
-        assert _updates(db) == (1, 0)  # the row leaves the claim index: a new version, indexed
+        assert _updates(db) == (1, 1)  # it leaves x_job_claimable, no x_jobs index
+        assert _claimable(db) == []
         assert driver.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
-        assert _updates(db) == (2, 1)
+        assert _updates(db) == (2, 2)
         done = Settlement(ref.id, job.lease_token, JobState.DONE, output_json="3")
         assert driver.job_settle(db, [done], None) == {ref.id}
-        assert _updates(db) == (3, 2)
+        assert _updates(db) == (3, 3)
     assert db.execute("select state, output from x_jobs where id = %s", (ref.id,)).fetchone() == (
         "done",
         3,
@@ -62,14 +70,15 @@ def test_settle_and_heartbeat_are_hot_updates_the_claim_is_not(client: Client, d
     assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
 
 
-# What settling a finished job (running -> done) or renewing a lease writes a new value into.
-# An index naming any of them (key, INCLUDE, expression or partial predicate) would make every
-# settle a non-HOT update again, as 0011's observation indexes did (0014 replaced them).
+# What claiming a job (ready -> running), settling a finished job (running -> done) or renewing
+# a lease writes a new value into. An index naming any of them (key, INCLUDE, expression or
+# partial predicate) would make every claim or settle a non-HOT update again, as 0011's
+# observation indexes did (0014 replaced them) and 0012's claim index did (0019 moved it).
 SETTLE_CHANGES = ("state", "output", "lease_token", "lease_expires_at", "claimed_by",
-                  "updated_at", "finished_at")  # fmt: skip
+                  "updated_at", "finished_at", "attempt", "deliveries", "claimable")  # fmt: skip
 
 
-def test_no_index_on_x_jobs_names_a_column_a_settle_or_a_heartbeat_changes(db: Any) -> None:
+def test_no_index_on_x_jobs_names_a_column_a_claim_settle_or_heartbeat_changes(db: Any) -> None:
     rows = db.execute(
         "select c.relname, pg_get_indexdef(i.indexrelid) from pg_index i"
         " join pg_class c on c.oid = i.indexrelid where i.indrelid = 'x_jobs'::regclass"
@@ -130,3 +139,24 @@ def test_an_enqueue_wakes_the_queue_at_commit_not_before(client: Client, dsn: st
         producer.commit()
         got = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]
         assert got == ["basic"]
+
+
+def test_the_claim_skips_a_job_another_transaction_holds_and_never_waits(
+    client: Client, db: Any, dsn: str
+) -> None:
+    """A statement that moves a job in or out of the claim's set locks the job row first and its
+    x_job_claimable row second (the trigger); the claim locks them the other way round, both
+    SKIP LOCKED, so it passes over the job instead of waiting (or deadlocking) on it."""
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    db.execute("set statement_timeout = '30s'")  # a claim that waited would fail, not hang
+    params = driver.ClaimParams("basic", NAMES, 1, uuid.uuid4(), 30.0, "test")
+    with psycopg.connect(dsn) as holder:
+        holder.execute("select id from x_jobs where id = %s for update", (ref.id,))
+        assert driver.job_claim(db, params) == []  # the job row is held: skipped
+        holder.execute(
+            "update x_jobs set run_at = run_at - interval '1 second' where id = %s", (ref.id,)
+        )
+        assert driver.job_claim(db, params) == []  # both rows held: skipped at the head
+        holder.rollback()
+    assert _claim(db).id == ref.id
+    assert _claimable(db) == []

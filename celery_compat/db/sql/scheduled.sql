@@ -14,10 +14,11 @@ select set_config('jit', 'off', true)
 -- until its heartbeat registers it again; a node that registers or expires between two workers'
 -- reads can make one reply miss or repeat a queue, once). In (run_at, id) order after the
 -- keyset (%(after_run_at)s, %(after_id)s) (NULLs: from the start), at most %(limit)s rows.
--- Indexed without a sort of the queue: x_jobs_claim_idx is (queue, priority desc, run_at, id)
--- where claimable, so a recursive loose scan walks the queue's distinct priorities (one index
--- probe each) and each (queue, priority) is read in run_at order from run_at > now, at most
--- %(limit)s entries; rows waiting for an event (state waiting) are not messages due at a time.
+-- Indexed without a sort of the queue: the claimable jobs are x_job_claimable's rows (migration
+-- 0019), whose claim index is (queue, priority desc, run_at, id), so a recursive loose scan walks
+-- the queue's distinct priorities (one index probe each) and each (queue, priority) is read in
+-- run_at order from run_at > now, each row's job by primary key, at most %(limit)s of them;
+-- rows waiting for an event (state waiting) are not messages due at a time.
 with recursive mine as (
     select q.queue
       from unnest(%(queues)s::text[]) as q(queue)
@@ -29,18 +30,18 @@ with recursive mine as (
 ),
 levels as (
     select m.queue,
-           (select j.priority
-              from x_jobs as j
-             where j.claimable and j.queue = m.queue
-             order by j.priority desc
+           (select c.priority
+              from x_job_claimable as c
+             where c.queue = m.queue
+             order by c.priority desc
              limit 1) as priority
       from mine as m
     union all
     select l.queue,
-           (select j.priority
-              from x_jobs as j
-             where j.claimable and j.queue = l.queue and j.priority < l.priority
-             order by j.priority desc
+           (select c.priority
+              from x_job_claimable as c
+             where c.queue = l.queue and c.priority < l.priority
+             order by c.priority desc
              limit 1)
       from levels as l
      where l.priority is not null
@@ -49,15 +50,15 @@ select s.id, s.name, s.queue, s.priority, s.run_at, s.deliveries, s.input
   from levels as l
  cross join lateral (
        select j.id, j.name, j.queue, j.priority, j.run_at, j.deliveries, j.input
-         from x_jobs as j
-        where j.claimable
-          and j.queue = l.queue
-          and j.priority = l.priority
-          and j.run_at > coalesce(%(now)s, now())
+         from x_job_claimable as c
+         join x_jobs as j on j.id = c.id
+        where c.queue = l.queue
+          and c.priority = l.priority
+          and c.run_at > coalesce(%(now)s, now())
           and (%(after_run_at)s::timestamptz is null
-               or (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::uuid))
+               or (c.run_at, c.id) > (%(after_run_at)s::timestamptz, %(after_id)s::uuid))
           and j.state in ('ready', 'sleeping')
-        order by j.run_at, j.id
+        order by c.run_at, c.id
         limit %(limit)s) as s
  where l.priority is not null
  order by s.run_at, s.id

@@ -44,15 +44,23 @@ select id from x_jobs where live_key = %(idempotency_key)s
 -- pick-up latency of the jobs it picked (now() - max(run_at, created_at), never negative) is
 -- added to this backend's row of x_job_counts for the current minute: the dashboard's latency
 -- chart, kept as the settle keeps its done and dead counts (one row per backend, no waiting).
-with picked as materialized (
-    select id from x_jobs
-     where claimable
-       and queue = %(queue)s
+-- The head of the queue is read from x_job_claimable (migration 0019: the claimable jobs, kept
+-- by triggers on x_jobs, so no x_jobs index changes on claim); its rows are locked first, then
+-- their jobs, both with SKIP LOCKED: a statement that changes a job's claimability locks the job
+-- first and its x_job_claimable row second (the trigger), so the claim never waits on either and
+-- cannot deadlock with it. The claim's update leaves `claimable`, so the trigger deletes the rows.
+with head as materialized (
+    select id from x_job_claimable
+     where queue = %(queue)s
        and name = any(%(names)s::text[])
        and run_at <= coalesce(%(now)s, now())
      order by priority desc, run_at, id
      limit %(limit)s
      for update skip locked
+), picked as materialized (
+    select j.id from x_jobs as j join head on head.id = j.id
+     where j.claimable
+     for update of j skip locked
 ), claimed as (
     update x_jobs as j
        set state = 'running', attempt = j.attempt + 1, deliveries = j.deliveries + 1,
@@ -272,9 +280,10 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
 -- (migration 0016: created_at never changes, so a settle stays HOT), so a page is read from that
 -- index, not by sorting the table. Paged by key: `before_at`/`before_id` (the last row of the
 -- previous page) start the page after it, from the index; `offset` skips rows after that.
--- The lines that repeat `state` name the partial index holding that state's rows (dead, the
--- claimable and the suspended ones), so a rare state can be read from it instead of walking
--- the whole creation order; with parameters bound they fold to the index's own predicate.
+-- The lines that repeat `state` name the smaller set holding that state's rows (the dead and
+-- the suspended ones: a partial index; the claimable ones: x_job_claimable, migration 0019,
+-- whose ids are looked up in x_jobs' primary key), so a rare state can be read from it
+-- instead of walking the whole creation order; with parameters bound they fold to that set.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
@@ -282,7 +291,8 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
  where (%(state)s::text is null or state = %(state)s)
    and (%(state)s::text is distinct from 'dead' or dead_at is not null)
    and (%(state)s::text is null or %(state)s::text not in ('ready', 'sleeping', 'waiting')
-        or claimable)
+        or id = any(array(select c.id from x_job_claimable as c
+                           where %(queue)s::text is null or c.queue = %(queue)s)))
    and (%(state)s::text is null or %(state)s::text not in ('sleeping', 'waiting')
         or suspended = %(state)s::text)
    and (%(queue)s::text is null or queue = %(queue)s)
@@ -399,15 +409,15 @@ select queue, state, count(*) as jobs, min(run_at) as oldest_run_at
 -- job_unregistered --
 -- Due jobs on the worker's queues whose name it does not declare, due for at least after_s
 -- seconds, grouped by (queue, name). Only the head of each queue in claim order is read (at most
--- `scan` rows per queue, on the claim index): nothing claims such a job, so as the jobs around
--- it are claimed it moves to the head of its priority band and is seen.
+-- `scan` rows per queue, on x_job_claimable's claim index, migration 0019): nothing claims such
+-- a job, so as the jobs around it are claimed it moves to the head of its priority band and is
+-- seen.
 select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
        extract(epoch from coalesce(%(now)s, now()) - min(h.run_at))::float8 as oldest_s
   from unnest(%(queues)s::text[]) as q(queue)
  cross join lateral (
-     select name, run_at from x_jobs
-      where claimable
-        and queue = q.queue
+     select name, run_at from x_job_claimable
+      where queue = q.queue
         and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
       order by priority desc, run_at, id
       limit %(scan)s
@@ -419,27 +429,32 @@ select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
 -- job_stranded --
 -- Claimable jobs (ready, or suspended and due) due for at least after_s seconds and still
 -- not claimed, per queue, state and name: what `jobs stats` reports as waiting longer than it should.
-select queue, state, name, count(*) as jobs, min(run_at) as oldest_run_at,
-       extract(epoch from coalesce(%(now)s, now()) - min(run_at))::float8 as oldest_s
-  from x_jobs
- where claimable
-   and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
- group by queue, state, name
- order by queue, state, name
+-- The due rows of x_job_claimable (migration 0019), each job's state read by primary key.
+select c.queue, j.state, c.name, count(*) as jobs, min(c.run_at) as oldest_run_at,
+       extract(epoch from coalesce(%(now)s, now()) - min(c.run_at))::float8 as oldest_s
+  from x_job_claimable as c
+  join x_jobs as j on j.id = c.id
+ where c.run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+ group by c.queue, j.state, c.name
+ order by c.queue, j.state, c.name
 
 -- job_dead_unregistered --
 -- Dead-letter the due jobs of one queue whose name the worker does not declare and that have been
 -- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s), counted
 -- in x_job_counts as the settle counts its dead letters.
-with stranded as materialized (
-    select id from x_jobs
-     where claimable
-       and queue = %(queue)s
+-- Read and locked as the claim does (x_job_claimable, then the jobs, both SKIP LOCKED).
+with head as materialized (
+    select id from x_job_claimable
+     where queue = %(queue)s
        and name <> all(%(names)s::text[])
        and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
      order by priority desc, run_at, id
      limit %(limit)s
      for update skip locked
+), stranded as materialized (
+    select j.id from x_jobs as j join head on head.id = j.id
+     where j.claimable
+     for update of j skip locked
 ), killed as (
     update x_jobs as j
        set state = 'dead', last_error = replace(%(error)s, '{name}', j.name), updated_at = now(),

@@ -4,7 +4,8 @@
 
 -- observe_depth --
 -- Jobs per queue and shown state, from four sets each read from its own index:
---   claimable (x_jobs_claim_idx, index-only): ready, sleeping and waiting jobs, due or not;
+--   claimable (x_job_claimable, migration 0019, its claim index): ready, sleeping and waiting
+--     jobs, due or not;
 --   suspended (x_jobs_suspended_idx, index-only): the sleeping and waiting ones among them,
 --     so ready = claimable due - suspended due, scheduled = claimable not due - suspended not due;
 --   running: x_job_leases joined to x_jobs by primary key (a lease a cancel ended is no longer
@@ -18,8 +19,7 @@ with claimable as (
            count(*) filter (where run_at <= coalesce(%(now)s, now())) as due,
            count(*) filter (where run_at > coalesce(%(now)s, now())) as later,
            min(run_at) filter (where run_at <= coalesce(%(now)s, now())) as oldest_due
-      from x_jobs
-     where claimable
+      from x_job_claimable
      group by queue
 ), suspended as (
     select queue, suspended as state, count(*) as jobs,
