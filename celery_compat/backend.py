@@ -44,10 +44,10 @@ from celery.utils.functional import _regen
 from ujobs_bridge.client import Client
 from ujobs_bridge.db.connections import listen_dsn
 
+from . import group_sends
 from .db import message_jobs, result_store
 from .outage import stored
 from .result_listener import ResultListener
-from .transaction import flush_gathered
 
 SAFETY_RECHECK_S = 2.0
 logger = logging.getLogger(__name__)
@@ -101,12 +101,12 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
     # ``incr`` (a counter bumped twice would be wrong; the chord counter counts by task id).
 
     def get(self, key: Any) -> str | None:
-        flush_gathered()  # a read inside a group's send sees that group's messages
+        group_sends.flush()  # a read inside a group's send sees that group's messages
         k = bytes_to_str(key)
         return stored(self.client, lambda conn: result_store.result_get(conn, k))
 
     def mget(self, keys: Any) -> list[str | None]:
-        flush_gathered()
+        group_sends.flush()
         wanted = [bytes_to_str(k) for k in keys]
         found = stored(self.client, lambda conn: result_store.result_mget(conn, wanted))
         return [found.get(k) for k in wanted]

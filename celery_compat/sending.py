@@ -27,18 +27,11 @@ from celery.app.amqp import AMQP
 from celery.utils.collections import DictAttribute
 from kombu.entity import Queue
 
-from . import send_keys, task_events
+from . import group_sends, send_keys, task_events
 from .db import message_jobs
 from .message_row import CeleryMessage
 from .queue_names import bridge_queue
-from .transaction import (
-    Held,
-    batch_hold,
-    current_connection,
-    gather_hold,
-    gathered_sends,
-    write_held,
-)
+from .transaction import Held, batch_hold, current_connection, write_held
 
 
 class _NoBrokerConnection:
@@ -268,13 +261,13 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         max_attempts = self.max_attempts()
         if conn is not None and batch_hold(row, payload, max_attempts, key):
             return  # enqueue_in(batch=True): written in one statement when the block exits
-        if conn is None and gather_hold(row, payload, max_attempts, key):
+        if conn is None and group_sends.hold(row, payload, max_attempts, key):
             return  # a group's send: written together when its producer block exits
         self.insert_now(row, conn, payload=payload, key=key, max_attempts=max_attempts)
 
     def gathered(self) -> contextlib.AbstractContextManager[None]:
         """The sends of this block (a group's) are written together, through the pool."""
-        return gathered_sends(self._write_gathered)
+        return group_sends.gathered(self._write_gathered)
 
     def _write_gathered(self, held: list[Held]) -> None:
         with self.app.ujobs_client.pool.connection() as pooled, pooled.transaction():

@@ -77,60 +77,6 @@ def write_held(conn: psycopg.Connection[Any], held: list[Held]) -> None:
         )
 
 
-# Sends gathered by ``gathered_sends``: (the held messages, what writes them).
-_gathered: contextvars.ContextVar[tuple[list[Held], Callable[[list[Held]], None]] | None] = (
-    contextvars.ContextVar("celery_compat_gathered_sends", default=None)
-)
-GATHER_CHUNK = 1000  # messages per commit of a gathered send: bounds the memory a huge group holds
-
-
-@contextmanager
-def gathered_sends(write: Callable[[list[Held]], None]) -> Iterator[None]:
-    """Gather the sends made outside any caller transaction inside this block and ``write``
-    them when it exits normally (every ``GATHER_CHUNK`` messages on the way): what a Celery
-    group's send runs in (``producer_or_acquire``), so a group of N tasks is a commit per
-    chunk, not N commits, and is durable when ``apply_async`` returns. A block that raises
-    writes what it gathered since its last chunk: none of it (Celery would have published the
-    sends before the error; here a group that fails to send leaves nothing to run twice).
-    A result read inside the block writes what is held first (``flush_gathered``). Nested
-    blocks join the outer one."""
-    if _gathered.get() is not None:
-        yield
-        return
-    held: list[Held] = []
-    token = _gathered.set((held, write))
-    try:
-        yield
-    finally:
-        _gathered.reset(token)
-    if held:
-        write(held)
-
-
-def flush_gathered() -> None:
-    """Write what the enclosing ``gathered_sends`` holds now: called before this thread reads
-    a result, so code that runs inside a group's send (a generator header waiting for its
-    first part, celery #3021) sees its own sends, as a broker would have delivered them."""
-    gathered = _gathered.get()
-    if gathered is not None and gathered[0]:
-        held, write = gathered
-        chunk = held[:]
-        held.clear()
-        write(chunk)
-
-
-def gather_hold(message: Any, payload: str, max_attempts: int, key: Any = None) -> bool:
-    """Hold ``message`` for the enclosing ``gathered_sends``; False if there is none."""
-    gathered = _gathered.get()
-    if gathered is None:
-        return False
-    held = gathered[0]
-    held.append((message, payload, max_attempts, key))
-    if len(held) >= GATHER_CHUNK:
-        flush_gathered()
-    return True
-
-
 def batch_hold(message: Any, payload: str, max_attempts: int, key: Any = None) -> bool:
     """Hold ``message`` (sent under ``key``, a ``SendKey`` or None) for the enclosing
     ``enqueue_in(batch=True)``; False if there is none."""

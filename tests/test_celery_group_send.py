@@ -1,8 +1,9 @@
 """A Celery group's send on the bridge: its messages are written together (a commit per chunk,
 not a commit per message, which made a group of 1,000 wait out 1,000 flushes), every row is
-durable when ``apply_async`` returns, and a group one of whose members cannot be encoded leaves
-nothing to run. Inside the caller's transaction (``enqueue_in``) a group rides that transaction
-as before."""
+durable when ``apply_async`` returns, a generator that takes its time still has its first
+members written while it yields (celery #3021), and a group one of whose members cannot be
+encoded leaves nothing to run. Inside the caller's transaction (``enqueue_in``) a group rides
+that transaction as before."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
     worker,
 )
-from celery_compat import enqueue_in, transaction
+from celery_compat import enqueue_in, group_sends
+from conftest import wait_for
 
 
 @pytest.fixture
@@ -48,7 +50,7 @@ def test_a_group_is_written_in_one_commit_and_runs(app: Any, dsn: str) -> None:
 def test_a_large_group_commits_once_per_chunk(
     app: Any, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transaction, "GATHER_CHUNK", 10)
+    monkeypatch.setattr(group_sends, "CHUNK", 10)
     result = group(t.identity.s(i) for i in range(25)).apply_async()
     assert written(dsn) == (25, 3)
     with worker(app, dsn, concurrency=4):
@@ -70,3 +72,19 @@ def test_a_group_inside_the_callers_transaction_rolls_back_with_it(app: Any, dsn
         assert written(dsn) == (0, 0)  # not committed yet
         conn.rollback()
     assert written(dsn) == (0, 0)
+
+
+def test_a_slow_generator_has_its_first_members_written_while_it_still_yields(
+    app: Any, dsn: str
+) -> None:
+    def members() -> Iterator[Any]:
+        yield t.identity.s(0)
+        yield t.identity.s(1)  # Celery looks one member ahead: member 0 is sent after this
+        # No result read here: only the hold's time bound can write the first member.
+        wait_for(lambda: written(dsn)[0] == 1, timeout=10, what="the first member's row")
+        yield t.identity.s(2)
+
+    result = group(members()).apply_async()
+    assert written(dsn) == (3, 2)
+    with worker(app, dsn, concurrency=2):
+        assert result.get(timeout=30) == [0, 1, 2]
