@@ -29,7 +29,8 @@ REASONS: dict[str, str] = {
         "errbacks within that second; the bridge's test worker claims each from Postgres and, "
         "on this shared 2-core machine, does not always make it (in both full runs of "
         "2026-12-01 errback_new_style passed and errback_old_style did not; a re-run of the two "
-        "alone failed both the same way, at a counter read with timeout 0)"
+        "alone failed both the same way, at a counter read with timeout 0; in the evening run, "
+        "load average about 2, both passed on both sides)"
     ),
     "test_asyncresult_forget_cancels_subscription": REDIS_PUBSUB,
     "test_asyncresult_get_cancels_subscription": REDIS_PUBSUB,
