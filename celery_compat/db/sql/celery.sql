@@ -248,11 +248,14 @@ select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::flo
 -- Celery's purge: the ready messages of the given queues are cancelled (they never run; the
 -- retention sweep deletes them later), per queue, in one statement. Running, sleeping and waiting
 -- rows are left alone: a worker holds them, as a Celery worker holds its unacked messages.
+-- The candidates are read from x_job_claimable's claim index (migration 0019), not a scan of
+-- every row x_jobs keeps.
 with gone as (
     update x_jobs
        set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
            last_error = %(error)s, updated_at = now(), finished_at = now()
      where state = 'ready' and queue = any(%(queues)s)
+       and id in (select c.id from x_job_claimable as c where c.queue = any(%(queues)s))
     returning queue
 )
 select q.queue, count(gone.queue)::int

@@ -217,11 +217,15 @@ with stale as (
 select id, state from rescued
 
 -- job_expire --
+-- The candidates come from x_job_claimable (migration 0019: the claimable jobs only), not a scan
+-- of every row x_jobs keeps; the job is locked first, as every claimability change does.
 with gone as materialized (
-    select id from x_jobs
-     where state = 'ready' and expires_at is not null and expires_at <= coalesce(%(now)s, now())
+    select j.id from x_job_claimable as c
+      join x_jobs as j on j.id = c.id
+     where j.state = 'ready' and j.expires_at is not null
+       and j.expires_at <= coalesce(%(now)s, now())
      limit %(limit)s
-     for update skip locked
+     for update of j skip locked
 )
 update x_jobs as j
    set state = 'cancelled', last_error = %(error)s, updated_at = now(), finished_at = now()
