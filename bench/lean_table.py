@@ -87,7 +87,8 @@ class LeanResult:
             f"(last/first x{self.last_vs_first:.2f}); HOT {self.hot_ratio:.1%} of "
             f"{self.table.get('n_tup_upd', 0):,} updates; dead tuples per tenth "
             f"{self.segment_dead}, at end {self.table.get('n_dead_tup', 0):,}; autovacuums "
-            f"{self.table.get('autovacuum_count', 0)}; MiB end->after VACUUM: {sizes}"
+            f"{self.table.get('autovacuum_count', 0)} (x_job_claimable "
+            f"{self.table.get('claimable_autovacuum_count', 0)}); MiB end->after VACUUM: {sizes}"
         )
 
 
@@ -119,10 +120,14 @@ def _stats(conn: psycopg.Connection[Any]) -> dict[str, int]:
     conn.execute("select pg_stat_clear_snapshot()")
     row = conn.execute(
         "select n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_live_tup, n_dead_tup,"
-        " autovacuum_count, vacuum_count from pg_stat_user_tables where relname = 'x_jobs'"
+        " autovacuum_count, vacuum_count,"
+        " (select c.autovacuum_count from pg_stat_user_tables as c"
+        "   where c.relname = 'x_job_claimable')"
+        " from pg_stat_user_tables where relname = 'x_jobs'"
     ).fetchone()
     names = ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del", "n_live_tup",
-             "n_dead_tup", "autovacuum_count", "vacuum_count")  # fmt: skip
+             "n_dead_tup", "autovacuum_count", "vacuum_count",
+             "claimable_autovacuum_count")  # fmt: skip
     return dict(zip(names, (int(v or 0) for v in row or ()), strict=False))
 
 
