@@ -40,7 +40,14 @@ def written(dsn: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def test_a_group_is_written_in_one_commit_and_runs(app: Any, dsn: str) -> None:
+@pytest.fixture
+def no_time_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commits only per chunk and at the end: on a loaded machine building a group can take
+    longer than the 0.1 s bound, which would split it (that bound has a test of its own)."""
+    monkeypatch.setattr(group_sends, "MAX_HOLD_S", 600.0)
+
+
+def test_a_group_is_written_in_one_commit_and_runs(app: Any, dsn: str, no_time_bound: None) -> None:
     result = group(t.identity.s(i) for i in range(40)).apply_async()
     assert written(dsn) == (40, 1)  # all there when apply_async returned, in one transaction
     with worker(app, dsn, concurrency=4):
@@ -48,7 +55,7 @@ def test_a_group_is_written_in_one_commit_and_runs(app: Any, dsn: str) -> None:
 
 
 def test_a_large_group_commits_once_per_chunk(
-    app: Any, dsn: str, monkeypatch: pytest.MonkeyPatch
+    app: Any, dsn: str, monkeypatch: pytest.MonkeyPatch, no_time_bound: None
 ) -> None:
     monkeypatch.setattr(group_sends, "CHUNK", 10)
     result = group(t.identity.s(i) for i in range(25)).apply_async()
@@ -57,7 +64,9 @@ def test_a_large_group_commits_once_per_chunk(
         assert result.get(timeout=30) == list(range(25))
 
 
-def test_a_group_with_a_member_that_cannot_be_encoded_sends_nothing(app: Any, dsn: str) -> None:
+def test_a_group_with_a_member_that_cannot_be_encoded_sends_nothing(
+    app: Any, dsn: str, no_time_bound: None
+) -> None:
     with pytest.raises(EncodeError):
         group(t.identity.s(1), t.identity.s(object()), t.identity.s(3)).apply_async()
     assert written(dsn) == (0, 0)
@@ -88,3 +97,31 @@ def test_a_slow_generator_has_its_first_members_written_while_it_still_yields(
     assert written(dsn) == (3, 2)
     with worker(app, dsn, concurrency=2):
         assert result.get(timeout=30) == [0, 1, 2]
+
+
+def test_a_commit_the_timer_could_not_make_is_made_at_the_end_or_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The time bound's write meets an outage: its messages are written again when the send
+    ends; if that fails too, the send raises. Nothing is dropped silently."""
+    monkeypatch.setattr(group_sends, "MAX_HOLD_S", 0.01)
+    attempts: list[list[str]] = []
+    failing = {"left": 1}
+
+    def write(held: list[Any]) -> None:
+        attempts.append([h[0] for h in held])
+        if failing["left"]:
+            failing["left"] -= 1
+            raise psycopg.OperationalError("the server closed the connection")
+
+    with group_sends.gathered(write):
+        assert group_sends.hold("m1", "{}", 3)
+        wait_for(lambda: attempts == [["m1"]], timeout=10, what="the timer's failed write")
+    assert attempts == [["m1"], ["m1"]]  # written again at the end
+
+    attempts.clear()
+    failing["left"] = 2
+    with pytest.raises(psycopg.OperationalError), group_sends.gathered(write):
+        assert group_sends.hold("m2", "{}", 3)
+        wait_for(lambda: len(attempts) == 1, timeout=10, what="the timer's failed write")
+    assert attempts == [["m2"], ["m2"]]

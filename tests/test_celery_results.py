@@ -299,7 +299,7 @@ def test_a_late_retry_write_never_replaces_a_stored_success(app: Any, dsn: str) 
             with psycopg.connect(dsn, autocommit=True) as probe:
                 row = probe.execute(
                     "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
-                    " and query like %s",
+                    " and datname = current_database() and query like %s",
                     ("%x_celery_results%",),
                 ).fetchone()
             return bool(row and row[0])
