@@ -19,7 +19,8 @@ Layout (one module per concern, one per system):
 - ``migrate_system`` (+ ``migrate_app``): ``ujobs-bridge migrate`` (the CLI, a subprocess)
   draining 20,000 messages real Celery published to Redis and to RabbitMQ (``--cells
   drain-broker``; ``--only migrate``).
-- ``runner``: rounds, cleanup; ``report``: tables, targets, JSON.
+- ``runner``: rounds, cleanup; ``results``: the figures, as JSON; ``report``: the tables;
+  ``targets``: the project targets, computed from the same figures.
 - ``soak``: the chaos soak (``python -m bench.soak``), a package of its own: every workload
   on real processes while faults land, then the loss table (``bench/soak/__init__.py``).
 

@@ -234,7 +234,7 @@ def targets(results: Any) -> list[Any]:
     """One target per page timed in the dashboard cell: its median under ``TARGET_MS`` (the p95
     beside it; on a loaded machine the tail is the neighbours' more than the page's)."""
     from . import cells
-    from .report import Target, _verdict
+    from .targets import Target, _verdict
 
     out = []
     rows = results.settings.get("dashboard_rows", 0)

@@ -1,4 +1,4 @@
-"""The many-workers cell's table and targets (``many_workers``), out of ``report`` for size.
+"""The many-workers cell's table and targets (``many_workers``), kept apart for size.
 
 Why it exists: the cell yields one point per (layout, process count), six figures each; read
 as the generic cell table that is 72 rows. Here they are one row per point, in the order the
@@ -17,8 +17,8 @@ from typing import Any
 from rich.table import Table
 
 from . import cells
-from .report import Target, _verdict
 from .results import Results
+from .targets import Target, _verdict
 
 
 def points(results: Results) -> list[dict[str, Any]]:

@@ -2,19 +2,19 @@
 
 Why it exists: ``ujobs-bridge worker -A proj`` must run a Celery app's tasks with Celery's own
 semantics, so a claimed row (a protocol-v2 message, see ``message_row.py``) is handed to
-Celery's tracer (``celery.app.trace.trace_task``) with the request a Celery worker would build:
-headers, embed (chain, callbacks, errbacks, chord), delivery info, properties. The tracer fires
-``task_prerun``/``postrun``/``success``/``failure``/``retry``, stores results, runs callbacks
-and continues chains, exactly as in a Celery worker. What a Celery worker does *around* the
-tracer is done here, as ``celery.worker.request.Request`` does it: expiry (REVOKED,
+Celery's tracer (``celery.app.trace.trace_task``) with the request a Celery worker would build
+(``worker_request.py``). The tracer fires ``task_prerun``/``postrun``/``success``/``failure``/
+``retry``, stores results, runs callbacks and continues chains, exactly as in a Celery worker.
+What a Celery worker does *around* the tracer is decided here, as ``celery.worker.request.Request``
+decides it, and recorded as it records it (``worker_request.py``): expiry (REVOKED,
 ``task_revoked(expired=True)``); a revoke that arrived after the claim but before the body
-(REVOKED, ``task_revoked``; ``revoked_ids.py``); ``delivery_info['redelivered']`` for a row
-claimed before (``JobContext.redelivered``); the hard time limit (FAILURE ``TimeLimitExceeded``,
-``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED, ``task_revoked``, no
-``task_failure``), both as for a killed child (``interrupts.py``); ``Reject``; ``result.get()``
-refused inside a body (``allow_join_result()`` still works); and a task's own retry message is
-sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never overwritten. Under
-``-E`` each of those moments also sends Celery's task event (``task_events.py``).
+(REVOKED, ``task_revoked``; ``revoked_ids.py``); the hard time limit (FAILURE
+``TimeLimitExceeded``, ``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED,
+``task_revoked``, no ``task_failure``), both as for a killed child (``interrupts.py``);
+``Reject``; ``result.get()`` refused inside a body (``join_guard.py``); and a task's own retry
+message is sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never
+overwritten. Under ``-E`` each of those moments also sends Celery's task event
+(``task_events.py``).
 
 How a run ends, for the job row: SUCCESS, RETRY (the retry is a new row, sent by
 ``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback (Celery's retries are
@@ -23,26 +23,21 @@ again; ``Reject(requeue=False)`` → ``dead``, the task reads FAILURE (Celery 5.
 expired, terminated → ``cancelled``. The engine's own attempts (``ujobs_max_deliveries``)
 count only claims whose worker died: Celery would have lost those messages (ack before run).
 
-What it is not: the worker loop or the lease keeper (``ujobs_bridge.worker``).
+What it is not: the worker loop or the lease keeper (``ujobs_bridge.worker``), the request and
+what Celery's ``Request`` records (``worker_request.py``), or the ``result.get()`` guard
+(``join_guard.py``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import celery._state as celery_state
-import celery.result as celery_result
-from billiard.einfo import ExceptionInfo
-from celery import signals, states
+from celery import states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
-from ujobs_bridge.context import current_job, node_name
+from ujobs_bridge.context import current_job
 from ujobs_bridge.faults import fault
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.outcomes import Cancel, Discard, Snooze
@@ -51,35 +46,20 @@ from ujobs_bridge.retry import RetryPolicy
 from . import rate_limit, revoked_ids, stamp_revokes, task_events
 from .db import revocations
 from .interrupts import INTERRUPTER, BodyKilled
+from .join_guard import joins_will_block
 from .message_row import from_input, is_celery_input
 from .outage import forget_outage, outage_handed_back, raise_if_outage, stored
 from .send_keys import running_body
-
-PROTOCOL_HEADERS = frozenset(
-    {
-        "lang",
-        "task",
-        "id",
-        "shadow",
-        "eta",
-        "expires",
-        "group",
-        "group_index",
-        "retries",
-        "timelimit",
-        "root_id",
-        "parent_id",
-        "argsrepr",
-        "kwargsrepr",
-        "origin",
-        "ignore_result",
-        "replaced_task_nesting",
-        "stamped_headers",
-        "stamps",
-        "chord",
-    }
+from .worker_request import (
+    announce_received,
+    announce_rejected,
+    announce_revoked,
+    announce_time_limit,
+    conf_limits,
+    hostname,
+    request_for,
+    time_limits,
 )
-HOSTNAME = f"celery@{socket.gethostname()}"  # outside a worker; a worker's is its node name
 
 
 def task_registry(app: Any) -> Any:
@@ -91,12 +71,6 @@ def task_registry(app: Any) -> Any:
     return registry if registry is not None else app.tasks
 
 
-def hostname() -> str:
-    """``self.request.hostname``: the node name of the worker running in this process (Celery's
-    ``-n``, default ``celery@<host>``)."""
-    return node_name() or HOSTNAME
-
-
 class CeleryTaskFailed(Exception):
     """The task ended in FAILURE: the row goes to ``dead`` with Celery's traceback."""
 
@@ -105,215 +79,12 @@ class _NeverRetried(Exception):
     """The engine retry policy of Celery tasks matches nothing: Celery decides retries."""
 
 
-# -- result.get() inside a task ------------------------------------------------------------------
-# A Celery worker process sets ``task_join_will_block`` so ``result.get()`` inside a task raises
-# (``disable_sync_subtasks``) unless wrapped in ``allow_join_result()``. Bridge bodies share the
-# process with whatever else runs there (an app's web threads, tests), so the flag is kept per
-# body thread: ``celery.result``'s two names are replaced by thread-aware ones that fall back to
-# Celery's process-wide flag outside a body.
-_JOINS = threading.local()
-
-
-def _join_will_block() -> bool:
-    value = getattr(_JOINS, "will_block", None)
-    return bool(celery_state.task_join_will_block() if value is None else value)
-
-
-def _set_join_will_block(blocks: bool) -> None:
-    if getattr(_JOINS, "will_block", None) is None:
-        celery_state._set_task_join_will_block(blocks)
-    else:
-        _JOINS.will_block = bool(blocks)
-
-
-def _install_join_guard() -> None:
-    celery_result.task_join_will_block = _join_will_block
-    celery_result._set_task_join_will_block = _set_join_will_block
-
-
-@contextlib.contextmanager
-def joins_will_block() -> Iterator[None]:
-    """Inside a task body: ``result.get()`` raises, as in a Celery worker."""
-    previous = getattr(_JOINS, "will_block", None)
-    _JOINS.will_block = True
-    try:
-        yield
-    finally:
-        _JOINS.will_block = previous
-
-
-_install_join_guard()
-
-
-def _request(message: Any, redelivered: bool) -> dict[str, Any]:
-    headers = dict(message.headers)
-    props = dict(message.properties)
-    request: dict[str, Any] = dict(headers)
-    request.update(
-        {
-            "args": message.args,
-            "kwargs": message.kwargs,
-            "hostname": hostname(),
-            "is_eager": False,
-            "properties": props,
-            "reply_to": props.get("reply_to"),
-            "correlation_id": props.get("correlation_id") or message.task_id,
-            "delivery_info": {
-                "exchange": "",
-                "routing_key": message.queue,
-                "priority": props.get("priority"),
-                "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
-            },
-            "headers": {k: v for k, v in headers.items() if k not in PROTOCOL_HEADERS},
-        }
-    )
-    request.update(message.embed or {})
-    return request
-
-
-def conf_limits(app: Any) -> tuple[Any, Any]:
-    """The app's default ``(task_time_limit, task_soft_time_limit)``."""
-    return app.conf.task_time_limit, app.conf.task_soft_time_limit
-
-
-def _limits(
-    task: Any, headers: dict[str, Any], defaults: tuple[Any, Any] | None = None
-) -> tuple[float | None, float | None]:
-    """``(soft, hard)``: the message's ``timelimit``, else the task's, else the app's defaults
-    (``defaults``: read once when the worker loaded the app, as Celery's worker reads them at
-    start; ``None``: read now)."""
-    hard, soft = None, None
-    limit = headers.get("timelimit")
-    if isinstance(limit, list | tuple) and len(limit) == 2:
-        hard, soft = limit
-    if (hard is None and not task.time_limit) or (soft is None and not task.soft_time_limit):
-        conf_hard, conf_soft = conf_limits(task.app) if defaults is None else defaults
-    else:
-        conf_hard = conf_soft = None  # not consulted
-    hard = hard if hard is not None else task.time_limit or conf_hard
-    soft = soft if soft is not None else task.soft_time_limit or conf_soft
-    return soft, hard
-
-
-def _store_errors(task: Any, request: dict[str, Any]) -> bool:
-    """Celery's ``Request.store_errors``: failures are stored unless results are ignored."""
-    ignore = request.get("ignore_result")
-    ignored = task.ignore_result if ignore is None else bool(ignore)
-    return bool(task.store_errors_even_if_ignored) if ignored else True
-
-
-def _revoke(
-    task: Any, task_id: str, request: dict[str, Any], *, expired: bool, terminated: bool
-) -> None:
-    """What Celery's worker does for a revoked/expired/terminated request (``_announce_revoked``)."""
-    from celery.app.task import Context
-
-    ctx = Context(request)
-    reason = "expired" if expired else "terminated" if terminated else "revoked"
-    task.backend.mark_as_revoked(
-        task_id, reason, request=ctx, store_result=_store_errors(task, request)
-    )
-    signals.task_revoked.send(
-        sender=task,
-        request=ctx,
-        terminated=terminated,
-        signum=15 if terminated else None,
-        expired=expired,
-    )
-
-
-def _hard_time_limit(task: Any, message: Any, request: dict[str, Any], limit: float) -> str:
-    """What Celery's worker does when a body passes ``time_limit`` (``Request.on_timeout``):
-    FAILURE with ``TimeLimitExceeded``, ``on_failure``, errbacks and ``task_failure``."""
-    from celery.app.task import Context
-    from celery.app.trace import task_has_custom
-
-    exc = TimeLimitExceeded(limit)
-    ctx = Context(request)
-    task.backend.mark_as_failure(
-        message.task_id, exc, request=ctx, store_result=_store_errors(task, request)
-    )
-    try:
-        raise exc
-    except TimeLimitExceeded:
-        einfo = ExceptionInfo()
-    task.on_failure(exc, message.task_id, message.args, message.kwargs, einfo)
-    if task_has_custom(task, "after_return"):
-        task.after_return(states.FAILURE, exc, message.task_id, message.args, message.kwargs, None)
-    signals.task_failure.send(
-        sender=task,
-        task_id=message.task_id,
-        exception=exc,
-        args=message.args,
-        kwargs=message.kwargs,
-        traceback=einfo.tb,
-        einfo=einfo,
-    )
-    return f"TimeLimitExceeded({limit})"
-
-
-def _rejected(task: Any, message: Any, request: dict[str, Any], rejection: Reject) -> None:
-    """Celery 5.7's worker for ``Reject(requeue=False)``: the message is dropped and the task
-    reads FAILURE (``task_failure`` sent), so it is never left PENDING forever."""
-    from celery.app.task import Context
-
-    try:
-        raise rejection
-    except Reject:
-        einfo = ExceptionInfo()
-    task.backend.mark_as_failure(
-        message.task_id,
-        rejection,
-        request=Context(request),
-        store_result=_store_errors(task, request),
-    )
-    signals.task_failure.send(
-        sender=task,
-        task_id=message.task_id,
-        exception=rejection,
-        args=message.args,
-        kwargs=message.kwargs,
-        traceback=einfo.tb,
-        einfo=einfo,
-    )
-
-
 def _terminates(app: Any, task_id: str) -> bool:
     """A cancel under a running body: ``revoke(terminate=True)`` or an operator's ``jobs
     cancel`` interrupts it; a plain ``revoke()`` lets a started task finish, as in Celery."""
     with app.ujobs_client.pool.connection() as conn:
         flag = revocations.revoked_terminate(conn, task_id)
     return flag is None or flag
-
-
-def _received(app: Any, task: Any, message: Any, request: dict[str, Any]) -> None:
-    """``task_received`` as a Celery worker sends it once a message is accepted (not expired,
-    not revoked), with Celery's own ``Request`` built from the row (``.id``, ``.stamps``,
-    ``.errbacks``, ``.replaced_task_nesting`` ... read as they do on a Celery worker)."""
-    if not signals.task_received.receivers:
-        return
-    from types import SimpleNamespace
-
-    from celery.app.task import Context
-    from celery.worker.request import Request
-
-    body = (message.args, message.kwargs, message.embed or {})
-    carrier = SimpleNamespace(
-        headers=dict(message.headers),
-        body=body,
-        payload=body,
-        delivery_info=request["delivery_info"],
-        properties=request["properties"],
-        content_type="application/json",
-        content_encoding="utf-8",
-    )
-    try:
-        received: Any = Request(
-            carrier, app=app, task=task, hostname=hostname(), body=body, decoded=True
-        )
-    except Exception:  # a message Celery's Request cannot parse: handlers still get the fields
-        received = Context(request)
-    signals.task_received.send(sender=None, request=received)
 
 
 def run_message(
@@ -327,27 +98,27 @@ def run_message(
     app.set_current()  # shared_task proxies called from this body resolve to this app
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
     task = task_registry(app)[name]
-    request = _request(message, ctx.redelivered)
+    request = request_for(message, ctx.redelivered)
     events = task_events.node(task)  # None: events off (the common case costs one check)
     expires = message.expires
     if expires is not None and expires <= ctx.clock.now():
-        _revoke(task, message.task_id, request, expired=True, terminated=False)
+        announce_revoked(task, message.task_id, request, expired=True, terminated=False)
         if events:
             task_events.revoked(events, message.task_id, expired=True, terminated=False)
         raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
     if revoked_ids.REVOKED.is_revoked(app, message.task_id) or (  # claimed, then revoked
         stamp_revokes.revoking_header(message.headers) is not None  # a stamped-header revoke
     ):
-        _revoke(task, message.task_id, request, expired=False, terminated=False)
+        announce_revoked(task, message.task_id, request, expired=False, terminated=False)
         if events:
             task_events.revoked(events, message.task_id, expired=False, terminated=False)
         raise Cancel(f"task {message.task_id} revoked before it started")
     rate_limit.take_or_snooze(app, task, ctx)
-    _received(app, task, message, request)
+    announce_received(app, task, message, request)
     if events:
         task_events.received(events, message)
         task_events.started(events, message.task_id)
-    soft, hard = _limits(task, message.headers, limits)
+    soft, hard = time_limits(task, message.headers, limits)
     watched = INTERRUPTER.watch(
         ctx.signal, soft, hard, should_terminate=lambda: _terminates(app, message.task_id)
     )
@@ -379,11 +150,11 @@ def run_message(
         fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
-            _revoke(task, message.task_id, request, expired=False, terminated=True)
+            announce_revoked(task, message.task_id, request, expired=False, terminated=True)
             if events:
                 task_events.revoked(events, message.task_id, expired=False, terminated=True)
             raise Cancel(f"task {message.task_id} terminated by revoke")
-        limit_text = _hard_time_limit(task, message, request, float(hard or 0))
+        limit_text = announce_time_limit(task, message, request, float(hard or 0))
         if events:
             task_events.failed(events, message.task_id, TimeLimitExceeded(hard), limit_text)
         raise CeleryTaskFailed(limit_text)
@@ -405,7 +176,7 @@ def run_message(
         task_events.rejected(events, message.task_id, rejection, traced)
     if rejection.requeue:
         raise Snooze(0)
-    _rejected(task, message, request, rejection)
+    announce_rejected(task, message, request, rejection)
     raise Discard(f"rejected: {rejection.reason!r}")
 
 

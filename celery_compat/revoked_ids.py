@@ -18,9 +18,9 @@ While no listener of the process is connected (a worker driven by ``tick()``, a 
 reconnecting), a notification could be missed, so the answer comes from the table instead: one
 primary-key lookup per task until the listener is back.
 
-What it is not: the revoke (``control.py``) or what a revoked request does (``execution.py``:
-REVOKED and ``task_revoked``, as Celery's worker). It is per process, like Celery's: ids are
-task ids, not database-qualified.
+What it is not: the revoke (``control.py``) or what a revoked request does (``execution.py``,
+``worker_request.py``: REVOKED and ``task_revoked``, as Celery's worker). It is per process,
+like Celery's: ids are task ids, not database-qualified.
 """
 
 from __future__ import annotations

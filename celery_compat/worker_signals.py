@@ -31,7 +31,7 @@ and ``ConsumerInstance``, which carry the attributes receivers read (``app``, ``
 ``concurrency``, ``pool_cls``, ``loglevel``, ``logfile``, ``controller``) plus ``bridge``, the
 engine's worker.
 
-What it is not: task signals (``execution.py``), nor the worker itself.
+What it is not: task signals (``execution.py``, ``worker_request.py``), nor the worker itself.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from celery.utils.log import get_logger
 
 from ujobs_bridge.context import node_name
 
-from .execution import HOSTNAME
+from .worker_request import HOSTNAME
 
 # What a spawned child reads to set up logging and name itself as the main process did (Celery's
 # prefork children read CELERY_LOG_LEVEL / CELERY_LOG_FILE the same way).

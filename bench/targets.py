@@ -1,0 +1,346 @@
+"""Every project target, computed from this run's medians, with a verdict.
+
+Why it exists: a target checked in another run (other load, other build) proves nothing. Each
+target here is computed from this run's medians, with the range of the per-round ratios beside
+it (rounds are interleaved, so round r of two systems ran close in time), and a verdict: PASS,
+MISS, or none for a figure not measured or only informational. The many-workers and dashboard
+cells add their own targets (``scale_report.py``, ``dashboard_bench.py``), built on ``Target``.
+
+What it is not: the table that prints them (``report.py``), nor a gate: a missed target does not
+change the exit code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.markup import escape
+
+from . import cells
+from .figure_text import fmt
+from .results import Results, Row
+from .settings import TITLES
+
+CELERY = ("celery-redis", "celery-rabbitmq")
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    spread: str
+    goal: str
+    verdict: str | None  # "PASS", "MISS" or None (not measured / informational)
+    value: float | None = None
+
+
+def _per_round(
+    num: Row, dens: Sequence[Row], combine: Callable[[list[float]], float]
+) -> list[float]:
+    out = []
+    for rnd, value in num.values.items():
+        got = [d.values[rnd] for d in dens if rnd in d.values]
+        if got and combine(got):
+            out.append(value / combine(got))
+    return out
+
+
+def _ratio_target(
+    name: str,
+    num: Row | None,
+    dens: Sequence[Row],
+    minimum: float | None,
+    *,
+    maximum: float | None = None,
+) -> Target:
+    if num is None or not dens:
+        return Target(name, "not measured", "", _goal(minimum, maximum), None)
+    best = (
+        max(dens, key=lambda r: r.median)
+        if minimum is not None
+        else min(dens, key=lambda r: r.median)
+    )
+    value = num.median / best.median if best.median else float("nan")
+    combine = max if minimum is not None else min
+    rounds = _per_round(num, dens, combine)
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    measured = (
+        f"x{value:.2f}  [dim]({fmt(num.median, num.unit)} ÷ {fmt(best.median, best.unit)} "
+        f"{best.unit}, {TITLES[best.system]} {escape(best.label)})[/dim]"
+    )
+    return Target(
+        name, measured, spread, _goal(minimum, maximum), _verdict(value, minimum, maximum), value
+    )
+
+
+def _goal(minimum: float | None, maximum: float | None) -> str:
+    return f"≥ {minimum:g}" if minimum is not None else f"≤ {maximum:g}"
+
+
+def _verdict(value: float, minimum: float | None, maximum: float | None) -> str | None:
+    if math.isnan(value):
+        return None
+    if minimum is not None:
+        return "PASS" if value >= minimum else "MISS"
+    assert maximum is not None
+    return "PASS" if value <= maximum else "MISS"
+
+
+def targets(results: Results) -> list[Target]:
+    r = results
+    ujobs = "ujobs"
+    celery_drains = [
+        row
+        for system in CELERY
+        for cell in (cells.DRAIN_1, cells.DRAIN_CORE)
+        for row in r.find(system, cell, "rate")
+    ]
+    out = [
+        _ratio_target(
+            "ujobs drain, 1 process ÷ best Celery drain",
+            r.first(ujobs, cells.DRAIN_1, "rate"),
+            celery_drains,
+            3,
+        ),
+        _ratio_target(
+            "ujobs drain, 1 process per core ÷ best Celery drain",
+            r.first(ujobs, cells.DRAIN_CORE, "rate"),
+            celery_drains,
+            5,
+        ),
+    ]
+    for kind, limit in (("p50", 2.5), ("p99", 6.0)):
+        row = r.first(ujobs, cells.LATENCY, kind)
+        if row is None:
+            out.append(
+                Target(f"ujobs idle pick-up {kind}", "not measured", "", f"≤ {limit} ms", None)
+            )
+        else:
+            out.append(
+                Target(
+                    f"ujobs idle pick-up {kind}",
+                    f"{row.median:.2f} ms",
+                    f"{row.low:.2f} - {row.high:.2f}",
+                    f"≤ {limit} ms",
+                    _verdict(row.median, None, limit),
+                    row.median,
+                )
+            )
+        for system in CELERY:
+            other = r.find(system, cells.LATENCY, kind)
+            if other:
+                out.append(
+                    _ratio_target(
+                        f"ujobs {kind} ÷ {TITLES[system]} {kind}", row, other, None, maximum=1.0
+                    )
+                )
+    out.append(
+        _ratio_target(
+            "ujobs enqueue_many ÷ raw multi-row INSERT",
+            r.first(ujobs, cells.ENQ_BATCH, "rate"),
+            [x for x in r.find("raw", cells.ENQ_BATCH, "rate") if "INSERT" in x.label],
+            0.5,
+        )
+    )
+    out.append(
+        _ratio_target(
+            "ujobs one-by-one ÷ raw one commit per row (faster way)",
+            r.first(ujobs, cells.ENQ_ONE, "rate"),
+            r.find("raw", cells.ENQ_ONE, "rate"),
+            0.8,
+        )
+    )
+    for cell in (cells.RSS_1, cells.RSS_CORE):
+        out.append(_rss_target(results, cell))
+    out.extend(_steps_targets(results))
+    out.extend(celery_shaped_targets(results))
+    out.extend(migrate_targets(results))
+    out.extend(lean_targets(results))
+    from . import dashboard_bench, scale_report  # they build on this module's Target
+
+    out.extend(scale_report.targets(results))
+    out.extend(dashboard_bench.targets(results))
+    return out
+
+
+LEAN_GOALS = (
+    # (label in the cell, target name, minimum, maximum)
+    ("last tenth ÷ first tenth", "throughput of the last tenth ÷ the first", 0.85, None),
+    ("HOT share of updates on x_jobs", "HOT share of updates on x_jobs (%)", 50.0, None),
+    (
+        "x_job_claimable_claim_idx after VACUUM",
+        "claim index after a routine VACUUM (MiB)",
+        None,
+        1.0,
+    ),
+)
+
+
+def lean_targets(results: Results) -> list[Target]:
+    """The lean-table cell: flat throughput, HOT updates, a small claim index."""
+    out: list[Target] = []
+    jobs = results.settings.get("lean_jobs", 0)
+    for label, name, minimum, maximum in LEAN_GOALS:
+        row = results.rows.get(("ujobs", cells.LEAN, label))
+        full = f"ujobs lean table, {jobs:,} jobs: {name}"
+        if row is None or math.isnan(row.median):
+            out.append(Target(full, "not measured", "", _goal(minimum, maximum), None))
+            continue
+        out.append(
+            Target(
+                full,
+                fmt(row.median, row.unit),
+                "",
+                _goal(minimum, maximum),
+                _verdict(row.median, minimum, maximum),
+                row.median,
+            )
+        )
+    return out
+
+
+MIGRATE_GOALS = (("Redis", 10_000.0), ("RabbitMQ", 5_000.0))  # messages/s into Postgres
+MIGRATE_GOAL_JOBS = 20_000  # the goals are for a backlog this size (start-up is amortised over it)
+MIGRATE_VS_CELERY = 10.0  # migrate vs Celery working off the same backlog on that broker
+
+
+def migrate_targets(results: Results) -> list[Target]:
+    """``ujobs-bridge migrate``: drain rate per broker (spawn -> exit, and on the drainer's own
+    clock, which leaves out CLI start-up), that rate (spawn -> exit) against the faster of
+    Celery's own drains of N no-op tasks on the same broker in the same run (``--only
+    migrate,celery-redis,celery-rabbitmq --cells drain-broker,drain-core``), and the drainer's
+    RSS across the run."""
+    out: list[Target] = []
+    jobs = results.settings.get("jobs", 0)
+    for broker, goal in MIGRATE_GOALS:
+        prefix = f"{broker} -> Postgres · "
+        for suffix in ("spawn→exit", "drainer's clock"):
+            row = results.rows.get(("migrate", cells.MIGRATE, prefix + suffix))
+            name = f"migrate {broker} -> Postgres, {jobs:,} Celery messages ({suffix})"
+            if row is None or math.isnan(row.median):
+                out.append(Target(name, "not measured", "", f"≥ {goal:,.0f}/s", None))
+                continue
+            judged = jobs >= MIGRATE_GOAL_JOBS  # a smaller backlog is mostly start-up
+            out.append(
+                Target(
+                    name,
+                    f"{row.median:,.0f} msgs/s",
+                    f"{fmt(row.low, 'jobs/s')} - {fmt(row.high, 'jobs/s')}",
+                    f"≥ {goal:,.0f}/s" + ("" if judged else f" at N ≥ {MIGRATE_GOAL_JOBS:,}"),
+                    _verdict(row.median, goal, None) if judged else None,
+                    row.median,
+                )
+            )
+        celery = f"celery-{broker.lower()}"
+        drains = [
+            row
+            for cell in (cells.DRAIN_1, cells.DRAIN_CORE, cells.DRAIN_SHARED)
+            for row in results.find(celery, cell, "rate")
+        ]
+        out.append(
+            _ratio_target(
+                f"migrate {broker} -> Postgres (spawn→exit) ÷ faster {TITLES[celery]} drain of "
+                "as many tasks",
+                results.rows.get(("migrate", cells.MIGRATE, prefix + "spawn→exit")),
+                drains,
+                MIGRATE_VS_CELERY,
+            )
+        )
+        out.append(_flat_target(results, "migrate", cells.RSS_MIGRATE, f"{broker} -> Postgres · "))
+    return out
+
+
+def celery_shaped_targets(results: Results) -> list[Target]:
+    """celery_compat vs real Celery, the same calls in the same run."""
+    r = results
+    compat = "celery-compat"
+    return [
+        _ratio_target(
+            "celery_compat .delay() one by one (each a commit) ÷ Celery+Redis .delay()",
+            r.first(compat, cells.DELAY_ONE, "rate"),
+            r.find("celery-redis", cells.DELAY_ONE, "rate"),
+            0.8,
+        ),
+        _ratio_target(
+            f"celery_compat {cells.TX_SIZE:,} .delay() in one transaction ÷ Celery+Redis "
+            f"{cells.TX_SIZE:,} .delay()",
+            r.first(compat, cells.DELAY_TX, "rate"),
+            r.find("celery-redis", cells.DELAY_TX, "rate"),
+            2,
+        ),
+        _ratio_target(
+            f"celery_compat drain, 1 worker process ÷ faster Celery prefork -c "
+            f"{cells.CELERY_PREFORK} (Redis, RabbitMQ)",
+            r.first(compat, cells.DRAIN_SHARED, "rate"),
+            [row for system in CELERY for row in r.find(system, cells.DRAIN_SHARED, "rate")],
+            2,
+        ),
+    ]
+
+
+STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the plain rate
+
+
+def _steps_targets(results: Results) -> list[Target]:
+    """What 5 no-op steps cost: the share of the plain rate at the first ``-c`` of
+    ``STEP_BODIES`` (the goal), and what one lone step costs (the ``-c 1`` pair, informational).
+    Both compare the rates from the first completion to the N-th, so the worker's start-up (the
+    same for both drains) does not hide what the steps cost."""
+    out = []
+    for concurrency in cells.STEP_BODIES:
+        suffix = cells.bodies_suffix(concurrency) + cells.STEADY
+        plain = results.rows.get(("ujobs", cells.STEPS, cells.PLAIN_LABEL + suffix))
+        stepped = results.rows.get(("ujobs", cells.STEPS, cells.STEPS_LABEL + suffix))
+        if concurrency == cells.STEP_BODIES[0]:
+            name = f"ujobs drain, job of {cells.STEP_COUNT} no-op steps ÷ plain job (1st→Nth)"
+            goal: str = f"≥ {STEPS_GOAL:g}"
+        elif concurrency == 1:
+            name = "ujobs one body (worker -c 1): drain time per step.run"
+            goal = "informational"
+        else:
+            continue
+        if plain is None or stepped is None or not plain.median or not stepped.median:
+            out.append(Target(name, "not measured", "", goal, None))
+            continue
+        value = stepped.median / plain.median
+        per_step_us = (1 / stepped.median - 1 / plain.median) / cells.STEP_COUNT * 1e6
+        rounds = _per_round(stepped, [plain], max)
+        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+        if concurrency == 1:
+            measured = (
+                f"{per_step_us:,.0f} µs  [dim](x{value:.2f} of the plain rate: "
+                f"{fmt(stepped.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} jobs/s)[/dim]"
+            )
+            out.append(Target(name, measured, spread, goal, None, per_step_us))
+            continue
+        measured = (
+            f"x{value:.2f}  [dim]({fmt(stepped.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} "
+            f"jobs/s; +{per_step_us:.0f} µs of drain time per step)[/dim]"
+        )
+        out.append(Target(name, measured, spread, goal, _verdict(value, STEPS_GOAL, None), value))
+    return out
+
+
+FLAT_GROWTH = 0.10  # end within 10 % of start counts as flat
+
+
+def _rss_target(results: Results, cell: str) -> Target:
+    return _flat_target(results, "ujobs", cell, "")
+
+
+def _flat_target(results: Results, system: str, cell: str, prefix: str) -> Target:
+    start, peak, end = (
+        next((r for r in results.find(system, cell, k) if r.label.startswith(prefix)), None)
+        for k in ("rss_start", "rss_peak", "rss_end")
+    )
+    where = f" ({prefix.removesuffix(' · ')})" if prefix else ""
+    name = f"{cell if system == 'migrate' else f'{system} {cell}'}{where}: start → peak → end"
+    if start is None or peak is None or end is None:
+        return Target(name, "not measured", "", "flat", None)
+    growth = end.median / start.median - 1 if start.median else float("nan")
+    measured = f"{start.median:.1f} → {peak.median:.1f} → {end.median:.1f} MiB  [dim](end {growth:+.1%})[/dim]"
+    spread = f"peak {peak.low:.1f} - {peak.high:.1f}"
+    verdict = _verdict(growth, None, FLAT_GROWTH)
+    return Target(name, measured, spread, f"end ≤ start {FLAT_GROWTH:+.0%}", verdict, growth)
