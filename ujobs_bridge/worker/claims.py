@@ -29,6 +29,7 @@ import psycopg
 
 from .. import metrics
 from ..clock import Clock
+from ..db import claim_table
 from ..db import jobs as driver
 from ..db import session
 from ..db.connections import Reconnecting, Role, behind_pgbouncer
@@ -49,6 +50,10 @@ UNREGISTERED_ERROR = (
     "'{name}'; dead-lettered after waiting (unregistered_dead_after_s)"
 )
 SWEEP_LIMIT = 1000
+# After this many jobs claimed, the worker vacuums the claim table (``db/claim_table.py``): its
+# index then grows by about twice this many entries between vacuums (~14 pages), whatever the
+# claim rate; at 1,000 claims/s or less autovacuum (naptime 1 s) comes about as often.
+CLAIM_VACUUM_EVERY = 1000
 
 
 def age(seconds: float) -> str:
@@ -87,6 +92,8 @@ class Claims:
         self.fleet_size = fleet_size
         self._sweeps = fleet.Chore(config.sweep_s)
         self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
+        self._claimed_since_vacuum = 0
+        self._may_vacuum: tuple[psycopg.Connection[Any], bool] | None = None  # (conn, allowed)
 
     @property
     def shared(self) -> Reconnecting:
@@ -194,6 +201,22 @@ class Claims:
             driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
             self._dead_unregistered(conn)
             self._report_unregistered(conn, now)
+
+    def tidy(self, claimed: int) -> None:
+        """After ``claimed`` jobs were claimed (outside any transaction): every
+        ``CLAIM_VACUUM_EVERY`` of them, vacuum the claim table so its index reuses the pages the
+        claims emptied (``db/claim_table.py``); skipped at once if a vacuum of it is running,
+        never tried by a role that may not vacuum it (autovacuum alone keeps it then)."""
+        self._claimed_since_vacuum += claimed
+        if self._claimed_since_vacuum < CLAIM_VACUUM_EVERY:
+            return
+        self._claimed_since_vacuum = 0
+        with self._conn.using():
+            conn = self.connection()
+            if self._may_vacuum is None or self._may_vacuum[0] is not conn:
+                self._may_vacuum = (conn, claim_table.vacuum_allowed(conn))
+            if self._may_vacuum[1]:
+                claim_table.vacuum(conn)
 
     def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
         """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""
