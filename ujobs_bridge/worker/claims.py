@@ -29,9 +29,8 @@ import psycopg
 
 from .. import metrics
 from ..clock import Clock
-from ..db import claim_table
+from ..db import claim_table, session
 from ..db import jobs as driver
-from ..db import session
 from ..db.connections import Reconnecting, Role, behind_pgbouncer
 from ..errors import ErrorCode
 from ..records import ClaimedJob, Settlement
