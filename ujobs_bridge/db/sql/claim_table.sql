@@ -9,6 +9,11 @@ select pg_has_role(c.relowner, 'USAGE') or pg_has_role(d.datdba, 'USAGE')
   from pg_class as c, pg_database as d
  where c.oid = 'x_job_claimable'::regclass and d.datname = current_database()
 
+-- claim_table_live_rows --
+-- The live rows of x_job_claimable as the statistics count them: the worker vacuums the table
+-- once it has claimed about that many jobs since its last vacuum (worker/claims.py).
+select greatest(pg_stat_get_live_tuples('x_job_claimable'::regclass), 0)
+
 -- claim_table_vacuum --
 -- Why: every job is one insert and one delete in x_job_claimable, so its claim index's pages
 -- empty from the left as fast as jobs are claimed. A btree page left empty is reused only after
@@ -18,7 +23,8 @@ select pg_has_role(c.relowner, 'USAGE') or pg_has_role(d.datdba, 'USAGE')
 -- grows by about two vacuum intervals' worth of claims, and its file never shrinks: with
 -- autovacuum (at most one per autovacuum_naptime, 1 s at the least) it ended at 2-3 MiB after
 -- 300,000-1,000,000 jobs at ~7,500 jobs/s for ~3,000 live entries (~25 pages). Vacuumed after
--- every CLAIM_VACUUM_EVERY claims, the index stays near its live size at any rate.
+-- every max(CLAIM_VACUUM_EVERY, live rows) claims, the index stays within about three times its
+-- live size (and 2,000 entries) at any rate, and a large backlog is not read again and again.
 -- SKIP_LOCKED: a vacuum of it already running (autovacuum, another worker) is enough, this one
 -- returns at once. TRUNCATE false: truncating the heap takes an ACCESS EXCLUSIVE lock, which
 -- the claims would wait on, to give back pages the next inserts take again. INDEX_CLEANUP on:
