@@ -29,6 +29,7 @@ the workers for the two cores), nor a test: it reports, it does not assert.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from . import bridge_cli, private_pg
+from . import bridge_cli, lean_sampler, private_pg
 from .procs import BenchTimeout, Group, check_alive
 
 BATCH = 1000
@@ -195,6 +196,14 @@ def run(n: int, *, processes: int, log_dir: Path, settings: dict[str, str],
                 failures.append(exc)
 
         groups: list[Group] = []
+        sample_to = os.environ.get("BENCH_LEAN_SAMPLE")  # opt-in: see lean_sampler
+        sampler = (
+            lean_sampler.Sampler(_dsn(admin, "lean"), Path(sample_to), CLAIM_INDEX)
+            if sample_to
+            else None
+        )
+        if sampler is not None:
+            sampler.start()
         threads = [threading.Thread(target=f, daemon=True) for f in (produce, purge)]
         marks: list[tuple[float, int]] = []
         dead: list[int] = []
@@ -235,6 +244,8 @@ def run(n: int, *, processes: int, log_dir: Path, settings: dict[str, str],
             for t in threads:
                 t.join(timeout=30)
             client.close()
+            if sampler is not None:
+                sampler.stop()
         time.sleep(1.5)  # backends flush their table statistics on exit / at most every second
         table = _stats(conn)
         sizes = _sizes(conn)

@@ -18,8 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from apps import basic_jobs
 from conftest import ADMIN_DSN
-from ujobs_bridge.db import connections, schema
+from ujobs_bridge.db import claim_table, connections, schema
 from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.db import steps as steps_db
 from ujobs_bridge.db import testing as testing_db
@@ -808,3 +809,24 @@ def test_one_row_and_a_batch_insert_the_same_columns(db: Any) -> None:
     (answer,) = driver.job_enqueue_many(db, [taken], now)  # the live key answers, as in a batch
     assert answer.existing and answer.id != taken.id
     assert db.execute("select count(*) from x_jobs where id = %s", (taken.id,)).fetchone() == (0,)
+
+
+def test_the_claim_table_vacuum_keeps_its_rows_and_counts_them(client: Any, db: Any) -> None:
+    """The worker's vacuum of x_job_claimable (db/claim_table.py): allowed for the table's
+    owner, it runs on an autocommit connection and leaves the claimable jobs as they were."""
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    assert claim_table.vacuum_allowed(db) is True
+
+    def vacuums() -> int:
+        db.execute("select pg_stat_clear_snapshot()")
+        row = db.execute(
+            "select vacuum_count from pg_stat_user_tables where relname = 'x_job_claimable'"
+        ).fetchone()
+        return int(row[0])
+
+    before = vacuums()
+    claim_table.vacuum(db)
+    assert vacuums() == before + 1
+    assert db.execute("select id from x_job_claimable").fetchall() == [(ref.id,)]
+    db.execute("select pg_stat_clear_snapshot()")
+    assert claim_table.live_rows(db) == 1  # counted by the vacuum it just ran

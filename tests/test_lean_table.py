@@ -160,3 +160,16 @@ def test_the_claim_skips_a_job_another_transaction_holds_and_never_waits(
         holder.rollback()
     assert _claim(db).id == ref.id
     assert _claimable(db) == []
+
+
+def test_a_vacuum_of_the_claim_table_keeps_its_emptied_pages(client: Client, db: Any) -> None:
+    # Truncating the claim table's heap would take a lock every claim waits on (migration 0020):
+    # a plain VACUUM after the claims emptied it leaves the file as it was.
+    client.enqueue_many([basic_jobs.add.call(i, 1) for i in range(2000)])
+    size = "select pg_relation_size('x_job_claimable')"
+    grown = db.execute(size).fetchone()[0]
+    assert grown > 8192
+    db.execute("update x_jobs set state = 'cancelled', finished_at = now() where state = 'ready'")
+    assert db.execute("select count(*) from x_job_claimable").fetchone() == (0,)
+    db.execute("vacuum x_job_claimable")
+    assert db.execute(size).fetchone()[0] == grown

@@ -201,3 +201,17 @@ def test_an_app_role_with_only_the_grants_enqueues_works_schedules_and_drains(
         celery_worker.term()
         assert celery_worker.wait(60) == 0
         celery_worker.close()
+
+
+def test_only_a_role_that_may_vacuum_the_claim_table_is_let_to(roles: Roles) -> None:
+    # The worker vacuums x_job_claimable itself (worker/claims.py) only where its role may: an
+    # application role with the grants alone would get a warning per vacuum and nothing done, so
+    # it leaves the table to autovacuum.
+    from ujobs_bridge.db import claim_table
+
+    assert cli("db", "upgrade", "--dsn", roles.owner_dsn).returncode == 0
+    assert cli("db", "grant", roles.app_role, "--dsn", roles.owner_dsn).returncode == 0
+    with connections.connect(roles.owner_dsn, connections.Role("test")) as owner:
+        assert claim_table.vacuum_allowed(owner) is True
+    with connections.connect(roles.app_dsn, connections.Role("test")) as app:
+        assert claim_table.vacuum_allowed(app) is False

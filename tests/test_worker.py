@@ -17,6 +17,7 @@ from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.introspect import Introspector
 from ujobs_bridge.loading import from_module
+from ujobs_bridge.worker import claims
 
 
 @pytest.fixture(autouse=True)
@@ -296,3 +297,30 @@ def test_reload_keeps_configured_queues_and_refuses_new_names_on_a_process_pool(
         {"apps.basic_jobs.add": jobs["apps.basic_jobs.add"]}, queues=("basic", "other")
     )  # new queues, same jobs: fine
     assert procs.queues == ("basic", "other")
+
+
+def _claim_table_vacuums(db: psycopg.Connection[Any]) -> int:
+    db.execute("select pg_stat_clear_snapshot()")
+    found = db.execute(
+        "select vacuum_count from pg_stat_user_tables where relname = 'x_job_claimable'"
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_a_worker_vacuums_the_claim_table_after_every_thousand_claims(
+    client: Client, make_worker: Any, db: Any
+) -> None:
+    # Each claim empties entries of x_job_claimable's index; the worker's own vacuum lets the
+    # index reuse those pages at any claim rate (db/claim_table.py), autovacuum aside.
+    n = claims.CLAIM_VACUUM_EVERY
+    before = _claim_table_vacuums(db)
+    client.enqueue_many([basic_jobs.add.call(i, 1) for i in range(n)])
+    worker = make_worker(frozen=False, poll_s=0.05, concurrency=8)
+    worker.start()
+    wait_for(
+        lambda: db.execute("select count(*) from x_jobs where state = 'done'").fetchone() == (n,),
+        timeout=60,
+        what=f"{n} jobs done",
+    )
+    assert _claim_table_vacuums(db) > before

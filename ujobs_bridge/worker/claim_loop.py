@@ -117,6 +117,8 @@ class ClaimLoop(Service):
                     self._claimed(len(rows))
         if batch:
             w.claims.sweep()
+        if rows:
+            w.claims.tidy(len(rows))
         return (want > 0 and len(rows) == want) or w.outcomes.more()
 
     def _claimed(self, rows: int) -> None:

@@ -29,9 +29,9 @@ import psycopg
 
 from .. import metrics
 from ..clock import Clock
+from ..db import claim_table, session
 from ..db import jobs as driver
-from ..db import session
-from ..db.connections import Reconnecting, Role, behind_pgbouncer
+from ..db.connections import Reconnecting, Role, behind_pgbouncer, transient
 from ..errors import ErrorCode
 from ..records import ClaimedJob, Settlement
 from . import fleet
@@ -49,6 +49,14 @@ UNREGISTERED_ERROR = (
     "'{name}'; dead-lettered after waiting (unregistered_dead_after_s)"
 )
 SWEEP_LIMIT = 1000
+# The worker vacuums the claim table (``db/claim_table.py``) once it has claimed as many jobs as
+# the table holds (its live rows, as the statistics count them) and at least this many: its index
+# then grows by about twice that between vacuums (~14 pages at the least), whatever the claim
+# rate, and a vacuum (which reads the whole table and index) costs about as much as the claims
+# since the last one, never more, however large a backlog is. Counted per worker: a fleet of N
+# vacuums about once per that many claims of all N together. It reads the count every this
+# many claims. At 1,000 claims/s or less autovacuum (naptime 1 s) comes about as often.
+CLAIM_VACUUM_EVERY = 1000
 
 
 def age(seconds: float) -> str:
@@ -87,6 +95,9 @@ class Claims:
         self.fleet_size = fleet_size
         self._sweeps = fleet.Chore(config.sweep_s)
         self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
+        self._claimed_since_vacuum = 0
+        self._vacuum_after = CLAIM_VACUUM_EVERY  # claims before the next look at the table
+        self._may_vacuum: tuple[psycopg.Connection[Any], bool] | None = None  # (conn, allowed)
 
     @property
     def shared(self) -> Reconnecting:
@@ -194,6 +205,42 @@ class Claims:
             driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
             self._dead_unregistered(conn)
             self._report_unregistered(conn, now)
+
+    def tidy(self, claimed: int) -> None:
+        """After ``claimed`` jobs were claimed (outside any transaction): once this worker has
+        claimed as many jobs as the claim table holds (``CLAIM_VACUUM_EVERY`` at the least),
+        vacuum it so its index reuses the pages the claims emptied (``db/claim_table.py``).
+        Skipped at once if a vacuum of it is running; never tried by a role that may not vacuum
+        it (autovacuum alone keeps it then). A vacuum the server refuses for another reason
+        is logged once and not tried again on that connection; a lost connection is the claim
+        loop's to handle, as after any statement of it."""
+        self._claimed_since_vacuum += claimed
+        if self._claimed_since_vacuum < self._vacuum_after:
+            return
+        with self._conn.using():
+            conn = self.connection()
+            if self._may_vacuum is None or self._may_vacuum[0] is not conn:
+                self._may_vacuum = (conn, claim_table.vacuum_allowed(conn))
+            if not self._may_vacuum[1]:
+                self._claimed_since_vacuum = 0
+                return
+            live = claim_table.live_rows(conn)
+            if self._claimed_since_vacuum < live:
+                self._vacuum_after = self._claimed_since_vacuum + CLAIM_VACUUM_EVERY
+                return  # a backlog larger than the claims so far: read the count again later
+            try:
+                claim_table.vacuum(conn)
+            except psycopg.Error as exc:
+                if transient(exc) or conn.closed:
+                    raise
+                log.warning(
+                    "ujobs.worker.claim_table_vacuum_failed: %s (left to autovacuum on this "
+                    "connection; the claims are not affected)",
+                    exc,
+                )
+                self._may_vacuum = (conn, False)
+            self._claimed_since_vacuum = 0
+            self._vacuum_after = CLAIM_VACUUM_EVERY
 
     def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
         """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""
