@@ -33,7 +33,7 @@ import psycopg
 from ujobs_bridge.clock import SYSTEM_CLOCK
 from ujobs_bridge.context import AttemptSignal
 from ujobs_bridge.db import connections
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import enqueue as enqueue_db
 from ujobs_bridge.db import testing as testing_db
 from ujobs_bridge.db.connections import Role
 from ujobs_bridge.db.steps import Lease
@@ -58,7 +58,7 @@ def _switches() -> int:
 
 def _running_jobs(db: psycopg.Connection[Any], n: int) -> list[Lease]:
     specs = [
-        driver.EnqueueSpec(
+        enqueue_db.EnqueueSpec(
             id=uuid.uuid4(),
             name="profile.steps",
             queue="profile",
@@ -68,7 +68,7 @@ def _running_jobs(db: psycopg.Connection[Any], n: int) -> list[Lease]:
         for _ in range(n)
     ]
     leases = []
-    for enqueued in driver.job_enqueue_many(db, specs, None):
+    for enqueued in enqueue_db.job_enqueue_many(db, specs, None):
         claim = testing_db.ClaimById(
             id=enqueued.id, token=uuid.uuid4(), lease_s=3600, worker="profile", now=None
         )

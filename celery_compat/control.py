@@ -35,8 +35,8 @@ from kombu.matcher import match
 from kombu.utils import json as kombu_json
 
 from ujobs_bridge import remote
-from ujobs_bridge.db import jobs as driver
 from ujobs_bridge.db import nodes
+from ujobs_bridge.db import steering as steering_db
 
 from .db import message_jobs, revocations
 
@@ -67,7 +67,7 @@ class BridgeControl(Control):  # type: ignore[misc]
                 running = False
                 for job_id, state, _error, _at in message_jobs.jobs_of_task(conn, tid):
                     if state in LIVE_NOT_RUNNING:
-                        driver.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
+                        steering_db.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
                     elif state == "running":
                         running = True
                         if terminate:
@@ -77,7 +77,9 @@ class BridgeControl(Control):  # type: ignore[misc]
                             # started body finishes, as in Celery, and a claimed one whose
                             # body has not started is dropped by its worker, which stores
                             # REVOKED (revoked_ids.py, execution.run_message).
-                            driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
+                            steering_db.job_cancel(
+                                conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})"
+                            )
                 if not running:
                     self._mark_revoked(backend, tid)
         if kwargs.get("reply"):  # Celery: one reply per live worker that handled the broadcast

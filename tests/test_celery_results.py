@@ -25,7 +25,7 @@ from apps.celery_harness import (
     worker,
 )
 from conftest import wait_for
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import steering as steering_db
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_an_operator_cancel_of_a_running_task_interrupts_it(app: Any, dsn: str) 
         r = t.blocks.delay()
         assert t.STARTED.wait(10)
         with psycopg.connect(dsn, autocommit=True) as conn:  # what `ujobs-bridge jobs cancel` does
-            assert driver.job_cancel(conn, jobs(dsn)[0]["id"], "cancelled by an operator")
+            assert steering_db.job_cancel(conn, jobs(dsn)[0]["id"], "cancelled by an operator")
         with pytest.raises(TaskRevokedError):
             r.get(timeout=10)
     assert t.RAN["blocks"] == 1 and t.RAN["blocks_finished"] == 0

@@ -28,7 +28,7 @@ from apps.celery_harness import (
 )
 from celery_compat.revoked_ids import REVOKED, RevokedIds
 from conftest import wait_for
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import leases as leases_db
 
 
 @pytest.fixture
@@ -102,9 +102,9 @@ def test_a_revoked_row_rescued_after_its_worker_died_is_not_run_by_a_fresh_worke
 ) -> None:
     r = rt.mark.delay("rescued")
     with psycopg.connect(dsn, autocommit=True) as conn:  # a worker claims it and dies at once
-        (_claimed,) = driver.job_claim(
+        (_claimed,) = leases_db.job_claim(
             conn,
-            driver.ClaimParams(
+            leases_db.ClaimParams(
                 queue="celery",
                 names=[rt.mark.name],
                 limit=1,

@@ -29,7 +29,9 @@ from ujobs_bridge import job
 from ujobs_bridge.client import Client
 from ujobs_bridge.dashboard.views import latency_text
 from ujobs_bridge.db import bulk, retention
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import job_reads as reads_db
+from ujobs_bridge.db import leases as leases_db
+from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.records import JobState, Settlement
 from ujobs_bridge.testing import run_until_idle
 from ujobs_bridge.worker import Worker, WorkerConfig
@@ -208,13 +210,13 @@ def test_the_jobs_list_pages_by_key_through_one_transactions_jobs(
     seen: list[Any] = []
     before = None
     while True:
-        page = driver.job_list(db, state=None, queue="history", name=None, limit=3, before=before)
+        page = reads_db.job_list(db, state=None, queue="history", name=None, limit=3, before=before)
         seen.extend(r.id for r in page)
         if len(page) < 3:
             break
         before = (page[-1].created_at, page[-1].id)
     assert seen == sorted(r.id for r in refs)  # created together: by id, none lost or repeated
-    everything = driver.job_list(db, state=None, queue="history", name=None, limit=50)
+    everything = reads_db.job_list(db, state=None, queue="history", name=None, limit=50)
     assert [r.id for r in everything] == seen
 
 
@@ -223,10 +225,10 @@ def test_a_rescued_attempt_is_recorded_lost_and_attempts_go_with_their_job(
 ) -> None:
     ref = quick.configure(client=client).enqueue(1)
     token = uuid.uuid4()
-    claim = driver.ClaimParams("history", [quick.name], 1, token, 0.05, "gone-worker")
-    assert [c.id for c in driver.job_claim(db, claim)] == [ref.id]
+    claim = leases_db.ClaimParams("history", [quick.name], 1, token, 0.05, "gone-worker")
+    assert [c.id for c in leases_db.job_claim(db, claim)] == [ref.id]
     wait_for(
-        lambda: driver.job_rescue(db, limit=10, error="UJ_LEASE_EXPIRED: test", now=None),
+        lambda: leases_db.job_rescue(db, limit=10, error="UJ_LEASE_EXPIRED: test", now=None),
         timeout=30,
         what="the lease to run out and the rescue to take the job back",
     )
@@ -257,9 +259,9 @@ def test_a_cancelled_running_attempt_is_recorded_and_its_late_settle_adds_nothin
     two = quick.configure(client=client).enqueue(2)
     waiting = quick.configure(client=client).enqueue(3)
     token = uuid.uuid4()
-    claim = driver.ClaimParams("history", [quick.name], 2, token, 30, "busy-worker")
-    assert {c.id for c in driver.job_claim(db, claim)} == {one.id, two.id}
-    assert driver.job_cancel(db, one.id, "UJ_JOB_CANCELLED: by hand")
+    claim = leases_db.ClaimParams("history", [quick.name], 2, token, 30, "busy-worker")
+    assert {c.id for c in leases_db.job_claim(db, claim)} == {one.id, two.id}
+    assert steering_db.job_cancel(db, one.id, "UJ_JOB_CANCELLED: by hand")
     assert bulk.job_cancel_matching(db, bulk.JobFilter(ids=[two.id, waiting.id]), "bulk") == 2
     recorded = db.execute(
         "select job_id, attempt, worker, outcome, error, claimed_at is not null"
@@ -271,5 +273,5 @@ def test_a_cancelled_running_attempt_is_recorded_and_its_late_settle_adds_nothin
     ]
     assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
     late = Settlement(one.id, token, JobState.DONE, output_json="1")
-    assert driver.job_settle(db, [late], None) == set()  # fenced: the cancel ended the attempt
+    assert leases_db.job_settle(db, [late], None) == set()  # fenced: the cancel ended the attempt
     assert db.execute("select count(*) from x_job_attempts").fetchone() == (2,)

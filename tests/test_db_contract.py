@@ -21,9 +21,13 @@ import pytest
 from apps import basic_jobs
 from conftest import ADMIN_DSN
 from ujobs_bridge.db import claim_table, connections, schema
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import enqueue as enqueue_db
+from ujobs_bridge.db import job_reads as reads_db
+from ujobs_bridge.db import leases as leases_db
+from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.db import steps as steps_db
 from ujobs_bridge.db import testing as testing_db
+from ujobs_bridge.db import unclaimed as unclaimed_db
 from ujobs_bridge.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
@@ -33,7 +37,7 @@ TESTS = Path(__file__).resolve().parent
 NAME = "contract.job"
 
 
-def spec(**over: Any) -> driver.EnqueueSpec:
+def spec(**over: Any) -> enqueue_db.EnqueueSpec:
     values: dict[str, Any] = {
         "id": uuid.uuid4(),
         "name": NAME,
@@ -42,13 +46,13 @@ def spec(**over: Any) -> driver.EnqueueSpec:
         "max_attempts": 2,
     }
     values.update(over)
-    return driver.EnqueueSpec(**values)
+    return enqueue_db.EnqueueSpec(**values)
 
 
 def claim_one(db: psycopg.Connection[Any]) -> Any:
-    (got,) = driver.job_claim(
+    (got,) = leases_db.job_claim(
         db,
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="contract", names=[NAME], limit=1, token=uuid.uuid4(), lease_s=30, worker="t"
         ),
     )
@@ -56,26 +60,26 @@ def claim_one(db: psycopg.Connection[Any]) -> Any:
 
 
 def test_enqueue_inserts_once_and_a_live_key_answers_with_its_holder(db: Any) -> None:
-    first = driver.job_enqueue(db, spec(idempotency_key="k1"), None)
-    again = driver.job_enqueue(db, spec(idempotency_key="k1"), None)
+    first = enqueue_db.job_enqueue(db, spec(idempotency_key="k1"), None)
+    again = enqueue_db.job_enqueue(db, spec(idempotency_key="k1"), None)
     assert not first.existing and again.existing and again.id == first.id
-    many = driver.job_enqueue_many(
+    many = enqueue_db.job_enqueue_many(
         db, [spec(), spec(idempotency_key="k1"), spec(delay_s=60.0)], None
     )
     assert [r.existing for r in many] == [False, True, False] and many[1].id == first.id
-    record = driver.job_get(db, many[2].id)
+    record = reads_db.job_get(db, many[2].id)
     assert record is not None and record.state is JobState.READY
     assert record.run_at - record.created_at >= timedelta(seconds=59)
 
 
 def test_settle_then_claim_writes_outcomes_and_claims_in_one_transaction(db: Any) -> None:
-    a, b = driver.job_enqueue_many(db, [spec(), spec()], None)
+    a, b = enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
     running = claim_one(db)
     done = Settlement(running.id, running.lease_token, state=JobState.DONE, output_json="7")
-    matched, claimed = driver.job_settle_then_claim(
+    matched, claimed = leases_db.job_settle_then_claim(
         db,
         [done],
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="contract", names=[NAME], limit=5, token=uuid.uuid4(), lease_s=30, worker="t"
         ),
         durable=True,
@@ -83,57 +87,58 @@ def test_settle_then_claim_writes_outcomes_and_claims_in_one_transaction(db: Any
     assert matched == {running.id} and [c.id for c in claimed] == [
         ({a.id, b.id} - {running.id}).pop()
     ]
-    states = driver.job_states(db, [a.id, b.id])
+    states = leases_db.job_states(db, [a.id, b.id])
     assert {s for s, _ in states.values()} == {JobState.DONE, JobState.RUNNING}
     assert states[claimed[0].id][1] == claimed[0].lease_token
 
 
 def test_expire_cancels_only_jobs_past_their_expiry_that_never_ran(db: Any) -> None:
     now = datetime.now(UTC)
-    stale = driver.job_enqueue(
+    stale = enqueue_db.job_enqueue(
         db, spec(expires_at=now - timedelta(seconds=1), run_at=now - timedelta(seconds=5)), None
     )
-    fresh = driver.job_enqueue(db, spec(expires_at=now + timedelta(hours=1)), None)
-    assert driver.job_expire(db, limit=10, error="UJ_JOB_EXPIRED: late", now=None) == [stale.id]
-    gone, kept = driver.job_get(db, stale.id), driver.job_get(db, fresh.id)
+    fresh = enqueue_db.job_enqueue(db, spec(expires_at=now + timedelta(hours=1)), None)
+    assert leases_db.job_expire(db, limit=10, error="UJ_JOB_EXPIRED: late", now=None) == [stale.id]
+    gone, kept = reads_db.job_get(db, stale.id), reads_db.job_get(db, fresh.id)
     assert gone is not None and gone.state is JobState.CANCELLED and gone.finished_at is not None
     assert kept is not None and kept.state is JobState.READY
 
 
 def test_cancel_then_requeue_gives_fresh_attempts_and_reads_show_it(db: Any) -> None:
-    ref = driver.job_enqueue(db, spec(), None)
-    assert driver.job_cancel(db, ref.id, "UJ_JOB_CANCELLED: by hand")
-    assert not driver.job_cancel(db, ref.id, "again")  # only a live job can be cancelled
-    assert driver.job_requeue(db, ref.id, None)
-    record = driver.job_get(db, ref.id)
+    ref = enqueue_db.job_enqueue(db, spec(), None)
+    assert steering_db.job_cancel(db, ref.id, "UJ_JOB_CANCELLED: by hand")
+    assert not steering_db.job_cancel(db, ref.id, "again")  # only a live job can be cancelled
+    assert steering_db.job_requeue(db, ref.id, None)
+    record = reads_db.job_get(db, ref.id)
     assert record is not None and (record.state, record.attempt) == (JobState.READY, 0)
     assert [
-        r.id for r in driver.job_list(db, state="ready", queue="contract", name=NAME, limit=5)
+        r.id for r in reads_db.job_list(db, state="ready", queue="contract", name=NAME, limit=5)
     ] == [ref.id]
-    assert driver.job_list(db, state="dead", queue=None, name=None, limit=5) == []
+    assert reads_db.job_list(db, state="dead", queue=None, name=None, limit=5) == []
 
 
 def test_like_literal_and_paged_filtered_lists(db: Any) -> None:
-    assert driver.like_literal("a_b%c\\") == "a\\_b\\%c\\\\"
-    odd = driver.job_enqueue(db, spec(name="a_b"), None)
-    driver.job_enqueue(db, spec(name="axb"), None)
-    assert [r.id for r in driver.job_list(db, state=None, queue=None, name="a_b", limit=5)] == [
+    assert reads_db.like_literal("a_b%c\\") == "a\\_b\\%c\\\\"
+    odd = enqueue_db.job_enqueue(db, spec(name="a_b"), None)
+    enqueue_db.job_enqueue(db, spec(name="axb"), None)
+    assert [r.id for r in reads_db.job_list(db, state=None, queue=None, name="a_b", limit=5)] == [
         odd.id
     ]  # an exact name is not a pattern
-    every = driver.job_list(db, state=None, queue=None, name=None, name_like="a%", limit=5)
+    every = reads_db.job_list(db, state=None, queue=None, name=None, name_like="a%", limit=5)
     assert len(every) == 2
-    second = driver.job_list(db, state=None, queue=None, name=None, limit=1, offset=1)
+    second = reads_db.job_list(db, state=None, queue=None, name=None, limit=1, offset=1)
     assert [r.id for r in second] == [every[1].id]
     assert [
-        r.id for r in driver.job_list(db, state=None, queue=None, name=None, ids=[odd.id], limit=5)
+        r.id
+        for r in reads_db.job_list(db, state=None, queue=None, name=None, ids=[odd.id], limit=5)
     ] == [odd.id]
 
 
 def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> None:
     from ujobs_bridge.db import bulk
 
-    keep = driver.job_enqueue(db, spec(queue="other"), None)
-    driver.job_enqueue_many(db, [spec(name="bulk.x"), spec(name="bulk.y")], None)
+    keep = enqueue_db.job_enqueue(db, spec(queue="other"), None)
+    enqueue_db.job_enqueue_many(db, [spec(name="bulk.x"), spec(name="bulk.y")], None)
     where = bulk.JobFilter(queue="contract", name_like="bulk.%")
     assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 2
     db.execute("listen x_jobs_cancel")
@@ -141,19 +146,19 @@ def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> N
     assert len(list(db.notifies(timeout=1, stop_after=2))) == 2  # running bodies are told
     assert bulk.job_count_matching(db, where, bulk.CANCELLABLE) == 0
     assert bulk.job_count_matching(db, where, bulk.REQUEUEABLE) == 2
-    record = driver.job_get(db, keep.id)
+    record = reads_db.job_get(db, keep.id)
     assert record is not None and record.state is JobState.READY
-    keyed = driver.job_enqueue(db, spec(name="bulk.k", idempotency_key="kk"), None)
-    assert driver.job_cancel(db, keyed.id, "x")
-    driver.job_enqueue(db, spec(name="live.k", idempotency_key="kk"), None)  # holds the key now
+    keyed = enqueue_db.job_enqueue(db, spec(name="bulk.k", idempotency_key="kk"), None)
+    assert steering_db.job_cancel(db, keyed.id, "x")
+    enqueue_db.job_enqueue(db, spec(name="live.k", idempotency_key="kk"), None)  # holds the key now
     assert bulk.job_requeue_matching(db, where, None) == 2  # the keyed one is skipped
     assert bulk.job_count_matching(db, bulk.JobFilter(state="cancelled"), bulk.REQUEUEABLE) == 1
-    driver.job_enqueue(db, spec(), None)
+    enqueue_db.job_enqueue(db, spec(), None)
     running = claim_one(db)
     dead = Settlement(running.id, running.lease_token, state=JobState.DEAD, error="boom")
-    assert driver.job_settle(db, [dead], None) == {running.id}
+    assert leases_db.job_settle(db, [dead], None) == {running.id}
     assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 1  # dead rows only
-    assert driver.job_get(db, running.id) is None
+    assert reads_db.job_get(db, running.id) is None
     assert bulk.job_discard_matching(db, bulk.JobFilter(queue="contract")) == 0
 
 
@@ -162,7 +167,7 @@ def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: An
 
     now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     due = now - timedelta(minutes=3)
-    driver.job_enqueue_many(
+    enqueue_db.job_enqueue_many(
         db,
         [
             spec(run_at=due),
@@ -173,7 +178,7 @@ def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: An
     )
     running = claim_one(db)  # the oldest due one (claims at the database's now)
     finished = Settlement(running.id, running.lease_token, state=JobState.DONE)
-    assert driver.job_settle(db, [finished], now) == {running.id}
+    assert leases_db.job_settle(db, [finished], now) == {running.id}
     depth = {(d.queue, d.state): (d.jobs, d.oldest_due) for d in observe.observe_depth(db, now)}
     assert depth == {
         ("contract", "ready"): (1, now - timedelta(minutes=1)),
@@ -199,11 +204,11 @@ def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(
 
     def through(state: JobState | None, **settled: Any) -> Any:
         """A job enqueued, claimed and (unless ``state`` is None) settled to ``state``."""
-        driver.job_enqueue(db, spec(run_at=now - timedelta(hours=2)), None)
+        enqueue_db.job_enqueue(db, spec(run_at=now - timedelta(hours=2)), None)
         job = claim_one(db)
         if state is not None:
             done = Settlement(job.id, job.lease_token, state=state, **settled)
-            assert driver.job_settle(db, [done], None) == {job.id}
+            assert leases_db.job_settle(db, [done], None) == {job.id}
         return job
 
     through(JobState.SLEEPING, run_at=now + timedelta(minutes=10))
@@ -212,9 +217,9 @@ def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(
     through(JobState.DEAD, error="boom")
     through(JobState.DONE)
     cancelled = through(None)
-    assert driver.job_cancel(db, cancelled.id, "UJ_JOB_CANCELLED: test")  # its lease row stays
+    assert steering_db.job_cancel(db, cancelled.id, "UJ_JOB_CANCELLED: test")  # its lease row stays
     through(None)  # running
-    driver.job_enqueue_many(
+    enqueue_db.job_enqueue_many(
         db,
         [
             spec(run_at=now - timedelta(minutes=3)),
@@ -242,24 +247,26 @@ def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(
 def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> None:
     from ujobs_bridge.db import observe
 
-    driver.job_enqueue_many(db, [spec(), spec()], None)
+    enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
     first, second = claim_one(db), claim_one(db)
     settled = [
         Settlement(first.id, first.lease_token, state=JobState.DONE),
         Settlement(second.id, second.lease_token, state=JobState.DEAD, error="boom"),
     ]
-    assert driver.job_settle(db, settled, None) == {first.id, second.id}
-    driver.job_enqueue(db, spec(max_attempts=1), None)
+    assert leases_db.job_settle(db, settled, None) == {first.id, second.id}
+    enqueue_db.job_enqueue(db, spec(max_attempts=1), None)
     lost = claim_one(db)  # its last attempt: the rescue dead-letters it
     db.execute("update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s",
                (lost.id,))  # fmt: skip
-    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+    assert leases_db.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
         (lost.id, JobState.DEAD)
     ]
-    driver.job_enqueue(db, spec(name="nobody.declares"), None)
-    unknown = driver.DeadUnregisteredParams("contract", [NAME], 0, 10, "UJ_UNREGISTERED: {name}")
-    assert [n for _, n in driver.job_dead_unregistered(db, unknown)] == ["nobody.declares"]
-    assert driver.job_settle(db, settled[:1], None) == set()  # a stale settle counts nothing
+    enqueue_db.job_enqueue(db, spec(name="nobody.declares"), None)
+    unknown = unclaimed_db.DeadUnregisteredParams(
+        "contract", [NAME], 0, 10, "UJ_UNREGISTERED: {name}"
+    )
+    assert [n for _, n in unclaimed_db.job_dead_unregistered(db, unknown)] == ["nobody.declares"]
+    assert leases_db.job_settle(db, settled[:1], None) == set()  # a stale settle counts nothing
     per_minute = observe.observe_finished_per_minute(db, 60, None)
     totals: dict[str, int] = {}
     for m in per_minute:
@@ -272,12 +279,12 @@ def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> Non
 
 
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
-    driver.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
+    enqueue_db.job_enqueue_many(db, [spec(), spec(), spec(queue="other")], None)
     running = claim_one(db)
     dead = Settlement(running.id, running.lease_token, state=JobState.DEAD, error="boom")
-    assert driver.job_settle(db, [dead], None) == {running.id}
-    assert [r.id for r in driver.job_dead(db, limit=5)] == [running.id]
-    stats = {(s.queue, s.state): s.jobs for s in driver.job_stats(db)}
+    assert leases_db.job_settle(db, [dead], None) == {running.id}
+    assert [r.id for r in reads_db.job_dead(db, limit=5)] == [running.id]
+    stats = {(s.queue, s.state): s.jobs for s in reads_db.job_stats(db)}
     assert stats == {
         ("contract", JobState.READY): 1,
         ("contract", JobState.DEAD): 1,
@@ -286,7 +293,7 @@ def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:
 
 
 def test_step_writes_are_fenced_by_the_lease_and_listed_in_order(db: Any) -> None:
-    driver.job_enqueue(db, spec(), None)
+    enqueue_db.job_enqueue(db, spec(), None)
     job = claim_one(db)
     lease = Lease(job.id, job.lease_token, job.attempt)
     stranger = Lease(job.id, uuid.uuid4(), job.attempt)
@@ -316,7 +323,7 @@ def test_step_writes_are_fenced_by_the_lease_and_listed_in_order(db: Any) -> Non
 
 
 def test_a_sleeping_step_wakes_only_once_due(db: Any) -> None:
-    driver.job_enqueue(db, spec(), None)
+    enqueue_db.job_enqueue(db, spec(), None)
     job = claim_one(db)
     lease = Lease(job.id, job.lease_token, job.attempt)
     now = datetime.now(UTC)
@@ -338,7 +345,7 @@ def test_a_sleeping_step_wakes_only_once_due(db: Any) -> None:
 
 
 def test_an_event_sent_before_the_wait_is_consumed_once_by_one_step(db: Any) -> None:
-    driver.job_enqueue(db, spec(), None)
+    enqueue_db.job_enqueue(db, spec(), None)
     job = claim_one(db)
     lease = Lease(job.id, job.lease_token, job.attempt)
     event_id, woken = steps_db.event_send(db, "paid", "order-1", json.dumps({"cents": 5}), None)
@@ -510,11 +517,11 @@ def test_enqueue_on_an_async_connection_joins_its_transaction(dsn: str, db: Any)
 
     async def run() -> tuple[Any, Any]:
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
-            kept = await driver.job_enqueue_async(conn, spec(idempotency_key="async"), None)
+            kept = await enqueue_db.job_enqueue_async(conn, spec(idempotency_key="async"), None)
             await conn.commit()
-            await driver.job_enqueue_async(conn, spec(), None)
+            await enqueue_db.job_enqueue_async(conn, spec(), None)
             await conn.rollback()  # the caller's transaction decides
-            again = await driver.job_enqueue_async(conn, spec(idempotency_key="async"), None)
+            again = await enqueue_db.job_enqueue_async(conn, spec(idempotency_key="async"), None)
             await conn.commit()
             return kept, again
 
@@ -524,7 +531,7 @@ def test_enqueue_on_an_async_connection_joins_its_transaction(dsn: str, db: Any)
 
 
 def test_the_test_kits_statements_claim_by_id_count_due_jobs_and_empty_the_tables(db: Any) -> None:
-    later = driver.job_enqueue(db, spec(delay_s=3600.0), None)
+    later = enqueue_db.job_enqueue(db, spec(delay_s=3600.0), None)
     due = testing_db.DueJobs(queues=["contract"], names=[NAME], now=None)
     assert testing_db.jobs_due(db, due) == 0  # not due for an hour
     claim = testing_db.ClaimById(
@@ -541,29 +548,33 @@ def test_the_test_kits_statements_claim_by_id_count_due_jobs_and_empty_the_table
 def test_jobs_no_worker_knows_are_found_dead_lettered_and_reported_as_stranded(db: Any) -> None:
     now = datetime.now(UTC)
     old = now - timedelta(minutes=5)
-    driver.job_enqueue_many(
+    enqueue_db.job_enqueue_many(
         db,
         [spec(name="gone.task", run_at=old), spec(name="gone.task", run_at=old), spec(run_at=old)],
         None,
     )
-    driver.job_enqueue(db, spec(name="gone.task", queue="elsewhere", run_at=old), None)
-    find = driver.UnregisteredParams(
+    enqueue_db.job_enqueue(db, spec(name="gone.task", queue="elsewhere", run_at=old), None)
+    find = unclaimed_db.UnregisteredParams(
         queues=["contract"], names=[NAME], after_s=60, scan=1000, now=now
     )
-    (backlog,) = driver.job_unregistered(db, find)
+    (backlog,) = unclaimed_db.job_unregistered(db, find)
     assert (backlog.queue, backlog.name, backlog.jobs) == ("contract", "gone.task", 2)
     assert backlog.oldest_s >= 299
     assert (
-        driver.job_unregistered(db, driver.UnregisteredParams(["contract"], [NAME], 600, 1000, now))
+        unclaimed_db.job_unregistered(
+            db, unclaimed_db.UnregisteredParams(["contract"], [NAME], 600, 1000, now)
+        )
         == []
     )
-    stranded = {(s.queue, s.name): s.jobs for s in driver.job_stranded(db, after_s=60, now=now)}
+    stranded = {
+        (s.queue, s.name): s.jobs for s in unclaimed_db.job_stranded(db, after_s=60, now=now)
+    }
     assert stranded == {
         ("contract", "gone.task"): 2,
         ("contract", NAME): 1,
         ("elsewhere", "gone.task"): 1,
     }
-    dead = driver.DeadUnregisteredParams(
+    dead = unclaimed_db.DeadUnregisteredParams(
         queue="contract",
         names=[NAME],
         after_s=60,
@@ -571,11 +582,11 @@ def test_jobs_no_worker_knows_are_found_dead_lettered_and_reported_as_stranded(d
         error="UJ_TASK_UNREGISTERED: {name}",
         now=now,
     )
-    assert sorted(name for _, name in driver.job_dead_unregistered(db, dead)) == [
+    assert sorted(name for _, name in unclaimed_db.job_dead_unregistered(db, dead)) == [
         "gone.task",
         "gone.task",
     ]
-    assert [r.last_error for r in driver.job_dead(db, limit=5)] == [
+    assert [r.last_error for r in reads_db.job_dead(db, limit=5)] == [
         "UJ_TASK_UNREGISTERED: gone.task"
     ] * 2
 
@@ -612,15 +623,15 @@ def test_claim_async_claims_in_its_own_transaction_and_leaves_no_session_setting
     for that transaction only (a pooled server session must not keep the setting)."""
     from ujobs_bridge.db import session
 
-    driver.job_enqueue_many(db, [spec(), spec()], None)
+    enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
     with connections.connect(dsn, connections.Role("contract:claim-async")) as conn:
-        params = driver.ClaimParams(
+        params = leases_db.ClaimParams(
             queue="contract", names=[NAME], limit=5, token=uuid.uuid4(), lease_s=30, worker="t"
         )
-        claimed = driver.job_claim_async(conn, params)
+        claimed = leases_db.job_claim_async(conn, params)
         assert len(claimed) == 2 and all(c.lease_token == params.token for c in claimed)
         assert conn.execute("show synchronous_commit").fetchone() == ("on",)
-        assert driver.job_claim_async(conn, params) == []
+        assert leases_db.job_claim_async(conn, params) == []
         with conn.transaction():
             session.transaction_idle_limit(conn, 1500)
             assert conn.execute("show idle_in_transaction_session_timeout").fetchone() == (
@@ -795,18 +806,18 @@ def test_one_row_and_a_batch_insert_the_same_columns(db: Any) -> None:
     db.execute("listen x_jobs_ready")
     for shape in shapes:
         alone = spec(**shape)
-        assert not driver.job_enqueue_many(db, [alone], now)[0].existing
+        assert not enqueue_db.job_enqueue_many(db, [alone], now)[0].existing
         alone_row = row(alone.id)
         if shape.get("idempotency_key"):  # free the key for the batch
             db.execute("update x_jobs set state = 'done' where id = %s", (alone.id,))
         batch = [spec(**shape), spec()]
-        assert not any(ref.existing for ref in driver.job_enqueue_many(db, batch, now))
+        assert not any(ref.existing for ref in enqueue_db.job_enqueue_many(db, batch, now))
         batch_row = row(batch[0].id)
         assert alone_row == batch_row
     notified = [n.payload for n in db.notifies(timeout=0.5, stop_after=4)]
     assert notified and set(notified) == {"contract"}
     taken = spec(idempotency_key="one-or-many")
-    (answer,) = driver.job_enqueue_many(db, [taken], now)  # the live key answers, as in a batch
+    (answer,) = enqueue_db.job_enqueue_many(db, [taken], now)  # the live key answers, as in a batch
     assert answer.existing and answer.id != taken.id
     assert db.execute("select count(*) from x_jobs where id = %s", (taken.id,)).fetchone() == (0,)
 

@@ -19,10 +19,11 @@ import pytest
 from apps import basic_jobs
 from conftest import wait_for
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import leases as leases_db
 from ujobs_bridge.db import outbox as outbox_db
 from ujobs_bridge.db import retention, session
 from ujobs_bridge.db import scheduling as sched
+from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.db.retention import PurgeBatch
 from ujobs_bridge.db.scheduling import FireParams, LeaderTerm
 from ujobs_bridge.records import JobState, Settlement
@@ -37,9 +38,9 @@ def claim(
     lease_s: float = 30.0,
     token: uuid.UUID | None = None,
 ) -> list[Any]:
-    return driver.job_claim(
+    return leases_db.job_claim(
         conn,
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="basic",
             names=NAMES,
             limit=limit,
@@ -94,14 +95,14 @@ def test_a_write_with_a_stale_token_changes_nothing(client: Client, db: Any) -> 
     db.execute(
         "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
     )
-    assert driver.job_rescue(db, limit=10, error="lost", now=None) == [(ref.id, JobState.READY)]
+    assert leases_db.job_rescue(db, limit=10, error="lost", now=None) == [(ref.id, JobState.READY)]
     second = claim(db, 1)[0]
     assert second.attempt == 2 and second.lease_token != first.lease_token
     stale = Settlement(ref.id, first.lease_token, JobState.DONE, output_json='"late"')
-    assert driver.job_settle(db, [stale], None) == set()
-    assert driver.job_heartbeat(db, [(ref.id, first.lease_token)], 30) == set()
+    assert leases_db.job_settle(db, [stale], None) == set()
+    assert leases_db.job_heartbeat(db, [(ref.id, first.lease_token)], 30) == set()
     fresh = Settlement(ref.id, second.lease_token, JobState.DONE, output_json='"mine"')
-    assert driver.job_settle(db, [fresh], None) == {ref.id}
+    assert leases_db.job_settle(db, [fresh], None) == {ref.id}
     assert db.execute(
         "select state, output, attempt from x_jobs where id = %s", (ref.id,)
     ).fetchone() == ("done", "mine", 2)
@@ -114,7 +115,7 @@ def test_rescue_dead_letters_a_job_whose_attempts_are_spent(client: Client, db: 
     db.execute(
         "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
     )
-    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+    assert leases_db.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
         (ref.id, JobState.DEAD)
     ]
 
@@ -122,8 +123,8 @@ def test_rescue_dead_letters_a_job_whose_attempts_are_spent(client: Client, db: 
 def test_a_live_lease_is_not_rescued_and_heartbeat_extends_it(client: Client, db: Any) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     job = claim(db, 1, lease_s=2)[0]
-    assert driver.job_rescue(db, limit=10, error="x", now=None) == []
-    assert driver.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
+    assert leases_db.job_rescue(db, limit=10, error="x", now=None) == []
+    assert leases_db.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
     row = db.execute(
         "select lease_expires_at > now() + interval '50 seconds' from x_jobs where id = %s",
         (ref.id,),
@@ -137,7 +138,7 @@ def test_a_handed_back_attempt_is_not_counted(client: Client, db: Any) -> None:
     back = Settlement(
         ref.id, job.lease_token, JobState.READY, error="UJ_WORKER_DRAINING: stop", uncount=1
     )
-    assert driver.job_settle(db, [back], None) == {ref.id}
+    assert leases_db.job_settle(db, [back], None) == {ref.id}
     assert db.execute(
         "select state, attempt, lease_token from x_jobs where id = %s", (ref.id,)
     ).fetchone() == ("ready", 0, None)
@@ -145,9 +146,9 @@ def test_a_handed_back_attempt_is_not_counted(client: Client, db: Any) -> None:
 
 def test_jobs_of_unknown_names_are_not_claimed(client: Client, db: Any) -> None:
     basic_jobs.add.configure(client=client).enqueue(1, 1)
-    got = driver.job_claim(
+    got = leases_db.job_claim(
         db,
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="basic",
             names=["some.other"],
             limit=5,
@@ -164,7 +165,7 @@ def test_jobs_of_unknown_names_are_not_claimed(client: Client, db: Any) -> None:
 def test_cancel_refuses_finished_jobs(client: Client, db: Any, state: str) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
     db.execute("update x_jobs set state = %s where id = %s", (state, ref.id))
-    assert driver.job_cancel(db, ref.id, "x") is False
+    assert steering_db.job_cancel(db, ref.id, "x") is False
 
 
 # ---------------------------------------------------------------------------- the rest of the engine's db surface

@@ -15,7 +15,7 @@ from apps import delivery_jobs
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import leases as leases_db
 from ujobs_bridge.loading import from_module
 from ujobs_bridge.worker import fleet
 
@@ -83,9 +83,9 @@ def test_a_fleet_still_rescues_a_lost_lease(
     # On a queue the fleet does not consume, so no worker of it claims the job first: the
     # rescue is fleet-wide (every queue), the claim is not.
     ref = delivery_jobs.report.configure(client=client, queue="elsewhere").enqueue()
-    (lost,) = driver.job_claim(
+    (lost,) = leases_db.job_claim(
         db,
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="elsewhere",
             names=["apps.delivery_jobs.report"],
             limit=1,

@@ -21,7 +21,7 @@ from conftest import wait_for
 from ujobs_bridge.clock import SYSTEM_CLOCK
 from ujobs_bridge.context import AttemptSignal
 from ujobs_bridge.db import connections
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import enqueue as enqueue_db
 from ujobs_bridge.db import testing as testing_db
 from ujobs_bridge.db.connections import Conn, Pool, Role
 from ujobs_bridge.db.steps import Lease
@@ -57,14 +57,14 @@ class Gate:
 
 
 def running_job(db: psycopg.Connection[Any]) -> Lease:
-    spec = driver.EnqueueSpec(
+    spec = enqueue_db.EnqueueSpec(
         id=uuid.uuid4(),
         name="gc.job",
         queue="gc",
         input_json='{"args": [], "kwargs": {}}',
         max_attempts=3,
     )
-    (enqueued,) = driver.job_enqueue_many(db, [spec], None)
+    (enqueued,) = enqueue_db.job_enqueue_many(db, [spec], None)
     claimed = testing_db.job_claim_by_id(
         db,
         testing_db.ClaimById(id=enqueued.id, token=uuid.uuid4(), lease_s=60, worker="t", now=None),

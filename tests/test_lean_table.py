@@ -21,17 +21,18 @@ import psycopg
 
 from apps import basic_jobs
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import leases as leases_db
 from ujobs_bridge.db import session
+from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.records import JobState, Settlement
 
 NAMES = ["apps.basic_jobs.add"]
 
 
 def _claim(conn: psycopg.Connection[Any], *, lease_s: float = 30.0) -> Any:
-    (job,) = driver.job_claim(
+    (job,) = leases_db.job_claim(
         conn,
-        driver.ClaimParams("basic", NAMES, 1, uuid.uuid4(), lease_s, "test"),
+        leases_db.ClaimParams("basic", NAMES, 1, uuid.uuid4(), lease_s, "test"),
     )
     return job
 
@@ -58,10 +59,10 @@ def test_the_claim_the_heartbeat_and_the_settle_are_hot_updates(client: Client, 
         job = _claim(db)
         assert _updates(db) == (1, 1)  # it leaves x_job_claimable, no x_jobs index
         assert _claimable(db) == []
-        assert driver.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
+        assert leases_db.job_heartbeat(db, [(ref.id, job.lease_token)], 60) == {ref.id}
         assert _updates(db) == (2, 2)
         done = Settlement(ref.id, job.lease_token, JobState.DONE, output_json="3")
-        assert driver.job_settle(db, [done], None) == {ref.id}
+        assert leases_db.job_settle(db, [done], None) == {ref.id}
         assert _updates(db) == (3, 3)
     assert db.execute("select state, output from x_jobs where id = %s", (ref.id,)).fetchone() == (
         "done",
@@ -97,7 +98,7 @@ def test_a_finished_keyed_job_frees_its_key(client: Client, db: Any) -> None:
     assert again.existing and again.id == first.id
     job = _claim(db)
     done = Settlement(first.id, job.lease_token, JobState.DONE, output_json="3")
-    assert driver.job_settle(db, [done], None) == {first.id}
+    assert leases_db.job_settle(db, [done], None) == {first.id}
     fresh = basic_jobs.add.configure(client=client, idempotency_key="k-1").enqueue(1, 2)
     assert not fresh.existing and fresh.id != first.id
 
@@ -107,14 +108,14 @@ def test_a_lease_ended_by_a_cancel_never_hides_a_later_lease_from_the_rescue(
 ) -> None:
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
     first = _claim(db)
-    assert driver.job_cancel(db, ref.id, "UJ_JOB_CANCELLED: by test")
-    assert driver.job_requeue(db, ref.id, None)
+    assert steering_db.job_cancel(db, ref.id, "UJ_JOB_CANCELLED: by test")
+    assert steering_db.job_requeue(db, ref.id, None)
     second = _claim(db, lease_s=30)
     assert second.lease_token != first.lease_token
     db.execute(
         "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (ref.id,)
     )
-    assert driver.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
+    assert leases_db.job_rescue(db, limit=10, error="UJ_WORKER_LOST: gone", now=None) == [
         (ref.id, JobState.READY)
     ]
     assert db.execute("select count(*) from x_job_leases").fetchone() == (0,)
@@ -149,14 +150,14 @@ def test_the_claim_skips_a_job_another_transaction_holds_and_never_waits(
     SKIP LOCKED, so it passes over the job instead of waiting (or deadlocking) on it."""
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
     db.execute("set statement_timeout = '30s'")  # a claim that waited would fail, not hang
-    params = driver.ClaimParams("basic", NAMES, 1, uuid.uuid4(), 30.0, "test")
+    params = leases_db.ClaimParams("basic", NAMES, 1, uuid.uuid4(), 30.0, "test")
     with psycopg.connect(dsn) as holder:
         holder.execute("select id from x_jobs where id = %s for update", (ref.id,))
-        assert driver.job_claim(db, params) == []  # the job row is held: skipped
+        assert leases_db.job_claim(db, params) == []  # the job row is held: skipped
         holder.execute(
             "update x_jobs set run_at = run_at - interval '1 second' where id = %s", (ref.id,)
         )
-        assert driver.job_claim(db, params) == []  # both rows held: skipped at the head
+        assert leases_db.job_claim(db, params) == []  # both rows held: skipped at the head
         holder.rollback()
     assert _claim(db).id == ref.id
     assert _claimable(db) == []

@@ -19,7 +19,7 @@ import pytest
 from apps import basic_jobs
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
-from ujobs_bridge.db.jobs import EnqueueSpec
+from ujobs_bridge.db.enqueue import EnqueueSpec
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.loading import from_module
 

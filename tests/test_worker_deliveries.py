@@ -15,7 +15,7 @@ import pytest
 from apps import delivery_jobs
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import jobs as driver
+from ujobs_bridge.db import leases as leases_db
 from ujobs_bridge.loading import from_module
 from ujobs_bridge.records import JobState, Settlement
 
@@ -52,9 +52,9 @@ def test_a_job_rescued_after_its_worker_died_is_redelivered(
 ) -> None:
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
     # a worker that claims it, then dies: its lease runs out at once
-    (lost,) = driver.job_claim(
+    (lost,) = leases_db.job_claim(
         db,
-        driver.ClaimParams(
+        leases_db.ClaimParams(
             queue="deliveries",
             names=["apps.delivery_jobs.report"],
             limit=1,
@@ -74,9 +74,9 @@ def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
 
     def claim() -> Any:
-        (got,) = driver.job_claim(
+        (got,) = leases_db.job_claim(
             db,
-            driver.ClaimParams(
+            leases_db.ClaimParams(
                 queue="deliveries",
                 names=["apps.delivery_jobs.report"],
                 limit=1,
@@ -90,7 +90,7 @@ def test_a_claim_handed_back_uncounted_is_still_a_delivery(frozen_client: Client
 
     first = claim()
     back = Settlement(ref.id, first.lease_token, JobState.READY, uncount=1, error="handed back")
-    assert driver.job_settle(db, [back], None) == {ref.id}  # what a shutdown's hand-back writes
+    assert leases_db.job_settle(db, [back], None) == {ref.id}  # what a shutdown's hand-back writes
     second = claim()
     assert (first.attempt, first.deliveries) == (1, 1)
     assert (second.attempt, second.deliveries) == (1, 2)
@@ -102,7 +102,7 @@ def test_outage_hand_backs_are_capped_so_a_body_that_keeps_meeting_outages_ends_
     """An outage gives the attempt back, but only ``OUTAGE_HANDBACKS`` times per job: then each
     one counts, and the job is dead once its attempts (2) are spent, not handed back forever."""
     ref = delivery_jobs.meets_outages.configure(client=frozen_client).enqueue()
-    for _ in range(driver.OUTAGE_HANDBACKS + 10):  # a bound: the loop must end before it
+    for _ in range(leases_db.OUTAGE_HANDBACKS + 10):  # a bound: the loop must end before it
         if state_of(db, ref.id)[0] == "dead":
             break
         assert worker.tick() == 1
@@ -114,18 +114,18 @@ def test_outage_hand_backs_are_capped_so_a_body_that_keeps_meeting_outages_ends_
     ).fetchone()
     state, attempt, deliveries, handbacks, last_error, finished_at = row
     assert (state, attempt) == ("dead", 2)
-    assert deliveries == driver.OUTAGE_HANDBACKS + 2  # the free hand-backs, then two attempts
-    assert handbacks == driver.OUTAGE_HANDBACKS + 2
+    assert deliveries == leases_db.OUTAGE_HANDBACKS + 2  # the free hand-backs, then two attempts
+    assert handbacks == leases_db.OUTAGE_HANDBACKS + 2
     assert "UJ_DATABASE_UNAVAILABLE" in last_error and finished_at is not None
     # the first OUTAGE_HANDBACKS runs all saw attempt 1: those hand-backs were free
-    assert [a for a, _ in delivery_jobs.SEEN] == [1] * (driver.OUTAGE_HANDBACKS + 1) + [2]
+    assert [a for a, _ in delivery_jobs.SEEN] == [1] * (leases_db.OUTAGE_HANDBACKS + 1) + [2]
 
 
 def test_a_drains_hand_backs_are_not_capped(frozen_client: Client, db: Any) -> None:
     """Only outage hand-backs are counted: a shutdown's hand-back gives the attempt back always."""
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()
     db.execute("update x_jobs set outage_handbacks = 100 where id = %s", (ref.id,))
-    params = driver.ClaimParams(
+    params = leases_db.ClaimParams(
         queue="deliveries",
         names=["apps.delivery_jobs.report"],
         limit=1,
@@ -134,7 +134,7 @@ def test_a_drains_hand_backs_are_not_capped(frozen_client: Client, db: Any) -> N
         worker="test",
         now=None,
     )
-    (first,) = driver.job_claim(db, params)
+    (first,) = leases_db.job_claim(db, params)
     back = Settlement(ref.id, first.lease_token, JobState.READY, uncount=1, error="drained")
-    assert driver.job_settle(db, [back], None) == {ref.id}
+    assert leases_db.job_settle(db, [back], None) == {ref.id}
     assert state_of(db, ref.id)[:2] == ("ready", 0)

@@ -22,8 +22,8 @@ import psycopg
 
 from .clock import SYSTEM_CLOCK, Clock
 from .db import connections
-from .db import jobs as driver
-from .db.jobs import EnqueueSpec
+from .db import enqueue as enqueue_db
+from .db.enqueue import EnqueueSpec
 from .dsn import ResolvedDatabase, resolve
 from .job import specs_of
 from .records import JobRef
@@ -65,9 +65,9 @@ class Client:
     ) -> JobRef:
         now = self.clock.sql_now()
         if conn is not None:
-            return driver.job_enqueue(conn, spec, now)
+            return enqueue_db.job_enqueue(conn, spec, now)
         with self.pool.connection() as pooled:
-            return driver.job_enqueue(pooled, spec, now)
+            return enqueue_db.job_enqueue(pooled, spec, now)
 
     def enqueue_many(
         self, requests: Iterable[Any], *, conn: psycopg.Connection[Any] | None = None
@@ -76,9 +76,9 @@ class Client:
         specs: Sequence[EnqueueSpec] = specs_of(requests)
         now = self.clock.sql_now()
         if conn is not None:
-            return driver.job_enqueue_many(conn, specs, now)
+            return enqueue_db.job_enqueue_many(conn, specs, now)
         with self.pool.connection() as pooled, pooled.transaction():
-            return driver.job_enqueue_many(pooled, specs, now)
+            return enqueue_db.job_enqueue_many(pooled, specs, now)
 
 
 def connect(

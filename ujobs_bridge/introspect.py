@@ -19,9 +19,11 @@ import psycopg
 from . import plugins
 from .clock import SYSTEM_CLOCK, Clock
 from .db import bulk, connections, observe
-from .db import jobs as driver
+from .db import job_reads as reads_db
 from .db import nodes as node_store
+from .db import steering as steering_db
 from .db import steps as step_store
+from .db import unclaimed as unclaimed_db
 from .db.nodes import NodeRecord
 from .db.observe import AttemptRow
 from .db.steps import StepRecord
@@ -53,7 +55,7 @@ def name_pattern(glob: str | None) -> str | None:
         elif ch == "?":
             out.append("_")
         else:
-            out.append(driver.like_literal(ch))
+            out.append(reads_db.like_literal(ch))
     return "".join(out)
 
 
@@ -88,7 +90,7 @@ class Introspector:
 
     def get(self, job_id: UUID) -> JobRecord:
         with self._connect() as conn:
-            record = driver.job_get(conn, job_id)
+            record = reads_db.job_get(conn, job_id)
         if record is None:
             raise JobNotFoundError(
                 f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
@@ -100,13 +102,13 @@ class Introspector:
         first). Raises ``JobNotFoundError`` when nothing matches."""
         with self._connect() as conn:
             try:
-                record = driver.job_get(conn, UUID(text))
+                record = reads_db.job_get(conn, UUID(text))
             except ValueError:
                 record = None
             if record is not None:
                 return [record]
             ids = lookup_ids(conn, text)
-            records = [r for r in (driver.job_get(conn, i) for i in ids) if r is not None]
+            records = [r for r in (reads_db.job_get(conn, i) for i in ids) if r is not None]
         if not records:
             raise JobNotFoundError(
                 f"no job {text}: neither a job id nor a known Celery task id",
@@ -140,7 +142,7 @@ class Introspector:
         """Newest first; ``name`` is a glob, ``task_id`` a Celery task id."""
         with self._connect() as conn:
             ids = lookup_ids(conn, task_id) if task_id is not None else None
-            return driver.job_list(
+            return reads_db.job_list(
                 conn,
                 state=state.value if state else None,
                 queue=queue,
@@ -155,7 +157,7 @@ class Introspector:
         self, *, limit: int = 50, offset: int = 0, queue: str | None = None, name: str | None = None
     ) -> list[JobRecord]:
         with self._connect() as conn:
-            return driver.job_dead(
+            return reads_db.job_dead(
                 conn, limit=limit, offset=offset, queue=queue, name_like=name_pattern(name)
             )
 
@@ -175,14 +177,14 @@ class Introspector:
 
     def stats(self) -> list[QueueStat]:
         with self._connect() as conn:
-            return driver.job_stats(conn)
+            return reads_db.job_stats(conn)
 
-    def stranded(self, *, after_s: float) -> list[driver.NameBacklog]:
+    def stranded(self, *, after_s: float) -> list[unclaimed_db.NameBacklog]:
         """Claimable jobs due for at least ``after_s`` seconds and still not claimed, per queue,
         state and name. What it cannot tell: whether any worker declares the name (a registry
         lives in each worker's process); only that none has taken the job for that long."""
         with self._connect() as conn:
-            return driver.job_stranded(conn, after_s=after_s, now=self.clock.sql_now())
+            return unclaimed_db.job_stranded(conn, after_s=after_s, now=self.clock.sql_now())
 
     def nodes(self) -> list[NodeRecord]:
         """The live worker nodes (one per worker process; expired ones are not listed)."""
@@ -196,8 +198,8 @@ class Introspector:
 
     def cancel(self, job_id: UUID, *, reason: str = "cancelled by an operator") -> JobRecord:
         with self._connect() as conn:
-            if not driver.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: {reason}"):
-                record = driver.job_get(conn, job_id)
+            if not steering_db.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: {reason}"):
+                record = reads_db.job_get(conn, job_id)
                 if record is None:
                     raise JobNotFoundError(
                         f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
@@ -208,21 +210,21 @@ class Introspector:
                     if record.state is not JobState.CANCELLED
                     else "it is already cancelled",
                 )
-            record = driver.job_get(conn, job_id)
+            record = reads_db.job_get(conn, job_id)
             assert record is not None
             return record
 
     def requeue(self, job_id: UUID) -> JobRecord:
         with self._connect() as conn:
             try:
-                ok = driver.job_requeue(conn, job_id, self.clock.sql_now())
+                ok = steering_db.job_requeue(conn, job_id, self.clock.sql_now())
             except psycopg.errors.UniqueViolation as exc:
                 raise JobStateError(
                     f"job {job_id} cannot be requeued: another live job holds its idempotency key",
                     hint="wait for that job to finish, or cancel it first",
                 ) from exc
             if not ok:
-                record = driver.job_get(conn, job_id)
+                record = reads_db.job_get(conn, job_id)
                 if record is None:
                     raise JobNotFoundError(
                         f"no job {job_id}", hint="check the id with `ujobs-bridge jobs ls`"
@@ -231,7 +233,7 @@ class Introspector:
                     f"job {job_id} is {record.state.value}; only dead or cancelled jobs can be requeued",
                     hint="a live job will run on its own; enqueue a new job to run a done one again",
                 )
-            record = driver.job_get(conn, job_id)
+            record = reads_db.job_get(conn, job_id)
             assert record is not None
             return record
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 import psycopg
 
 from . import tracing, validation
-from .db import jobs as driver
-from .db.jobs import EnqueueSpec
+from .db import enqueue as enqueue_db
+from .db.enqueue import EnqueueSpec
 from .errors import ConfigError, ErrorCode
 from .ids import new_job_id, new_job_ids
 from .payload import encode_input
@@ -222,7 +222,7 @@ class JobCall(Generic[P, R]):
         client = self.client
         if client is None:
             if conn is not None:
-                return driver.job_enqueue(conn, spec, None)
+                return enqueue_db.job_enqueue(conn, spec, None)
             client = default_client()
         return client.enqueue_spec(spec, conn)
 
@@ -233,7 +233,7 @@ class JobCall(Generic[P, R]):
         if isinstance(conn, psycopg.AsyncConnection):
             spec = self.call(*args, **kwargs).spec()
             now = self.client.clock.sql_now() if self.client is not None else None
-            return await driver.job_enqueue_async(conn, spec, now)
+            return await enqueue_db.job_enqueue_async(conn, spec, now)
         return await asyncio.to_thread(functools.partial(self.enqueue, *args, **kwargs))
 
 

@@ -115,7 +115,7 @@ class Settlement:
     ``state`` is where the row goes: done, ready (retry after ``delay_s``), dead or cancelled.
     ``uncount`` is 1 for an attempt handed back by a drain: it gives the claim's attempt back.
     ``outage``: handed back because the body met a database outage; the database gives such
-    attempts back only ``db.jobs.OUTAGE_HANDBACKS`` times per job, then counts them.
+    attempts back only ``db.leases.OUTAGE_HANDBACKS`` times per job, then counts them.
     """
 
     id: UUID

@@ -6,7 +6,7 @@ queue, one task's name glob or one state. A bulk action counts what it would tou
 ``--yes``), and reports how many rows it changed; each row is changed exactly as the one-row
 action changes it (``db/bulk.py``).
 
-What it is not: the statements (``db/bulk.py``, ``db/jobs.py``) or the reads (``jobs.py``).
+What it is not: the statements (``db/bulk.py``, ``db/steering.py``) or the reads (``jobs.py``).
 """
 
 from __future__ import annotations

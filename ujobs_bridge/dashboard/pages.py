@@ -19,7 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from .. import validation
-from ..db import jobs as driver
+from ..db import job_reads as reads_db
 from ..db import nodes, observe
 from ..db import steps as step_db
 from ..errors import ConfigError
@@ -142,7 +142,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         size = config.page_size
         with site.connect() as conn:
             ids = lookup_ids(conn, f["task_id"]) if f["task_id"] else None
-            records = driver.job_list(
+            records = reads_db.job_list(
                 conn,
                 state=f["state"].value if f["state"] else None,
                 queue=f["queue"],
@@ -169,7 +169,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         f = _filters(request)
         size = config.page_size
         with site.connect() as conn:
-            records = driver.job_dead(
+            records = reads_db.job_dead(
                 conn,
                 limit=size,
                 offset=f["offset"],
@@ -242,13 +242,13 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
 def _find(conn: Any, key: str) -> JobRecord | None:
     """A job by its id, else by a Celery task id (its newest message)."""
     try:
-        record = driver.job_get(conn, UUID(key))
+        record = reads_db.job_get(conn, UUID(key))
     except ValueError:
         record = None
     if record is not None:
         return record
     for job_id in lookup_ids(conn, key):
-        found = driver.job_get(conn, job_id)
+        found = reads_db.job_get(conn, job_id)
         if found is not None:
             return found
     return None

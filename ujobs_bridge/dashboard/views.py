@@ -3,7 +3,7 @@ overview's per-queue numbers, the last hour's charts (throughput and failures, p
 as SVG geometry, job rows, scheduled tasks.
 
 Why it exists: pages should render numbers, not compute them; a test can compare these values
-with the database directly. Reads go through the ``db`` package (``observe.py``, ``jobs.py``,
+with the database directly. Reads go through the ``db`` package (``observe.py``, ``job_reads.py``,
 ``scheduling.py``); nothing here runs SQL.
 
 What it is not: HTML. The templates draw; every value reaches them as data and Jinja2 escapes it.

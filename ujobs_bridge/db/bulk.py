@@ -3,7 +3,7 @@
 Why it exists: after an incident an operator cancels a whole queue's backlog or requeues every
 dead letter of one task, which one id at a time cannot do. Each action is one statement (one
 transaction), and does to each row exactly what the one-row action does (``job_cancel``,
-``job_requeue`` in ``jobs.py``), so the rules live in one place per action.
+``job_requeue`` in ``steering.py``), so the rules live in one place per action.
 
 What it is not: the confirmation (the CLI counts first and asks) or the filter's parsing (globs
 are turned into LIKE patterns by the caller, ``introspect.name_pattern``).

@@ -10,7 +10,7 @@ counts the settle keeps (``x_job_counts``) instead of an index on ``finished_at`
 adds its pick-up latency there too, and the settle appends each attempt to ``x_job_attempts``
 (migration 0016), both in the statement that already writes, not in a round trip of their own.
 
-What it is not: the operator's per-job reads (``jobs.py``) or the presence of workers
+What it is not: the operator's per-job reads (``job_reads.py``) or the presence of workers
 (``nodes.py``).
 """
 

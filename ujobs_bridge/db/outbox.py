@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from .jobs import EnqueueSpec
+from .enqueue import EnqueueSpec
 from .sql import q
 
 Conn = psycopg.Connection[Any]

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from ..records import ClaimedJob
-from .jobs import _claimed
+from .leases import _claimed
 from .sql import q
 
 Conn = psycopg.Connection[Any]

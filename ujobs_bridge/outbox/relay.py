@@ -29,7 +29,7 @@ import psycopg
 from .. import validation
 from ..clock import SYSTEM_CLOCK, Clock
 from ..db import connections
-from ..db import jobs as driver
+from ..db import enqueue as enqueue_db
 from ..db import outbox as store
 from ..db.outbox import StagedRow
 from ..faults import fault
@@ -95,7 +95,7 @@ class OutboxRelay(Service):
                     return 0
                 if not self.cross_database:
                     specs = [r.spec for r in rows]
-                    driver.job_enqueue_many(source, specs, self.clock.sql_now())
+                    enqueue_db.job_enqueue_many(source, specs, self.clock.sql_now())
                     fault("outbox.after_publish")
                     store.outbox_mark(source, [r.outbox_id for r in rows])
                     published = len(rows)

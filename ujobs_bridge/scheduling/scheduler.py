@@ -36,7 +36,7 @@ import psycopg
 
 from .. import metrics
 from ..clock import SYSTEM_CLOCK, Clock
-from ..db import jobs as driver
+from ..db import enqueue as enqueue_db
 from ..db import scheduling as store
 from ..db import session
 from ..db.connections import Reconnecting, Role
@@ -205,7 +205,7 @@ class Scheduler(Service):
                 if not store.scheduler_fire(conn, fire):
                     duplicate = True
                     raise psycopg.Rollback()  # also undoes what enqueue= wrote through conn
-                driver.job_enqueue_many(conn, specs, self.clock.sql_now())
+                enqueue_db.job_enqueue_many(conn, specs, self.clock.sql_now())
             if duplicate:
                 self.counts.duplicates += 1
                 continue

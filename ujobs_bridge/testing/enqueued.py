@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from ..client import Client
-from ..db import jobs as jobs_db
+from ..db import job_reads as reads_db
 from ..job import JobDefinition
 from ..payload import decode_input
 from ..records import JobRecord, JobState
@@ -40,7 +40,7 @@ def enqueued(
     ``args``/``kwargs`` compare with the decoded input the job will be called with."""
     job_name = name.name if isinstance(name, JobDefinition) else name
     with _connection(source) as conn:
-        rows = jobs_db.job_list(
+        rows = reads_db.job_list(
             conn,
             state=JobState(state).value if state is not None else None,
             queue=queue,

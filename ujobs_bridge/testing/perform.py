@@ -22,7 +22,9 @@ from uuid import UUID
 from ..client import Client
 from ..clock import Clock
 from ..context import AttemptSignal
-from ..db import jobs as jobs_db
+from ..db import enqueue as enqueue_db
+from ..db import job_reads as reads_db
+from ..db import leases as leases_db
 from ..db import testing as testing_db
 from ..db.steps import Lease
 from ..errors import JobNotFoundError, JobStateError
@@ -62,7 +64,7 @@ def perform(
     """Insert ``request`` (``my_job.call(...)``), run one attempt of it, and report the row."""
     spec = request.spec()
     with client.pool.connection() as conn:
-        ref = jobs_db.job_enqueue(conn, spec, (clock or client.clock).sql_now())
+        ref = enqueue_db.job_enqueue(conn, spec, (clock or client.clock).sql_now())
     return perform_again(ref.id, request.definition, client=client, clock=clock)
 
 
@@ -88,7 +90,7 @@ def perform_again(
             ),
         )
         if claimed is None:
-            record = jobs_db.job_get(conn, job_id)
+            record = reads_db.job_get(conn, job_id)
             if record is None:
                 raise JobNotFoundError(f"job {job_id} does not exist")
             raise JobStateError(
@@ -110,8 +112,8 @@ def perform_again(
         settlement = run_attempt(definition, claimed, signal, runner)
     with client.pool.connection() as conn:
         if settlement is not None:
-            jobs_db.job_settle(conn, [settlement], clock.sql_now())
-        record = jobs_db.job_get(conn, job_id)
+            leases_db.job_settle(conn, [settlement], clock.sql_now())
+        record = reads_db.job_get(conn, job_id)
     assert record is not None, f"job {job_id} vanished during its attempt"
     return Performed(
         state=record.state,

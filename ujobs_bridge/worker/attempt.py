@@ -290,7 +290,7 @@ def settle(
             delay_s=OUTAGE_DELAY_S,
             error=error_text(error),
             uncount=1,
-            outage=True,  # given back a bounded number of times (db.jobs.OUTAGE_HANDBACKS)
+            outage=True,  # given back a bounded number of times (db.leases.OUTAGE_HANDBACKS)
         )
     retryable = (
         not isinstance(error, PayloadError | StepError)

@@ -12,8 +12,8 @@ reports due jobs whose name this worker does not declare: never claimed (a worke
 the name may come), logged as an error once per (queue, name) per ``unregistered_log_every_s``,
 dead-lettered only if ``unregistered_dead_after_s`` is set.
 
-What it is not: the SQL (``db/jobs.py`` runs every statement) or the decision of an outcome
-(``attempt.py``).
+What it is not: the SQL (``db/leases.py`` and ``db/unclaimed.py`` run its statements) or the
+decision of an outcome (``attempt.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import psycopg
 from .. import metrics
 from ..clock import Clock
 from ..db import claim_table, session
-from ..db import jobs as driver
+from ..db import leases as leases_db
+from ..db import unclaimed as unclaimed_db
 from ..db.connections import Reconnecting, Role, behind_pgbouncer, transient
 from ..errors import ErrorCode
 from ..records import ClaimedJob, Settlement
@@ -115,11 +116,11 @@ class Claims:
         return conn
 
     def _claim_on(
-        self, conn: psycopg.Connection[Any], params: driver.ClaimParams
+        self, conn: psycopg.Connection[Any], params: leases_db.ClaimParams
     ) -> list[ClaimedJob]:
         if self._pooled:
-            return driver.job_claim_async(conn, params)
-        return driver.job_claim(conn, params)
+            return leases_db.job_claim_async(conn, params)
+        return leases_db.job_claim(conn, params)
 
     def reset(self) -> None:
         """After an error: the next use opens a fresh connection."""
@@ -132,8 +133,8 @@ class Claims:
         self._queue_turn += 1
         return queue
 
-    def _claim(self, queue: str, limit: int, token: uuid.UUID) -> driver.ClaimParams:
-        return driver.ClaimParams(
+    def _claim(self, queue: str, limit: int, token: uuid.UUID) -> leases_db.ClaimParams:
+        return leases_db.ClaimParams(
             queue=queue,
             names=self.names,
             limit=limit,
@@ -167,7 +168,7 @@ class Claims:
             with conn.transaction():
                 if not self.config.async_acks:
                     session.outcomes_commit_durable(conn)
-                return driver.job_settle(conn, batch, self.clock.sql_now())
+                return leases_db.job_settle(conn, batch, self.clock.sql_now())
 
     def write_then_claim(
         self, batch: list[Settlement], want: int
@@ -175,7 +176,7 @@ class Claims:
         """One round trip, one commit: the outcomes durable, the claims with them."""
         queue = self._next_queue()
         with self._conn.using():
-            matched, rows = driver.job_settle_then_claim(
+            matched, rows = leases_db.job_settle_then_claim(
                 self.connection(),
                 batch,
                 self._claim(queue, want, uuid.uuid4()),
@@ -195,14 +196,16 @@ class Claims:
         self._sweeps.ran(now)
         with self._conn.using():
             conn = self.connection()
-            rescued = driver.job_rescue(
+            rescued = leases_db.job_rescue(
                 conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
             )
             if rescued:
                 self.counts.rescued += len(rescued)
                 metrics.LEASE_RESCUES.inc(len(rescued))
                 log.info("ujobs.worker.rescued: %d", len(rescued))
-            driver.job_expire(conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now())
+            leases_db.job_expire(
+                conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now()
+            )
             self._dead_unregistered(conn)
             self._report_unregistered(conn, now)
 
@@ -244,9 +247,9 @@ class Claims:
 
     def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
         """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""
-        found = driver.job_unregistered(
+        found = unclaimed_db.job_unregistered(
             conn,
-            driver.UnregisteredParams(
+            unclaimed_db.UnregisteredParams(
                 queues=self.queues,
                 names=self.names,
                 after_s=self.config.unregistered_after_s,
@@ -277,9 +280,9 @@ class Claims:
         if after is None:
             return
         for queue in self.queues:
-            dead = driver.job_dead_unregistered(
+            dead = unclaimed_db.job_dead_unregistered(
                 conn,
-                driver.DeadUnregisteredParams(
+                unclaimed_db.DeadUnregisteredParams(
                     queue=queue,
                     names=self.names,
                     after_s=after,

@@ -27,7 +27,7 @@ from uuid import UUID
 
 import psycopg
 
-from ..db import jobs as driver
+from ..db import leases as leases_db
 from ..db.connections import Busy, Reconnecting
 from ..faults import fault
 from ..records import JobState
@@ -71,9 +71,9 @@ class Heartbeat(Service):
         fault("heartbeat.tick")
         try:
             with self._conn.using(wait_s=self.interval_s) as conn:
-                renewed = driver.job_heartbeat(conn, leases, self.lease_s)
+                renewed = leases_db.job_heartbeat(conn, leases, self.lease_s)
                 lost = [job_id for job_id, _ in leases if job_id not in renewed]
-                states = driver.job_states(conn, lost) if lost else {}
+                states = leases_db.job_states(conn, lost) if lost else {}
         except Exception as exc:  # any failure: renew again next time, trust the leases less
             if isinstance(exc, psycopg.Error):
                 log.warning("ujobs.heartbeat.failed: %s", exc)
