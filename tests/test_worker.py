@@ -300,6 +300,7 @@ def test_reload_keeps_configured_queues_and_refuses_new_names_on_a_process_pool(
 
 
 def _claim_table_vacuums(db: psycopg.Connection[Any]) -> int:
+    """Manual vacuums of x_job_claimable so far (the worker's; autovacuum counts apart)."""
     db.execute("select pg_stat_clear_snapshot()")
     found = db.execute(
         "select vacuum_count from pg_stat_user_tables where relname = 'x_job_claimable'"
@@ -308,8 +309,20 @@ def _claim_table_vacuums(db: psycopg.Connection[Any]) -> int:
     return int(found[0])
 
 
-def test_a_worker_vacuums_the_claim_table_after_every_thousand_claims(
-    client: Client, make_worker: Any, db: Any
+@pytest.fixture
+def no_autovacuum(db: Any) -> Iterator[None]:
+    """Autovacuum off on x_job_claimable for the test: a vacuum of it running would make the
+    worker's (SKIP_LOCKED) return at once, uncounted. Restored after (the database is the
+    session's)."""
+    db.execute("alter table x_job_claimable set (autovacuum_enabled = false)")
+    try:
+        yield
+    finally:
+        db.execute("alter table x_job_claimable reset (autovacuum_enabled)")
+
+
+def test_a_worker_vacuums_the_claim_table_once_it_claimed_what_the_table_held(
+    client: Client, make_worker: Any, db: Any, no_autovacuum: None
 ) -> None:
     # Each claim empties entries of x_job_claimable's index; the worker's own vacuum lets the
     # index reuse those pages at any claim rate (db/claim_table.py), autovacuum aside.
@@ -324,3 +337,61 @@ def test_a_worker_vacuums_the_claim_table_after_every_thousand_claims(
         what=f"{n} jobs done",
     )
     assert _claim_table_vacuums(db) > before
+
+
+def test_a_backlog_larger_than_the_claims_so_far_is_not_vacuumed_yet(
+    client: Client, make_worker: Any, db: Any, no_autovacuum: None
+) -> None:
+    # A vacuum reads the whole table and index: with 3,000 jobs waiting, 1,000 claims do not
+    # pay for one (a backlog of a million would be read again every thousand claims).
+    client.enqueue_many([basic_jobs.add.call(i, 1) for i in range(3 * claims.CLAIM_VACUUM_EVERY)])
+    db.execute("vacuum x_job_claimable")  # the statistics now count its 3,000 rows
+    worker = make_worker()
+    before = _claim_table_vacuums(db)
+    worker.claims.tidy(claims.CLAIM_VACUUM_EVERY)
+    assert _claim_table_vacuums(db) == before
+    worker.claims.tidy(10 * claims.CLAIM_VACUUM_EVERY)  # more claims than it ever held
+    assert _claim_table_vacuums(db) == before + 1
+
+
+def test_a_claim_connection_killed_before_its_vacuum_is_reopened_for_it(
+    make_worker: Any, db: Any, no_autovacuum: None
+) -> None:
+    worker = make_worker()
+    with worker.claims.shared.using() as conn:
+        pid = conn.info.backend_pid
+    db.execute("select pg_terminate_backend(%s)", (pid,))
+    wait_for(
+        lambda: (
+            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            == (0,)
+        ),
+        timeout=30,
+        what="the claim connection gone",
+    )
+    before = _claim_table_vacuums(db)
+    worker.claims.tidy(claims.CLAIM_VACUUM_EVERY)  # checked on checkout: reopened, not raised
+    assert _claim_table_vacuums(db) == before + 1
+
+
+def test_a_vacuum_the_server_cancels_is_logged_once_and_the_claims_go_on(
+    client: Client, make_worker: Any, db: Any, no_autovacuum: None, caplog: Any
+) -> None:
+    # A statement_timeout shorter than the vacuum (here made slow by the cost delay) cancels
+    # it: not an outage, so no reconnect and no retry loop; a warning, once, and the claims.
+    client.enqueue_many([basic_jobs.add.call(i, 1) for i in range(2000)])
+    worker = make_worker(frozen=False)
+    with worker.claims.shared.using() as conn:
+        conn.execute("set vacuum_cost_delay = '100ms'")
+        conn.execute("set vacuum_cost_limit = 1")
+        conn.execute("set statement_timeout = '50ms'")
+    before = _claim_table_vacuums(db)
+    with caplog.at_level("WARNING", logger="ujobs.worker"):
+        worker.claims.tidy(claims.CLAIM_VACUUM_EVERY)
+        worker.claims.tidy(claims.CLAIM_VACUUM_EVERY)  # not tried again on that connection
+    failed = [r for r in caplog.records if "claim_table_vacuum_failed" in r.getMessage()]
+    assert len(failed) == 1 and "statement timeout" in failed[0].getMessage()
+    assert _claim_table_vacuums(db) == before
+    with worker.claims.shared.using() as conn:
+        conn.execute("reset statement_timeout")
+    assert worker.tick() > 0  # claimed, ran and settled on the same connection
