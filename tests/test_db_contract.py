@@ -31,6 +31,7 @@ from ujobs_bridge.db import unclaimed as unclaimed_db
 from ujobs_bridge.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
+from waiting_support import waiting_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -803,6 +804,7 @@ def test_one_row_and_a_batch_insert_the_same_columns(db: Any) -> None:
         assert found is not None
         return tuple(found)
 
+    waiting_for(db, "contract")  # a worker waits for the queue: the inserts wake it (0021)
     db.execute("listen x_jobs_ready")
     for shape in shapes:
         alone = spec(**shape)
