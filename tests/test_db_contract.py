@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from waiting_support import waiting_for
 
 from apps import basic_jobs
 from conftest import ADMIN_DSN
@@ -31,7 +32,6 @@ from ujobs_bridge.db import unclaimed as unclaimed_db
 from ujobs_bridge.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
-from waiting_support import waiting_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 import psycopg
+from waiting_support import waiting_for
 
 from apps import basic_jobs
 from ujobs_bridge.client import Client
@@ -25,7 +26,6 @@ from ujobs_bridge.db import leases as leases_db
 from ujobs_bridge.db import session
 from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.records import JobState, Settlement
-from waiting_support import waiting_for
 
 NAMES = ["apps.basic_jobs.add"]
 

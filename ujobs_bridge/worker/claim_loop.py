@@ -6,7 +6,10 @@ commit per cycle), outcomes before the sweep (so after an outage longer than a l
 worker's own sweep does not rescue the jobs whose results it holds), and an outcome batch the
 database refuses is kept (a transient error) or written item by item to isolate the bad one. Being
 a ``Service``, it restarts after an error with a growing pause and ends the worker after
-``CLAIM_ERROR_STREAK`` errors in a row that are not database errors.
+``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
+slots it marks its queues as waited for (migration 0021: only then does an insert into them
+notify), and it removes the marks once its claims fill every free slot, so that producers send
+no notification while every worker of a queue is busy with a backlog.
 
 What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
 rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
