@@ -246,6 +246,46 @@ def test_a_busy_worker_is_not_notified_and_waits_again_once_its_slots_free(
     wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="the notified job")
 
 
+def test_marks_reaped_with_the_node_come_back_once_the_node_does(
+    client: Client, make_worker: Any, db: Any, dsn: str
+) -> None:
+    """A worker whose node was reaped (an outage longer than its lease) lost its marks with it:
+    an insert then notifies nobody and the worker's poll picks the job up; once its presence
+    registers the node again, the poll's re-check marks the queue again and inserts wake it."""
+    worker = make_worker(frozen=False, poll_s=0.2, lease_s=3.0)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    db.execute("delete from x_worker_nodes where worker_id = %s", (worker.id,))  # reaped
+    assert marked(db, worker) == []
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("listen x_jobs_ready")
+        polled = basic_jobs.add.configure(client=client).enqueue(1, 1)
+        wait_for(lambda: row(db, polled.id)["state"] == "done", timeout=10, what="a polled claim")
+        assert [n.payload for n in listener.notifies(timeout=0.2)] == []
+        idle(db, worker, "basic")  # the node is back (its heartbeat, every second here)
+        basic_jobs.add.configure(client=client).enqueue(2, 2)
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+
+
+def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(
+    client: Client, make_worker: Any, db: Any
+) -> None:
+    """The marks are rows, not session state: a claim connection killed while the worker waits
+    leaves them in place, the insert's notification wakes the worker, which reconnects, claims
+    and waits again with its queue still marked."""
+    worker = make_worker(frozen=False, poll_s=60)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    with worker.claims.shared.using() as conn:
+        pid = conn.info.backend_pid
+    db.execute("select pg_terminate_backend(%s)", (pid,))
+    ref = basic_jobs.add.configure(client=client).enqueue(7, 8)
+    wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the notified claim")
+    idle(db, worker, "basic")
+
+
 def test_a_job_committed_just_before_the_mark_is_claimed_without_waiting_for_the_poll(
     client: Client, make_worker: Any, db: Any
 ) -> None:
