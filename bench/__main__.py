@@ -7,6 +7,7 @@ README can always be re-checked on the machine at hand::
     python -m bench --only celery-redis,raw --rounds 1 --jobs 5000
     python -m bench --quick                           # smoke run, seconds
     python -m bench --only ujobs --cells steps --jobs 5000   # step overhead only
+    python -m bench --only ujobs,raw --cells enqueue-producers --jobs 8000   # 8 producers
     python -m bench --only celery-compat,celery-redis,celery-rabbitmq \
         --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
     python -m bench --only migrate --cells drain-broker     # migrate: Redis/RabbitMQ -> Postgres

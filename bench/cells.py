@@ -5,6 +5,8 @@ systems if it is measured the same way. So the clock placement lives here, once:
 
 - ``enqueue_rate``: ``WARMUP_ENQUEUES`` sent and cleared away first; the clock runs around the
   ``n`` sends only; what they enqueued is cleared afterwards (every enqueue-shaped cell).
+- the many-producers cell (``ProducerCells``, ``producers.py``): ``PRODUCERS`` processes send
+  N jobs together, one commit each, timed from a common start to the last one's end.
 - ``timed_drain``: jobs are already enqueued; the clock starts just before the worker
   process(es) are spawned and stops when the bench sees the N-th completion (polled every
   ~20 ms). Worker start-up is therefore part of the figure; the rate from the first completion
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 
 ENQ_ONE = "enqueue, one-by-one"
 ENQ_BATCH = "enqueue, batched"
+ENQ_PRODUCERS = "enqueue, 8 producer processes at once, one commit per job"
 DRAIN_1 = "drain, 1 worker process"
 DRAIN_CORE = "drain, 1 worker process per core"
 LATENCY = "idle pick-up latency"
@@ -78,13 +81,14 @@ LEAN = "lean table: N jobs through enqueue -> claim -> settle, purge running"
 SCALE = "many workers: 1..32 worker processes, one queue and 8 queues"
 DASHBOARD = "dashboard: page times with N rows in x_jobs"
 CELLS = (
-    ENQ_ONE, ENQ_BATCH, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS, *CELERY_SHAPED,
-    MIGRATE, RSS_MIGRATE, LEAN, SCALE, DASHBOARD,
+    ENQ_ONE, ENQ_BATCH, ENQ_PRODUCERS, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS,
+    *CELERY_SHAPED, MIGRATE, RSS_MIGRATE, LEAN, SCALE, DASHBOARD,
 )  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
     "enqueue-one": ENQ_ONE,
     "enqueue-batch": ENQ_BATCH,
+    "enqueue-producers": ENQ_PRODUCERS,
     "drain-1": DRAIN_1,
     "drain-core": DRAIN_CORE,
     "latency": LATENCY,
@@ -177,6 +181,16 @@ class System(Protocol):
     def teardown(self) -> None: ...
 
     def describe(self) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class ProducerCells(Protocol):
+    """Systems measured with many producer processes at once (``producers.py``)."""
+
+    def enqueue_producers(self, n: int) -> dict[str, float]:
+        """Label -> jobs/s of ``n`` jobs from ``producers.PRODUCERS`` processes. Leaves nothing
+        enqueued."""
+        ...
 
 
 @runtime_checkable

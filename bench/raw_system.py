@@ -147,6 +147,18 @@ class RawSystem:
             self._reset()
         return out
 
+    def enqueue_producers(self, n: int) -> dict[str, float]:
+        """``producers.PRODUCERS`` processes, each an autocommit connection: the bare INSERT
+        (the ceiling) and the INSERT with a pg_notify in the same statement."""
+        from . import producers
+
+        out: dict[str, float] = {}
+        for label, kind in (("INSERT, autocommit", "raw"), ("INSERT + pg_notify", "raw-notify")):
+            self._reset()
+            out[label] = producers.rate(kind, self.dsn, n)
+        self._reset()
+        return out
+
     def _multi_row_insert(self, conn: psycopg.Connection[Any], n: int) -> None:
         left = n
         while left:

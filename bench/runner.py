@@ -303,6 +303,8 @@ class Runner:
         wants = self.settings.wants
         self.rates(rnd, name, cells.ENQ_ONE, system.enqueue_one_by_one)
         self.rates(rnd, name, cells.ENQ_BATCH, system.enqueue_batched)
+        if isinstance(system, cells.ProducerCells):
+            self.rates(rnd, name, cells.ENQ_PRODUCERS, system.enqueue_producers)
         core_drains: dict[str, cells.DrainResult] | None = None
         for cell, rss_cell, processes in (
             (cells.DRAIN_1, cells.RSS_1, 1),

@@ -152,6 +152,7 @@ def targets(results: Results) -> list[Target]:
             0.8,
         )
     )
+    out.extend(_producer_targets(results))
     for cell in (cells.RSS_1, cells.RSS_CORE):
         out.append(_rss_target(results, cell))
     out.extend(_steps_targets(results))
@@ -278,6 +279,29 @@ def celery_shaped_targets(results: Results) -> list[Target]:
             2,
         ),
     ]
+
+
+def _producer_targets(results: Results) -> list[Target]:
+    """The many-producers cell (informational): the bridge's rate from 8 producer processes,
+    with no worker waiting and with one waiting (its inserts notify, 0021), ÷ the raw INSERT's
+    from as many."""
+    raw = [x for x in results.find("raw", cells.ENQ_PRODUCERS, "rate") if "notify" not in x.label]
+    out = []
+    for label in ("no worker waiting", "a worker waiting (each insert notifies)"):
+        name = f"ujobs 8 producers, {label} ÷ raw INSERT from 8"
+        row = results.rows.get(("ujobs", cells.ENQ_PRODUCERS, label))
+        if row is None or not raw or not raw[0].median:
+            out.append(Target(name, "not measured", "", "informational", None))
+            continue
+        value = row.median / raw[0].median
+        rounds = _per_round(row, raw, max)
+        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+        measured = (
+            f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
+            f"{fmt(raw[0].median, 'jobs/s')} jobs/s)[/dim]"
+        )
+        out.append(Target(name, measured, spread, "informational", None, value))
+    return out
 
 
 STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the plain rate

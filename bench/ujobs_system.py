@@ -126,6 +126,31 @@ class UjobsSystem:
 
         return {"configure(client=).enqueue()": cells.enqueue_rate(send, n, self._reset)}
 
+    def enqueue_producers(self, n: int) -> dict[str, float]:
+        """``producers.PRODUCERS`` processes, each ``noop.enqueue()`` on its own client: with no
+        worker waiting for the queue (every worker busy: the inserts notify nobody, 0021) and
+        with one waiting (a registered node's mark, as an idle worker leaves: each notifies)."""
+        from ujobs_bridge.db import nodes
+
+        from . import producers
+
+        out: dict[str, float] = {}
+        self._reset()
+        out["no worker waiting"] = producers.rate("ujobs", self.dsn, n)
+        self._reset()
+        node = nodes.NodeSpec(
+            worker_id=producers.WAITING_WORKER, name=producers.WAITING_WORKER, hostname="bench",
+            pid=0, queues=["bench"], concurrency=1, pool="threads", info={},
+        )  # fmt: skip
+        nodes.node_register(self.conn, node, 3600.0, None)
+        try:
+            nodes.queue_waiting_mark(self.conn, producers.WAITING_WORKER, ["bench"], None)
+            out["a worker waiting (each insert notifies)"] = producers.rate("ujobs", self.dsn, n)
+        finally:
+            nodes.node_delete(self.conn, producers.WAITING_WORKER)
+            self._reset()
+        return out
+
     def enqueue_batched(self, n: int) -> dict[str, float]:
         from .ujobs_tasks import noop
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from waiting_support import waiting_for
 
 from apps import basic_jobs
 from conftest import ADMIN_DSN
@@ -803,6 +804,7 @@ def test_one_row_and_a_batch_insert_the_same_columns(db: Any) -> None:
         assert found is not None
         return tuple(found)
 
+    waiting_for(db, "contract")  # a worker waits for the queue: the inserts wake it (0021)
     db.execute("listen x_jobs_ready")
     for shape in shapes:
         alone = spec(**shape)

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
+from ujobs_bridge.db import enqueue as enqueue_db
 from ujobs_bridge.db import mailbox, nodes
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -73,3 +75,45 @@ def test_requests_reach_their_nodes_once_and_replies_come_back(db: psycopg.Conne
     later = mailbox.ControlRequest(uuid.uuid4(), "stats", "{}", ["celery@h"], False)
     seq = mailbox.control_send(db, later, 10.0, None)
     assert [n.payload for n in db.notifies(timeout=1, stop_after=1)] == [str(seq)]
+
+
+def _job(queue: str) -> enqueue_db.EnqueueSpec:
+    return enqueue_db.EnqueueSpec(
+        id=uuid.uuid4(), name="t", queue=queue, input_json=json.dumps({}), max_attempts=1
+    )
+
+
+def test_an_insert_wakes_only_a_queue_a_registered_worker_waits_for(
+    db: psycopg.Connection[Any],
+) -> None:
+    """0021: an insert notifies x_jobs_ready only for a queue some worker has marked as waited
+    for, single rows and batches alike. A mark belongs to a registered node: none is made for
+    an unknown one, a mark asserted again is kept as it was, and the marks leave with the node,
+    whether it is deleted (a clean exit) or reaped (a killed worker)."""
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a"], T0) == (False, 0)  # no node yet
+    nodes.node_register(db, spec(), 30.0, T0)
+    db.execute("listen x_jobs_ready")
+
+    def woken() -> set[str]:
+        return {n.payload for n in db.notifies(timeout=0.3)}
+
+    enqueue_db.job_enqueue(db, _job("a"), None)
+    enqueue_db.job_enqueue_many(db, [_job("b"), _job("b")], None)
+    assert woken() == set()  # nobody waits: no notification
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a", "b"], T0) == (True, 2)
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a", "b"], T0 + timedelta(seconds=5)) == (True, 0)
+    assert nodes.queue_waiters(db) == [("a", "h:1:a", T0), ("b", "h:1:a", T0)]
+    enqueue_db.job_enqueue(db, _job("a"), None)
+    enqueue_db.job_enqueue_many(db, [_job("b"), _job("b"), _job("c")], None)
+    assert woken() == {"a", "b"}  # c: nobody waits for it
+    nodes.queue_waiting_unmark(db, "h:1:a")
+    assert nodes.queue_waiters(db) == []
+    enqueue_db.job_enqueue(db, _job("a"), None)
+    assert woken() == set()
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a"], T0) == (True, 1)
+    assert nodes.node_reap(db, T0 + timedelta(seconds=31)) == ["celery@h"]
+    assert nodes.queue_waiters(db) == []  # reaped with its node
+    nodes.node_register(db, spec(), 30.0, T0)
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a"], T0) == (True, 1)
+    assert nodes.node_delete(db, "h:1:a")
+    assert nodes.queue_waiters(db) == []  # deleted with its node

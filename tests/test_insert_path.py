@@ -63,7 +63,7 @@ def test_a_message_for_a_revoked_task_id_is_born_finished_and_purged(
 def test_only_the_insert_function_inserts_job_rows() -> None:
     """The column list of a job row is written once: no other statement inserts into x_jobs
     (0012 replaces x_jobs_insert with the same insert, which now also wakes the workers; 0017
-    gives it a single-row branch with the same columns)."""
+    gives it a single-row branch with the same columns; 0021 wakes only waiting workers)."""
     inserting = re.compile(r"insert\s+into\s+x_jobs\b", re.IGNORECASE)
     found = sorted(
         str(path.relative_to(ROOT))
@@ -76,4 +76,5 @@ def test_only_the_insert_function_inserts_job_rows() -> None:
         "ujobs_bridge/db/migrations/0008_job_insert.sql",
         "ujobs_bridge/db/migrations/0012_lean_jobs.sql",
         "ujobs_bridge/db/migrations/0017_insert_one_row.sql",
+        "ujobs_bridge/db/migrations/0021_queue_waiters.sql",
     ]

@@ -18,6 +18,7 @@ import uuid
 from typing import Any
 
 import psycopg
+from waiting_support import waiting_for
 
 from apps import basic_jobs
 from ujobs_bridge.client import Client
@@ -133,6 +134,7 @@ def test_an_enqueue_wakes_the_queue_at_commit_not_before(client: Client, dsn: st
         psycopg.connect(dsn) as producer,
     ):
         session.listen_for_jobs(listener)
+        waiting_for(marker, "basic")  # a worker waits for the queue (0021)
         basic_jobs.add.configure(conn=producer).enqueue(1, 2)
         marker.execute("select pg_notify('x_jobs_ready', 'marker')")
         got = [n.payload for n in listener.notifies(timeout=30, stop_after=1)]

@@ -1,5 +1,6 @@
 """Worker nodes of real worker processes: registered at start, renewed by the heartbeat,
-deleted on SIGTERM, expired and reaped by another worker's sweep after SIGKILL; the node name is
+deleted on SIGTERM, expired and reaped by another worker's sweep after SIGKILL, each time with
+the marks of the queues it waited for (0021); the node name is
 what a task reads as ``self.request.hostname``, in a ``--pool processes`` child too."""
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ def rows(dsn: str) -> dict[str, Any]:
         return dict(conn.execute("select name, heartbeat_at from x_worker_nodes").fetchall())
 
 
+def waiting(dsn: str) -> set[tuple[str, str]]:
+    """(node name, queue) of every queue a worker marked as waited for (migration 0021)."""
+    with psycopg.connect(dsn) as conn:
+        return set(
+            conn.execute(
+                "select n.name, w.queue from x_queue_waiters as w"
+                " join x_worker_nodes as n on n.worker_id = w.worker_id"
+            ).fetchall()
+        )
+
+
 def live(dsn: str) -> set[str]:
     return {n.name for n in Introspector(dsn).nodes()}
 
@@ -41,14 +53,19 @@ def test_nodes_heartbeat_leave_on_sigterm_and_are_reaped_after_sigkill(
     b = WorkerProc(dsn, "apps.presence_jobs", "basic", tmp_path / "b.log", extra=["-n", "b@%h"])
     try:
         wait_for(lambda: live(dsn) == {f"a@{HOST}", f"b@{HOST}"}, what="both nodes")
+        both = {(f"a@{HOST}", "basic"), (f"b@{HOST}", "basic")}
+        wait_for(lambda: waiting(dsn) == both, what="both idle workers waiting for their queue")
         first = rows(dsn)[f"b@{HOST}"]
         wait_for(lambda: rows(dsn)[f"b@{HOST}"] > first, what="b's heartbeat")  # lease 2 s
         a.kill()  # no goodbye: the node expires (lease 2 s), then b's sweep deletes it
         wait_for(lambda: live(dsn) == {f"b@{HOST}"}, what="a's node expired")
         wait_for(lambda: f"a@{HOST}" not in rows(dsn), timeout=40, what="a's node reaped")
+        assert waiting(dsn) == {(f"b@{HOST}", "basic")}  # a's mark went with its node
         b.term()
         assert b.wait(timeout=20) == 0
         assert rows(dsn) == {}  # deleted on the way out
+        with psycopg.connect(dsn) as conn:  # and its marks with it: inserts wake nobody
+            assert conn.execute("select count(*) from x_queue_waiters").fetchone() == (0,)
     except BaseException:
         print(a.output(), b.output())
         raise

@@ -15,6 +15,7 @@ from apps import basic_jobs
 from conftest import wait_for
 from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
 from ujobs_bridge.client import Client
+from ujobs_bridge.db import nodes
 from ujobs_bridge.introspect import Introspector
 from ujobs_bridge.loading import from_module
 from ujobs_bridge.worker import claims
@@ -195,18 +196,121 @@ def test_cancelling_a_running_job_reaches_its_body(
     assert basic_jobs.CALLS["waits_for_cancel"] == 1
 
 
+def marked(db: psycopg.Connection[Any], worker: Worker) -> list[str]:
+    """The queues ``worker`` marked as waited for (migration 0021: inserts into them notify)."""
+    return sorted(q for q, worker_id, _since in nodes.queue_waiters(db) if worker_id == worker.id)
+
+
+def idle(db: psycopg.Connection[Any], worker: Worker, *queues: str) -> None:
+    wait_for(lambda: marked(db, worker) == sorted(queues), timeout=10, what=f"waiting on {queues}")
+
+
 def test_an_idle_worker_is_woken_by_notify_not_by_polling(
     client: Client, make_worker: Any, db: Any
 ) -> None:
     worker = make_worker(frozen=False, poll_s=60)
     worker.start()
     assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")  # an insert into its queue now notifies
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
     wait_for(
         lambda: row(db, ref.id)["state"] == "done",
         timeout=10,
         what="the notified worker to run the job",
     )
+
+
+def test_a_busy_worker_is_not_notified_and_waits_again_once_its_slots_free(
+    client: Client, make_worker: Any, db: Any, dsn: str
+) -> None:
+    """While its claims fill every free slot, a worker's queues carry no mark and an insert
+    sends no notification (producers then share their commits' flushes, 0021); once its claim
+    comes back short again it marks them, and an insert wakes it at once."""
+    worker = make_worker(frozen=False, poll_s=60, concurrency=1, prefetch_multiplier=1)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    basic_jobs.STARTED.clear()
+    blocker = basic_jobs.waits_for_cancel.configure(client=client).enqueue()
+    assert basic_jobs.STARTED.wait(10)
+    idle(db, worker)  # its one slot is taken: the mark is gone
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("listen x_jobs_ready")
+        queued = basic_jobs.add.configure(client=client).enqueue(1, 2)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []
+        Introspector(dsn).cancel(blocker.id)
+        wait_for(lambda: row(db, queued.id)["state"] == "done", timeout=10, what="the queued job")
+        idle(db, worker, "basic")
+        later = basic_jobs.add.configure(client=client).enqueue(3, 4)
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+    wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="the notified job")
+
+
+def test_marks_reaped_with_the_node_come_back_once_the_node_does(
+    client: Client, make_worker: Any, db: Any, dsn: str
+) -> None:
+    """A worker whose node was reaped (an outage longer than its lease) lost its marks with it:
+    an insert then notifies nobody and the worker's poll picks the job up; once its presence
+    registers the node again, the poll's re-check marks the queue again and inserts wake it."""
+    worker = make_worker(frozen=False, poll_s=0.2, lease_s=3.0)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    db.execute("delete from x_worker_nodes where worker_id = %s", (worker.id,))  # reaped
+    assert marked(db, worker) == []
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("listen x_jobs_ready")
+        polled = basic_jobs.add.configure(client=client).enqueue(1, 1)
+        wait_for(lambda: row(db, polled.id)["state"] == "done", timeout=10, what="a polled claim")
+        assert [n.payload for n in listener.notifies(timeout=0.2)] == []
+        idle(db, worker, "basic")  # the node is back (its heartbeat, every second here)
+        basic_jobs.add.configure(client=client).enqueue(2, 2)
+        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+
+
+def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(
+    client: Client, make_worker: Any, db: Any
+) -> None:
+    """The marks are rows, not session state: a claim connection killed while the worker waits
+    leaves them in place, the insert's notification wakes the worker, which reconnects, claims
+    and waits again with its queue still marked."""
+    worker = make_worker(frozen=False, poll_s=60)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    with worker.claims.shared.using() as conn:
+        pid = conn.info.backend_pid
+    db.execute("select pg_terminate_backend(%s)", (pid,))
+    ref = basic_jobs.add.configure(client=client).enqueue(7, 8)
+    wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the notified claim")
+    idle(db, worker, "basic")
+
+
+def test_a_job_committed_just_before_the_mark_is_claimed_without_waiting_for_the_poll(
+    client: Client, make_worker: Any, db: Any
+) -> None:
+    """A job whose insert committed after the worker's last claim but before its mark sent no
+    notification: the worker claims once more after marking, before it waits (poll 60 s). Here
+    the mark was lost (a failover, a reap) and the poll's re-check marks again."""
+    worker = make_worker(frozen=False, poll_s=60)
+    worker.start()
+    assert worker.listener.listening.wait(10)
+    idle(db, worker, "basic")
+    nodes.queue_waiting_unmark(db, worker.id)  # lost: inserts no longer wake the worker
+    mark = worker.claims.mark_waiting
+    sent: list[Any] = []
+
+    def insert_then_mark() -> tuple[bool, int]:
+        if not sent:  # between the worker's empty claim and its mark: no mark, no notification
+            sent.append(basic_jobs.add.configure(client=client).enqueue(5, 6))
+        return mark()
+
+    worker.claims.mark_waiting = insert_then_mark  # type: ignore[method-assign]
+    worker.claim_loop.unsure = True  # what its poll sets: assert the mark again ...
+    worker._wake.set()  # ... when the poll wakes it
+    wait_for(lambda: bool(sent), timeout=10, what="the worker's mark")
+    wait_for(lambda: row(db, sent[0].id)["state"] == "done", timeout=10, what="the re-claim")
+    assert marked(db, worker) == ["basic"]
 
 
 def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
@@ -264,6 +368,7 @@ def test_reload_runs_jobs_and_queues_added_after_start(dsn: str, client: Client,
         assert worker.queues == ("basic", "other")
         wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the new queue's job")
         wait_for(lambda: row(db, added.id)["output"] == 8, timeout=10, what="the new async job")
+        idle(db, worker, "basic", "other")  # waiting on both queues now
         later = basic_jobs.other_queue.configure(
             client=client
         ).enqueue()  # NOTIFY on "other" wakes it

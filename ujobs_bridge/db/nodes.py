@@ -95,6 +95,30 @@ def node_reap(conn: Conn, now: datetime | None) -> list[str]:
     return [str(r[0]) for r in conn.execute(q("node_reap"), {"now": now}).fetchall()]
 
 
+def queue_waiting_mark(
+    conn: Conn, worker_id: str, queues: Sequence[str], now: datetime | None
+) -> tuple[bool, int]:
+    """Mark ``queues`` as waited for by this worker (0021: inserts into them then wake it).
+    Returns (registered, added): not registered (its node was reaped, or is not back yet after
+    an outage), nothing is marked and its poll wakes it until it is; ``added``: the marks that
+    were not there before."""
+    row = conn.execute(
+        q("queue_waiting_mark"), {"worker_id": worker_id, "queues": list(queues), "now": now}
+    ).fetchone()
+    assert row is not None
+    return bool(row[0]), int(row[1])
+
+
+def queue_waiting_unmark(conn: Conn, worker_id: str) -> None:
+    """Remove this worker's marks: its claims fill its slots, no insert needs to wake it."""
+    conn.execute(q("queue_waiting_unmark"), {"worker_id": worker_id})
+
+
+def queue_waiters(conn: Conn) -> list[tuple[str, str, datetime]]:
+    """Every mark, as (queue, worker_id, since), by queue."""
+    return [(str(r[0]), str(r[1]), r[2]) for r in conn.execute(q("queue_waiters")).fetchall()]
+
+
 def nodes_live(conn: Conn, now: datetime | None) -> list[NodeRecord]:
     """Every node not yet expired, by name."""
     rows = conn.execute(q("nodes_live"), {"now": now}).fetchall()

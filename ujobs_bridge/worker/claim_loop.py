@@ -6,7 +6,10 @@ commit per cycle), outcomes before the sweep (so after an outage longer than a l
 worker's own sweep does not rescue the jobs whose results it holds), and an outcome batch the
 database refuses is kept (a transient error) or written item by item to isolate the bad one. Being
 a ``Service``, it restarts after an error with a growing pause and ends the worker after
-``CLAIM_ERROR_STREAK`` errors in a row that are not database errors.
+``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
+slots it marks its queues as waited for (migration 0021: only then does an insert into them
+notify), and it removes the marks once its claims fill every free slot, so that producers send
+no notification while every worker of a queue is busy with a backlog.
 
 What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
 rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
@@ -49,6 +52,9 @@ class ClaimLoop(Service):
         self.empties = 0  # claims in a row that found nothing
         self.quiet_until = 0.0  # monotonic: no claim before (fleet.empty_pause); outcomes go on
         self.deferred = False  # a claim was asked for (a wake-up) during the pause
+        self.short: bool | None = None  # the last pass's claim: fewer rows than free slots?
+        self.waiting: tuple[str, ...] | None = None  # the queues marked as waited for (0021)
+        self.unsure = False  # the marks may differ from ``waiting`` (an error; a poll's re-check)
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
     def tick(self) -> bool:
@@ -60,8 +66,16 @@ class ClaimLoop(Service):
         until woken (a notification, a freed slot, a queued outcome) or the next poll."""
         w = self.worker
         w._wake.clear()
-        if w.stopping or self.claim_pass():
+        if w.stopping:
+            return
+        filled = self.claim_pass()
+        if self.short is False and (self.waiting is not None or self.unsure):
+            w.claims.unmark_waiting()  # busy: inserts need not wake this worker
+            self.waiting, self.unsure = None, False
+        if filled:
             return  # every free slot filled, or more outcomes due: the next pass at once
+        if self.short and self._mark_waiting():
+            return  # marked just now: claim once more before waiting (see _mark_waiting)
         wait = w.config.poll_s
         if w.outcomes:
             wait = min(wait, w.config.ack_interval_s)
@@ -70,13 +84,35 @@ class ClaimLoop(Service):
         quiet = self.quiet_until - time.monotonic()
         if self.deferred and quiet > 0:
             wait = min(wait, quiet)  # the claim asked for during the pause, at its end
-        w._wake.wait(wait)
+        if not w._wake.wait(wait):  # woken by the poll: the mark is asserted again before the
+            self.unsure = True  # next wait (a mark the database lost, or reaped with the node)
+
+    def _mark_waiting(self) -> bool:
+        """Before waiting with free slots: mark this worker's queues as waited for (migration
+        0021), so that an insert into them notifies. True if a mark was added: the caller claims
+        once more before it waits, since a job committed after the last claim but before the mark
+        sent no notification. Not marked: a worker that is not listening (no listen connection,
+        or it is reconnecting: its poll wakes it), a stopping one, or one whose node is not
+        registered (reaped after an outage; marked again once it is)."""
+        w = self.worker
+        queues = w.claims.queues
+        if w.stopping or not w.listener.listening.is_set():
+            return False
+        if self.waiting == queues and not self.unsure:
+            return False
+        if self.waiting not in (None, queues):
+            w.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
+            self.waiting = None
+        registered, added = w.claims.mark_waiting()
+        self.waiting, self.unsure = (queues if registered else None), False
+        return added > 0
 
     def claim_pass(self) -> bool:
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
         per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
         lease, this worker's own sweep must not rescue the jobs whose results it holds."""
         w = self.worker
+        self.short = None
         w.stopper.check_deadlines()
         capacity, held = w.stopper.capacity(w.config.concurrency, w.config.prefetch_multiplier)
         scaler = w.autoscaler  # with one job per slot, hold one waiting: a reason to grow
@@ -115,6 +151,7 @@ class ClaimLoop(Service):
                 w._start(rows)
                 if want:
                     self._claimed(len(rows))
+                    self.short = len(rows) < free
         if batch:
             w.claims.sweep()
         if rows:
@@ -145,6 +182,7 @@ class ClaimLoop(Service):
 
     def _on_error(self, exc: Exception) -> float:
         self.worker.claims.reset()
+        self.unsure = True  # a mark written or deleted may or may not be in: asserted again
         if isinstance(exc, psycopg.Error):
             log.warning("ujobs.worker.db_error: %s", exc)
         else:

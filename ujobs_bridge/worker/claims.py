@@ -29,7 +29,7 @@ import psycopg
 
 from .. import metrics
 from ..clock import Clock
-from ..db import claim_table, session
+from ..db import claim_table, nodes, session
 from ..db import leases as leases_db
 from ..db import unclaimed as unclaimed_db
 from ..db.connections import Reconnecting, Role, behind_pgbouncer, transient
@@ -244,6 +244,19 @@ class Claims:
                 self._may_vacuum = (conn, False)
             self._claimed_since_vacuum = 0
             self._vacuum_after = CLAIM_VACUUM_EVERY
+
+    def mark_waiting(self) -> tuple[bool, int]:
+        """Mark this worker's queues as waited for (migration 0021: an insert into a marked
+        queue notifies): (registered, marks added), as ``nodes.queue_waiting_mark``."""
+        with self._conn.using():
+            return nodes.queue_waiting_mark(
+                self.connection(), self.worker_id, self.queues, self.clock.sql_now()
+            )
+
+    def unmark_waiting(self) -> None:
+        """Remove this worker's marks: inserts into its queues no longer notify for it."""
+        with self._conn.using():
+            nodes.queue_waiting_unmark(self.connection(), self.worker_id)
 
     def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
         """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""

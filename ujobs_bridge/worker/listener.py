@@ -1,8 +1,10 @@
 """LISTEN/NOTIFY wake-ups for an idle worker, on a dedicated connection.
 
 Why it exists: polling alone makes pick-up latency the poll interval; a notification sent by the
-insert trigger at commit wakes the claim loop within a millisecond. Polling stays the floor, so a
-lost notification (connection drop, restart) costs at most one poll interval, never a job.
+insert at commit wakes the claim loop within a millisecond. The insert notifies only a queue some
+worker has marked as waited for (migration 0021: the claim loop marks its queues before it waits
+with free slots, and only while this listener listens). Polling stays the floor, so a lost
+notification (connection drop, restart, a mark lost) costs at most one poll interval, never a job.
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
 once instead of at the next heartbeat, and extra channels (``ExtraChannel``: celery_compat's
 revoked task ids), so their owner needs no connection of its own and lives exactly as long as the

@@ -108,7 +108,7 @@ returning e.payload
 
 -- event_send --
 -- Store the event, then wake every job waiting for it (a waiter that loses the race to consume it
--- suspends again). Notifications go out at commit, one per queue.
+-- suspends again). Notifications go out at commit, one per queue that has a waiting worker (0021).
 with sent as (
     insert into x_job_events (event, correlation_key, payload, created_at)
     values (%(event)s, %(correlation_key)s, %(payload)s::jsonb, coalesce(%(now)s, now()))
@@ -124,6 +124,7 @@ woken as (
 ),
 notified as (
     select pg_notify('x_jobs_ready', q.queue) from (select distinct queue from woken) as q
+     where exists (select from x_queue_waiters as w where w.queue = q.queue)
 )
 select (select id from sent) as event_id,
        (select count(*) from woken) as woken,
