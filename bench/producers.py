@@ -30,7 +30,6 @@ from pathlib import Path
 PRODUCERS = 8
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WAITING_WORKER = "bench:waiting-worker"  # the node whose mark stands for a waiting worker
-KINDS = ("ujobs", "raw", "raw-notify")
 
 
 def rate(kind: str, dsn: str, n: int, producers: int = PRODUCERS) -> float:

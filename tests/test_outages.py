@@ -240,6 +240,39 @@ def test_the_first_enqueues_after_a_restart_or_killed_connections_succeed(
     assert states(outage_dsn, ids) == {"ready"} and len(rows(outage_dsn, ids)) == 9
 
 
+def waiting_queues(dsn: str) -> list[str]:
+    """The queues some worker marked as waited for (0021); none while the server starts up."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            return [r[0] for r in conn.execute("select queue from x_queue_waiters").fetchall()]
+    except psycopg.OperationalError:
+        return []
+
+
+def test_an_idle_worker_whose_mark_was_lost_in_a_crash_is_woken_by_inserts_again(
+    private_cluster: PrivateCluster, outage_dsn: str, marks: Path, workers: Any
+) -> None:
+    """The claim connection commits a worker's mark asynchronously (0021), so a crash may lose
+    it while the worker, waiting, believes its queue marked. Once the database is back the
+    worker marks the queue again (after the claim loop's error, or at its poll's re-check), and
+    an insert notifies it."""
+    workers(APP, "outage")
+    wait_for(lambda: waiting_queues(outage_dsn) == ["outage"], timeout=60, what="its mark")
+    with psycopg.connect(outage_dsn, autocommit=True) as conn:
+        conn.execute("delete from x_queue_waiters")  # what the crash may take with it
+    private_cluster.restart("immediate")
+    wait_for(lambda: waiting_queues(outage_dsn) == ["outage"], timeout=60, what="its mark again")
+    with psycopg.connect(outage_dsn, autocommit=True) as listener:
+        listener.execute("listen x_jobs_ready")
+        with connect(outage_dsn, upgrade=False) as client:
+            ref = client.enqueue_spec(
+                outage_jobs.finish.configure(queue="outage").call("woken").spec()
+            )
+        assert [n.payload for n in listener.notifies(timeout=30, stop_after=1)] == ["outage"]
+    open_gates(marks, ["woken"])
+    wait_for(lambda: states(outage_dsn, [ref.id]) == {"done"}, timeout=60, what="the woken job")
+
+
 def test_the_first_step_write_after_a_restart_burns_no_attempt(
     private_cluster: PrivateCluster, outage_dsn: str, marks: Path, workers: Any
 ) -> None:
