@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import redis
 
+from . import machine_cpu
 from .lean_table import LeanResult
 from .procs import MIB, BenchTimeout, Group, RssSampler, wait_until
 from .settings import Settings
@@ -105,6 +106,7 @@ STEP_COUNT = 5
 PLAIN_LABEL = "plain no-op job"
 STEPS_LABEL = f"{STEP_COUNT} no-op step.run calls"
 STEADY = " · 1st→Nth done"  # label suffix of a drain's rate from its first completion on
+CPU_LABEL = "machine CPU"  # a drain's row: the busy CPU of every process, per job (machine_cpu)
 STEP_BODIES = (8, 16, 1)  # worker -c of the step-overhead pairs; the first is the target's
 SINGLE_BODY_SHARE = 10  # the -c 1 pair drains N / this many jobs (one body is slow by design)
 
@@ -131,10 +133,16 @@ class DrainResult:
     rss_end: int
     rss_peak: int
     report_rss: bool = True
+    machine_cpu_s: float = float("nan")  # every process's busy CPU, spawn -> N-th (machine_cpu)
 
     @property
     def rate(self) -> float:
         return self.jobs / self.seconds
+
+    @property
+    def cpu_per_job_us(self) -> float:
+        """The machine's busy CPU per job (µs): the drain's processes, Postgres, the broker."""
+        return machine_cpu.per_unit_us(self.machine_cpu_s, self.jobs)
 
     @property
     def steady_rate(self) -> float:
@@ -145,8 +153,9 @@ class DrainResult:
     def summary(self) -> str:
         return (
             f"{self.rate:,.0f} jobs/s ({self.seconds:.2f}s, first done at "
-            f"{self.first_seconds:.2f}s; RSS {self.rss_start / MIB:.0f}->"
-            f"{self.rss_end / MIB:.0f} MiB, peak {self.rss_peak / MIB:.0f})"
+            f"{self.first_seconds:.2f}s; machine CPU {self.cpu_per_job_us:,.0f} us a job; RSS "
+            f"{self.rss_start / MIB:.0f}->{self.rss_end / MIB:.0f} MiB, peak "
+            f"{self.rss_peak / MIB:.0f})"
         )
 
 
@@ -156,17 +165,24 @@ class MigrateResult(DrainResult):
     first row visible, ``own_seconds`` the drainer's own clock (its ``--json`` ``elapsed_s``)."""
 
     own_seconds: float = float("nan")
+    broker_cpu_s: float = float("nan")  # the broker process's own CPU, spawn -> exit
 
     @property
     def own_rate(self) -> float:
         return self.jobs / self.own_seconds if self.own_seconds > 0 else float("nan")
 
+    @property
+    def broker_cpu_per_message_us(self) -> float:
+        return machine_cpu.per_unit_us(self.broker_cpu_s, self.jobs)
+
     def summary(self) -> str:
         return (
             f"{self.rate:,.0f} msgs/s spawn->exit ({self.seconds:.2f}s, first row at "
             f"{self.first_seconds:.2f}s); {self.own_rate:,.0f} msgs/s on the drainer's clock "
-            f"({self.own_seconds:.2f}s); RSS {self.rss_start / MIB:.0f}->"
-            f"{self.rss_end / MIB:.0f} MiB, peak {self.rss_peak / MIB:.0f}"
+            f"({self.own_seconds:.2f}s); machine CPU {self.cpu_per_job_us:,.0f} us a message "
+            f"(the broker's {self.broker_cpu_per_message_us:,.0f}); RSS "
+            f"{self.rss_start / MIB:.0f}->{self.rss_end / MIB:.0f} MiB, peak "
+            f"{self.rss_peak / MIB:.0f}"
         )
 
 
@@ -295,6 +311,7 @@ def timed_drain(
 ) -> DrainResult:
     """Spawn the workers, wait for ``n`` completions, stop the workers (always)."""
     groups: list[Group] = []
+    busy = machine_cpu.machine_busy_s()
     t0 = time.perf_counter()
     try:
         groups = spawn()
@@ -317,6 +334,7 @@ def timed_drain(
                 watch=groups,
             )
             seconds = time.perf_counter() - t0
+            busy = machine_cpu.machine_busy_s() - busy
             rss_end = sampler.sample()
             peak = sampler.peak
     finally:
@@ -332,6 +350,7 @@ def timed_drain(
         rss_end=rss_end,
         rss_peak=peak,
         report_rss=report_rss,
+        machine_cpu_s=busy,
     )
 
 

@@ -38,7 +38,7 @@ import kombu
 import redis
 from kombu import Connection, Exchange, Queue
 
-from . import bridge_cli, cells, pg
+from . import bridge_cli, cells, machine_cpu, pg
 from .migrate_app import NOOP, make_app
 from .procs import Group, RssSampler, spawn, wait_until
 from .settings import AMQP_URL, PROJECT_ROOT, Settings
@@ -147,6 +147,8 @@ class MigrateSystem:
         }
         first: list[float] = []
         first_rss: list[int] = []
+        broker = self._broker_pid(label)
+        busy, broker_cpu = machine_cpu.machine_busy_s(), machine_cpu.process_cpu_s(broker)
         t0 = time.perf_counter()
         group = spawn("migrate", argv, log_dir=self.log_dir, env=env, cwd=PROJECT_ROOT)
         try:
@@ -160,6 +162,8 @@ class MigrateSystem:
                 watcher.start()
                 code = group.popen.wait(timeout=self.settings.drain_deadline)
                 seconds = time.perf_counter() - t0
+                busy = machine_cpu.machine_busy_s() - busy
+                broker_cpu = machine_cpu.process_cpu_s(broker) - broker_cpu
                 watcher.join(timeout=5)
                 alive = [s for s in sampler.samples if s > 0]
         finally:
@@ -178,7 +182,18 @@ class MigrateSystem:
             rss_end=alive[-1] if alive else 0,
             rss_peak=max(alive, default=0),
             own_seconds=float(report["elapsed_s"]),
+            machine_cpu_s=busy,
+            broker_cpu_s=broker_cpu,
         )
+
+    def _broker_pid(self, label: str) -> int | None:
+        """The local broker's process, for its share of the machine's CPU (None: unknown)."""
+        if label == REDIS_LABEL:
+            try:
+                return int(self.redis.info("server")["process_id"])
+            except (redis.RedisError, KeyError, TypeError, ValueError):
+                return None
+        return machine_cpu.find_process("beam.smp")  # RabbitMQ's Erlang VM
 
     def _first_row(
         self,

@@ -32,6 +32,7 @@ UNITS = {
     "rows": "rows",
     "mib": "MiB",
     "ms": "ms",
+    "cpu_us": "µs",
 }
 HIGHER_IS_BETTER = {"rate", "rate_steady"}
 

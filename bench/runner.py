@@ -256,6 +256,10 @@ class Runner:
         for label, d in (got or {}).items():
             add(name, cells.MIGRATE, f"{label} · spawn→exit", "rate", rnd, d.rate)
             add(name, cells.MIGRATE, f"{label} · drainer's clock", "rate_steady", rnd, d.own_rate)
+            add(name, cells.MIGRATE, f"{label} · {cells.CPU_LABEL} a message", "cpu_us", rnd,
+                d.cpu_per_job_us)  # fmt: skip
+            add(name, cells.MIGRATE, f"{label} · the broker's CPU a message", "cpu_us", rnd,
+                d.broker_cpu_per_message_us)  # fmt: skip
             add(
                 name,
                 cells.RSS_MIGRATE,
@@ -349,6 +353,7 @@ class Runner:
         for label, d in (got or {}).items():
             add(name, cell, label, "rate", rnd, d.rate)
             add(name, cell, label + cells.STEADY, "rate_steady", rnd, d.steady_rate)
+            add(name, cell, f"{label} · {cells.CPU_LABEL} a job", "cpu_us", rnd, d.cpu_per_job_us)
             if rss_cell is not None and d.report_rss:
                 mib = procs.MIB
                 add(name, rss_cell, f"{label} · at 1st done", "rss_start", rnd, d.rss_start / mib)

@@ -249,8 +249,38 @@ def migrate_targets(results: Results) -> list[Target]:
                 MIGRATE_VS_CELERY,
             )
         )
+        out.append(_cpu_bound_target(results, broker, drains, prefix))
         out.append(_flat_target(results, "migrate", cells.RSS_MIGRATE, f"{broker} -> Postgres · "))
     return out
+
+
+def _cpu_bound_target(results: Results, broker: str, drains: Sequence[Row], prefix: str) -> Target:
+    """How far the machine lets the migrate ratio go (informational): the faster Celery drain's
+    machine CPU per task ÷ migrate's per message, both spawn to end (``machine_cpu``). With
+    every core busy in both drains the rate ratio is this; a ratio target above it needs the
+    drain to spend less CPU, not to run faster."""
+    name = f"migrate {broker}: Celery's machine CPU per task ÷ migrate's per message"
+    cost = results.rows.get(("migrate", cells.MIGRATE, f"{prefix}{cells.CPU_LABEL} a message"))
+    best = max(drains, key=lambda r: r.median) if drains else None
+    celery = (
+        None
+        if best is None
+        else results.rows.get((best.system, best.cell, f"{best.label} · {cells.CPU_LABEL} a job"))
+    )
+    if cost is None or celery is None or not cost.median or math.isnan(celery.median):
+        return Target(name, "not measured", "", "informational", None)
+    value = celery.median / cost.median
+    rounds = [
+        celery.values[rnd] / mine
+        for rnd, mine in cost.values.items()
+        if rnd in celery.values and mine
+    ]
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    measured = (
+        f"x{value:.2f}  [dim]({celery.median:,.0f} ÷ {cost.median:,.0f} µs; the most the rate "
+        f"ratio can be with every core busy)[/dim]"
+    )
+    return Target(name, measured, spread, "informational", None, value)
 
 
 def celery_shaped_targets(results: Results) -> list[Target]:
