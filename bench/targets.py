@@ -155,7 +155,9 @@ def targets(results: Results) -> list[Target]:
     out.extend(_producer_targets(results))
     for cell in (cells.RSS_1, cells.RSS_CORE):
         out.append(_rss_target(results, cell))
-    out.extend(_steps_targets(results))
+    from .step_targets import step_targets  # it builds on this module's Target
+
+    out.extend(step_targets(results))
     out.extend(celery_shaped_targets(results))
     out.extend(migrate_targets(results))
     out.extend(lean_targets(results))
@@ -331,49 +333,6 @@ def _producer_targets(results: Results) -> list[Target]:
             f"{fmt(raw[0].median, 'jobs/s')} jobs/s)[/dim]"
         )
         out.append(Target(name, measured, spread, "informational", None, value))
-    return out
-
-
-STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the plain rate
-
-
-def _steps_targets(results: Results) -> list[Target]:
-    """What 5 no-op steps cost: the share of the plain rate at the first ``-c`` of
-    ``STEP_BODIES`` (the goal), and what one lone step costs (the ``-c 1`` pair, informational).
-    Both compare the rates from the first completion to the N-th, so the worker's start-up (the
-    same for both drains) does not hide what the steps cost."""
-    out = []
-    for concurrency in cells.STEP_BODIES:
-        suffix = cells.bodies_suffix(concurrency) + cells.STEADY
-        plain = results.rows.get(("ujobs", cells.STEPS, cells.PLAIN_LABEL + suffix))
-        stepped = results.rows.get(("ujobs", cells.STEPS, cells.STEPS_LABEL + suffix))
-        if concurrency == cells.STEP_BODIES[0]:
-            name = f"ujobs drain, job of {cells.STEP_COUNT} no-op steps ÷ plain job (1st→Nth)"
-            goal: str = f"≥ {STEPS_GOAL:g}"
-        elif concurrency == 1:
-            name = "ujobs one body (worker -c 1): drain time per step.run"
-            goal = "informational"
-        else:
-            continue
-        if plain is None or stepped is None or not plain.median or not stepped.median:
-            out.append(Target(name, "not measured", "", goal, None))
-            continue
-        value = stepped.median / plain.median
-        per_step_us = (1 / stepped.median - 1 / plain.median) / cells.STEP_COUNT * 1e6
-        rounds = _per_round(stepped, [plain], max)
-        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
-        if concurrency == 1:
-            measured = (
-                f"{per_step_us:,.0f} µs  [dim](x{value:.2f} of the plain rate: "
-                f"{fmt(stepped.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} jobs/s)[/dim]"
-            )
-            out.append(Target(name, measured, spread, goal, None, per_step_us))
-            continue
-        measured = (
-            f"x{value:.2f}  [dim]({fmt(stepped.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} "
-            f"jobs/s; +{per_step_us:.0f} µs of drain time per step)[/dim]"
-        )
-        out.append(Target(name, measured, spread, goal, _verdict(value, STEPS_GOAL, None), value))
     return out
 
 
