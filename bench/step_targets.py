@@ -17,14 +17,9 @@ from .targets import Target, _per_round, _verdict
 
 def _fastest_plain(results: Results) -> Row | None:
     """The plain-job drain (1st→Nth) of the step cell at whichever ``-c`` was fastest."""
-    rows = [
-        row
-        for concurrency in cells.STEP_BODIES
-        if (key := cells.PLAIN_LABEL + cells.bodies_suffix(concurrency) + cells.STEADY)
-        and (row := results.rows.get(("ujobs", cells.STEPS, key))) is not None
-        and row.median
-    ]
-    return max(rows, key=lambda r: r.median) if rows else None
+    labels = [cells.PLAIN_LABEL + cells.bodies_suffix(c) + cells.STEADY for c in cells.STEP_BODIES]
+    rows = [row for label in labels if (row := results.rows.get(("ujobs", cells.STEPS, label)))]
+    return max(rows, key=lambda r: r.median, default=None)
 
 
 STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the plain rate
@@ -32,8 +27,9 @@ STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the
 
 def step_targets(results: Results) -> list[Target]:
     """What 5 no-op steps cost: the share of the plain rate at the first ``-c`` of
-    ``STEP_BODIES`` (the goal), and what one lone step costs (the ``-c 1`` pair, informational).
-    Both compare the rates from the first completion to the N-th, so the worker's start-up (the
+    ``STEP_BODIES`` (the goal), the steps at the largest ``-c`` against the fastest plain drain
+    of any ``-c`` (informational: what more bodies sharing each commit reach), and what one lone
+    step costs (the ``-c 1`` pair, informational). All compare the rates from the first completion to the N-th, so the worker's start-up (the
     same for both drains) does not hide what the steps cost."""
     out = []
     for concurrency in cells.STEP_BODIES:

@@ -269,14 +269,10 @@ def _cpu_bound_target(results: Results, broker: str, drains: Sequence[Row], pref
         if best is None
         else results.rows.get((best.system, best.cell, f"{best.label} · {cells.CPU_LABEL} a job"))
     )
-    if cost is None or celery is None or not cost.median or math.isnan(celery.median):
-        return Target(name, "not measured", "", "informational", None)
+    if cost is None or celery is None or not cost.median or math.isnan(cost.median + celery.median):
+        return Target(name, "not measured", "", "informational", None)  # no /proc: NaN
     value = celery.median / cost.median
-    rounds = [
-        celery.values[rnd] / mine
-        for rnd, mine in cost.values.items()
-        if rnd in celery.values and mine
-    ]
+    rounds = _per_round(celery, [cost], max)
     spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
     measured = (
         f"x{value:.2f}  [dim]({celery.median:,.0f} ÷ {cost.median:,.0f} µs; the most the rate "
