@@ -3,18 +3,40 @@
 -- only as parameters, `%(now)s` (NULL = the database's now()) wherever job logic compares time.
 
 -- celery_enqueue --
--- One Celery message with no send key → one job, inserted by the engine's one insert
--- (x_jobs_insert, migration 0008), no ledger row. A message for a revoked task id is born
--- cancelled (it never runs) with %(revoked_reason)s as last_error.
-select x.id
-  from (select %(task_id)s::text as task_id) as m
-  left join x_celery_revoked as r on r.task_id = m.task_id
- cross join lateral x_jobs_insert(
-           %(now)s, array[%(id)s::uuid], array[%(name)s::text], array[%(queue)s::text],
-           array[%(input)s::text], null, array[%(max_attempts)s::int],
-           array[%(priority)s::smallint], array[%(run_at)s::timestamptz], array[0::float8],
-           null, null, null, array[%(traceparent)s::text], array[%(enqueued_by)s::text],
-           array[case when r.task_id is null then null else %(revoked_reason)s::text end]) as x(id)
+-- One Celery message with no send key → one job, no ledger row: the one-row form of
+-- x_jobs_insert (migration 0021) written as one plain statement, the same columns and values
+-- (tests/test_insert_path.py compares the rows column by column). A message for a revoked task
+-- id is born cancelled (it never runs) with %(revoked_reason)s as last_error; a ready job wakes
+-- the workers only when one of them waits for its queue. Why not the function: a one-by-one
+-- .delay() is one round trip and one durable commit, and the PL/pgSQL call (its SPI execution,
+-- the set-returning call's tuplestore, the lateral join) cost it 4-7% of its rate (README,
+-- "`.delay()` one by one").
+with m as (
+    select case when r.task_id is null then null else %(revoked_reason)s::text end
+               as cancel_reason
+      from (select %(task_id)s::text as task_id) as t
+      left join x_celery_revoked as r on r.task_id = t.task_id
+), inserted as (
+    insert into x_jobs
+        (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+         state, last_error, finished_at, tenant_id, traceparent, enqueued_by,
+         created_at, updated_at)
+    select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb, null,
+           %(max_attempts)s::int, %(priority)s::smallint,
+           coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())), null,
+           case when m.cancel_reason is null then 'ready' else 'cancelled' end,
+           m.cancel_reason,
+           case when m.cancel_reason is null then null else now() end,
+           null, %(traceparent)s::text, %(enqueued_by)s::text, now(), now()
+      from m
+    on conflict do nothing
+    returning x_jobs.id, x_jobs.queue, x_jobs.state
+)
+select inserted.id,
+       case when inserted.state = 'ready'
+                 and exists (select from x_queue_waiters as w where w.queue = inserted.queue)
+            then pg_notify('x_jobs_ready', inserted.queue) end as woken
+  from inserted
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;
