@@ -26,6 +26,7 @@ from uuid import UUID
 import psycopg
 
 from ujobs_bridge.db import arrays
+from ujobs_bridge.db.direct import DirectStatement
 
 from ..message_row import CeleryMessage
 from ..send_keys import NO_SENDER, SendKey
@@ -63,6 +64,26 @@ def enqueue(
         )
         row = conn.execute(q("celery_enqueue_keyed"), params).fetchone()
     return None if row is None else row[0]
+
+
+_ENQUEUE_ALONE = DirectStatement("ujobs_celery_enqueue", q("celery_enqueue"))
+
+
+def enqueue_alone(
+    conn: Conn,
+    message: CeleryMessage,
+    *,
+    max_attempts: int,
+    now: datetime | None = None,
+    input_json: str | None = None,
+) -> UUID | None:
+    """``enqueue`` of a message with no send key, on an autocommit connection at rest that the
+    caller holds alone (``DirectStatement.usable``): the same statement, run through libpq
+    directly (``ujobs_bridge.db.direct``): a one-by-one ``.delay()``."""
+    params = message.params(max_attempts, now, input_json=input_json)
+    params["revoked_reason"] = REVOKED_REASON
+    found = _ENQUEUE_ALONE.first_value(conn, params)
+    return found if isinstance(found, UUID) else None
 
 
 def enqueue_many(
