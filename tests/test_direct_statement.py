@@ -6,8 +6,10 @@ error the pool replaces, and an interrupted wait never leaving a reply for the n
 
 from __future__ import annotations
 
+import select
 import signal
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -128,7 +130,12 @@ def test_a_killed_connection_is_an_infrastructure_error(
     assert not runner.is_alive()
     (error,) = errors
     assert isinstance(error, psycopg.OperationalError) and connections.transient(error)
-    assert conn.closed  # the pool discards it on its return
+    # The pool's checkout check refuses it (libpq marks it closed once it reads the hang-up).
+    deadline = time.monotonic() + 10
+    while not conn.closed and not select.select([conn.fileno()], [], [], 0.05)[0]:
+        assert time.monotonic() < deadline, "the server never hung up"
+    with pytest.raises(psycopg.OperationalError):
+        connections.check(conn)
 
 
 def test_an_interrupted_wait_closes_the_connection(conn: psycopg.Connection[Any]) -> None:
