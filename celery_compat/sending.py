@@ -304,7 +304,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         pooled = pool.getconn()
         try:
             if key is None and DirectStatement.usable(pooled):
-                message_jobs.enqueue_alone(
+                message_jobs.enqueue_direct(
                     pooled, row, max_attempts=max_attempts, input_json=payload
                 )
             else:

@@ -64,11 +64,11 @@ def test_a_refused_value_writes_nothing_and_the_connection_lives_on(
     conn: psycopg.Connection[Any],
 ) -> None:
     with pytest.raises(psycopg.DataError, match="NUL"):
-        message_jobs.enqueue_alone(conn, message(name="bad\x00name"), max_attempts=3)
+        message_jobs.enqueue_direct(conn, message(name="bad\x00name"), max_attempts=3)
     with pytest.raises(TypeError, match="float"):
         ECHO.first_value(conn, {"a": "x", "b": uuid.uuid4(), "c": 1.5, "d": None})
     assert conn.execute("select count(*) from x_jobs").fetchone() == (0,)
-    assert message_jobs.enqueue_alone(conn, message(), max_attempts=3) is not None
+    assert message_jobs.enqueue_direct(conn, message(), max_attempts=3) is not None
 
 
 def test_a_statements_error_is_the_one_the_cursor_raises(conn: psycopg.Connection[Any]) -> None:
@@ -77,19 +77,19 @@ def test_a_statements_error_is_the_one_the_cursor_raises(conn: psycopg.Connectio
     with pytest.raises(psycopg.errors.CheckViolation) as by_cursor:
         message_jobs.enqueue(conn.cursor(), message("c1"), max_attempts=0)
     with pytest.raises(psycopg.errors.CheckViolation) as directly:
-        message_jobs.enqueue_alone(conn, message("c2"), max_attempts=0)
+        message_jobs.enqueue_direct(conn, message("c2"), max_attempts=0)
     assert directly.value.sqlstate == by_cursor.value.sqlstate == "23514"
     assert directly.value.diag.constraint_name == "x_jobs_max_attempts_check"
     assert directly.value.diag.message_primary == by_cursor.value.diag.message_primary
     assert not connections.transient(directly.value)
     assert DirectStatement.usable(conn)
-    assert message_jobs.enqueue_alone(conn, message("c3"), max_attempts=3) is not None
+    assert message_jobs.enqueue_direct(conn, message("c3"), max_attempts=3) is not None
 
 
 def test_a_statement_the_server_forgot_is_prepared_again(conn: psycopg.Connection[Any]) -> None:
-    assert message_jobs.enqueue_alone(conn, message("p1"), max_attempts=3) is not None
+    assert message_jobs.enqueue_direct(conn, message("p1"), max_attempts=3) is not None
     conn.execute("deallocate all")
-    assert message_jobs.enqueue_alone(conn, message("p2"), max_attempts=3) is not None
+    assert message_jobs.enqueue_direct(conn, message("p2"), max_attempts=3) is not None
     rows = conn.execute("select input -> 'headers' ->> 'id' from x_jobs order by 1").fetchall()
     assert rows == [("p1",), ("p2",)]
 

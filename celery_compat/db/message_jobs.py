@@ -66,10 +66,10 @@ def enqueue(
     return None if row is None else row[0]
 
 
-_ENQUEUE_ALONE = DirectStatement("ujobs_celery_enqueue", q("celery_enqueue"))
+_ENQUEUE_DIRECT = DirectStatement("ujobs_celery_enqueue", q("celery_enqueue"))
 
 
-def enqueue_alone(
+def enqueue_direct(
     conn: Conn,
     message: CeleryMessage,
     *,
@@ -82,7 +82,7 @@ def enqueue_alone(
     directly (``ujobs_bridge.db.direct``): a one-by-one ``.delay()``."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
-    found = _ENQUEUE_ALONE.first_value(conn, params)
+    found = _ENQUEUE_DIRECT.first_value(conn, params)
     return found if isinstance(found, UUID) else None
 
 
