@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -484,6 +485,24 @@ def test_check_refuses_a_connection_the_server_ended_and_pools_replace_it(
             assert second.execute("select 1").fetchone() == (1,)
     finally:
         pool.close()
+
+
+def test_check_works_on_a_descriptor_above_1023(dsn: str, db: Any) -> None:
+    """A process with many files open (a web server) gets sockets numbered above 1,023, which
+    ``select()`` refuses; the checkout check polls instead."""
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.dup(0))
+        with connections.connect(dsn, connections.Role("contract:fd")) as conn:
+            assert conn.fileno() > 1023
+            connections.check(conn)
+            _ended(db, conn)
+            with pytest.raises(psycopg.OperationalError):
+                connections.check(conn)
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 def test_retrying_retries_transient_errors_only(dsn: str, db: Any) -> None:

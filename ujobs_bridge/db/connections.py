@@ -27,7 +27,7 @@ Outages (a restart, a failover, ``pg_terminate_backend``) are a policy too. ``tr
 says whether an error is the infrastructure's (the connection lost, the server shutting down or
 "starting up", a serialization failure or deadlock: worth retrying, never a job's fault) or the
 statement's; ``Backoff`` paces the retries; and no connection is handed out dead: pools and
-``Reconnecting`` run ``check`` on checkout, which costs a zero-timeout ``select()`` on the socket
+``Reconnecting`` run ``check`` on checkout, which costs a zero-timeout ``poll()`` on the socket
 and a round trip only when the server already said something (a connection the server closed
 is readable at once: its goodbye, then end of file).
 
@@ -158,8 +158,9 @@ def check(conn: Conn) -> None:
         raise psycopg.OperationalError("the connection is closed")
     if conn.info.transaction_status is not psycopg.pq.TransactionStatus.IDLE:
         return  # in use (a transaction of its owner): its next statement will tell
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
+    poller = select.poll()  # not select(): a socket numbered above 1,023 is fine
+    poller.register(conn.fileno(), select.POLLIN)
+    if poller.poll(0):
         ConnectionPool.check_connection(conn)
 
 
