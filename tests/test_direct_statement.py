@@ -6,8 +6,10 @@ error the pool replaces, and an interrupted wait never leaving a reply for the n
 
 from __future__ import annotations
 
+import os
 import select
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -40,13 +42,15 @@ def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
-def message(task_id: str = "direct-1", name: str = "celery_tasks.add") -> CeleryMessage:
+def message(
+    task_id: str = "direct-1", name: str = "celery_tasks.add", queue: str = "celery"
+) -> CeleryMessage:
     return CeleryMessage(
         headers={"id": task_id, "task": name, "retries": 0},
         args=[1, 2],
         kwargs={},
         embed={},
-        queue="celery",
+        queue=queue,
         properties={},
     )
 
@@ -58,6 +62,19 @@ def test_values_go_as_psycopgs_text_dumpers_write_them(conn: psycopg.Connection[
     assert got == f"é 'x'|{job}|-7|2031-05-06 07:08:09.123456+00"
     assert ECHO.first_value(conn, {"a": "none", "b": job, "c": 1, "d": at}) is None  # no row
     assert ECHO.params == ["a", "b", "c", "d"]  # each name once, in order of appearance
+
+
+def test_values_go_in_the_connections_client_encoding(dsn: str, db: Any) -> None:
+    """A client that says ``client_encoding=LATIN1`` (``PGCLIENTENCODING``, ``options``) sends
+    and reads LATIN1: a queue named with an accent is stored as the cursor would store it."""
+    with psycopg.connect(dsn, autocommit=True, options="-c client_encoding=LATIN1") as latin:
+        assert latin.info.encoding == "iso8859-1"
+        job = uuid.uuid4()
+        at = datetime(2031, 1, 2, tzinfo=UTC)
+        got = ECHO.first_value(latin, {"a": "é", "b": job, "c": 1, "d": at})
+        assert got.startswith(f"é|{job}|1|2031-01-02")
+        message_jobs.enqueue_direct(latin, message("enc-1", queue="file-é"), max_attempts=3)
+    assert db.execute("select queue from x_jobs").fetchall() == [("file-é",)]
 
 
 def test_a_refused_value_writes_nothing_and_the_connection_lives_on(
@@ -136,6 +153,42 @@ def test_a_killed_connection_is_an_infrastructure_error(
         assert time.monotonic() < deadline, "the server never hung up"
     with pytest.raises(psycopg.OperationalError):
         connections.check(conn)
+
+
+def test_a_connection_cut_without_a_word_is_an_infrastructure_error_and_closed(
+    db: psycopg.Connection[Any], conn: psycopg.Connection[Any]
+) -> None:
+    """A failover or a network cut: the socket ends while the statement runs, with no message
+    from the server. libpq's error is psycopg's transient ``OperationalError``, and the
+    connection is closed so the pool replaces it."""
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        started.set()
+        try:
+            SLEEP.first_value(conn, {"s": 30})
+        except BaseException as exc:
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert started.wait(10)
+    pid = conn.info.backend_pid
+    running = "select count(*) from pg_stat_activity where pid = %s and query like '%%pg_sleep%%'"
+    deadline = time.monotonic() + 10
+    while db.execute(running, (pid,)).fetchone() != (1,):
+        assert time.monotonic() < deadline, "the statement never started"
+        threading.Event().wait(0.05)
+    cut = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    cut.shutdown(socket.SHUT_RDWR)  # the socket, not just this descriptor: both ends see it end
+    cut.close()
+    runner.join(10)
+    assert not runner.is_alive()
+    (error,) = errors
+    assert isinstance(error, psycopg.OperationalError) and error.sqlstate is None
+    assert connections.transient(error) and conn.closed
+    db.execute("select pg_terminate_backend(%s)", (pid,))
 
 
 def test_an_interrupted_wait_closes_the_connection(conn: psycopg.Connection[Any]) -> None:

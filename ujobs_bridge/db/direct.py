@@ -13,9 +13,11 @@ What psycopg guarantees and this keeps:
   pooled connection it borrowed), and never where server-side prepared statements are off
   (``prepare_threshold`` None: PgBouncer in transaction mode); ``usable`` says so, and the caller
   runs its cursor otherwise.
-- **Values**: None, str, int, UUID and datetime, written as psycopg's text dumpers write them; a
-  NUL character is refused with psycopg's ``DataError`` (libpq would cut the string there);
-  anything else is a ``TypeError`` (the caller's mistake, not data).
+- **Values**: None, str, int, UUID and datetime, written as psycopg's text dumpers write them, in
+  the connection's client encoding (``PGCLIENTENCODING`` or ``options`` may make it other than
+  UTF-8), and text read back in it too; a NUL character is refused with psycopg's ``DataError``
+  (libpq would cut the string there); anything else is a ``TypeError`` (the caller's mistake,
+  not data). The statement's own text must be ASCII, the same bytes in any client encoding.
 - **Errors are psycopg's**: a statement's error raises the class psycopg raises for its SQLSTATE,
   with its diagnostics; a lost connection raises ``OperationalError`` (``connections.transient``
   reads both as it reads psycopg's). A prepared statement the server no longer has (``DISCARD
@@ -69,7 +71,7 @@ class DirectStatement:
         text = _PLACEHOLDER.sub(numbered, query)
         if "%" in text:
             raise ValueError(f"statement {name!r} holds a '%' that is not a named placeholder")
-        self.query = text.encode()
+        self.query = text.encode("ascii")  # UnicodeEncodeError: a non-ASCII statement
         self._prepared: weakref.WeakKeyDictionary[Conn, bool] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -83,7 +85,8 @@ class DirectStatement:
         )
 
     def first_value(self, conn: Conn, params: Mapping[str, Any]) -> Any:
-        values = [_text(params[name]) for name in self.params]
+        encoding = conn.info.encoding
+        values = [_text(params[name], encoding) for name in self.params]
         if conn not in self._prepared:
             self._prepare(conn)
         result = self._run(conn, lambda pgconn: pgconn.send_query_prepared(self.name, values))
@@ -94,7 +97,7 @@ class DirectStatement:
         if result.ntuples == 0:
             return None
         raw = result.get_value(0, 0)
-        return None if raw is None else _load(result.ftype(0), raw)
+        return None if raw is None else _load(result.ftype(0), raw, encoding)
 
     def _prepare(self, conn: Conn) -> None:
         result = self._run(conn, lambda pgconn: pgconn.send_prepare(self.name, self.query))
@@ -108,8 +111,8 @@ class DirectStatement:
         """Send, wait for and return the one result; the connection is closed if this is cut
         short with the statement in flight."""
         pgconn = conn.pgconn
-        send(pgconn)
         try:
+            send(pgconn)
             result = _wait(pgconn)
         except BaseException:
             conn.close()
@@ -126,16 +129,20 @@ def _wait(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
     while pgconn.flush():  # nonblocking: what did not fit in the socket's buffer yet
         poller.poll()
     poller.modify(fd, select.POLLIN)
-    pgconn.consume_input()
-    while pgconn.is_busy():
-        poller.poll()
+    first: pq.abc.PGresult | None = None
+    while True:  # get_result() would block in libpq while busy: read the socket until it is not
         pgconn.consume_input()
-    result = pgconn.get_result()
-    if result is None:
+        while pgconn.is_busy():
+            poller.poll()
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:  # the end of the reply
+            break
+        if first is None:
+            first = result
+    if first is None:
         raise psycopg.OperationalError("the server sent no result")
-    while pgconn.get_result() is not None:  # the end of the reply (and of a pipelined second)
-        pass
-    return result
+    return first
 
 
 def _state(result: pq.abc.PGresult) -> bytes | None:
@@ -160,8 +167,8 @@ def _raise_for(conn: Conn, result: pq.abc.PGresult) -> None:
     raise cls(message, info=result, encoding=encoding)
 
 
-def _text(value: Any) -> bytes | None:
-    """A value as psycopg's text dumpers write it."""
+def _text(value: Any, encoding: str) -> bytes | None:
+    """A value as psycopg's text dumpers write it, in the connection's encoding."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -174,17 +181,17 @@ def _text(value: Any) -> bytes | None:
         raise TypeError(f"a direct statement takes no {type(value).__name__} value")
     if "\x00" in text:
         raise psycopg.DataError(_NUL_REFUSED)
-    return text.encode()
+    return text.encode(encoding)
 
 
 _UUID_OID = 2950
 _TEXT_OIDS = frozenset({25, 1043})
 
 
-def _load(oid: int, raw: bytes) -> Any:
+def _load(oid: int, raw: bytes, encoding: str) -> Any:
     """The first value back: a uuid or text (what the direct statements return)."""
     if oid == _UUID_OID:
-        return UUID(raw.decode())
+        return UUID(raw.decode("ascii"))
     if oid in _TEXT_OIDS:
-        return raw.decode()
+        return raw.decode(encoding)
     raise TypeError(f"a direct statement returns no value of type oid {oid}")
