@@ -119,15 +119,14 @@ def test_where_it_runs(dsn: str, conn: psycopg.Connection[Any]) -> None:
     assert not DirectStatement.usable(conn)
 
 
-def test_a_killed_connection_is_an_infrastructure_error(
+def sleeping(
     db: psycopg.Connection[Any], conn: psycopg.Connection[Any]
-) -> None:
-    pid = conn.info.backend_pid
-    waiting = threading.Event()
+) -> tuple[threading.Thread, list[BaseException]]:
+    """A 30 s statement run directly on ``conn`` in a thread, returned once the server runs it;
+    the list gets what ``first_value`` raised."""
     errors: list[BaseException] = []
 
     def run() -> None:
-        waiting.set()
         try:
             SLEEP.first_value(conn, {"s": 30})
         except BaseException as exc:
@@ -135,14 +134,19 @@ def test_a_killed_connection_is_an_infrastructure_error(
 
     runner = threading.Thread(target=run)
     runner.start()
-    assert waiting.wait(10)
     running = "select count(*) from pg_stat_activity where pid = %s and query like '%%pg_sleep%%'"
-    deadline = 200
-    while db.execute(running, (pid,)).fetchone() != (1,):
-        deadline -= 1
-        assert deadline, "the statement never started"
+    deadline = time.monotonic() + 10
+    while db.execute(running, (conn.info.backend_pid,)).fetchone() != (1,):
+        assert time.monotonic() < deadline, "the statement never started"
         threading.Event().wait(0.05)
-    db.execute("select pg_terminate_backend(%s)", (pid,))
+    return runner, errors
+
+
+def test_a_killed_connection_is_an_infrastructure_error(
+    db: psycopg.Connection[Any], conn: psycopg.Connection[Any]
+) -> None:
+    runner, errors = sleeping(db, conn)
+    db.execute("select pg_terminate_backend(%s)", (conn.info.backend_pid,))
     runner.join(10)
     assert not runner.is_alive()
     (error,) = errors
@@ -161,25 +165,8 @@ def test_a_connection_cut_without_a_word_is_an_infrastructure_error_and_closed(
     """A failover or a network cut: the socket ends while the statement runs, with no message
     from the server. libpq's error is psycopg's transient ``OperationalError``, and the
     connection is closed so the pool replaces it."""
-    started = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        started.set()
-        try:
-            SLEEP.first_value(conn, {"s": 30})
-        except BaseException as exc:
-            errors.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    assert started.wait(10)
     pid = conn.info.backend_pid
-    running = "select count(*) from pg_stat_activity where pid = %s and query like '%%pg_sleep%%'"
-    deadline = time.monotonic() + 10
-    while db.execute(running, (pid,)).fetchone() != (1,):
-        assert time.monotonic() < deadline, "the statement never started"
-        threading.Event().wait(0.05)
+    runner, errors = sleeping(db, conn)
     cut = socket.socket(fileno=os.dup(conn.pgconn.socket))
     cut.shutdown(socket.SHUT_RDWR)  # the socket, not just this descriptor: both ends see it end
     cut.close()
