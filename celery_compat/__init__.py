@@ -39,17 +39,17 @@ from celery import (
 )
 
 if TYPE_CHECKING:
-    from .app import Celery
-    from .transaction import enqueue_in
+    from celery_compat.app import Celery
+    from celery_compat.transaction import enqueue_in
 
 
 def __getattr__(name: str) -> Any:
     if name == "Celery":
-        from .app import Celery
+        from celery_compat.app import Celery
 
         value: Any = Celery
     elif name == "enqueue_in":
-        from .transaction import enqueue_in
+        from celery_compat.transaction import enqueue_in
 
         value = enqueue_in
     else:

@@ -25,7 +25,7 @@ import multiprocessing
 import threading
 from typing import Any
 
-from .app import Celery as BridgeCelery
+from celery_compat.app import Celery as BridgeCelery
 
 log = logging.getLogger("celery_compat.adoption")
 

@@ -36,10 +36,9 @@ from typing import Any
 import celery
 import psycopg
 
+from celery_compat import purge_command
+from celery_compat.sending import BRIDGE_PRODUCER, BridgeProducer, conf_value
 from ujobs_bridge.client import Client, connect
-
-from . import purge_command
-from .sending import BRIDGE_PRODUCER, BridgeProducer, conf_value
 
 _client_lock = threading.Lock()
 BEAT_SCHEDULER = "celery_compat.beat_scheduler:BeatScheduler"

@@ -41,13 +41,12 @@ from celery.exceptions import (
 from celery.result import GroupResult, allow_join_result
 from celery.utils.functional import _regen
 
+from celery_compat import group_sends
+from celery_compat.db import message_jobs, result_store
+from celery_compat.outage import stored
+from celery_compat.result_listener import ResultListener
 from ujobs_bridge.client import Client
 from ujobs_bridge.db.connections import listen_dsn
-
-from . import group_sends
-from .db import message_jobs, result_store
-from .outage import stored
-from .result_listener import ResultListener
 
 SAFETY_RECHECK_S = 2.0
 logger = logging.getLogger(__name__)

@@ -40,6 +40,8 @@ from typing import Any
 import psycopg
 from celery.beat import BeatLazyFunc, ScheduleEntry
 
+from celery_compat.beat_convert import Mapped, Unmappable, celery_schedule, convert_schedule
+from celery_compat.transaction import enqueue_in
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import EnqueueRequest
 from ujobs_bridge.scheduling.cron import CATCH_UP_POLICIES, CatchUpPolicy
@@ -49,9 +51,6 @@ from ujobs_bridge.scheduling.task import (
     PeriodicTask,
     tasks_from_module,
 )
-
-from .beat_convert import Mapped, Unmappable, celery_schedule, convert_schedule
-from .transaction import enqueue_in
 
 log = logging.getLogger("celery_compat.beat")
 

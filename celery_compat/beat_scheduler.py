@@ -41,14 +41,13 @@ from celery.beat import PersistentScheduler, SchedulingError, event_t
 from celery.schedules import schedstate
 from celery.utils.time import maybe_make_aware
 
+from celery_compat.beat import BeatEntry, _entry, _policy, engine_task_name, send_occurrence
+from celery_compat.beat_convert import Mapped, Unmappable, convert_schedule
+from celery_compat.sending import BRIDGE_PRODUCER
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.scheduling.cron import CatchUpPolicy, missed
 from ujobs_bridge.scheduling.scheduler import DEFAULT_INTERVAL_S
 from ujobs_bridge.scheduling.task import Occurrence
-
-from .beat import BeatEntry, _entry, _policy, engine_task_name, send_occurrence
-from .beat_convert import Mapped, Unmappable, convert_schedule
-from .sending import BRIDGE_PRODUCER
 
 log = logging.getLogger("celery_compat.beat_scheduler")
 

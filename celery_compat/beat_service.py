@@ -27,12 +27,11 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from celery_compat.loading import CeleryApp
 from ujobs_bridge.cli import worker_flags as flags
 from ujobs_bridge.cli.scheduler import serve
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.scheduling.scheduler import DEFAULT_INTERVAL_S
-
-from .loading import CeleryApp
 
 DEFAULT_SCHEDULER = "celery_compat.beat_scheduler:BeatScheduler"
 

@@ -36,10 +36,9 @@ from typing import Any
 from kombu import pidbox
 from kombu.utils import json as kombu_json
 
+from celery_compat.event_emitter import has_broker
 from ujobs_bridge.service import Service
 from ujobs_bridge.worker.control import NO_REPLY, Panel, nok
-
-from .event_emitter import has_broker
 
 log = logging.getLogger("celery_compat.control")
 

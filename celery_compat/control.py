@@ -34,11 +34,10 @@ from celery.utils.functional import maybe_list
 from kombu.matcher import match
 from kombu.utils import json as kombu_json
 
+from celery_compat.db import message_jobs, revocations
 from ujobs_bridge import remote
 from ujobs_bridge.db import nodes
 from ujobs_bridge.db import steering as steering_db
-
-from .db import message_jobs, revocations
 
 log = logging.getLogger("celery_compat.control")
 # kombu's JSON, as Celery's mailbox serializes (typed here because kombu is not)
@@ -158,7 +157,7 @@ class BridgeControl(Control):  # type: ignore[misc]
 def app_queues(app: Any) -> set[str]:
     """The queues the app's messages go to: its declared queues, the default queue, and every
     queue a task routes to (its ``queue=`` or ``task_routes``)."""
-    from .execution import jobs_for_app
+    from celery_compat.execution import jobs_for_app
 
     names = {str(name) for name in app.amqp.queues}
     names.add(str(app.conf.task_default_queue or "celery"))

@@ -18,11 +18,10 @@ from typing import Any
 import psycopg
 from starlette.routing import BaseRoute
 
+from celery_compat.db import result_store
+from celery_compat.message_row import from_input, is_celery_input
 from ujobs_bridge.dashboard.panels import JobSection, Site
 from ujobs_bridge.records import JobRecord
-
-from .db import result_store
-from .message_row import from_input, is_celery_input
 
 META_PREFIX = "celery-task-meta-"  # Celery's key/value backend key for a task's meta
 

@@ -41,11 +41,10 @@ import psycopg
 from celery.events.event import Event, group_from
 from celery.utils.time import utcoffset
 
+from celery_compat.db import events as events_db
 from ujobs_bridge.db.connections import Reconnecting, Role
 from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.service import Service
-
-from .db import events as events_db
 
 log = logging.getLogger("celery_compat.events")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from .db import events as events_db
+from celery_compat.db import events as events_db
 
 
 def read(

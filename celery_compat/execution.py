@@ -37,20 +37,14 @@ from celery import states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
 
-from ujobs_bridge.context import current_job
-from ujobs_bridge.faults import fault
-from ujobs_bridge.job import JobDefinition
-from ujobs_bridge.outcomes import Cancel, Discard, Snooze
-from ujobs_bridge.retry import RetryPolicy
-
-from . import rate_limit, revoked_ids, stamp_revokes, task_events
-from .db import revocations
-from .interrupts import INTERRUPTER, BodyKilled
-from .join_guard import joins_will_block
-from .message_row import from_input, is_celery_input
-from .outage import forget_outage, outage_handed_back, raise_if_outage, stored
-from .send_keys import running_body
-from .worker_request import (
+from celery_compat import rate_limit, revoked_ids, stamp_revokes, task_events
+from celery_compat.db import revocations
+from celery_compat.interrupts import INTERRUPTER, BodyKilled
+from celery_compat.join_guard import joins_will_block
+from celery_compat.message_row import from_input, is_celery_input
+from celery_compat.outage import forget_outage, outage_handed_back, raise_if_outage, stored
+from celery_compat.send_keys import running_body
+from celery_compat.worker_request import (
     announce_received,
     announce_rejected,
     announce_revoked,
@@ -60,6 +54,11 @@ from .worker_request import (
     request_for,
     time_limits,
 )
+from ujobs_bridge.context import current_job
+from ujobs_bridge.faults import fault
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge.retry import RetryPolicy
 
 
 def task_registry(app: Any) -> Any:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .transaction import Held
+from celery_compat.transaction import Held
 
 CHUNK = 1000  # messages per commit at most
 MAX_HOLD_S = 0.1  # the longest a held message waits for its commit

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Any
 from ujobs_bridge.loading import LoadedApp
 
 if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imports no worker
+    from celery_compat.broker_control import BrokerControl
+    from celery_compat.worker_events import WorkerEvents
+    from celery_compat.worker_signals import WorkerInstance
     from ujobs_bridge.job import JobDefinition
     from ujobs_bridge.scheduling.task import PeriodicTask
     from ujobs_bridge.worker.listener import ExtraChannel
     from ujobs_bridge.worker.loop import Worker
-
-    from .broker_control import BrokerControl
-    from .worker_events import WorkerEvents
-    from .worker_signals import WorkerInstance
 
 
 def is_celery_app(target: Any) -> bool:
@@ -116,12 +115,12 @@ class CeleryApp(LoadedApp):
         self._dsn: str | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
-        from .execution import jobs_for_app
+        from celery_compat.execution import jobs_for_app
 
         return jobs_for_app(self.app)
 
     def periodic_tasks(self) -> dict[str, PeriodicTask]:
-        from .beat import scheduler_tasks
+        from celery_compat.beat import scheduler_tasks
 
         return scheduler_tasks(self.target, self.app)
 
@@ -132,13 +131,13 @@ class CeleryApp(LoadedApp):
     def worker_settings(self) -> dict[str, int]:
         """Its sizes; first, what it sets that the bridge cannot honour is refused and what
         has no effect here is said (``worker_settings.review``)."""
-        from . import worker_settings
+        from celery_compat import worker_settings
 
         worker_settings.review(self.app)
         return worker_settings.sizes(self.app)
 
     def worker_pool(self) -> str | None:
-        from . import worker_settings
+        from celery_compat import worker_settings
 
         return worker_settings.pool(self.app)
 
@@ -151,7 +150,7 @@ class CeleryApp(LoadedApp):
             self.app.conf.task_soft_time_limit = soft_s
 
     def channels(self) -> tuple[ExtraChannel, ...]:
-        from . import revoked_ids
+        from celery_compat import revoked_ids
 
         return (revoked_ids.channel(),)
 
@@ -160,34 +159,33 @@ class CeleryApp(LoadedApp):
 
     def bind(self, dsn: str) -> None:
         self._dsn = dsn  # where this process's events go
+        from celery_compat import adoption
         from ujobs_bridge.client import Client
         from ujobs_bridge.dsn import ResolvedDatabase
-
-        from . import adoption
 
         if adoption.adopt(self.app):  # plain Celery: sends and results move to Postgres too
             adoption.announce(self.app, self.spec)
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
 
     def control_commands(self) -> dict[str, Any]:
-        from . import worker_control
+        from celery_compat import worker_control
 
         return worker_control.commands(self.app)
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
-        from . import worker_control
+        from celery_compat import worker_control
 
         worker_control.apply_settings(self.app, settings)
 
     def control_encode(self, value: Any) -> str:
-        from . import worker_control
+        from celery_compat import worker_control
 
         return worker_control.encode(value)
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order), and
     # Celery's events under -E (worker_events.py), for the node name the signals use.
     def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
-        from . import worker_events, worker_signals
+        from celery_compat import worker_events, worker_signals
 
         self._worker = worker_signals.worker_init(self.app, worker, options)
         self._events = worker_events.start(
@@ -195,20 +193,20 @@ class CeleryApp(LoadedApp):
         )  # never raises: a worker whose events cannot start runs without them
 
     def on_worker_ready(self, worker: Worker) -> None:
-        from . import worker_signals
+        from celery_compat import worker_signals
 
         if self._worker is not None:
             worker_signals.worker_ready(self._worker)
         if self._events is not None:
             self._events.ready()
-        from . import broker_control, worker_control
+        from celery_compat import broker_control, worker_control
 
         self._broker_control = broker_control.start(  # never raises
             self.app, worker.node, worker.presence.panel, worker_control.encode
         )
 
     def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
-        from . import worker_signals
+        from celery_compat import worker_signals
 
         if self._broker_control is not None:  # no further command (safe in a signal handler)
             self._broker_control.request_stop()
@@ -216,7 +214,7 @@ class CeleryApp(LoadedApp):
             worker_signals.worker_shutting_down(self._worker, signum, hurry)
 
     def on_worker_shutdown(self, worker: Worker) -> None:
-        from . import worker_signals
+        from celery_compat import worker_signals
 
         if self._broker_control is not None:  # never waits long on a broker that hangs
             self._broker_control.close()
@@ -227,13 +225,13 @@ class CeleryApp(LoadedApp):
             worker_signals.worker_shutdown(self._worker)
 
     def on_process_init(self) -> None:
-        from . import worker_events, worker_signals
+        from celery_compat import worker_events, worker_signals
 
         worker_signals.process_init(self.app)
         worker_events.child_start(self.app, worker_signals.child_hostname(), self._dsn)
 
     def on_process_shutdown(self) -> None:
-        from . import worker_events, worker_signals
+        from celery_compat import worker_events, worker_signals
 
         worker_signals.process_shutdown()
         worker_events.child_stop(self.app)

@@ -16,7 +16,7 @@ from uuid import UUID
 
 import psycopg
 
-from .db import message_jobs
+from celery_compat.db import message_jobs
 
 
 def job_ids(conn: psycopg.Connection[Any], text: str) -> list[UUID]:

@@ -18,10 +18,9 @@ from typing import Any
 
 from celery.utils.time import rate as parse_rate
 
+from celery_compat.db import rate_limits
 from ujobs_bridge.context import JobContext
 from ujobs_bridge.outcomes import Snooze
-
-from .db import rate_limits
 
 CAPACITY = 1.0
 

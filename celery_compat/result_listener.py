@@ -27,10 +27,9 @@ from collections.abc import Iterable
 
 import psycopg
 
+from celery_compat.db import result_store
 from ujobs_bridge.db.connections import Reconnecting, Role
 from ujobs_bridge.service import Service
-
-from .db import result_store
 
 log = logging.getLogger(__name__)
 

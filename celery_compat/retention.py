@@ -19,10 +19,9 @@ from typing import Any
 
 import psycopg
 
+from celery_compat.db.events import purge_events
+from celery_compat.db.retention import purge_celery
 from ujobs_bridge.purge import BATCH, PurgeTarget
-
-from .db.events import purge_events
-from .db.retention import purge_celery
 
 
 def purge_old_events(conn: psycopg.Connection[Any], cutoff: datetime) -> int:

@@ -32,10 +32,9 @@ from typing import Any
 
 import psycopg
 
+from celery_compat.db import revocations
 from ujobs_bridge.purge import DEFAULT_OLDER_THAN_S
 from ujobs_bridge.worker.listener import ExtraChannel
-
-from .db import revocations
 
 CHANNEL = "x_celery_revoked"
 WINDOW_S = DEFAULT_OLDER_THAN_S

@@ -27,13 +27,12 @@ from celery.app.amqp import AMQP
 from celery.utils.collections import DictAttribute
 from kombu.entity import Queue
 
+from celery_compat import group_sends, send_keys, task_events
+from celery_compat.db import message_jobs
+from celery_compat.message_row import CeleryMessage
+from celery_compat.queue_names import bridge_queue
+from celery_compat.transaction import Held, batch_hold, current_connection, write_held
 from ujobs_bridge.db.direct import DirectStatement
-
-from . import group_sends, send_keys, task_events
-from .db import message_jobs
-from .message_row import CeleryMessage
-from .queue_names import bridge_queue
-from .transaction import Held, batch_hold, current_connection, write_held
 
 
 class _NoBrokerConnection:

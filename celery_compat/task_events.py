@@ -40,8 +40,8 @@ from celery import states
 from celery.exceptions import Reject
 from kombu.utils.encoding import safe_repr, safe_str
 
-from . import event_switch
-from .event_emitter import EventEmitter, emitter_for
+from celery_compat import event_switch
+from celery_compat.event_emitter import EventEmitter, emitter_for
 
 
 @dataclass(frozen=True, slots=True)

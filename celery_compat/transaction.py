@@ -62,7 +62,7 @@ def enqueue_in(
 
 def write_held(conn: psycopg.Connection[Any], held: list[Held]) -> None:
     """Insert held messages on ``conn``: one statement per distinct max-attempts value."""
-    from .db import message_jobs
+    from celery_compat.db import message_jobs
 
     by_attempts: dict[int, list[Held]] = {}
     for item in held:

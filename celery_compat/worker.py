@@ -22,12 +22,11 @@ from typing import Any
 
 import click
 
+from celery_compat import worker_settings
+from celery_compat.loading import CeleryApp
 from ujobs_bridge.cli import worker_flags as flags
 from ujobs_bridge.cli.worker_serve import WorkerFlags, serve
 from ujobs_bridge.errors import ConfigError
-
-from . import worker_settings
-from .loading import CeleryApp
 
 # Celery's Worker(**kwargs) keys that mean nothing once the worker is running here (the
 # daemonizing ones are used by `celery worker --detach` before Worker is built; the others are
@@ -84,7 +83,7 @@ def _autoscale(value: Any) -> tuple[int, int] | None:
 def _beat_scheduler_refusal(scheduler: Any) -> ConfigError | None:
     """``-B --scheduler CLASS``: the embedded scheduler is the bridge's; another class runs
     only under ``celery beat -S`` (Celery's beat, sending through the bridge)."""
-    from .beat_service import DEFAULT_SCHEDULER, _same_class
+    from celery_compat.beat_service import DEFAULT_SCHEDULER, _same_class
 
     if scheduler is None or (
         isinstance(scheduler, str) and _same_class(scheduler, DEFAULT_SCHEDULER)

@@ -28,13 +28,12 @@ from celery.utils.time import rate
 from kombu.utils import json as kombu_json
 from kombu.utils.encoding import safe_repr
 
+from celery_compat import revoked_ids, stamp_revokes
+from celery_compat.db import scheduled as scheduled_db
+from celery_compat.message_row import from_input, is_celery_input
 from ujobs_bridge.worker import control as engine
 from ujobs_bridge.worker.control import ControlState, Handler, nok, ok
 from ujobs_bridge.worker.inflight import InFlight
-
-from . import revoked_ids, stamp_revokes
-from .db import scheduled as scheduled_db
-from .message_row import from_input, is_celery_input
 
 log = logging.getLogger("celery.worker.control")
 DEFAULT_TASK_INFO_ITEMS = ("exchange", "routing_key", "rate_limit")

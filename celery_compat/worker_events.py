@@ -37,10 +37,9 @@ from celery import signals
 from celery.utils.sysinfo import load_average
 from celery.worker.state import SOFTWARE_INFO
 
+from celery_compat import event_switch, task_events
+from celery_compat.event_emitter import EventEmitter, close_emitter, emitter_for
 from ujobs_bridge.service import Service
-
-from . import event_switch, task_events
-from .event_emitter import EventEmitter, close_emitter, emitter_for
 
 log = logging.getLogger("celery_compat.events")
 

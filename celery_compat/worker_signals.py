@@ -46,9 +46,8 @@ from typing import Any
 from celery import signals
 from celery.utils.log import get_logger
 
+from celery_compat.worker_request import HOSTNAME
 from ujobs_bridge.context import node_name
-
-from .worker_request import HOSTNAME
 
 # What a spawned child reads to set up logging and name itself as the main process did (Celery's
 # prefork children read CELERY_LOG_LEVEL / CELERY_LOG_FILE the same way).

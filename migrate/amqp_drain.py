@@ -38,10 +38,10 @@ from typing import Any
 import amqp
 from kombu.connection import Connection as _Connection
 
-from .amqp_frames import DeliveryReader
-from .appinfo import AppInfo
-from .batch import Taken
-from .decoding import Envelope
+from migrate.amqp_frames import DeliveryReader
+from migrate.appinfo import AppInfo
+from migrate.batch import Taken
+from migrate.decoding import Envelope
 
 DELAYED_LEVELS = 28
 DELAYED_QUEUES = tuple(f"celery_delayed_{level}" for level in range(DELAYED_LEVELS - 1, -1, -1))

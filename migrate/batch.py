@@ -29,12 +29,10 @@ import psycopg
 from celery_compat.db import message_jobs
 from celery_compat.message_row import CeleryMessage
 from celery_compat.send_keys import identity_key
-from ujobs_bridge.ids import new_job_ids
-
-from . import quarantine
-from .appinfo import AppInfo
-from .db import ledger
-from .decoding import (
+from migrate import quarantine
+from migrate.appinfo import AppInfo
+from migrate.db import ledger
+from migrate.decoding import (
     CHORD_UNRECOVERABLE,
     DB_REJECTED,
     DUPLICATE_CONFLICT,
@@ -45,7 +43,8 @@ from .decoding import (
     deserialize,
     redis_envelope,
 )
-from .protocol import Decoded, to_message
+from migrate.protocol import Decoded, to_message
+from ujobs_bridge.ids import new_job_ids
 
 Conn = psycopg.Connection[Any]
 

@@ -21,13 +21,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from migrate import quarantine as store
+from migrate import redacted
+from migrate.defaults import DEFAULT_MAX_BYTES
 from ujobs_bridge.dashboard.panels import JobSection, Site
 from ujobs_bridge.records import JobRecord
 from ujobs_bridge.redaction import redact_text
-
-from . import quarantine as store
-from . import redacted
-from .defaults import DEFAULT_MAX_BYTES
 
 PREVIEW_BYTES = 4096
 HEX_BYTES = 512
@@ -106,10 +105,9 @@ class QuarantinePanel:
 def _retry(site: Site, entry_id: int) -> str:
     """Decode again with the ``-A`` app's accepted serializers (never pickle)."""
     from celery_compat.cli import app_for_command
-
-    from .appinfo import AppInfo
-    from .batch import Context, retry_entry
-    from .decoding import Accept
+    from migrate.appinfo import AppInfo
+    from migrate.batch import Context, retry_entry
+    from migrate.decoding import Accept
 
     if site.config.app_spec is None:
         return "start the dashboard with -A (the Celery app) to retry"

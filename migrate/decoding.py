@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .defaults import DEFAULT_MAX_BYTES
+from migrate.defaults import DEFAULT_MAX_BYTES
 
 # Reason codes stored with a quarantined message (and counted in the report).
 MALFORMED = "malformed"  # not valid JSON/msgpack/YAML, bad base64, or not a Celery message shape

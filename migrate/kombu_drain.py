@@ -21,9 +21,9 @@ from typing import Any
 from kombu.connection import Connection as _Connection
 from kombu.entity import Queue as _Queue
 
-from .appinfo import AppInfo
-from .batch import Taken
-from .quarantine import json_safe
+from migrate.appinfo import AppInfo
+from migrate.batch import Taken
+from migrate.quarantine import json_safe
 
 # Transports whose unacked messages survive the drainer's death (the broker keeps them).
 Connection: Any = _Connection  # kombu is untyped here

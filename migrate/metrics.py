@@ -17,9 +17,8 @@ import psycopg
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from migrate.db import quarantine_entries
 from ujobs_bridge.metrics import REGISTRY
-
-from .db import quarantine_entries
 
 MESSAGES = Counter(
     "ujobs_migrate_messages",

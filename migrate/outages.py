@@ -40,7 +40,7 @@ from ujobs_bridge.dsn import mask_dsn, scrub
 from ujobs_bridge.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from .runner import Source
+    from migrate.runner import Source
 
 log = logging.getLogger("migrate.drain")
 

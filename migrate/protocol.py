@@ -26,10 +26,9 @@ from uuid import UUID
 from kombu.exceptions import EncodeError
 
 from celery_compat.message_row import CeleryMessage, encode_input, parse_instant
+from migrate.appinfo import AppInfo
+from migrate.decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
 from ujobs_bridge.ids import new_job_id
-
-from .appinfo import AppInfo
-from .decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
 
 REDIS_MAX_PRIORITY = 9
 # Transport plumbing, not task headers: dropped from the row.

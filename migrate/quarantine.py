@@ -25,9 +25,9 @@ from uuid import UUID
 
 import psycopg
 
-from .db import quarantine_entries as rows
-from .db.quarantine_entries import Entry, Stored
-from .decoding import Poison
+from migrate.db import quarantine_entries as rows
+from migrate.db.quarantine_entries import Entry, Stored
+from migrate.decoding import Poison
 
 __all__ = [
     "Entry",

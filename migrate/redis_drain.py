@@ -34,8 +34,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .appinfo import PIDBOX_SUFFIXES, AppInfo
-from .batch import Taken
+from migrate.appinfo import PIDBOX_SUFFIXES, AppInfo
+from migrate.batch import Taken
 
 DEFAULT_SEP = "\x06\x16"
 DEFAULT_STEPS = (0, 3, 6, 9)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # rich is imported when a table or a bar is made: --json uses
     from rich.progress import Progress, TaskID
     from rich.table import Table
 
-from .batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
-from .quarantine import storable_text
+from migrate.batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
+from migrate.quarantine import storable_text
 
 OUTCOMES = (MOVED, EXPIRED, DUPLICATE, QUARANTINED, QUARANTINE_SEEN)
 

@@ -34,13 +34,9 @@ import psycopg
 from psycopg.types.array import ListBinaryDumper
 from psycopg.types.string import StrBinaryDumper
 
-from ujobs_bridge.dsn import mask_dsn
-from ujobs_bridge.faults import fault
-from ujobs_bridge.service import Service
-
-from . import metrics
-from .appinfo import AppInfo
-from .batch import (
+from migrate import metrics
+from migrate.appinfo import AppInfo
+from migrate.batch import (
     DUPLICATE,
     MOVED,
     QUARANTINE_SEEN,
@@ -53,9 +49,12 @@ from .batch import (
     commit_prepared,
     prepare,
 )
-from .defaults import DEFAULT_BATCH, DEFAULT_POLL_S
-from .outages import RideThrough, outage_of
-from .report import Stats
+from migrate.defaults import DEFAULT_BATCH, DEFAULT_POLL_S
+from migrate.outages import RideThrough, outage_of
+from migrate.report import Stats
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.faults import fault
+from ujobs_bridge.service import Service
 
 log = logging.getLogger("migrate.drain")
 
@@ -124,7 +123,7 @@ def broker_kind(url: str) -> str:
 def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
     kind = broker_kind(url)
     if kind == "redis":
-        from .redis_drain import RedisSource
+        from migrate.redis_drain import RedisSource
 
         queues = None if options.all_queues else (options.queues or list(app.queues))
         return RedisSource(
@@ -132,10 +131,10 @@ def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
         )
     queues = options.queues if options.queues and not options.all_queues else None
     if kind == "amqp":
-        from .amqp_drain import AmqpSource
+        from migrate.amqp_drain import AmqpSource
 
         if options.all_queues:  # AMQP cannot list queues: the management API can
-            from .amqp_queues import discover_queues
+            from migrate.amqp_queues import discover_queues
 
             queues = discover_queues(url, options.management_url)
         # Prefetch four batches: one committing, one being decoded, and the next ones arriving
@@ -143,7 +142,7 @@ def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
         # wait for each ack before it sends more).
         url = url.replace("pyamqp://", "amqp://", 1)
         return AmqpSource(url, app, queues, prefetch=PREFETCH_BATCHES * options.batch)
-    from .kombu_drain import KombuSource
+    from migrate.kombu_drain import KombuSource
 
     return KombuSource(url, app, queues)
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .job import EnqueueRequest, JobCall, JobDefinition, job
-from .purge import PurgeTarget, purge, register_targets
+from ujobs_bridge.job import EnqueueRequest, JobCall, JobDefinition, job
+from ujobs_bridge.purge import PurgeTarget, purge, register_targets
 
 if TYPE_CHECKING:
-    from .client import Client, connect, default_client, set_default_client
-    from .clock import Clock, FrozenClock, SystemClock
-    from .context import JobContext, current_job
-    from .errors import (
+    from ujobs_bridge.client import Client, connect, default_client, set_default_client
+    from ujobs_bridge.clock import Clock, FrozenClock, SystemClock
+    from ujobs_bridge.context import JobContext, current_job
+    from ujobs_bridge.errors import (
         AttemptAborted,
         ConfigError,
         ErrorCode,
@@ -35,67 +35,67 @@ if TYPE_CHECKING:
         StepSuspended,
         UjobsError,
     )
-    from .events import EventSent, send_event
-    from .outbox.relay import OutboxRelay
-    from .outbox.staging import Staged, stage
-    from .outcomes import Cancel, Discard, Snooze
-    from .records import JobRecord, JobRef, JobState
-    from .retry import RetryPolicy
-    from .scheduling.scheduler import Scheduler
-    from .scheduling.task import Occurrence, PeriodicTask, task
-    from .steps import step
-    from .worker.config import WorkerConfig
-    from .worker.loop import Worker
+    from ujobs_bridge.events import EventSent, send_event
+    from ujobs_bridge.outbox.relay import OutboxRelay
+    from ujobs_bridge.outbox.staging import Staged, stage
+    from ujobs_bridge.outcomes import Cancel, Discard, Snooze
+    from ujobs_bridge.records import JobRecord, JobRef, JobState
+    from ujobs_bridge.retry import RetryPolicy
+    from ujobs_bridge.scheduling.scheduler import Scheduler
+    from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task
+    from ujobs_bridge.steps import step
+    from ujobs_bridge.worker.config import WorkerConfig
+    from ujobs_bridge.worker.loop import Worker
 
 
 def _module(home: str) -> Any:
     """The submodule ``home``: static imports, so no module is ever named by data."""
     if home == "client":
-        from . import client
+        from ujobs_bridge import client
 
         return client
     if home == "clock":
-        from . import clock
+        from ujobs_bridge import clock
 
         return clock
     if home == "context":
-        from . import context
+        from ujobs_bridge import context
 
         return context
     if home == "errors":
-        from . import errors
+        from ujobs_bridge import errors
 
         return errors
     if home == "events":
-        from . import events
+        from ujobs_bridge import events
 
         return events
     if home == "outcomes":
-        from . import outcomes
+        from ujobs_bridge import outcomes
 
         return outcomes
     if home == "records":
-        from . import records
+        from ujobs_bridge import records
 
         return records
     if home == "retry":
-        from . import retry
+        from ujobs_bridge import retry
 
         return retry
     if home == "steps":
-        from . import steps
+        from ujobs_bridge import steps
 
         return steps
     if home == "scheduling":
-        from . import scheduling
+        from ujobs_bridge import scheduling
 
         return scheduling
     if home == "worker":
-        from . import worker
+        from ujobs_bridge import worker
 
         return worker
     if home == "outbox":
-        from . import outbox
+        from ujobs_bridge import outbox
 
         return outbox
     raise AssertionError(home)

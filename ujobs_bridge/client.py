@@ -20,14 +20,14 @@ from typing import Any
 
 import psycopg
 
-from .clock import SYSTEM_CLOCK, Clock
-from .db import connections
-from .db import enqueue as enqueue_db
-from .db.enqueue import EnqueueSpec
-from .dsn import ResolvedDatabase, resolve
-from .job import specs_of
-from .records import JobRef
-from .schema_access import ensure_schema
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import connections
+from ujobs_bridge.db import enqueue as enqueue_db
+from ujobs_bridge.db.enqueue import EnqueueSpec
+from ujobs_bridge.dsn import ResolvedDatabase, resolve
+from ujobs_bridge.job import specs_of
+from ujobs_bridge.records import JobRef
+from ujobs_bridge.schema_access import ensure_schema
 
 CLIENT_ROLE = connections.Role("client")
 

@@ -20,8 +20,8 @@ from uuid import UUID
 
 import psycopg
 
-from .clock import SYSTEM_CLOCK, Clock
-from .errors import AttemptAborted, ErrorCode
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.errors import AttemptAborted, ErrorCode
 
 
 @dataclass(slots=True)

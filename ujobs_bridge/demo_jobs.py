@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .context import current_job
-from .job import job
+from ujobs_bridge.context import current_job
+from ujobs_bridge.job import job
 
 DEMO_QUEUE = "demo"  # the declared queue; the demo enqueues into a queue unique to each run
 BACKOFF_S = 0.05

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from .errors import ConfigError, ErrorCode
+from ujobs_bridge.errors import ConfigError, ErrorCode
 
 ENV_DATABASE_URL = "UJOBS_DATABASE_URL"
 MASK = "****"
@@ -145,7 +145,7 @@ def resolve(
         return ResolvedDatabase(
             config_dsn, "config", f"database: {mask_dsn(config_dsn)} (app config)"
         )
-    from .embedded import ensure_embedded
+    from ujobs_bridge.embedded import ensure_embedded
 
     started = ensure_embedded()
     verb = "started" if started.started else "reused"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import platformdirs
 
-from .db import connections, session
-from .errors import ErrorCode, UjobsError
+from ujobs_bridge.db import connections, session
+from ujobs_bridge.errors import ErrorCode, UjobsError
 
 ENV_HOME = "UJOBS_HOME"
 DATABASE_NAME = "ujobs"

@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 
-from .client import Client, default_client
-from .db import steps as store
-from .errors import ConfigError
-from .payload import dumps
-from .validation import NAME_PATTERN
+from ujobs_bridge.client import Client, default_client
+from ujobs_bridge.db import steps as store
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.payload import dumps
+from ujobs_bridge.validation import NAME_PATTERN
 
 
 @dataclass(frozen=True, slots=True)

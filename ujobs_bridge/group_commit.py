@@ -37,9 +37,9 @@ from uuid import UUID
 
 import psycopg
 
-from .db import steps as store
-from .db.connections import transient
-from .db.steps import StepResult
+from ujobs_bridge.db import steps as store
+from ujobs_bridge.db.connections import transient
+from ujobs_bridge.db.steps import StepResult
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 

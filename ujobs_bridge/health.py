@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from .clock import SYSTEM_CLOCK, Clock
-from .db import connections, observe, schema, session
-from .errors import SchemaError
-from .metrics_db import live_workers
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import connections, observe, schema, session
+from ujobs_bridge.errors import SchemaError
+from ujobs_bridge.metrics_db import live_workers
 
 HEALTH_ROLE = connections.Role("health")
 

@@ -16,20 +16,20 @@ from uuid import UUID
 
 import psycopg
 
-from . import plugins
-from .clock import SYSTEM_CLOCK, Clock
-from .db import bulk, connections, observe
-from .db import job_reads as reads_db
-from .db import nodes as node_store
-from .db import steering as steering_db
-from .db import steps as step_store
-from .db import unclaimed as unclaimed_db
-from .db.nodes import NodeRecord
-from .db.observe import AttemptRow
-from .db.steps import StepRecord
-from .errors import ConfigError, JobNotFoundError, JobStateError
-from .records import LIVE_STATES, JobRecord, JobState, QueueStat
-from .redaction import redact
+from ujobs_bridge import plugins
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import bulk, connections, observe
+from ujobs_bridge.db import job_reads as reads_db
+from ujobs_bridge.db import nodes as node_store
+from ujobs_bridge.db import steering as steering_db
+from ujobs_bridge.db import steps as step_store
+from ujobs_bridge.db import unclaimed as unclaimed_db
+from ujobs_bridge.db.nodes import NodeRecord
+from ujobs_bridge.db.observe import AttemptRow
+from ujobs_bridge.db.steps import StepRecord
+from ujobs_bridge.errors import ConfigError, JobNotFoundError, JobStateError
+from ujobs_bridge.records import LIVE_STATES, JobRecord, JobState, QueueStat
+from ujobs_bridge.redaction import redact
 
 INTROSPECT_ROLE = connections.Role("introspect")
 

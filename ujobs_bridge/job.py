@@ -27,23 +27,28 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
 
-from . import tracing, validation
-from .db import enqueue as enqueue_db
-from .db.enqueue import EnqueueSpec
-from .errors import ConfigError, ErrorCode
-from .ids import new_job_id, new_job_ids
-from .payload import encode_input
-from .records import JobRef
-from .retry import DEFAULT_BACKOFF_BASE_S, DEFAULT_BACKOFF_CAP_S, DEFAULT_MAX_ATTEMPTS, RetryPolicy
+from ujobs_bridge import tracing, validation
+from ujobs_bridge.db import enqueue as enqueue_db
+from ujobs_bridge.db.enqueue import EnqueueSpec
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.ids import new_job_id, new_job_ids
+from ujobs_bridge.payload import encode_input
+from ujobs_bridge.records import JobRef
+from ujobs_bridge.retry import (
+    DEFAULT_BACKOFF_BASE_S,
+    DEFAULT_BACKOFF_CAP_S,
+    DEFAULT_MAX_ATTEMPTS,
+    RetryPolicy,
+)
 
 if TYPE_CHECKING:
     from uuid import UUID
 
-    from .client import Client
+    from ujobs_bridge.client import Client
 
 
 def default_client() -> Client:
-    from .client import default_client as make
+    from ujobs_bridge.client import default_client as make
 
     return make()
 

@@ -26,15 +26,15 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from . import plugins
-from .errors import ConfigError, ErrorCode
-from .job import JobDefinition
+from ujobs_bridge import plugins
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.job import JobDefinition
 
 if TYPE_CHECKING:
-    from .scheduling.task import PeriodicTask
-    from .worker.control import Handler
-    from .worker.listener import ExtraChannel
-    from .worker.loop import Worker
+    from ujobs_bridge.scheduling.task import PeriodicTask
+    from ujobs_bridge.worker.control import Handler
+    from ujobs_bridge.worker.listener import ExtraChannel
+    from ujobs_bridge.worker.loop import Worker
 
 Registry = Mapping[str, JobDefinition[Any, Any]]
 
@@ -100,7 +100,7 @@ def load_target(spec: str) -> Any:
 
 def builtin() -> list[JobDefinition[Any, Any]]:
     """Jobs every worker can run: the retention sweep."""
-    from .purge import purge
+    from ujobs_bridge.purge import purge
 
     return [purge]
 
@@ -143,7 +143,7 @@ class LoadedApp:
 
     def periodic_tasks(self) -> dict[str, PeriodicTask]:
         """What ``scheduler -A`` fires and ``tasks ls -A`` shows."""
-        from .scheduling.task import tasks_from_module
+        from ujobs_bridge.scheduling.task import tasks_from_module
 
         if not isinstance(self.target, ModuleType):
             raise ConfigError(

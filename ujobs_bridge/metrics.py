@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .records import ClaimedJob
+from ujobs_bridge.records import ClaimedJob
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

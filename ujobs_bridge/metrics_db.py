@@ -23,9 +23,9 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import plugins
-from .clock import SYSTEM_CLOCK, Clock
-from .db import connections, nodes, observe
+from ujobs_bridge import plugins
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import connections, nodes, observe
 
 log = logging.getLogger("ujobs.metrics")
 METRICS_ROLE = connections.Role("metrics")

@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from .service import Service
+from ujobs_bridge.service import Service
 
 log = logging.getLogger("ujobs.metrics")
 

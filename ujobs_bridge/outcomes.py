@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from . import validation
+from ujobs_bridge import validation
 
 
 class Outcome(BaseException):

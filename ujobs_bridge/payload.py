@@ -21,7 +21,7 @@ import json
 import math
 from typing import Any
 
-from .errors import ErrorCode, PayloadError
+from ujobs_bridge.errors import ErrorCode, PayloadError
 
 MAX_DEPTH = 64  # levels of list/dict nesting a job input may have
 

@@ -29,15 +29,15 @@ from typing import Any
 
 import psycopg
 
-from . import plugins, validation
-from .clock import Clock
-from .context import current_job
-from .db import retention, session
-from .db.retention import PurgeBatch
-from .errors import ConfigError, ErrorCode
-from .faults import fault
-from .job import job
-from .steps import step
+from ujobs_bridge import plugins, validation
+from ujobs_bridge.clock import Clock
+from ujobs_bridge.context import current_job
+from ujobs_bridge.db import retention, session
+from ujobs_bridge.db.retention import PurgeBatch
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.faults import fault
+from ujobs_bridge.job import job
+from ujobs_bridge.steps import step
 
 DEFAULT_OLDER_THAN_S = 7 * 24 * 3600.0
 PURGE_TASK_CRON = "17 * * * *"  # hourly, off the top of the hour

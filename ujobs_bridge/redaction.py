@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from .dsn import mask_dsn
+from ujobs_bridge.dsn import mask_dsn
 
 # "key" is broad on purpose (api_key, private_key, key); a message's routing key is not a secret.
 SECRET_KEY = re.compile(r"pass|secret|token|(?<!routing_)key|authorization|cookie", re.IGNORECASE)

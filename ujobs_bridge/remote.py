@@ -25,10 +25,10 @@ from typing import Any
 
 import psycopg
 
-from .clock import SYSTEM_CLOCK, Clock
-from .db import mailbox, nodes
-from .db.connections import behind_pgbouncer
-from .errors import ConfigError
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import mailbox, nodes
+from ujobs_bridge.db.connections import behind_pgbouncer
+from ujobs_bridge.errors import ConfigError
 
 MIN_REQUEST_TTL_S = 10.0  # a request waits this long at least for a worker that polls
 

@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .errors import ConfigError
-from .validation import positive_int, seconds
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.validation import positive_int, seconds
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_BASE_S = 1.0

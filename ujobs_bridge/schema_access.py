@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from .db import schema
-from .dsn import ResolvedDatabase
+from ujobs_bridge.db import schema
+from ujobs_bridge.dsn import ResolvedDatabase
 
 AUTO_UPGRADE_ENV = "UJOBS_AUTO_UPGRADE"
 _TRUE = {"1", "true", "yes", "on"}

@@ -25,14 +25,14 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from . import validation
-from .clock import Clock
-from .context import AttemptSignal
-from .db import steps as store
-from .db.connections import retrying, transient
-from .db.steps import Lease, StepRecord, StepResult
-from .error_text import error_text
-from .errors import (
+from ujobs_bridge import validation
+from ujobs_bridge.clock import Clock
+from ujobs_bridge.context import AttemptSignal
+from ujobs_bridge.db import steps as store
+from ujobs_bridge.db.connections import retrying, transient
+from ujobs_bridge.db.steps import Lease, StepRecord, StepResult
+from ujobs_bridge.error_text import error_text
+from ujobs_bridge.errors import (
     AttemptAborted,
     ConfigError,
     DatabaseUnavailableError,
@@ -41,9 +41,9 @@ from .errors import (
     StepError,
     StepSuspended,
 )
-from .group_commit import GroupCommit
-from .payload import dumps
-from .validation import NAME_PATTERN
+from ujobs_bridge.group_commit import GroupCommit
+from ujobs_bridge.payload import dumps
+from ujobs_bridge.validation import NAME_PATTERN
 
 T = TypeVar("T")
 

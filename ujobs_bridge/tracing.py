@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .records import ClaimedJob
+from ujobs_bridge.records import ClaimedJob
 
 try:  # optional: the `tracing` extra
     from opentelemetry import context as otel_context

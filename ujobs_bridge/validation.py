@@ -13,7 +13,7 @@ import math
 import re
 from datetime import timedelta
 
-from .errors import ConfigError, ErrorCode
+from ujobs_bridge.errors import ConfigError, ErrorCode
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,48}$")
 JOB_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.:\-<>]{1,200}$")

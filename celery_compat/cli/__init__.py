@@ -13,10 +13,9 @@ from typing import Any
 
 import click
 
+from celery_compat.loading import app_of, not_found
 from ujobs_bridge import loading
 from ujobs_bridge.errors import ConfigError
-
-from ..loading import app_of, not_found
 
 
 def app_for_command(spec: str) -> Any:

@@ -19,11 +19,10 @@ from typing import Any
 import click
 from rich.table import Table
 
+from celery_compat.cli import app_for_command
 from ujobs_bridge.cli.options import json_option, print_json
 from ujobs_bridge.cli.output import cell, console
 from ujobs_bridge.errors import ConfigError
-
-from . import app_for_command
 
 
 @click.group()

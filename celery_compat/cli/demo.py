@@ -26,13 +26,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from celery_compat.cli.demo_app_worker import app_worker, row_states
 from ujobs_bridge.cli import demo_tables
 from ujobs_bridge.dsn import ResolvedDatabase
 from ujobs_bridge.introspect import Introspector
 from ujobs_bridge.records import JobRecord
 from ujobs_bridge.scheduling.scheduler import Scheduler
-
-from .demo_app_worker import app_worker, row_states
 
 CHAIN_CODE = "(add.s(2, 3) | mul.s(10) | add.s(7))()"
 CHAIN_EXPECTED = 57

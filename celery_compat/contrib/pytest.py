@@ -190,7 +190,7 @@ def _worker(
     pool: str,
     parameters: Mapping[str, Any],
 ) -> Iterator[Any]:
-    from .testing.worker import start_worker
+    from celery_compat.contrib.testing.worker import start_worker
 
     for module in includes:
         app.loader.import_task_module(module)

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from . import q
+from celery_compat.db import q
 
 Conn = psycopg.Connection[Any]
 

@@ -25,12 +25,11 @@ from uuid import UUID
 
 import psycopg
 
+from celery_compat.db import q
+from celery_compat.message_row import CeleryMessage
+from celery_compat.send_keys import NO_SENDER, SendKey
 from ujobs_bridge.db import arrays
 from ujobs_bridge.db.direct import DirectStatement
-
-from ..message_row import CeleryMessage
-from ..send_keys import NO_SENDER, SendKey
-from . import q
 
 Conn = psycopg.Connection[Any]
 

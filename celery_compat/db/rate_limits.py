@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from . import q
+from celery_compat.db import q
 
 
 @dataclass(frozen=True, slots=True)

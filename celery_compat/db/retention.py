@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from . import q
+from celery_compat.db import q
 
 
 def purge_celery(conn: psycopg.Connection[Any], cutoff: datetime) -> int:

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import psycopg
 
-from . import q
+from celery_compat.db import q
 
 Conn = psycopg.Connection[Any]
 

@@ -25,6 +25,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from migrate.cli.failure import check_broker_url, infrastructure_error, open_broker
+from migrate.cli.quarantine import quarantine
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
 from ujobs_bridge import logs
 from ujobs_bridge.cli.options import (
@@ -38,9 +40,6 @@ from ujobs_bridge.cli.options import (
     print_json,
 )
 from ujobs_bridge.cli.output import console
-
-from .failure import check_broker_url, infrastructure_error, open_broker
-from .quarantine import quarantine
 
 if TYPE_CHECKING:
     from migrate.appinfo import AppInfo

@@ -19,8 +19,7 @@ from typing import Any
 import psycopg
 
 from celery_compat.message_row import from_input
-
-from . import q
+from migrate.db import q
 
 
 @dataclass(frozen=True, slots=True)

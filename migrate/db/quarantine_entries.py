@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from . import q
+from migrate.db import q
 
 Conn = psycopg.Connection[Any]
 

@@ -21,9 +21,9 @@ from typing import Any
 import click
 import psycopg
 
-from .. import plugins
-from ..dsn import mask_dsn
-from ..errors import DatabaseUnavailableError, SchemaError, UjobsError
+from ujobs_bridge import plugins
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.errors import DatabaseUnavailableError, SchemaError, UjobsError
 
 # Each command's module is imported only when that command runs (or --help lists them): a
 # `worker` never pays for the demo's or a plugin's imports, and a broken optional command cannot
@@ -36,47 +36,47 @@ ENGINE_COMMANDS = (
 
 def _load(name: str) -> click.Command | None:
     if name == "db":
-        from .db import db
+        from ujobs_bridge.cli.db import db
 
         return db
     if name == "worker":
-        from .worker import worker
+        from ujobs_bridge.cli.worker import worker
 
         return worker
     if name == "jobs":
-        from .jobs import jobs
+        from ujobs_bridge.cli.jobs import jobs
 
         return jobs
     if name == "demo":
-        from .demo import demo
+        from ujobs_bridge.cli.demo import demo
 
         return demo
     if name == "events":
-        from .events import events
+        from ujobs_bridge.cli.events import events
 
         return events
     if name == "purge":
-        from .purge import purge
+        from ujobs_bridge.cli.purge import purge
 
         return purge
     if name == "outbox":
-        from .outbox import outbox
+        from ujobs_bridge.cli.outbox import outbox
 
         return outbox
     if name == "dashboard":
-        from .dashboard import dashboard
+        from ujobs_bridge.cli.dashboard import dashboard
 
         return dashboard
     if name == "health":
-        from .health import health
+        from ujobs_bridge.cli.health import health
 
         return health
     if name == "embedded":
-        from .embedded import embedded
+        from ujobs_bridge.cli.embedded import embedded
 
         return embedded
     if name in ("scheduler", "tasks"):
-        from .scheduler import scheduler, tasks
+        from ujobs_bridge.cli.scheduler import scheduler, tasks
 
         return scheduler if name == "scheduler" else tasks
     return _load_plugin(name)

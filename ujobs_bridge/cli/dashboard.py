@@ -15,9 +15,9 @@ import os
 
 import click
 
-from .. import logs
-from ..logs import LogFormat
-from .options import APP, app_database, dsn_option, log_format_option
+from ujobs_bridge import logs
+from ujobs_bridge.cli.options import APP, app_database, dsn_option, log_format_option
+from ujobs_bridge.logs import LogFormat
 
 TOKEN_ENV = "UJOBS_DASHBOARD_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 
@@ -68,7 +68,7 @@ def dashboard(
     try:
         import uvicorn
 
-        from ..dashboard import DashboardConfig, create_app
+        from ujobs_bridge.dashboard import DashboardConfig, create_app
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs its extra ({exc.name}): pip install 'ujobs-bridge[dashboard]'"
@@ -89,7 +89,7 @@ def dashboard(
     resolved = app_database(app_spec, dsn)
     tasks = {}
     if app_spec is not None:
-        from .scheduler import load_tasks, resolve_app
+        from ujobs_bridge.cli.scheduler import load_tasks, resolve_app
 
         tasks = load_tasks(resolve_app(app_spec), with_purge=True)
     config = DashboardConfig(

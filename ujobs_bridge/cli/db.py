@@ -12,9 +12,9 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from ..db import connections, schema
-from .options import CLI_ROLE, database, dsn_option, json_option, print_json
-from .output import console
+from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.output import console
+from ujobs_bridge.db import connections, schema
 
 
 @click.group()

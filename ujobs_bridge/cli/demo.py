@@ -33,14 +33,14 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from .. import plugins, validation
-from ..db import schema
-from ..dsn import ResolvedDatabase
-from ..embedded import ENV_HOME
-from ..errors import ConfigError
-from ..worker.config import WorkerConfig
-from . import engine_demo
-from .options import database, dsn_option, json_option, print_json
+from ujobs_bridge import plugins, validation
+from ujobs_bridge.cli import engine_demo
+from ujobs_bridge.cli.options import database, dsn_option, json_option, print_json
+from ujobs_bridge.db import schema
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.embedded import ENV_HOME
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.worker.config import WorkerConfig
 
 DEFAULT_JOBS = 3000
 MAX_JOBS = 100_000

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import click
 
-from ..embedded import EmbeddedStatus, embedded_status, stop_embedded
-from .options import json_option, print_json
+from ujobs_bridge.cli.options import json_option, print_json
+from ujobs_bridge.embedded import EmbeddedStatus, embedded_status, stop_embedded
 
 
 def _json(s: EmbeddedStatus) -> dict[str, object]:

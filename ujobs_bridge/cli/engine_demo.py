@@ -36,15 +36,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from .. import demo_jobs, loading
-from ..client import Client
-from ..dsn import ResolvedDatabase
-from ..introspect import Introspector
-from ..job import EnqueueRequest
-from ..records import LIVE_STATES, JobRecord, JobState
-from ..worker.config import WorkerConfig
-from ..worker.loop import Worker
-from . import demo_tables
+from ujobs_bridge import demo_jobs, loading
+from ujobs_bridge.cli import demo_tables
+from ujobs_bridge.client import Client
+from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.introspect import Introspector
+from ujobs_bridge.job import EnqueueRequest
+from ujobs_bridge.records import LIVE_STATES, JobRecord, JobState
+from ujobs_bridge.worker.config import WorkerConfig
+from ujobs_bridge.worker.loop import Worker
 
 BATCH = 500
 STATE_ORDER = {"done": 0, "dead": 1, "cancelled": 2}

@@ -12,10 +12,10 @@ import json
 
 import click
 
-from ..client import Client
-from ..errors import ConfigError
-from ..events import send_event
-from .options import database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.options import database, dsn_option, json_option, print_json
+from ujobs_bridge.client import Client
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.events import send_event
 
 
 @click.group()

@@ -14,10 +14,10 @@ import sys
 
 import click
 
-from .. import validation
-from ..errors import ConfigError
-from ..health import check
-from .options import APP, app_database, dsn_option, json_option, print_json
+from ujobs_bridge import validation
+from ujobs_bridge.cli.options import APP, app_database, dsn_option, json_option, print_json
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.health import check
 
 
 @click.command()

@@ -16,15 +16,15 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from .. import validation
-from ..db.observe import AttemptRow
-from ..errors import ConfigError
-from ..introspect import Introspector, parse_state, step_json, suspended_reason
-from ..records import JobRecord
-from ..redaction import redact
-from . import jobs_steer
-from .options import APP, app_database, dsn_option, json_option, print_json
-from .output import cell, console, table
+from ujobs_bridge import validation
+from ujobs_bridge.cli import jobs_steer
+from ujobs_bridge.cli.options import APP, app_database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.output import cell, console, table
+from ujobs_bridge.db.observe import AttemptRow
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.introspect import Introspector, parse_state, step_json, suspended_reason
+from ujobs_bridge.records import JobRecord
+from ujobs_bridge.redaction import redact
 
 
 def _introspector(app_spec: str | None, dsn: str | None, as_json: bool) -> Introspector:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import click
 
-from .. import validation
-from ..db.bulk import CANCELLABLE, REQUEUEABLE, JobFilter
-from ..errors import ConfigError
-from ..introspect import Introspector, name_pattern, parse_state
-from .options import APP, app_database, dsn_option, json_option, print_json
+from ujobs_bridge import validation
+from ujobs_bridge.cli.options import APP, app_database, dsn_option, json_option, print_json
+from ujobs_bridge.db.bulk import CANCELLABLE, REQUEUEABLE, JobFilter
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.introspect import Introspector, name_pattern, parse_state
 
 PAST = {"cancel": "cancelled", "requeue": "requeued"}
 

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from ..db import connections
-from ..db.connections import Role
-from ..dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
+from ujobs_bridge.db import connections
+from ujobs_bridge.db.connections import Role
+from ujobs_bridge.dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,8 +99,8 @@ def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) 
     not already decide (importing it runs its code); one that holds nothing is refused."""
     config_dsn = None
     if app_spec is not None and not dsn:
-        from .. import loading
-        from ..errors import ConfigError
+        from ujobs_bridge import loading
+        from ujobs_bridge.errors import ConfigError
 
         try:
             app = loading.resolve(app_spec)
@@ -168,7 +168,7 @@ def database(
 def print_json(value: Any) -> None:
     """``value`` as JSON; datetimes as ISO 8601 wherever they are (``jobs ls`` and ``jobs stats``
     agree)."""
-    from .output import iso_default
+    from ujobs_bridge.cli.output import iso_default
 
     click.echo(json.dumps(value, indent=2, default=iso_default, ensure_ascii=False))
 

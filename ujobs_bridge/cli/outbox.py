@@ -17,13 +17,13 @@ from types import FrameType
 
 import click
 
-from .. import logs
-from ..dsn import mask_dsn
-from ..errors import ConfigError
-from ..logs import LogFormat
-from ..outbox.relay import DEFAULT_BATCH, OutboxRelay
-from ..schema_access import ensure_schema
-from .options import database, dsn_option, log_format_option, pgbouncer_option
+from ujobs_bridge import logs
+from ujobs_bridge.cli.options import database, dsn_option, log_format_option, pgbouncer_option
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.logs import LogFormat
+from ujobs_bridge.outbox.relay import DEFAULT_BATCH, OutboxRelay
+from ujobs_bridge.schema_access import ensure_schema
 
 
 @click.group()
@@ -69,7 +69,7 @@ def relay(
     logs.setup(loglevel.upper(), log_format)
     resolved = database(dsn)
     if source_dsn:
-        from ..dsn import check_dsn
+        from ujobs_bridge.dsn import check_dsn
 
         check_dsn(source_dsn, "--source-dsn")
     try:

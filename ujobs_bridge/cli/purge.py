@@ -12,11 +12,11 @@ import re
 
 import click
 
-from ..clock import SYSTEM_CLOCK
-from ..db import connections
-from ..errors import ConfigError
-from ..purge import DEFAULT_OLDER_THAN_S, cutoff_for, run_pass
-from .options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.cli.options import CLI_ROLE, database, dsn_option, json_option, print_json
+from ujobs_bridge.clock import SYSTEM_CLOCK
+from ujobs_bridge.db import connections
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.purge import DEFAULT_OLDER_THAN_S, cutoff_for, run_pass
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

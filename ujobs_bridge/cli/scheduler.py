@@ -20,17 +20,8 @@ from types import FrameType
 
 import click
 
-from .. import health, loading, logs, metrics
-from ..db import connections
-from ..db.scheduling import last_fires, watermarks
-from ..errors import ConfigError
-from ..logs import LogFormat
-from ..metrics_http import MetricsServer
-from ..outbox.relay import OutboxRelay
-from ..scheduling.scheduler import DEFAULT_INTERVAL_S, DEFAULT_TTL_S, Scheduler, purge_task
-from ..scheduling.task import PeriodicTask
-from ..schema_access import ensure_schema
-from .options import (
+from ujobs_bridge import health, loading, logs, metrics
+from ujobs_bridge.cli.options import (
     CLI_ROLE,
     app_option,
     database,
@@ -41,7 +32,21 @@ from .options import (
     pgbouncer_option,
     print_json,
 )
-from .output import cell, console, table
+from ujobs_bridge.cli.output import cell, console, table
+from ujobs_bridge.db import connections
+from ujobs_bridge.db.scheduling import last_fires, watermarks
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.logs import LogFormat
+from ujobs_bridge.metrics_http import MetricsServer
+from ujobs_bridge.outbox.relay import OutboxRelay
+from ujobs_bridge.scheduling.scheduler import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_TTL_S,
+    Scheduler,
+    purge_task,
+)
+from ujobs_bridge.scheduling.task import PeriodicTask
+from ujobs_bridge.schema_access import ensure_schema
 
 
 def resolve_app(app_spec: str | None) -> loading.LoadedApp | None:

@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import click
 
-from .. import loading, validation
-from ..errors import ConfigError
-from ..logs import LogFormat
-from ..worker.config import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_LEASE_S,
-    DEFAULT_POLL_S,
-    DEFAULT_PREFETCH_MULTIPLIER,
-    DEFAULT_SHUTDOWN_TIMEOUT_S,
-)
-from . import worker_flags as flags
-from .options import (
+from ujobs_bridge import loading, validation
+from ujobs_bridge.cli import worker_flags as flags
+from ujobs_bridge.cli.options import (
     dsn_option,
     listen_dsn_option,
     log_format_option,
     metrics_options,
     pgbouncer_option,
 )
-from .worker_serve import WorkerFlags, serve
+from ujobs_bridge.cli.worker_serve import WorkerFlags, serve
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.logs import LogFormat
+from ujobs_bridge.worker.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LEASE_S,
+    DEFAULT_POLL_S,
+    DEFAULT_PREFETCH_MULTIPLIER,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+)
 
 
 def _queues(value: str | None) -> tuple[str, ...] | None:

@@ -21,10 +21,10 @@ import re
 import socket
 from collections.abc import Mapping
 
-from .. import logs
-from ..errors import ConfigError
-from ..logs import LogFormat
-from ..worker.config import DEFAULT_AUTOSCALE_KEEPALIVE_S
+from ujobs_bridge import logs
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.logs import LogFormat
+from ujobs_bridge.worker.config import DEFAULT_AUTOSCALE_KEEPALIVE_S
 
 LOG_LEVELS: Mapping[str, int] = {
     "DEBUG": logging.DEBUG,

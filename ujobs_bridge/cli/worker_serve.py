@@ -29,14 +29,16 @@ from typing import NoReturn
 
 import click
 
-from .. import health, loading, metrics
-from ..errors import ConfigError, ErrorCode
-from ..loading import LoadedApp
-from ..logs import LogFormat
-from ..metrics_http import MetricsServer
-from ..scheduling.scheduler import Scheduler
-from ..schema_access import ensure_schema
-from ..worker.config import (
+from ujobs_bridge import health, loading, metrics
+from ujobs_bridge.cli import worker_flags as flags
+from ujobs_bridge.cli.options import database
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.loading import LoadedApp
+from ujobs_bridge.logs import LogFormat
+from ujobs_bridge.metrics_http import MetricsServer
+from ujobs_bridge.scheduling.scheduler import Scheduler
+from ujobs_bridge.schema_access import ensure_schema
+from ujobs_bridge.worker.config import (
     DEFAULT_AUTOSCALE_KEEPALIVE_S,
     DEFAULT_CONCURRENCY,
     DEFAULT_LEASE_S,
@@ -45,9 +47,7 @@ from ..worker.config import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     WorkerConfig,
 )
-from ..worker.loop import Worker
-from . import worker_flags as flags
-from .options import database
+from ujobs_bridge.worker.loop import Worker
 
 log = logging.getLogger("ujobs.worker")
 
@@ -196,7 +196,7 @@ def embedded_scheduler(app: LoadedApp, dsn: str) -> Scheduler:
     """``-B``: the scheduler ``ujobs-bridge scheduler -A`` runs (the app's periodic tasks, a
     Celery app's ``beat_schedule``, the retention sweep), leader-elected with every other
     scheduler of the database, in this process. The outbox relay is not embedded."""
-    from .scheduler import load_tasks
+    from ujobs_bridge.cli.scheduler import load_tasks
 
     tasks = load_tasks(app, with_purge=True)
     try:

@@ -13,7 +13,7 @@ What it is not: a second engine. Every action calls what the CLI calls (``intros
 
 from __future__ import annotations
 
-from .app import create_app
-from .config import DashboardConfig
+from ujobs_bridge.dashboard.app import create_app
+from ujobs_bridge.dashboard.config import DashboardConfig
 
 __all__ = ["DashboardConfig", "create_app"]

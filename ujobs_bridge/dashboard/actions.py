@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..db import bulk
-from ..introspect import name_pattern
+from ujobs_bridge.db import bulk
+from ujobs_bridge.introspect import name_pattern
 
 if TYPE_CHECKING:
-    from .app import DashboardSite
+    from ujobs_bridge.dashboard.app import DashboardSite
 
 CANCEL_ERROR = "UJ_JOB_CANCELLED: cancelled from the dashboard"
 

@@ -29,12 +29,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.templating import Jinja2Templates
 
-from .. import health
-from ..db import connections
-from ..metrics_db import DatabaseCollector
-from . import actions, pages, security
-from .config import DashboardConfig
-from .panels import Panel, load_panels
+from ujobs_bridge import health
+from ujobs_bridge.dashboard import actions, pages, security
+from ujobs_bridge.dashboard.config import DashboardConfig
+from ujobs_bridge.dashboard.panels import Panel, load_panels
+from ujobs_bridge.db import connections
+from ujobs_bridge.metrics_db import DatabaseCollector
 
 DASHBOARD_ROLE = connections.Role("dashboard")
 TEMPLATES = Path(__file__).parent / "templates"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..scheduling.task import PeriodicTask
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.scheduling.task import PeriodicTask
 
 
 @dataclass(frozen=True)

@@ -18,19 +18,19 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import validation
-from ..db import job_reads as reads_db
-from ..db import nodes, observe
-from ..db import steps as step_db
-from ..errors import ConfigError
-from ..introspect import lookup_ids, name_pattern, parse_state, suspended_reason
-from ..records import JobRecord
-from ..redaction import REDACTED, redact
-from . import views
-from .panels import JobSection
+from ujobs_bridge import validation
+from ujobs_bridge.dashboard import views
+from ujobs_bridge.dashboard.panels import JobSection
+from ujobs_bridge.db import job_reads as reads_db
+from ujobs_bridge.db import nodes, observe
+from ujobs_bridge.db import steps as step_db
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.introspect import lookup_ids, name_pattern, parse_state, suspended_reason
+from ujobs_bridge.records import JobRecord
+from ujobs_bridge.redaction import REDACTED, redact
 
 if TYPE_CHECKING:
-    from .app import DashboardSite
+    from ujobs_bridge.dashboard.app import DashboardSite
 
 AUTO_REFRESH_S = 10
 

@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from .. import plugins
-from ..records import JobRecord
-from .config import DashboardConfig
+from ujobs_bridge import plugins
+from ujobs_bridge.dashboard.config import DashboardConfig
+from ujobs_bridge.records import JobRecord
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import hmac
 
 from starlette.requests import Request
 
-from .config import DashboardConfig
+from ujobs_bridge.dashboard.config import DashboardConfig
 
 CSRF_FIELD = "csrf_token"
 

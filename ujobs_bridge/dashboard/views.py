@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from ..db import observe
-from ..db import scheduling as sched_db
-from ..scheduling.leader import DEFAULT_GROUP
-from ..scheduling.task import PeriodicTask
+from ujobs_bridge.db import observe
+from ujobs_bridge.db import scheduling as sched_db
+from ujobs_bridge.scheduling.leader import DEFAULT_GROUP
+from ujobs_bridge.scheduling.task import PeriodicTask
 
 CHART_MINUTES = 60
 CHART_W, CHART_H = 610, 170

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import psycopg
 
-from .sql import q
+from ujobs_bridge.db.sql import q
 
 Conn = psycopg.Connection[Any]
 

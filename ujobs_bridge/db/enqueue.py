@@ -20,10 +20,10 @@ from uuid import UUID
 
 import psycopg
 
-from ..errors import JobStateError
-from ..records import JobRef
-from . import arrays
-from .sql import q
+from ujobs_bridge.db import arrays
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.errors import JobStateError
+from ujobs_bridge.records import JobRef
 
 Conn = psycopg.Connection[Any]
 

@@ -18,8 +18,8 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from ..records import JobRecord, JobState, QueueStat
-from .sql import q
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.records import JobRecord, JobState, QueueStat
 
 Conn = psycopg.Connection[Any]
 

@@ -24,8 +24,8 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import set_json_loads
 
-from ..records import ClaimedJob, JobState, Settlement
-from .sql import q
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
 
 Conn = psycopg.Connection[Any]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import psycopg
 
-from .enqueue import EnqueueSpec
-from .sql import q
+from ujobs_bridge.db.enqueue import EnqueueSpec
+from ujobs_bridge.db.sql import q
 
 Conn = psycopg.Connection[Any]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 
-from .sql import q
+from ujobs_bridge.db.sql import q
 
 Conn = psycopg.Connection[Any]
 

@@ -22,9 +22,9 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg import sql
 
-from ..errors import ErrorCode, SchemaError
-from . import connections
-from .sql import q
+from ujobs_bridge.db import connections
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.errors import ErrorCode, SchemaError
 
 # Migrations run in one transaction of their own; reading the applied versions needs none.
 MIGRATE_ROLE = connections.Role("schema", autocommit=False)

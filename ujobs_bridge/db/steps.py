@@ -18,8 +18,8 @@ from uuid import UUID
 
 import psycopg
 
-from ..faults import fault
-from .sql import q
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.faults import fault
 
 Conn = psycopg.Connection[Any]
 _text = json.JSONEncoder(ensure_ascii=False).encode

@@ -20,9 +20,9 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from ..records import ClaimedJob
-from .leases import _claimed
-from .sql import q
+from ujobs_bridge.db.leases import _claimed
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.records import ClaimedJob
 
 Conn = psycopg.Connection[Any]
 
@@ -85,7 +85,7 @@ def pgbouncer_clients(console_dsn: str) -> list[tuple[str, str]]:
     """``(database, application_name)`` of every client of the PgBouncer whose admin console is
     at ``console_dsn`` (its ``pgbouncer`` database; the console speaks the simple protocol only,
     hence a client-side cursor)."""
-    from .connections import Role, connect
+    from ujobs_bridge.db.connections import Role, connect
 
     with connect(console_dsn, Role("testing:pgbouncer")) as conn:
         cur = psycopg.ClientCursor(conn)

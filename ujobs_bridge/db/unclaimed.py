@@ -21,8 +21,8 @@ from uuid import UUID
 
 import psycopg
 
-from ..records import JobState
-from .sql import q
+from ujobs_bridge.db.sql import q
+from ujobs_bridge.records import JobState
 
 Conn = psycopg.Connection[Any]
 

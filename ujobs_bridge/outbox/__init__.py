@@ -10,7 +10,7 @@ What it is not: the worker; relayed rows are ordinary jobs.
 
 from __future__ import annotations
 
-from .relay import OutboxRelay
-from .staging import Staged, stage
+from ujobs_bridge.outbox.relay import OutboxRelay
+from ujobs_bridge.outbox.staging import Staged, stage
 
 __all__ = ["OutboxRelay", "Staged", "stage"]

@@ -26,14 +26,14 @@ from typing import Any
 
 import psycopg
 
-from .. import validation
-from ..clock import SYSTEM_CLOCK, Clock
-from ..db import connections
-from ..db import enqueue as enqueue_db
-from ..db import outbox as store
-from ..db.outbox import StagedRow
-from ..faults import fault
-from ..service import Service
+from ujobs_bridge import validation
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import connections
+from ujobs_bridge.db import enqueue as enqueue_db
+from ujobs_bridge.db import outbox as store
+from ujobs_bridge.db.outbox import StagedRow
+from ujobs_bridge.faults import fault
+from ujobs_bridge.service import Service
 
 log = logging.getLogger("ujobs.outbox")
 

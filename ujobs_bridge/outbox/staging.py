@@ -18,8 +18,8 @@ from uuid import UUID
 
 import psycopg
 
-from ..db import outbox as store
-from ..job import EnqueueRequest
+from ujobs_bridge.db import outbox as store
+from ujobs_bridge.job import EnqueueRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ What it is not: a worker. Scheduled tasks only enqueue jobs; workers run them.
 
 from __future__ import annotations
 
-from .scheduler import Scheduler
-from .task import Occurrence, PeriodicTask, task
+from ujobs_bridge.scheduling.scheduler import Scheduler
+from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task
 
 __all__ = ["Occurrence", "PeriodicTask", "Scheduler", "task"]

@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal, Protocol, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .. import validation
-from ..errors import ConfigError, ErrorCode, ScheduleError
+from ujobs_bridge import validation
+from ujobs_bridge.errors import ConfigError, ErrorCode, ScheduleError
 
 if TYPE_CHECKING:  # imported where a cron schedule is built: a worker that has none never pays
     from croniter import croniter  # for croniter and dateutil (a tenth of its start-up)

@@ -22,10 +22,10 @@ from typing import Any
 
 import psycopg
 
-from ..db import scheduling as store
-from ..db.connections import Reconnecting, Role
-from ..db.scheduling import LeaderInfo, LeaderTerm
-from ..faults import fault
+from ujobs_bridge.db import scheduling as store
+from ujobs_bridge.db.connections import Reconnecting, Role
+from ujobs_bridge.db.scheduling import LeaderInfo, LeaderTerm
+from ujobs_bridge.faults import fault
 
 log = logging.getLogger("ujobs.leader")
 

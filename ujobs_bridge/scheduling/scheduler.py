@@ -34,19 +34,19 @@ from typing import Any
 
 import psycopg
 
-from .. import metrics
-from ..clock import SYSTEM_CLOCK, Clock
-from ..db import enqueue as enqueue_db
-from ..db import scheduling as store
-from ..db import session
-from ..db.connections import Reconnecting, Role
-from ..db.scheduling import FireParams, watermarks
-from ..errors import ConfigError
-from ..faults import fault
-from ..service import Service
-from ..validation import seconds
-from .leader import DEFAULT_GROUP, PgLeaseLeader
-from .task import PeriodicTask, task
+from ujobs_bridge import metrics
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import enqueue as enqueue_db
+from ujobs_bridge.db import scheduling as store
+from ujobs_bridge.db import session
+from ujobs_bridge.db.connections import Reconnecting, Role
+from ujobs_bridge.db.scheduling import FireParams, watermarks
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.faults import fault
+from ujobs_bridge.scheduling.leader import DEFAULT_GROUP, PgLeaseLeader
+from ujobs_bridge.scheduling.task import PeriodicTask, task
+from ujobs_bridge.service import Service
+from ujobs_bridge.validation import seconds
 
 __all__ = ["Scheduler", "SchedulerCounts", "purge_task"]
 
@@ -58,7 +58,7 @@ DEFAULT_INTERVAL_S = 1.0
 
 def purge_task() -> PeriodicTask:
     """The built-in hourly retention sweep every scheduler fires."""
-    from ..purge import PURGE_TASK_CRON, purge
+    from ujobs_bridge.purge import PURGE_TASK_CRON, purge
 
     return task(
         "ujobs.purge.hourly",

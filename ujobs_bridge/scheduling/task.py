@@ -37,10 +37,10 @@ from typing import Any
 
 import psycopg
 
-from .. import validation
-from ..errors import ConfigError, ErrorCode
-from ..job import EnqueueRequest, JobDefinition
-from .cron import (
+from ujobs_bridge import validation
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.job import EnqueueRequest, JobDefinition
+from ujobs_bridge.scheduling.cron import (
     CATCH_UP_POLICIES,
     DEFAULT_ANCHOR,
     CatchUp,

@@ -21,18 +21,18 @@ Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
 
 from __future__ import annotations
 
-from .cluster import PrivateCluster
-from .database import (
+from ujobs_bridge.testing.cluster import PrivateCluster
+from ujobs_bridge.testing.database import (
     ADMIN_DSN_ENV,
     DEFAULT_ADMIN_DSN,
     TemporaryDatabase,
     admin_dsn_from_env,
     dsn_for,
 )
-from .enqueued import enqueued
-from .idle import run_until_idle
-from .perform import Performed, perform, perform_again
-from .pgbouncer import PgBouncer
+from ujobs_bridge.testing.enqueued import enqueued
+from ujobs_bridge.testing.idle import run_until_idle
+from ujobs_bridge.testing.perform import Performed, perform, perform_again
+from ujobs_bridge.testing.pgbouncer import PgBouncer
 
 __all__ = [
     "ADMIN_DSN_ENV",

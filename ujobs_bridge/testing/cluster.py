@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import DatabaseUnavailableError
+from ujobs_bridge.errors import DatabaseUnavailableError
 
 PG_ROOT = Path("/usr/lib/postgresql")
 SERVICE_USER = "ujobs-pg"

@@ -20,11 +20,11 @@ from types import TracebackType
 
 import psycopg
 
-from ..db import schema
-from ..db import testing as testing_db
-from ..db.connections import Role, connect
-from ..dsn import mask_dsn
-from ..errors import DatabaseUnavailableError
+from ujobs_bridge.db import schema
+from ujobs_bridge.db import testing as testing_db
+from ujobs_bridge.db.connections import Role, connect
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.errors import DatabaseUnavailableError
 
 ADMIN_DSN_ENV = "UJOBS_TEST_ADMIN_DSN"
 DEFAULT_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -17,11 +17,11 @@ from typing import Any
 
 import psycopg
 
-from ..client import Client
-from ..db import job_reads as reads_db
-from ..job import JobDefinition
-from ..payload import decode_input
-from ..records import JobRecord, JobState
+from ujobs_bridge.client import Client
+from ujobs_bridge.db import job_reads as reads_db
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.payload import decode_input
+from ujobs_bridge.records import JobRecord, JobState
 
 LIMIT = 10_000
 

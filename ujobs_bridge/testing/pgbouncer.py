@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import DatabaseUnavailableError
-from .cluster import PrivateCluster, free_port
+from ujobs_bridge.errors import DatabaseUnavailableError
+from ujobs_bridge.testing.cluster import PrivateCluster, free_port
 
 START_TIMEOUT_S = 30.0
 DEFAULT_POOL_SIZE = 20
@@ -154,7 +154,7 @@ class PgBouncer:
     def clients(self) -> list[tuple[str, str]]:
         """``(database, application_name)`` of each client connected now (``SHOW CLIENTS`` on
         the admin console), the console's own connection left out."""
-        from ..db import testing as testing_db
+        from ujobs_bridge.db import testing as testing_db
 
         return [
             c for c in testing_db.pgbouncer_clients(self.dsn("pgbouncer")) if c[0] != "pgbouncer"

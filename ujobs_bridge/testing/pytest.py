@@ -26,10 +26,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..client import Client, connect
-from ..clock import FrozenClock
-from ..errors import DatabaseUnavailableError
-from .database import TemporaryDatabase
+from ujobs_bridge.client import Client, connect
+from ujobs_bridge.clock import FrozenClock
+from ujobs_bridge.errors import DatabaseUnavailableError
+from ujobs_bridge.testing.database import TemporaryDatabase
 
 
 def in_ci() -> bool:

@@ -15,7 +15,7 @@ What it is not: the CLI (``ujobs_bridge.cli``) or the place jobs are declared (`
 
 from __future__ import annotations
 
-from .config import WorkerConfig
-from .loop import Worker
+from ujobs_bridge.worker.config import WorkerConfig
+from ujobs_bridge.worker.loop import Worker
 
 __all__ = ["Worker", "WorkerConfig"]

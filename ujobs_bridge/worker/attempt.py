@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import context, steps, tracing
-from ..context import AttemptSignal, JobContext
-from ..error_text import FormattedError, error_text
-from ..errors import (
+from ujobs_bridge import context, steps, tracing
+from ujobs_bridge.context import AttemptSignal, JobContext
+from ujobs_bridge.error_text import FormattedError, error_text
+from ujobs_bridge.errors import (
     AttemptAborted,
     DatabaseUnavailableError,
     ErrorCode,
@@ -37,11 +37,11 @@ from ..errors import (
     StepError,
     StepSuspended,
 )
-from ..job import JobDefinition
-from ..outcomes import Cancel, Discard, Outcome, Snooze
-from ..payload import decode_input, dumps
-from ..records import ClaimedJob, JobState, Settlement
-from ..steps import StepRunner
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.outcomes import Cancel, Discard, Outcome, Snooze
+from ujobs_bridge.payload import decode_input, dumps
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
+from ujobs_bridge.steps import StepRunner
 
 T = TypeVar("T")
 OUTAGE_DELAY_S = 1.0  # an attempt handed back for a database outage runs again after this

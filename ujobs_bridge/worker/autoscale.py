@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import validation
-from ..errors import ConfigError
-from ..service import Service
-from .config import MAX_CONCURRENCY
+from ujobs_bridge import validation
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.service import Service
+from ujobs_bridge.worker.config import MAX_CONCURRENCY
 
 if TYPE_CHECKING:
-    from .loop import Worker
+    from ujobs_bridge.worker.loop import Worker
 
 log = logging.getLogger("ujobs.worker")
 

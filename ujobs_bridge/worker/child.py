@@ -32,19 +32,19 @@ from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..clock import SYSTEM_CLOCK
-from ..context import AttemptSignal
-from ..db import connections
-from ..db.connections import Conn, Pool, Role
-from ..db.steps import Lease
-from ..error_text import error_text
-from ..errors import ErrorCode, PayloadError, StepError, StepSuspended
-from ..group_commit import GroupCommit
-from ..job import JobDefinition
-from ..outcomes import Cancel, Discard, Snooze
-from ..records import ClaimedJob
-from ..steps import StepRunner
-from .attempt import BodyResult, RemoteJobError, retries, run_body
+from ujobs_bridge.clock import SYSTEM_CLOCK
+from ujobs_bridge.context import AttemptSignal
+from ujobs_bridge.db import connections
+from ujobs_bridge.db.connections import Conn, Pool, Role
+from ujobs_bridge.db.steps import Lease
+from ujobs_bridge.error_text import error_text
+from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
+from ujobs_bridge.group_commit import GroupCommit
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge.records import ClaimedJob
+from ujobs_bridge.steps import StepRunner
+from ujobs_bridge.worker.attempt import BodyResult, RemoteJobError, retries, run_body
 
 # task name -> attribute -> value, as remote control set them in the parent (picklable)
 TaskSettings = dict[str, dict[str, Any]]
@@ -132,7 +132,7 @@ def child_init(
     """Load ``-A`` in this child through its loader, with the worker's default time ``limits``
     applied as in the parent, and bind the app to the parent's ``dsn`` (passed here, never
     through the environment); ``node``: the parent's node name."""
-    from .. import context, loading
+    from ujobs_bridge import context, loading
 
     if node:
         context.set_node_name(node)

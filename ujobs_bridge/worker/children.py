@@ -34,14 +34,14 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
-from ..error_text import error_text
-from ..errors import AttemptAborted, ErrorCode
-from .attempt import BodyResult, RemoteJobError
-from .child import TaskSettings, TimeLimits, body_result_from_child, child_main
-from .inflight import InFlight
+from ujobs_bridge.error_text import error_text
+from ujobs_bridge.errors import AttemptAborted, ErrorCode
+from ujobs_bridge.worker.attempt import BodyResult, RemoteJobError
+from ujobs_bridge.worker.child import TaskSettings, TimeLimits, body_result_from_child, child_main
+from ujobs_bridge.worker.inflight import InFlight
 
 if TYPE_CHECKING:
-    from .runtimes import Finished
+    from ujobs_bridge.worker.runtimes import Finished
 
 log = logging.getLogger("ujobs.worker")
 

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from ..db.connections import Backoff, transient
-from ..faults import fault
-from ..records import ClaimedJob
-from ..service import Service
-from . import fleet
-from .outcome_writes import write_isolating
+from ujobs_bridge.db.connections import Backoff, transient
+from ujobs_bridge.faults import fault
+from ujobs_bridge.records import ClaimedJob
+from ujobs_bridge.service import Service
+from ujobs_bridge.worker import fleet
+from ujobs_bridge.worker.outcome_writes import write_isolating
 
 if TYPE_CHECKING:
-    from .loop import Worker
+    from ujobs_bridge.worker.loop import Worker
 
 log = logging.getLogger("ujobs.worker")
 

@@ -27,17 +27,17 @@ from uuid import UUID
 
 import psycopg
 
-from .. import metrics
-from ..clock import Clock
-from ..db import claim_table, nodes, session
-from ..db import leases as leases_db
-from ..db import unclaimed as unclaimed_db
-from ..db.connections import Reconnecting, Role, behind_pgbouncer, transient
-from ..errors import ErrorCode
-from ..records import ClaimedJob, Settlement
-from . import fleet
-from .config import WorkerConfig
-from .outcome_batch import WorkerCounts
+from ujobs_bridge import metrics
+from ujobs_bridge.clock import Clock
+from ujobs_bridge.db import claim_table, nodes, session
+from ujobs_bridge.db import leases as leases_db
+from ujobs_bridge.db import unclaimed as unclaimed_db
+from ujobs_bridge.db.connections import Reconnecting, Role, behind_pgbouncer, transient
+from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.records import ClaimedJob, Settlement
+from ujobs_bridge.worker import fleet
+from ujobs_bridge.worker.config import WorkerConfig
+from ujobs_bridge.worker.outcome_batch import WorkerCounts
 
 log = logging.getLogger("ujobs.worker")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import validation
-from ..errors import ConfigError
+from ujobs_bridge import validation
+from ujobs_bridge.errors import ConfigError
 
 POOLS = ("threads", "processes")
 DEFAULT_CONCURRENCY = 8

@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import validation
-from ..errors import ConfigError
+from ujobs_bridge import validation
+from ujobs_bridge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .inflight import InFlight
-    from .loop import Worker
+    from ujobs_bridge.worker.inflight import InFlight
+    from ujobs_bridge.worker.loop import Worker
 
 log = logging.getLogger("ujobs.control")
 

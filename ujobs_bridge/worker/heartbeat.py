@@ -27,11 +27,11 @@ from uuid import UUID
 
 import psycopg
 
-from ..db import leases as leases_db
-from ..db.connections import Busy, Reconnecting
-from ..faults import fault
-from ..records import JobState
-from ..service import Service
+from ujobs_bridge.db import leases as leases_db
+from ujobs_bridge.db.connections import Busy, Reconnecting
+from ujobs_bridge.faults import fault
+from ujobs_bridge.records import JobState
+from ujobs_bridge.service import Service
 
 log = logging.getLogger("ujobs.heartbeat")
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from .. import metrics
-from ..context import AttemptSignal
-from ..job import JobDefinition
-from ..records import ClaimedJob, Settlement
-from . import job_log
-from .outcome_batch import OutcomeBatch
+from ujobs_bridge import metrics
+from ujobs_bridge.context import AttemptSignal
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.records import ClaimedJob, Settlement
+from ujobs_bridge.worker import job_log
+from ujobs_bridge.worker.outcome_batch import OutcomeBatch
 
 
 @dataclass(slots=True, eq=False)

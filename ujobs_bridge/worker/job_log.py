@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import ErrorCode
-from ..logs import job_fields
-from ..records import ClaimedJob, JobState, Settlement
+from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.logs import job_fields
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
 
 log = logging.getLogger("ujobs.job")
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import psycopg
 
-from ..db import connections, session
-from ..db.connections import Role
-from ..service import Service
+from ujobs_bridge.db import connections, session
+from ujobs_bridge.db.connections import Role
+from ujobs_bridge.service import Service
 
 log = logging.getLogger("ujobs.listener")
 

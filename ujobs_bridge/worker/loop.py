@@ -44,29 +44,29 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import context, validation
-from ..clock import SYSTEM_CLOCK, Clock
-from ..db.connections import Role, listen_dsn
-from ..dsn import mask_dsn
-from ..errors import ConfigError, ErrorCode
-from ..job import JobDefinition
-from ..records import ClaimedJob, JobState, Settlement
-from .attempt import BodyResult, settle
-from .autoscale import Autoscaler
-from .child import TaskSettings
-from .claim_loop import ClaimLoop
-from .claims import EXPIRE_ERROR, Claims
-from .config import WorkerConfig
-from .control import ControlState, Handler, Panel
-from .heartbeat import Heartbeat
-from .inflight import InFlight, InFlightTable
-from .listener import ExtraChannel, Listener
-from .outcome_batch import OutcomeBatch
-from .outcome_writes import flush_all, write_batch
-from .presence import Presence, default_node_name
-from .runtimes import LoopRuntime, Runtimes, StepWrites
-from .steering import Steering
-from .stopping import HungAttempt, Stopper
+from ujobs_bridge import context, validation
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db.connections import Role, listen_dsn
+from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
+from ujobs_bridge.worker.attempt import BodyResult, settle
+from ujobs_bridge.worker.autoscale import Autoscaler
+from ujobs_bridge.worker.child import TaskSettings
+from ujobs_bridge.worker.claim_loop import ClaimLoop
+from ujobs_bridge.worker.claims import EXPIRE_ERROR, Claims
+from ujobs_bridge.worker.config import WorkerConfig
+from ujobs_bridge.worker.control import ControlState, Handler, Panel
+from ujobs_bridge.worker.heartbeat import Heartbeat
+from ujobs_bridge.worker.inflight import InFlight, InFlightTable
+from ujobs_bridge.worker.listener import ExtraChannel, Listener
+from ujobs_bridge.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge.worker.outcome_writes import flush_all, write_batch
+from ujobs_bridge.worker.presence import Presence, default_node_name
+from ujobs_bridge.worker.runtimes import LoopRuntime, Runtimes, StepWrites
+from ujobs_bridge.worker.steering import Steering
+from ujobs_bridge.worker.stopping import HungAttempt, Stopper
 
 log = logging.getLogger("ujobs.worker")
 

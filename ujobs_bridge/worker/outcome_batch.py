@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from uuid import UUID
 
-from ..records import JobState, Settlement
+from ujobs_bridge.records import JobState, Settlement
 
 log = logging.getLogger("ujobs.worker")
 

@@ -31,10 +31,10 @@ from uuid import UUID
 
 import psycopg
 
-from ..db.connections import Backoff, transient
-from ..errors import ErrorCode
-from ..records import JobState, Settlement
-from .outcome_batch import OutcomeBatch
+from ujobs_bridge.db.connections import Backoff, transient
+from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.records import JobState, Settlement
+from ujobs_bridge.worker.outcome_batch import OutcomeBatch
 
 log = logging.getLogger("ujobs.worker")
 

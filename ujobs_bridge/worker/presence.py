@@ -33,13 +33,13 @@ from typing import Any
 
 import psycopg
 
-from ..clock import SYSTEM_CLOCK, Clock
-from ..db import mailbox, nodes
-from ..db.connections import Reconnecting
-from ..service import Service
-from . import fleet
-from .control import NO_REPLY, Panel
-from .listener import ExtraChannel
+from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge.db import mailbox, nodes
+from ujobs_bridge.db.connections import Reconnecting
+from ujobs_bridge.service import Service
+from ujobs_bridge.worker import fleet
+from ujobs_bridge.worker.control import NO_REPLY, Panel
+from ujobs_bridge.worker.listener import ExtraChannel
 
 log = logging.getLogger("ujobs.presence")
 

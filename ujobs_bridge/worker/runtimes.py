@@ -22,18 +22,18 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..clock import Clock
-from ..db import connections
-from ..db.connections import Conn, Pool, Role
-from ..db.steps import Lease
-from ..group_commit import GroupCommit
-from ..job import JobDefinition
-from ..steps import StepRunner
-from .attempt import BodyResult, run_body, run_body_async
-from .body_threads import BodyThreads
-from .child import TaskSettings, TimeLimits
-from .children import ProcessRuntime
-from .inflight import InFlight
+from ujobs_bridge.clock import Clock
+from ujobs_bridge.db import connections
+from ujobs_bridge.db.connections import Conn, Pool, Role
+from ujobs_bridge.db.steps import Lease
+from ujobs_bridge.group_commit import GroupCommit
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.steps import StepRunner
+from ujobs_bridge.worker.attempt import BodyResult, run_body, run_body_async
+from ujobs_bridge.worker.body_threads import BodyThreads
+from ujobs_bridge.worker.child import TaskSettings, TimeLimits
+from ujobs_bridge.worker.children import ProcessRuntime
+from ujobs_bridge.worker.inflight import InFlight
 
 Finished = Callable[[InFlight, BodyResult], None]
 

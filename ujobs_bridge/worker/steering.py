@@ -17,15 +17,15 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..db import nodes
-from ..errors import ConfigError
+from ujobs_bridge.db import nodes
+from ujobs_bridge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .claims import Claims
-    from .config import WorkerConfig
-    from .inflight import InFlightTable
-    from .presence import Presence
-    from .runtimes import Runtimes
+    from ujobs_bridge.worker.claims import Claims
+    from ujobs_bridge.worker.config import WorkerConfig
+    from ujobs_bridge.worker.inflight import InFlightTable
+    from ujobs_bridge.worker.presence import Presence
+    from ujobs_bridge.worker.runtimes import Runtimes
 
 
 class Steering:

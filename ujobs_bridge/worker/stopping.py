@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass
 from uuid import UUID
 
-from ..errors import AttemptAborted, ErrorCode
-from ..records import JobState, Settlement
-from .attempt import BodyResult, settle
-from .inflight import InFlight, InFlightTable
-from .runtimes import Runtime
+from ujobs_bridge.errors import AttemptAborted, ErrorCode
+from ujobs_bridge.records import JobState, Settlement
+from ujobs_bridge.worker.attempt import BodyResult, settle
+from ujobs_bridge.worker.inflight import InFlight, InFlightTable
+from ujobs_bridge.worker.runtimes import Runtime
 
 log = logging.getLogger("ujobs.worker")
 

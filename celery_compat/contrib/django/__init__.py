@@ -12,6 +12,6 @@ What it is not: a Django app; nothing goes in ``INSTALLED_APPS``.
 
 from __future__ import annotations
 
-from .task import DjangoTask
+from celery_compat.contrib.django.task import DjangoTask
 
 __all__ = ["DjangoTask"]
