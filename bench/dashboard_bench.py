@@ -32,8 +32,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ujobs_bridge.db import schema
-from ujobs_bridge.db.sql import QUERIES
+from ujobs_bridge._internal.db import schema
+from ujobs_bridge._internal.db.sql import QUERIES
 
 from . import pg
 

@@ -10,7 +10,7 @@ otherwise):
   most ``BACKLOG`` jobs enqueued and not yet done (a steady flow, as in production, not a
   pre-filled table);
 - ``per_core`` worker processes (``ujobs-bridge worker -c 8``) claim and settle them;
-- a purge thread runs the engine's retention pass (``ujobs_bridge.purge.run_pass``) every
+- a purge thread runs the engine's retention pass (``ujobs_bridge._internal.jobs.purge.run_pass``) every
   ``PURGE_EVERY_S`` with ``RETENTION_S`` as the retention, so finished rows are deleted as they
   would be in production, only sooner;
 - the bench counts completions (purged + ``done`` rows, under one lock with the purge) and takes
@@ -149,8 +149,8 @@ def run(n: int, *, processes: int, log_dir: Path, settings: dict[str, str],
         deadline_s: float) -> LeanResult:  # fmt: skip
     """The whole cell on a private server: see the module docstring."""
     from ujobs_bridge import connect
-    from ujobs_bridge.clock import SYSTEM_CLOCK
-    from ujobs_bridge.purge import cutoff_for, run_pass
+    from ujobs_bridge._internal.clock import SYSTEM_CLOCK
+    from ujobs_bridge._internal.jobs.purge import cutoff_for, run_pass
 
     from .ujobs_tasks import QUEUE, noop
 

@@ -30,14 +30,14 @@ from typing import Any
 
 import psycopg
 
-from ujobs_bridge.clock import SYSTEM_CLOCK
-from ujobs_bridge.context import AttemptSignal
-from ujobs_bridge.db import connections
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.connections import Role
-from ujobs_bridge.db.steps import Lease
-from ujobs_bridge.group_commit import IN_FLIGHT, GroupCommit
+from ujobs_bridge._internal.clock import SYSTEM_CLOCK
+from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db.connections import Role
+from ujobs_bridge._internal.db.steps import Lease
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.jobs.group_commit import IN_FLIGHT, GroupCommit
 from ujobs_bridge.steps import StepRunner, bind, step, unbind
 from ujobs_bridge.testing import TemporaryDatabase
 

@@ -130,7 +130,7 @@ class UjobsSystem:
         """``producers.PRODUCERS`` processes, each ``noop.enqueue()`` on its own client: with no
         worker waiting for the queue (every worker busy: the inserts notify nobody, 0021) and
         with one waiting (a registered node's mark, as an idle worker leaves: each notifies)."""
-        from ujobs_bridge.db import nodes
+        from ujobs_bridge._internal.db import nodes
 
         from . import producers
 

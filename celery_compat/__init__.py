@@ -40,7 +40,7 @@ from celery import (
 
 if TYPE_CHECKING:
     from celery_compat.app import Celery
-    from celery_compat.transaction import enqueue_in
+    from celery_compat.sending.transaction import enqueue_in
 
 
 def __getattr__(name: str) -> Any:
@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
 
         value: Any = Celery
     elif name == "enqueue_in":
-        from celery_compat.transaction import enqueue_in
+        from celery_compat.sending.transaction import enqueue_in
 
         value = enqueue_in
     else:

@@ -15,7 +15,7 @@ to the outside is swapped:
 Configuration added: ``ujobs_database_url`` (else ``UJOBS_DATABASE_URL``, else the embedded
 Postgres), ``ujobs_broker_tasks`` (globs), ``ujobs_max_deliveries`` (claims before a message
 whose workers keep dying is dead-lettered; default 3). Changed default: ``beat_scheduler`` is
-``celery_compat.beat_scheduler:BeatScheduler`` (``celery beat`` sends the bridge scheduler's
+``celery_compat.beat.scheduler:BeatScheduler`` (``celery beat`` sends the bridge scheduler's
 occurrence ids) unless you set one.
 
 What it is not: a worker. ``ujobs-bridge worker -A proj`` runs the app's tasks
@@ -36,12 +36,12 @@ from typing import Any
 import celery
 import psycopg
 
-from celery_compat import purge_command
-from celery_compat.sending import BRIDGE_PRODUCER, BridgeProducer, conf_value
+from celery_compat.cli import purge as purge_command
+from celery_compat.sending.send import BRIDGE_PRODUCER, BridgeProducer, conf_value
 from ujobs_bridge.client import Client, connect
 
 _client_lock = threading.Lock()
-BEAT_SCHEDULER = "celery_compat.beat_scheduler:BeatScheduler"
+BEAT_SCHEDULER = "celery_compat.beat.scheduler:BeatScheduler"
 
 
 def _default_beat_scheduler(sender: Any, source: Any, **_: Any) -> None:
@@ -56,9 +56,9 @@ def _default_beat_scheduler(sender: Any, source: Any, **_: Any) -> None:
 class Celery(celery.Celery):  # type: ignore[misc]
     """Drop-in for ``celery.Celery``: tasks are durable jobs in Postgres."""
 
-    amqp_cls = "celery_compat.sending:BridgeAMQP"
-    control_cls = "celery_compat.control:BridgeControl"
-    backend_cls = "celery_compat.backend:PostgresBackend"
+    amqp_cls = "celery_compat.sending.send:BridgeAMQP"
+    control_cls = "celery_compat.control.app_control:BridgeControl"
+    backend_cls = "celery_compat.backend.postgres:PostgresBackend"
 
     def __init__(self, main: str | None = None, *args: Any, **kwargs: Any) -> None:
         self._ujobs_client: Client | None = kwargs.pop("ujobs_client", None)
@@ -135,13 +135,13 @@ class Celery(celery.Celery):  # type: ignore[misc]
     @functools.cached_property
     def Worker(self) -> Any:
         """What ``celery -A proj worker`` builds and starts: the bridge worker (``worker.py``)."""
-        return self.subclass_with_self("celery_compat.worker:Worker")
+        return self.subclass_with_self("celery_compat.worker.command:Worker")
 
     @functools.cached_property
     def Beat(self) -> Any:
         """What ``celery -A proj beat`` builds and runs: the bridge scheduler, unless a scheduler
         class is named (``beat_service.py``)."""
-        return self.subclass_with_self("celery_compat.beat_service:Beat")
+        return self.subclass_with_self("celery_compat.beat.command:Beat")
 
     def close(self) -> None:
         backend = self._local.__dict__.get("backend") or self._backend_cache

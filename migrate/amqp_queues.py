@@ -25,8 +25,8 @@ import urllib.error
 import urllib.request
 from urllib.parse import quote, unquote, urlsplit
 
-from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.errors import ErrorCode, UjobsError
+from ujobs_bridge.ext.database import mask_dsn
 
 MANAGEMENT_PORT = 15672
 TIMEOUT_S = 10.0

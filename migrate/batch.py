@@ -27,8 +27,8 @@ from uuid import UUID
 import psycopg
 
 from celery_compat.db import message_jobs
-from celery_compat.message_row import CeleryMessage
-from celery_compat.send_keys import identity_key
+from celery_compat.sending.message_row import CeleryMessage
+from celery_compat.sending.send_keys import identity_key
 from migrate import quarantine
 from migrate.appinfo import AppInfo
 from migrate.db import ledger
@@ -44,7 +44,7 @@ from migrate.decoding import (
     redis_envelope,
 )
 from migrate.protocol import Decoded, to_message
-from ujobs_bridge.ids import new_job_ids
+from ujobs_bridge.ext.jobs import new_job_ids
 
 Conn = psycopg.Connection[Any]
 

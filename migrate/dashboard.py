@@ -24,9 +24,8 @@ from starlette.routing import BaseRoute, Route
 from migrate import quarantine as store
 from migrate import redacted
 from migrate.defaults import DEFAULT_MAX_BYTES
-from ujobs_bridge.dashboard.panels import JobSection, Site
+from ujobs_bridge.ext.observe import JobSection, Site, redact_text
 from ujobs_bridge.records import JobRecord
-from ujobs_bridge.redaction import redact_text
 
 PREVIEW_BYTES = 4096
 HEX_BYTES = 512

@@ -18,7 +18,7 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from migrate.db import quarantine_entries
-from ujobs_bridge.metrics import REGISTRY
+from ujobs_bridge.ext.observe import REGISTRY
 
 MESSAGES = Counter(
     "ujobs_migrate_messages",

@@ -35,9 +35,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from ujobs_bridge.db.connections import Backoff, transient
-from ujobs_bridge.dsn import mask_dsn, scrub
 from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.ext.database import Backoff, mask_dsn, scrub, transient
 
 if TYPE_CHECKING:
     from migrate.runner import Source

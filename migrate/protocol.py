@@ -1,7 +1,7 @@
 """A decoded Celery body + headers → the ``CeleryMessage`` celery_compat's sender would have made.
 
 Why it exists: a drained message and a facade-enqueued task must be the same row, so the worker
-runs both through one path (``celery_compat.execution``). This module reads protocol v2
+runs both through one path (``celery_compat.worker.execution``). This module reads protocol v2
 (``task`` in the headers, body ``[args, kwargs, embed]``) and converts protocol v1 (everything
 in a dict body) to the v2 shape, as Celery's own ``hybrid_to_proto2`` does. It validates what
 the row needs (a task id, a task name the ``-A`` app registers, well-formed times, values JSON
@@ -25,10 +25,10 @@ from uuid import UUID
 
 from kombu.exceptions import EncodeError
 
-from celery_compat.message_row import CeleryMessage, encode_input, parse_instant
+from celery_compat.sending.message_row import CeleryMessage, encode_input, parse_instant
 from migrate.appinfo import AppInfo
 from migrate.decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
-from ujobs_bridge.ids import new_job_id
+from ujobs_bridge.ext.jobs import new_job_id
 
 REDIS_MAX_PRIORITY = 9
 # Transport plumbing, not task headers: dropped from the row.
@@ -111,7 +111,7 @@ class Decoded:
     """A message ready to insert, with what the report and the batch need to know about it."""
 
     message: CeleryMessage
-    input: str  # the row's ``input`` (``celery_compat.message_row.encode_input``), encoded
+    input: str  # the row's ``input`` (``celery_compat.sending.message_row.encode_input``), encoded
     expired: bool
     chord_group: str | None  # set for a chord header part: its chord state must be here
     redelivered: bool

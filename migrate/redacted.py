@@ -1,5 +1,5 @@
 """A quarantined message as an operator is shown it: its secret-looking values hidden with the
-engine's rules (``ujobs_bridge.redaction``, as the dashboard and ``jobs show`` hide job
+engine's rules (``ujobs_bridge._internal.observe.redaction``, as the dashboard and ``jobs show`` hide job
 arguments), inside a kombu envelope's base64 body too.
 
 Why it exists: a poison message is kept byte for byte, and its bytes hold what the producer
@@ -19,7 +19,7 @@ import binascii
 import json
 from typing import Any
 
-from ujobs_bridge.redaction import redact, redact_text
+from ujobs_bridge.ext.observe import redact, redact_text
 
 MAX_DEPTH = 3  # an envelope whose body is an envelope ...: deep enough for kombu, bounded
 

@@ -10,7 +10,7 @@ checked between batches, so every batch taken is committed and acknowledged befo
 ``--follow`` keeps polling every ``poll_s`` (bounded latency from publish to row); otherwise
 the run ends when the selected queues are empty. ``--limit`` caps the messages taken.
 
-``DrainLoop`` is a ``ujobs_bridge.service.Service``: ``run(stats)`` drains on the calling
+``DrainLoop`` is a ``ujobs_bridge._internal.service.Service``: ``run(stats)`` drains on the calling
 thread (the CLI); ``start()`` runs the same drain on a thread of its own and ``stop()`` sets the
 stop event and waits for the batch in flight; ``tick()`` is one batch, synchronously (tests).
 
@@ -52,9 +52,8 @@ from migrate.batch import (
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_POLL_S
 from migrate.outages import RideThrough, outage_of
 from migrate.report import Stats
-from ujobs_bridge.dsn import mask_dsn
-from ujobs_bridge.faults import fault
-from ujobs_bridge.service import Service
+from ujobs_bridge.ext.database import mask_dsn
+from ujobs_bridge.ext.worker import Service, fault
 
 log = logging.getLogger("migrate.drain")
 

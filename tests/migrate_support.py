@@ -23,14 +23,15 @@ import pytest
 import redis
 from psycopg.rows import dict_row
 
-from celery_compat import revoked_ids
-from celery_compat.execution import jobs_for_app
+from celery_compat.worker import revoked_ids
+from celery_compat.worker.execution import jobs_for_app
 from migrate.appinfo import AppInfo
 from migrate.batch import Context
 from migrate.decoding import Accept
 from migrate.report import Stats
 from migrate.runner import DrainLoop, SourceOptions, open_source
-from ujobs_bridge import Worker, WorkerConfig, connect, loading
+from ujobs_bridge import Worker, WorkerConfig, connect
+from ujobs_bridge._internal.config import loading
 
 REDIS_DB = 6  # not 9 (celery_compat tests), 10-13 (conformance FLUSHDBs them), 13 (bench)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"

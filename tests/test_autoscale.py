@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from ujobs_bridge._internal.worker.autoscale import Autoscaler
+from ujobs_bridge._internal.worker.config import WorkerConfig
 from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.worker.autoscale import Autoscaler
-from ujobs_bridge.worker.config import WorkerConfig
 
 
 class Held:

@@ -19,9 +19,9 @@ from cli_proc import TESTS_DIR, CliProc
 
 from apps.celery_harness import bound
 from conftest import wait_for
-from ujobs_bridge import loading
-from ujobs_bridge.db import connections
-from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge._internal.config import loading
+from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.db import connections
 from ujobs_bridge.errors import ConfigError
 
 pytestmark = [pytest.mark.timeout(90)]

@@ -26,12 +26,12 @@ from click.testing import CliRunner
 
 from apps import celery_beat_app as b
 from celery_compat import Celery
-from celery_compat.beat import convert_app, engine_task_name, periodic_tasks_for_app
-from celery_compat.beat_convert import Unmappable, convert_schedule
+from celery_compat.beat.convert import Unmappable, convert_schedule
+from celery_compat.beat.entries import convert_app, engine_task_name, periodic_tasks_for_app
 from conftest import TESTS_DIR
-from ujobs_bridge.cli import cli
+from ujobs_bridge._internal.cli import cli
+from ujobs_bridge._internal.scheduling.cron import CronSchedule
 from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.scheduling.cron import CronSchedule
 
 START = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)  # off a boundary, like beat's first check
 

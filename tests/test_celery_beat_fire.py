@@ -18,7 +18,7 @@ import pytest
 
 from apps import celery_beat_app as b
 from apps.celery_harness import body_of, bound, headers_of, jobs, worker
-from celery_compat.beat import (
+from celery_compat.beat.entries import (
     convert_app,
     engine_task_name,
     occurrence_task_id,
@@ -26,8 +26,8 @@ from celery_compat.beat import (
     send_occurrence,
 )
 from ujobs_bridge import FrozenClock
-from ujobs_bridge.scheduling.scheduler import Scheduler
-from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask
+from ujobs_bridge._internal.scheduling.scheduler import Scheduler
+from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask
 
 Db = psycopg.Connection[Any]
 

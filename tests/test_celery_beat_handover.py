@@ -2,7 +2,7 @@
 scheduler -A`` beside it, then beat stopped: each occurrence is one message, and none is missing.
 
 Why it exists: DESIGN §2 stage 2 promises "no gap, no double fire" when the bridge scheduler
-takes over beat. ``celery beat -S celery_compat.beat_scheduler:BeatScheduler`` runs Celery's beat
+takes over beat. ``celery beat -S celery_compat.beat.scheduler:BeatScheduler`` runs Celery's beat
 with ``BeatScheduler`` (plain ``celery beat`` on a celery_compat app is the bridge scheduler), which sends
 each occurrence under the id the bridge scheduler uses (``occurrence_task_id``), on the same
 anchored 1-second grid, so the Celery ledger keeps one message per occurrence while both run.
@@ -33,10 +33,15 @@ from cli_proc import CliProc
 from apps import celery_handover_app as h
 from apps.celery_harness import body_of, bound, frozen_app_clock, headers_of, jobs
 from celery_compat import Celery
-from celery_compat.beat import convert_app, engine_task_name, occurrence_task_id, send_occurrence
-from celery_compat.beat_scheduler import BeatScheduler
+from celery_compat.beat.entries import (
+    convert_app,
+    engine_task_name,
+    occurrence_task_id,
+    send_occurrence,
+)
+from celery_compat.beat.scheduler import BeatScheduler
 from conftest import TESTS_DIR, wait_for
-from ujobs_bridge.scheduling.task import Occurrence
+from ujobs_bridge._internal.scheduling.task import Occurrence
 
 Db = psycopg.Connection[Any]
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -55,7 +60,7 @@ def occurrence_of(row: dict[str, Any]) -> datetime:
 
 
 def test_celery_beat_runs_the_bridge_beat_scheduler_unless_the_app_names_one() -> None:
-    assert Celery("a").conf.beat_scheduler == "celery_compat.beat_scheduler:BeatScheduler"
+    assert Celery("a").conf.beat_scheduler == "celery_compat.beat.scheduler:BeatScheduler"
     chosen = Celery("b")
     chosen.conf.update(beat_scheduler="celery.beat:PersistentScheduler")
     assert chosen.conf.beat_scheduler == "celery.beat:PersistentScheduler"
@@ -195,7 +200,7 @@ class BeatProc:
         self.log = tmp_path / "celery-beat.log"
         self._out = self.log.open("w")
         # -S names the hand-over scheduler: without it, `celery beat` is the bridge scheduler
-        args = ["-A", module, "beat", "-S", "celery_compat.beat_scheduler:BeatScheduler"]
+        args = ["-A", module, "beat", "-S", "celery_compat.beat.scheduler:BeatScheduler"]
         args += ["-s", str(tmp_path / "celerybeat-schedule")]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", *args, "--max-interval", "1", "-l", "info"],

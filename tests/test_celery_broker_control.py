@@ -28,7 +28,7 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
 )
 from celery_compat import Celery as BridgeCelery
-from celery_compat import broker_control
+from celery_compat.control import broker as broker_control
 from conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -89,12 +89,12 @@ def test_celery_beat_runs_the_bridge_scheduler(dsn: str, tmp_path: Path) -> None
 
 def test_celery_beat_with_a_named_scheduler_is_celerys_beat(dsn: str, tmp_path: Path) -> None:
     proc, log = _beat(
-        dsn, tmp_path, "-S", "celery_compat.beat_scheduler:BeatScheduler",
+        dsn, tmp_path, "-S", "celery_compat.beat.scheduler:BeatScheduler",
         "-s", str(tmp_path / "s"),
     )  # fmt: skip
     try:
         wait_for(lambda: _ticks(dsn) >= 2, timeout=60, what="celery beat sending ticks")
-        assert "celery_compat.beat_scheduler.BeatScheduler" in log.read_text()
+        assert "celery_compat.beat.scheduler.BeatScheduler" in log.read_text()
         assert "celery beat on the bridge" not in log.read_text()
     finally:
         _stop(proc)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from celery_compat import Celery
-from celery_compat.sending import conf_value
+from celery_compat.sending.send import conf_value
 
 KEYS = ("ujobs_max_deliveries", "ujobs_broker_tasks", "task_default_queue", "broker_url")
 

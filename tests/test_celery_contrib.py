@@ -283,7 +283,7 @@ def celery_parameters():
 def jobs_with(dsn, label):
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("select input from x_jobs where name = 'dj.record'").fetchall()
-    from celery_compat.message_row import from_input
+    from celery_compat.sending.message_row import from_input
 
     return [r for r in rows if from_input(r[0], queue="").args == [label]]
 

@@ -24,7 +24,7 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
 )
 from conftest import wait_for
-from ujobs_bridge.introspect import Introspector
+from ujobs_bridge._internal.observe.introspect import Introspector
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 HOST = socket.gethostname()

@@ -1,6 +1,6 @@
 """Celery's task and worker events from a real ``ujobs-bridge worker -E`` process: captured from the
 cutover broker (Redis db 3) with Celery's own ``app.events.Receiver``, with Celery's names, fields
-and types; the same events readable from Postgres (``celery_compat.event_log``); none without
+and types; the same events readable from Postgres (``celery_compat.events.log``); none without
 ``-E``; a broker that is down costs the tasks nothing (one warning, no wedge)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from apps.celery_harness import (
     bound,
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
 )
-from celery_compat import event_log
+from celery_compat.events import log as event_log
 from conftest import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]

@@ -22,8 +22,10 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
     worker,
 )
-from celery_compat import event_log, event_switch, worker_events
-from celery_compat.event_emitter import close_emitter
+from celery_compat.events import log as event_log
+from celery_compat.events import switch as event_switch
+from celery_compat.events import worker_events
+from celery_compat.events.emitter import close_emitter
 from conftest import wait_for
 
 pytestmark = [pytest.mark.timeout(120)]

@@ -12,12 +12,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from celery_compat import Celery, event_emitter, event_log
+from celery_compat import Celery
+from celery_compat.backend.retention import purge_old_events
 from celery_compat.db import events as events_db
-from celery_compat.event_emitter import EventEmitter
-from celery_compat.retention import purge_old_events
+from celery_compat.events import emitter as event_emitter
+from celery_compat.events import log as event_log
+from celery_compat.events.emitter import EventEmitter
 from conftest import wait_for
-from ujobs_bridge.purge import targets
+from ujobs_bridge._internal.jobs.purge import targets
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

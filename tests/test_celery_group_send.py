@@ -21,7 +21,8 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
     worker,
 )
-from celery_compat import enqueue_in, group_sends
+from celery_compat import enqueue_in
+from celery_compat.sending import group_sends
 from conftest import wait_for
 
 

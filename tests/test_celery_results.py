@@ -25,7 +25,7 @@ from apps.celery_harness import (
     worker,
 )
 from conftest import wait_for
-from ujobs_bridge.db import steering as steering_db
+from ujobs_bridge._internal.db import steering as steering_db
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from apps.celery_harness import (
     receivers,
     worker,
 )
-from celery_compat.revoked_ids import REVOKED, RevokedIds
+from celery_compat.worker.revoked_ids import REVOKED, RevokedIds
 from conftest import wait_for
-from ujobs_bridge.db import leases as leases_db
+from ujobs_bridge._internal.db import leases as leases_db
 
 
 @pytest.fixture

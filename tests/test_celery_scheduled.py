@@ -22,7 +22,7 @@ from apps.celery_harness import (
 )
 from celery_compat.db import scheduled as scheduled_db
 from conftest import wait_for
-from ujobs_bridge.db import nodes
+from ujobs_bridge._internal.db import nodes
 
 pytestmark = [pytest.mark.timeout(180)]
 

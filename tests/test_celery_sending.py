@@ -28,8 +28,8 @@ from apps.celery_harness import (
 )
 from celery_compat import Celery, enqueue_in
 from celery_compat.db import message_jobs
-from celery_compat.message_row import from_input
-from celery_compat.send_keys import identity_key
+from celery_compat.sending.message_row import from_input
+from celery_compat.sending.send_keys import identity_key
 from conftest import wait_for
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
@@ -213,7 +213,7 @@ def test_a_tasks_own_queue_is_where_it_is_sent_and_where_the_worker_listens(
 ) -> None:
     """``@app.task(queue="reports")``: Celery's ``apply_async`` routes the message there, so the
     bridge worker must consume that queue without ``-Q`` (it once listened on the default only)."""
-    from celery_compat.execution import jobs_for_app
+    from celery_compat.worker.execution import jobs_for_app
 
     app = Celery("own_queue", set_as_current=False)
     app.conf.ujobs_database_url = dsn

@@ -22,7 +22,7 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
 )
 from conftest import wait_for
-from ujobs_bridge.cli import worker_flags as flags
+from ujobs_bridge._internal.cli import worker_flags as flags
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 HOST = socket.gethostname()

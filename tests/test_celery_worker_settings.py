@@ -13,7 +13,7 @@ from cli_proc import CliProc
 
 from celery_compat import Celery
 from conftest import wait_for
-from ujobs_bridge import loading
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge.errors import ConfigError
 
 

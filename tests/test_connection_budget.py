@@ -282,7 +282,7 @@ def test_a_scheduler_holds_one_connection_for_its_election_rounds_and_relay(
     dsn: str, db: Db, procs: Callable[..., CliProc]
 ) -> None:
     from apps.outbox_jobs import deliver
-    from ujobs_bridge.outbox.staging import stage
+    from ujobs_bridge._internal.outbox.staging import stage
 
     db.execute("truncate x_scheduler_leader, x_scheduler_state, x_scheduler_fires, x_outbox")
     args = ["scheduler", "-A", "apps.sched_tasks", "--no-purge", "--lease", "3"]

@@ -18,9 +18,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from ujobs_bridge import job
-from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.job import EnqueueRequest
-from ujobs_bridge.scheduling.cron import (
+from ujobs_bridge._internal.scheduling.cron import (
     CatchUp,
     CronSchedule,
     Fire,
@@ -28,7 +26,9 @@ from ujobs_bridge.scheduling.cron import (
     Schedule,
     missed,
 )
-from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task, tasks_from_module
+from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask, task, tasks_from_module
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.job import EnqueueRequest
 
 NY, BERLIN = "America/New_York", "Europe/Berlin"
 MINUTE = timedelta(minutes=1)

@@ -3,7 +3,7 @@ writes and reads ``jobs`` shows, the step and event statements, the schema runne
 connection policy. ``test_driver_contract.py`` holds the claim/lease/fencing half.
 
 Each test names the promise a caller relies on; together with that file every public function of
-``ujobs_bridge.db`` is exercised here (``test_every_db_function_has_a_contract_test``).
+``ujobs_bridge._internal.db`` is exercised here (``test_every_db_function_has_a_contract_test``).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from waiting_support import waiting_for
 
 from apps import basic_jobs
 from conftest import ADMIN_DSN
-from ujobs_bridge.db import claim_table, connections, schema
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db import job_reads as reads_db
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.db import steering as steering_db
-from ujobs_bridge.db import steps as steps_db
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db import unclaimed as unclaimed_db
-from ujobs_bridge.db.steps import Lease, StepResult
+from ujobs_bridge._internal.db import claim_table, connections, schema
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import job_reads as reads_db
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import steering as steering_db
+from ujobs_bridge._internal.db import steps as steps_db
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db import unclaimed as unclaimed_db
+from ujobs_bridge._internal.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
@@ -137,7 +137,7 @@ def test_like_literal_and_paged_filtered_lists(db: Any) -> None:
 
 
 def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> None:
-    from ujobs_bridge.db import bulk
+    from ujobs_bridge._internal.db import bulk
 
     keep = enqueue_db.job_enqueue(db, spec(queue="other"), None)
     enqueue_db.job_enqueue_many(db, [spec(name="bulk.x"), spec(name="bulk.y")], None)
@@ -165,7 +165,7 @@ def test_bulk_count_cancel_requeue_touch_exactly_the_matching_rows(db: Any) -> N
 
 
 def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: Any) -> None:
-    from ujobs_bridge.db import observe
+    from ujobs_bridge._internal.db import observe
 
     now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     due = now - timedelta(minutes=3)
@@ -200,7 +200,7 @@ def test_observe_reads_depth_throughput_and_outbox_lag_at_an_injected_now(db: An
 
 
 def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(db: Any) -> None:
-    from ujobs_bridge.db import observe
+    from ujobs_bridge._internal.db import observe
 
     now = datetime.now(UTC)
 
@@ -247,7 +247,7 @@ def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(
 
 
 def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> None:
-    from ujobs_bridge.db import observe
+    from ujobs_bridge._internal.db import observe
 
     enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
     first, second = claim_one(db), claim_one(db)
@@ -624,7 +624,7 @@ def test_every_db_function_has_a_contract_test() -> None:
         )
     )
     missing = []
-    for path in sorted((ROOT / "ujobs_bridge" / "db").glob("*.py")):
+    for path in sorted((ROOT / "ujobs_bridge" / "_internal" / "db").glob("*.py")):
         if path.name == "sql.py":  # the statement loader: tests/test_guards.py tests it
             continue
         for node in ast.parse(path.read_text()).body:
@@ -641,7 +641,7 @@ def test_claim_async_claims_in_its_own_transaction_and_leaves_no_session_setting
 ) -> None:
     """The claim behind PgBouncer: the same rows ``job_claim`` takes, its commit asynchronous
     for that transaction only (a pooled server session must not keep the setting)."""
-    from ujobs_bridge.db import session
+    from ujobs_bridge._internal.db import session
 
     enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
     with connections.connect(dsn, connections.Role("contract:claim-async")) as conn:
@@ -666,7 +666,7 @@ def test_a_transaction_idle_limit_ends_a_transaction_left_idle(dsn: str, db: Any
     """What the scheduler's fire transaction relies on behind PgBouncer (no session options):
     the server ends the transaction, not the caller."""
     from conftest import wait_for
-    from ujobs_bridge.db import session
+    from ujobs_bridge._internal.db import session
 
     conn = connections.connect(dsn, connections.Role("contract:idle-limit"))
     pid = conn.info.backend_pid
@@ -781,7 +781,7 @@ def test_a_shared_connection_runs_one_users_block_at_a_time(dsn: str) -> None:
 def test_packed_arrays_are_read_by_the_server_as_the_lists_they_pack(db: Any) -> None:
     """``arrays``: what ``enqueue_many`` sends instead of psycopg's per-element dumping arrives
     as the same array (NULLs, non-ASCII text, repeated elements, and a column left to psycopg)."""
-    from ujobs_bridge.db import arrays
+    from ujobs_bridge._internal.db import arrays
 
     arrays.register(db)
     ids = [uuid.uuid4() for _ in range(3)]

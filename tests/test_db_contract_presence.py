@@ -11,8 +11,8 @@ from typing import Any
 
 import psycopg
 
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db import mailbox, nodes
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import mailbox, nodes
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

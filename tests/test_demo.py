@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 
 from apps.celery_harness import body_of
-from ujobs_bridge import demo_jobs
+from ujobs_bridge._internal.cli import demo_jobs
 
 
 def test_demo_finishes_with_one_dead_letter_and_retried_jobs_done(pg_dsn: str) -> None:

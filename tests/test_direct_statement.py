@@ -23,9 +23,9 @@ import pytest
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401
 from celery_compat.db import message_jobs
-from celery_compat.message_row import CeleryMessage
-from ujobs_bridge.db import connections
-from ujobs_bridge.db.direct import DirectStatement
+from celery_compat.sending.message_row import CeleryMessage
+from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.db.direct import DirectStatement
 
 SLEEP = DirectStatement("test_direct_sleep", "select pg_sleep(%(s)s::float8)::text")
 ECHO = DirectStatement(

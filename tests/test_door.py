@@ -19,9 +19,9 @@ from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401 - session cleanup
 from celery_compat import enqueue_in
 from ujobs_bridge import job
+from ujobs_bridge._internal.jobs.payload import MAX_DEPTH
 from ujobs_bridge.client import Client
 from ujobs_bridge.errors import ConfigError, ErrorCode, PayloadError, UjobsError
-from ujobs_bridge.payload import MAX_DEPTH
 
 
 @job(name="door.echo", queue="door-q")

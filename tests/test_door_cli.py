@@ -19,7 +19,7 @@ import pytest
 
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401 - session cleanup
-from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge._internal.config.dsn import mask_dsn
 
 TESTS_DIR = Path(__file__).parent
 SECRET = "hunter2-s3cret"

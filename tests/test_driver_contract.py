@@ -18,14 +18,14 @@ import pytest
 
 from apps import basic_jobs
 from conftest import wait_for
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import outbox as outbox_db
+from ujobs_bridge._internal.db import retention, session
+from ujobs_bridge._internal.db import scheduling as sched
+from ujobs_bridge._internal.db import steering as steering_db
+from ujobs_bridge._internal.db.retention import PurgeBatch
+from ujobs_bridge._internal.db.scheduling import FireParams, LeaderTerm
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.db import outbox as outbox_db
-from ujobs_bridge.db import retention, session
-from ujobs_bridge.db import scheduling as sched
-from ujobs_bridge.db import steering as steering_db
-from ujobs_bridge.db.retention import PurgeBatch
-from ujobs_bridge.db.scheduling import FireParams, LeaderTerm
 from ujobs_bridge.records import JobState, Settlement
 
 NAMES = ["apps.basic_jobs.add"]
@@ -170,7 +170,7 @@ def test_cancel_refuses_finished_jobs(client: Client, db: Any, state: str) -> No
 
 # ---------------------------------------------------------------------------- the rest of the engine's db surface
 # Scheduling (lease, fires, watermarks), outbox, retention and session statements: each function
-# of ``ujobs_bridge.db`` is held to at least one behaviour here, against real Postgres.
+# of ``ujobs_bridge._internal.db`` is held to at least one behaviour here, against real Postgres.
 
 
 def _group() -> str:

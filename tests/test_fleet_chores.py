@@ -1,6 +1,6 @@
 """A fleet runs its fleet-wide chores (the rescue sweep, the node reap) about as often as one
 worker would, and still runs them: a lost lease is rescued by a fleet of workers, a lone worker
-sweeps at once on start and then every ``sweep_s`` exactly (``ujobs_bridge.worker.fleet``)."""
+sweeps at once on start and then every ``sweep_s`` exactly (``ujobs_bridge._internal.worker.fleet``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from apps import delivery_jobs
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge._internal.config.loading import from_module
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.worker import fleet
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.loading import from_module
-from ujobs_bridge.worker import fleet
 
 QUEUE = "deliveries"
 

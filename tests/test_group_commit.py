@@ -18,15 +18,15 @@ import psycopg
 import pytest
 
 from conftest import wait_for
-from ujobs_bridge.clock import SYSTEM_CLOCK
-from ujobs_bridge.context import AttemptSignal
-from ujobs_bridge.db import connections
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.connections import Conn, Pool, Role
-from ujobs_bridge.db.steps import Lease
+from ujobs_bridge._internal.clock import SYSTEM_CLOCK
+from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db.connections import Conn, Pool, Role
+from ujobs_bridge._internal.db.steps import Lease
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
-from ujobs_bridge.group_commit import GroupCommit
 from ujobs_bridge.steps import StepRunner
 
 BODIES = 6

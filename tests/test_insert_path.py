@@ -20,8 +20,8 @@ import pytest
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401
 from celery_compat import enqueue_in
-from ujobs_bridge.db import nodes
-from ujobs_bridge.purge import run_pass
+from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.jobs.purge import run_pass
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,10 +79,10 @@ def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() 
     )
     assert found == [
         "celery_compat/db/sql/celery.sql",
-        "ujobs_bridge/db/migrations/0008_job_insert.sql",
-        "ujobs_bridge/db/migrations/0012_lean_jobs.sql",
-        "ujobs_bridge/db/migrations/0017_insert_one_row.sql",
-        "ujobs_bridge/db/migrations/0021_queue_waiters.sql",
+        "ujobs_bridge/_internal/db/migrations/0008_job_insert.sql",
+        "ujobs_bridge/_internal/db/migrations/0012_lean_jobs.sql",
+        "ujobs_bridge/_internal/db/migrations/0017_insert_one_row.sql",
+        "ujobs_bridge/_internal/db/migrations/0021_queue_waiters.sql",
     ]
 
 

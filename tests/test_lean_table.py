@@ -21,10 +21,10 @@ import psycopg
 from waiting_support import waiting_for
 
 from apps import basic_jobs
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import session
+from ujobs_bridge._internal.db import steering as steering_db
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.db import session
-from ujobs_bridge.db import steering as steering_db
 from ujobs_bridge.records import JobState, Settlement
 
 NAMES = ["apps.basic_jobs.add"]

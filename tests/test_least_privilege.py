@@ -23,7 +23,7 @@ from psycopg import sql
 
 from conftest import ADMIN_DSN, TESTS_DIR, _dsn_for, wait_for
 from ujobs_bridge import connect
-from ujobs_bridge.db import connections, schema
+from ujobs_bridge._internal.db import connections, schema
 from ujobs_bridge.errors import ErrorCode, SchemaError
 
 GUIDE_REDIS = "redis://127.0.0.1:6379/11"  # apps.guide_proj's broker
@@ -207,7 +207,7 @@ def test_only_a_role_that_may_vacuum_the_claim_table_is_let_to(roles: Roles) -> 
     # The worker vacuums x_job_claimable itself (worker/claims.py) only where its role may: an
     # application role with the grants alone would get a warning per vacuum and nothing done, so
     # it leaves the table to autovacuum.
-    from ujobs_bridge.db import claim_table
+    from ujobs_bridge._internal.db import claim_table
 
     assert cli("db", "upgrade", "--dsn", roles.owner_dsn).returncode == 0
     assert cli("db", "grant", roles.app_role, "--dsn", roles.owner_dsn).returncode == 0

@@ -14,10 +14,10 @@ import pytest
 from cli_proc import CliProc
 
 from conftest import wait_for
-from ujobs_bridge import logs
+from ujobs_bridge._internal.observe import logs
+from ujobs_bridge._internal.worker import job_log
 from ujobs_bridge.client import Client
 from ujobs_bridge.records import ClaimedJob, JobState, Settlement
-from ujobs_bridge.worker import job_log
 
 
 @pytest.fixture

@@ -184,7 +184,7 @@ def test_the_dashboards_metrics_follow_the_outbox_lag_and_the_live_workers(
     from dashboard_support import Dashboard
 
     from apps.outbox_jobs import deliver
-    from ujobs_bridge.outbox.staging import stage
+    from ujobs_bridge._internal.outbox.staging import stage
 
     with psycopg.connect(dsn) as conn, conn.transaction():
         staged = [stage(conn, deliver.call(n)).job_id for n in (1, 2)]

@@ -27,7 +27,7 @@ from migrate_support import (
 
 from conftest import CI
 from migrate.amqp_queues import is_work_queue, management_url_for, vhost_of
-from ujobs_bridge.cli import cli
+from ujobs_bridge._internal.cli import cli
 
 API = "http://127.0.0.1:15672/api"
 AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()

@@ -24,7 +24,7 @@ from kombu import Connection
 from migrate_support import qdsn, queue, r  # noqa: F401 - shared fixtures
 
 from apps.celery_harness import body_of
-from ujobs_bridge.cli import cli
+from ujobs_bridge._internal.cli import cli
 
 
 class Marker:

@@ -146,7 +146,7 @@ def test_chord_parts_whose_state_lives_in_the_old_backend_are_quarantined(
 def test_accept_pickle_decodes_pickle_bodies_and_says_what_it_trusts(qdsn: str, queue: str) -> None:
     from click.testing import CliRunner
 
-    from ujobs_bridge.cli import cli
+    from ujobs_bridge._internal.cli import cli
 
     with ms.producer(ms.REDIS_URL, queue, accept_content=["json", "pickle"]) as p:
         pickled = p.add.apply_async((1, 2), serializer="pickle").id

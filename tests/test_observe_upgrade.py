@@ -17,8 +17,8 @@ import pytest
 from psycopg import sql
 
 from conftest import ADMIN_DSN
-from ujobs_bridge.db import observe, schema
-from ujobs_bridge.db.sql import q
+from ujobs_bridge._internal.db import observe, schema
+from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.testing import dsn_for
 
 BEFORE = 13  # the last migration before 0014

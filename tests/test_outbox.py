@@ -25,9 +25,10 @@ from cli_proc import CliProc
 
 from apps.outbox_jobs import deliver
 from conftest import ADMIN_DSN, _dsn_for, wait_for
-from ujobs_bridge import faults, stage
-from ujobs_bridge.db import schema
-from ujobs_bridge.outbox.relay import OutboxRelay
+from ujobs_bridge import stage
+from ujobs_bridge._internal import faults
+from ujobs_bridge._internal.db import schema
+from ujobs_bridge._internal.outbox.relay import OutboxRelay
 
 pytestmark = [pytest.mark.timeout(120)]
 Db = psycopg.Connection[Any]

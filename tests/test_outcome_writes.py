@@ -12,9 +12,9 @@ import uuid
 
 import psycopg
 
+from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge._internal.worker.outcome_writes import ERROR_LIMIT, refused, sanitized
 from ujobs_bridge.records import JobState, Settlement
-from ujobs_bridge.worker.outcome_batch import OutcomeBatch
-from ujobs_bridge.worker.outcome_writes import ERROR_LIMIT, refused, sanitized
 
 
 def done(output: str) -> Settlement:

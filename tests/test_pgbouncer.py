@@ -220,7 +220,7 @@ def test_scheduler_leader_election(through: Through, db: Db, procs: Callable[...
 
 def test_outbox_relay(through: Through, db: Db, procs: Callable[..., CliProc]) -> None:
     from apps.outbox_jobs import deliver
-    from ujobs_bridge.outbox.staging import stage
+    from ujobs_bridge._internal.outbox.staging import stage
 
     db.execute("truncate x_outbox restart identity")
     with bounced(through) as conn, conn.transaction():

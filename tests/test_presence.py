@@ -15,10 +15,12 @@ import pytest
 
 from apps import presence_jobs
 from conftest import wait_for
-from ujobs_bridge import Worker, WorkerConfig, loading, remote
+from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge._internal.config import loading
+from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.observe.introspect import Introspector
+from ujobs_bridge._internal.worker import remote
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import nodes
-from ujobs_bridge.introspect import Introspector
 
 pytestmark = pytest.mark.timeout(60)
 

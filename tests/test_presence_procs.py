@@ -19,7 +19,7 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
 )
 from conftest import wait_for
-from ujobs_bridge.introspect import Introspector
+from ujobs_bridge._internal.observe.introspect import Introspector
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 HOST = socket.gethostname()

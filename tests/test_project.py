@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import ujobs_bridge
 from apps import basic_jobs
 from conftest import wait_for
+from ujobs_bridge._internal.config.dsn import ResolvedDatabase
+from ujobs_bridge._internal.observe.introspect import Introspector
 from ujobs_bridge.client import Client
-from ujobs_bridge.dsn import ResolvedDatabase
-from ujobs_bridge.introspect import Introspector
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_COMMAND = (
@@ -93,13 +94,42 @@ def imported_modules(
     return out
 
 
+# The engine's declared surface: what a user imports (the root, the modules its names live in,
+# the test kit) and what the packages above it build on (``ujobs_bridge.ext``). Everything else is
+# ``ujobs_bridge._internal``, which no upper package may import.
+ENGINE_SURFACE = (
+    "ujobs_bridge",
+    "ujobs_bridge.client",
+    "ujobs_bridge.errors",
+    "ujobs_bridge.job",
+    "ujobs_bridge.records",
+    "ujobs_bridge.steps",
+    "ujobs_bridge.testing",
+    "ujobs_bridge.ext",
+)
+
+
+def on_engine_surface(name: str) -> bool:
+    """Is ``name`` (a module, or a name imported from one) on the engine's declared surface?"""
+    if name.startswith("ujobs_bridge._internal") or ".ext._" in name:
+        return False
+    if name in ENGINE_SURFACE[1:] or any(name.startswith(m + ".") for m in ENGINE_SURFACE[1:]):
+        return True
+    # ``from ujobs_bridge import X``: X is a name the root exports, not a submodule reached around it
+    return (
+        name.count(".") == 1 and name.split(".")[1] in ujobs_bridge.__all__
+    ) or name == "ujobs_bridge"
+
+
 def upward_imports(source: str, module: str, *, is_package: bool = False) -> list[str]:
-    """``module:line imports name`` for each import that points above ``module``'s package."""
+    """``module:line imports name`` for each import that points above ``module``'s package, or,
+    from an upper package, into the engine's internals."""
     forbidden = FORBIDDEN[module.split(".")[0]]
+    upper = module.split(".")[0] != "ujobs_bridge"
     found = []
     for line, name in imported_modules(source, module, is_package=is_package):
         top = name.split(".")[0]
-        if top in forbidden:
+        if top in forbidden or (upper and top == "ujobs_bridge" and not on_engine_surface(name)):
             found.append(f"{module}:{line} imports {name}")
     return sorted(set(found))
 
@@ -134,13 +164,13 @@ from . import loading
 from ..errors import ConfigError
 
 def later():
-    from celery_compat.execution import jobs_for_app   # inside a function
+    from celery_compat.execution import jobs_for_app
     import kombu.messaging
 """
-    assert upward_imports(engine_module, "ujobs_bridge.cli.worker") == [
-        "ujobs_bridge.cli.worker:6 imports celery_compat.execution",
-        "ujobs_bridge.cli.worker:6 imports celery_compat.execution.jobs_for_app",
-        "ujobs_bridge.cli.worker:7 imports kombu.messaging",
+    assert upward_imports(engine_module, "ujobs_bridge._internal.cli.worker") == [
+        "ujobs_bridge._internal.cli.worker:6 imports celery_compat.execution",
+        "ujobs_bridge._internal.cli.worker:6 imports celery_compat.execution.jobs_for_app",
+        "ujobs_bridge._internal.cli.worker:7 imports kombu.messaging",
     ]
     # a relative import is resolved before it is judged: from celery_compat/x.py, `..migrate`
     # is the top-level `migrate` package
@@ -148,7 +178,34 @@ def later():
         "celery_compat.x:1 imports migrate",
         "celery_compat.x:1 imports migrate.runner",
     ]
-    assert upward_imports("from ujobs_bridge import loading\n", "celery_compat.x") == []
+    assert upward_imports("from ujobs_bridge import job, connect\n", "celery_compat.x") == []
+    assert upward_imports("from ujobs_bridge.ext.worker import InFlight\n", "migrate.x") == []
+    # an upper package reaching into the engine's machinery is refused, however it spells it
+    assert upward_imports(
+        "from ujobs_bridge._internal.worker import loop\nfrom ujobs_bridge import _internal\n",
+        "celery_compat.x",
+    ) == [
+        "celery_compat.x:1 imports ujobs_bridge._internal.worker",
+        "celery_compat.x:1 imports ujobs_bridge._internal.worker.loop",
+        "celery_compat.x:2 imports ujobs_bridge._internal",
+    ]
+
+
+def test_every_engine_module_outside_internal_is_declared_surface() -> None:
+    """A new top-level engine module is a decision: public (listed) or ``_internal``."""
+    outside = [
+        m
+        for m, _ in package_modules()
+        if m.startswith("ujobs_bridge.") and not m.startswith("ujobs_bridge._internal")
+    ]
+    undeclared = [
+        m
+        for m in outside
+        if not on_engine_surface(m.removesuffix(".__init__"))
+        and m != "ujobs_bridge.__main__"
+        and m != "ujobs_bridge.__init__"
+    ]
+    assert undeclared == []
     assert upward_imports("import celery_compat, ujobs_bridge\n", "migrate.x") == []
 
 
@@ -170,12 +227,12 @@ sys.meta_path.insert(0, Blocker())
 ENGINE_RUN = """
 import threading, time
 from apps import basic_jobs
-from ujobs_bridge import loading
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import schema
-from ujobs_bridge.dsn import ResolvedDatabase
-from ujobs_bridge.introspect import Introspector
-from ujobs_bridge.worker import Worker, WorkerConfig
+from ujobs_bridge._internal.db import schema
+from ujobs_bridge._internal.config.dsn import ResolvedDatabase
+from ujobs_bridge._internal.observe.introspect import Introspector
+from ujobs_bridge._internal.worker import Worker, WorkerConfig
 
 dsn = sys.argv[1]
 schema.upgrade(dsn)
@@ -221,7 +278,7 @@ def test_a_job_app_does_not_import_celery_where_it_is_installed() -> None:
     module pays neither its start-up time nor its memory; ``-A`` on a Celery app still finds it."""
     probe = (
         "import sys\n"
-        "from ujobs_bridge import loading\n"
+        "from ujobs_bridge._internal.config import loading\n"
         "plain = loading.resolve('apps.basic_jobs')\n"
         "print(type(plain).__name__, 'celery' in sys.modules)\n"
         "app = loading.resolve('apps.celery_plain')\n"
@@ -241,7 +298,9 @@ def test_a_job_app_does_not_import_celery_where_it_is_installed() -> None:
 
 
 def test_the_cli_without_celery_lists_every_command_and_explains_the_missing_ones() -> None:
-    cli = "from ujobs_bridge.cli import cli\ncli(sys.argv[1:], prog_name='ujobs-bridge')\n"
+    cli = (
+        "from ujobs_bridge._internal.cli import cli\ncli(sys.argv[1:], prog_name='ujobs-bridge')\n"
+    )
     listed = _run_blocked(cli, "--help")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     for name in (

@@ -27,9 +27,9 @@ from apps import sched_tasks
 from apps.sched_tasks import report
 from conftest import TESTS_DIR, wait_for
 from ujobs_bridge import FrozenClock
-from ujobs_bridge.scheduling.leader import current
-from ujobs_bridge.scheduling.scheduler import Scheduler
-from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task
+from ujobs_bridge._internal.scheduling.leader import current
+from ujobs_bridge._internal.scheduling.scheduler import Scheduler
+from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask, task
 
 Db = psycopg.Connection[Any]
 

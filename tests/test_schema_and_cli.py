@@ -14,9 +14,9 @@ import pytest
 
 from apps import basic_jobs
 from conftest import ADMIN_DSN, _dsn_for
+from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.db import schema
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import schema
-from ujobs_bridge.dsn import mask_dsn
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

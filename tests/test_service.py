@@ -13,15 +13,15 @@ from typing import Any
 
 import psycopg
 
-from celery_compat.interrupts import Interrupter
-from celery_compat.result_listener import ResultListener
+from celery_compat.backend.listener import ResultListener
+from celery_compat.worker.interrupts import Interrupter
 from conftest import wait_for
 from migrate.runner import DrainLoop
-from ujobs_bridge.outbox.relay import OutboxRelay
-from ujobs_bridge.scheduling.scheduler import Scheduler
-from ujobs_bridge.service import Service
-from ujobs_bridge.worker.heartbeat import Heartbeat
-from ujobs_bridge.worker.listener import Listener
+from ujobs_bridge._internal.outbox.relay import OutboxRelay
+from ujobs_bridge._internal.scheduling.scheduler import Scheduler
+from ujobs_bridge._internal.service import Service
+from ujobs_bridge._internal.worker.heartbeat import Heartbeat
+from ujobs_bridge._internal.worker.listener import Listener
 
 
 class Counting(Service):

@@ -12,8 +12,8 @@ import pytest
 
 from apps import step_jobs
 from ujobs_bridge import FrozenClock, StepError, Worker, WorkerConfig, send_event
+from ujobs_bridge._internal.config.loading import from_module
 from ujobs_bridge.client import Client
-from ujobs_bridge.loading import from_module
 
 
 @pytest.fixture(autouse=True)

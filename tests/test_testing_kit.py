@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from ujobs_bridge import FrozenClock, Snooze, Worker, WorkerConfig, current_job, job, step
+from ujobs_bridge._internal.db import schema
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import schema
 from ujobs_bridge.errors import DatabaseUnavailableError, JobStateError
 from ujobs_bridge.records import JobState
 from ujobs_bridge.testing import (
@@ -218,7 +218,7 @@ def test_the_kit_imports_without_celery_kombu_or_redis() -> None:
 def test_pgbouncer_runs_in_transaction_mode_and_lists_its_clients(dsn: str) -> None:
     """``PgBouncer``: a real bouncer on a free port in front of the server; each transaction may
     get another server session, and ``clients()`` (``pgbouncer_clients``) names who is on it."""
-    from ujobs_bridge.db.testing import pgbouncer_clients
+    from ujobs_bridge._internal.db.testing import pgbouncer_clients
     from ujobs_bridge.testing import PgBouncer
 
     try:

@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ujobs_bridge import loading
+from ujobs_bridge._internal.config import loading
+from ujobs_bridge._internal.worker import Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
-from ujobs_bridge.worker import Worker, WorkerConfig
 
 EXPORTER = InMemorySpanExporter()
 _provider = TracerProvider()
@@ -92,10 +92,11 @@ def test_without_opentelemetry_nothing_changes(dsn: str) -> None:
                 if name == "opentelemetry" or name.startswith("opentelemetry."):
                     raise ImportError("opentelemetry is not installed here")
         sys.meta_path.insert(0, Blocked())
-        from ujobs_bridge import tracing, loading
+        from ujobs_bridge._internal.observe import tracing
+        from ujobs_bridge._internal.config import loading
         from ujobs_bridge.client import connect
         from ujobs_bridge.testing import run_until_idle
-        from ujobs_bridge.worker import Worker, WorkerConfig
+        from ujobs_bridge._internal.worker import Worker, WorkerConfig
         from apps.basic_jobs import add
         assert not tracing.available()
         client = connect({dsn!r}, upgrade=False)

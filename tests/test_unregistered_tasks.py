@@ -18,10 +18,10 @@ import pytest
 
 from apps import basic_jobs
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig
+from ujobs_bridge._internal.config.loading import from_module
+from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge.client import Client
-from ujobs_bridge.db.enqueue import EnqueueSpec
 from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.loading import from_module
 
 UNKNOWN = "proj.tasks.not_here"
 

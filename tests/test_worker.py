@@ -14,11 +14,11 @@ import pytest
 from apps import basic_jobs
 from conftest import wait_for
 from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
+from ujobs_bridge._internal.config.loading import from_module
+from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.observe.introspect import Introspector
+from ujobs_bridge._internal.worker import claims
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import nodes
-from ujobs_bridge.introspect import Introspector
-from ujobs_bridge.loading import from_module
-from ujobs_bridge.worker import claims
 
 
 @pytest.fixture(autouse=True)
@@ -324,7 +324,7 @@ def test_stop_is_idempotent_and_safe_before_start(make_worker: Any) -> None:
 def test_the_process_pool_runs_jobs_by_name_from_the_app_module(
     dsn: str, client: Client, db: Any
 ) -> None:
-    from ujobs_bridge import loading
+    from ujobs_bridge._internal.config import loading
 
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
     where = basic_jobs.whereami.configure(client=client).enqueue()
@@ -347,7 +347,7 @@ def test_the_process_pool_runs_jobs_by_name_from_the_app_module(
 
 def test_two_jobs_under_one_name_are_refused() -> None:
     from ujobs_bridge import ConfigError, job
-    from ujobs_bridge.loading import build
+    from ujobs_bridge._internal.config.loading import build
 
     a = job(name="same.name")(lambda: None)
     b = job(name="same.name")(lambda: None)

@@ -18,13 +18,13 @@ import pytest
 
 from conftest import wait_for
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig, current_job, job, step
+from ujobs_bridge._internal.config.loading import build
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.service import Service
+from ujobs_bridge._internal.worker.attempt import perform
+from ujobs_bridge._internal.worker.listener import ExtraChannel
 from ujobs_bridge.client import Client
-from ujobs_bridge.context import AttemptSignal
-from ujobs_bridge.loading import build
 from ujobs_bridge.records import ClaimedJob, JobState, Settlement
-from ujobs_bridge.service import Service
-from ujobs_bridge.worker.attempt import perform
-from ujobs_bridge.worker.listener import ExtraChannel
 
 QUEUE = "async-timeout"
 

@@ -14,9 +14,9 @@ import pytest
 
 from apps import delivery_jobs
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig
+from ujobs_bridge._internal.config.loading import from_module
+from ujobs_bridge._internal.db import leases as leases_db
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.loading import from_module
 from ujobs_bridge.records import JobState, Settlement
 
 

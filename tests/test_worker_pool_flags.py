@@ -31,7 +31,7 @@ from apps.celery_harness import (
     jobs,
 )
 from conftest import wait_for
-from ujobs_bridge import remote
+from ujobs_bridge._internal.worker import remote
 from ujobs_bridge.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -27,8 +27,8 @@ from worker_proc import WorkerProc
 from apps import wedge_jobs
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge._internal.config.loading import from_module
 from ujobs_bridge.client import Client
-from ujobs_bridge.loading import from_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 APP = "apps.wedge_jobs"

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from ujobs_bridge.db import nodes
+from ujobs_bridge._internal.db import nodes
 
 WAITER_ID = "tests:waiting"
 

@@ -18,13 +18,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ujobs_bridge._internal.jobs.purge import PurgeTarget, purge, register_targets
 from ujobs_bridge.job import EnqueueRequest, JobCall, JobDefinition, job
-from ujobs_bridge.purge import PurgeTarget, purge, register_targets
 
 if TYPE_CHECKING:
+    from ujobs_bridge._internal.clock import Clock, FrozenClock, SystemClock
+    from ujobs_bridge._internal.jobs.context import JobContext, current_job
+    from ujobs_bridge._internal.jobs.events import EventSent, send_event
+    from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+    from ujobs_bridge._internal.jobs.retry import RetryPolicy
+    from ujobs_bridge._internal.outbox.relay import OutboxRelay
+    from ujobs_bridge._internal.outbox.staging import Staged, stage
+    from ujobs_bridge._internal.scheduling.scheduler import Scheduler
+    from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask, task
+    from ujobs_bridge._internal.worker.config import WorkerConfig
+    from ujobs_bridge._internal.worker.loop import Worker
     from ujobs_bridge.client import Client, connect, default_client, set_default_client
-    from ujobs_bridge.clock import Clock, FrozenClock, SystemClock
-    from ujobs_bridge.context import JobContext, current_job
     from ujobs_bridge.errors import (
         AttemptAborted,
         ConfigError,
@@ -35,17 +44,8 @@ if TYPE_CHECKING:
         StepSuspended,
         UjobsError,
     )
-    from ujobs_bridge.events import EventSent, send_event
-    from ujobs_bridge.outbox.relay import OutboxRelay
-    from ujobs_bridge.outbox.staging import Staged, stage
-    from ujobs_bridge.outcomes import Cancel, Discard, Snooze
     from ujobs_bridge.records import JobRecord, JobRef, JobState
-    from ujobs_bridge.retry import RetryPolicy
-    from ujobs_bridge.scheduling.scheduler import Scheduler
-    from ujobs_bridge.scheduling.task import Occurrence, PeriodicTask, task
     from ujobs_bridge.steps import step
-    from ujobs_bridge.worker.config import WorkerConfig
-    from ujobs_bridge.worker.loop import Worker
 
 
 def _module(home: str) -> Any:
@@ -55,11 +55,11 @@ def _module(home: str) -> Any:
 
         return client
     if home == "clock":
-        from ujobs_bridge import clock
+        from ujobs_bridge._internal import clock
 
         return clock
     if home == "context":
-        from ujobs_bridge import context
+        from ujobs_bridge._internal.jobs import context
 
         return context
     if home == "errors":
@@ -67,11 +67,11 @@ def _module(home: str) -> Any:
 
         return errors
     if home == "events":
-        from ujobs_bridge import events
+        from ujobs_bridge._internal.jobs import events
 
         return events
     if home == "outcomes":
-        from ujobs_bridge import outcomes
+        from ujobs_bridge._internal.jobs import outcomes
 
         return outcomes
     if home == "records":
@@ -79,7 +79,7 @@ def _module(home: str) -> Any:
 
         return records
     if home == "retry":
-        from ujobs_bridge import retry
+        from ujobs_bridge._internal.jobs import retry
 
         return retry
     if home == "steps":
@@ -87,15 +87,15 @@ def _module(home: str) -> Any:
 
         return steps
     if home == "scheduling":
-        from ujobs_bridge import scheduling
+        from ujobs_bridge._internal import scheduling
 
         return scheduling
     if home == "worker":
-        from ujobs_bridge import worker
+        from ujobs_bridge._internal import worker
 
         return worker
     if home == "outbox":
-        from ujobs_bridge import outbox
+        from ujobs_bridge._internal import outbox
 
         return outbox
     raise AssertionError(home)

@@ -1,5 +1,5 @@
 """``python -m ujobs_bridge`` runs the CLI."""
 
-from ujobs_bridge.cli import main
+from ujobs_bridge._internal.cli import main
 
 main()

@@ -20,14 +20,14 @@ from typing import Any
 
 import psycopg
 
-from ujobs_bridge.clock import SYSTEM_CLOCK, Clock
-from ujobs_bridge.db import connections
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db.enqueue import EnqueueSpec
-from ujobs_bridge.dsn import ResolvedDatabase, resolve
+from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge._internal.config.dsn import ResolvedDatabase, resolve
+from ujobs_bridge._internal.config.schema_access import ensure_schema
+from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge.job import specs_of
 from ujobs_bridge.records import JobRef
-from ujobs_bridge.schema_access import ensure_schema
 
 CLIENT_ROLE = connections.Role("client")
 

@@ -27,19 +27,20 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
 
-from ujobs_bridge import tracing, validation
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db.enqueue import EnqueueSpec
-from ujobs_bridge.errors import ConfigError, ErrorCode
-from ujobs_bridge.ids import new_job_id, new_job_ids
-from ujobs_bridge.payload import encode_input
-from ujobs_bridge.records import JobRef
-from ujobs_bridge.retry import (
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db.enqueue import EnqueueSpec
+from ujobs_bridge._internal.ids import new_job_id, new_job_ids
+from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.payload import encode_input
+from ujobs_bridge._internal.jobs.retry import (
     DEFAULT_BACKOFF_BASE_S,
     DEFAULT_BACKOFF_CAP_S,
     DEFAULT_MAX_ATTEMPTS,
     RetryPolicy,
 )
+from ujobs_bridge._internal.observe import tracing
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.records import JobRef
 
 if TYPE_CHECKING:
     from uuid import UUID

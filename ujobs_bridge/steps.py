@@ -25,13 +25,16 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from ujobs_bridge import validation
-from ujobs_bridge.clock import Clock
-from ujobs_bridge.context import AttemptSignal
-from ujobs_bridge.db import steps as store
-from ujobs_bridge.db.connections import retrying, transient
-from ujobs_bridge.db.steps import Lease, StepRecord, StepResult
-from ujobs_bridge.error_text import error_text
+from ujobs_bridge._internal.clock import Clock
+from ujobs_bridge._internal.db import steps as store
+from ujobs_bridge._internal.db.connections import retrying, transient
+from ujobs_bridge._internal.db.steps import Lease, StepRecord, StepResult
+from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.jobs.error_text import error_text
+from ujobs_bridge._internal.jobs.group_commit import GroupCommit
+from ujobs_bridge._internal.jobs.payload import dumps
+from ujobs_bridge._internal.jobs.validation import NAME_PATTERN
 from ujobs_bridge.errors import (
     AttemptAborted,
     ConfigError,
@@ -41,9 +44,6 @@ from ujobs_bridge.errors import (
     StepError,
     StepSuspended,
 )
-from ujobs_bridge.group_commit import GroupCommit
-from ujobs_bridge.payload import dumps
-from ujobs_bridge.validation import NAME_PATTERN
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ujobs_bridge.context import JobContext
+    from ujobs_bridge._internal.jobs.context import JobContext
 
 ENV = "SOAK_MARKS"
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from celery_compat.loading import app_of, not_found
-from ujobs_bridge import loading
+from celery_compat.worker.loading import app_of, not_found
 from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.ext import loaders as loading
 
 
 def app_for_command(spec: str) -> Any:

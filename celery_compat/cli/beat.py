@@ -6,7 +6,7 @@ day-of-week kept as ``day_or=false``) or interval it maps to, in which time zone
 catch-up policy, and for an entry that cannot map (``solar``), why. ``--strict`` exits 1 when
 any entry cannot map, for CI. ``-A`` that holds no Celery app exits 2 with a hint.
 
-What it is not: the conversion (``celery_compat.beat``) or the scheduler; nothing here touches a
+What it is not: the conversion (``celery_compat.beat.entries``) or the scheduler; nothing here touches a
 database.
 """
 
@@ -20,9 +20,8 @@ import click
 from rich.table import Table
 
 from celery_compat.cli import app_for_command
-from ujobs_bridge.cli.options import json_option, print_json
-from ujobs_bridge.cli.output import cell, console
 from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.ext.cli import cell, console, json_option, print_json
 
 
 @click.group()
@@ -45,7 +44,7 @@ def _schedule_text(row: dict[str, Any]) -> str:
 def convert(app_spec: str, strict: bool, as_json: bool) -> None:
     """Each beat_schedule entry: its cron or interval, time zone, catch-up policy, day_or, or
     why it cannot map."""
-    from celery_compat.beat import convert_app
+    from celery_compat.beat.entries import convert_app
 
     app = app_for_command(app_spec)
     now = datetime.now(UTC)

@@ -4,8 +4,8 @@ Why it exists: the demo's first part shows the engine; this one shows the cutove
 ``ujobs_bridge/demo_app.py`` is ordinary Celery code (``shared_task``, ``self.retry``, a
 ``beat_schedule``). Here it is routed to a queue unique to the run (``<demo queue>-celery``),
 given a beat entry unique to the run, and run by an in-process bridge ``Worker`` (built with
-``celery_compat.execution.jobs_for_app``, as ``worker -A`` does) and an in-process
-``Scheduler`` (the app's beat entries via ``celery_compat.beat``, as ``scheduler -A`` does, on a
+``celery_compat.worker.execution.jobs_for_app``, as ``worker -A`` does) and an in-process
+``Scheduler`` (the app's beat entries via ``celery_compat.beat.entries``, as ``scheduler -A`` does, on a
 lease group of its own so a scheduler already running on the database is not disturbed). It
 sends a chain, a group and a task that retries once, waits for their results with Celery's own
 ``AsyncResult.get``, waits for the beat entry's first fire, then reads the run's rows back from
@@ -27,11 +27,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from celery_compat.cli.demo_app_worker import app_worker, row_states
-from ujobs_bridge.cli import demo_tables
-from ujobs_bridge.dsn import ResolvedDatabase
-from ujobs_bridge.introspect import Introspector
+from ujobs_bridge.ext import cli as engine_cli
+from ujobs_bridge.ext.database import ResolvedDatabase
+from ujobs_bridge.ext.observe import Introspector
+from ujobs_bridge.ext.scheduling import Scheduler
 from ujobs_bridge.records import JobRecord
-from ujobs_bridge.scheduling.scheduler import Scheduler
 
 CHAIN_CODE = "(add.s(2, 3) | mul.s(10) | add.s(7))()"
 CHAIN_EXPECTED = 57
@@ -100,8 +100,8 @@ def run(
     """Run the Celery-style app's chain, group, retry and beat entry on ``queue``."""
     from celery import group
 
-    from celery_compat import demo_app as demo
-    from celery_compat.beat import periodic_tasks_for_app
+    from celery_compat.beat.entries import periodic_tasks_for_app
+    from celery_compat.cli import demo_app as demo
 
     app = demo.app
     part = CeleryPart(queue=queue, beat_entry=f"demo heartbeat {queue}")
@@ -164,7 +164,7 @@ def _first_beat_run(introspector: Introspector, queue: str, timeout_s: float) ->
 
 def render(console: Console, part: CeleryPart) -> None:
     table = Table(
-        title=f"celery_compat.demo_app on the bridge: queue {part.queue}",
+        title=f"celery_compat.cli.demo_app on the bridge: queue {part.queue}",
         title_justify="left",
     )
     table.add_column("Celery code")
@@ -183,12 +183,12 @@ def render(console: Console, part: CeleryPart) -> None:
     )
     console.print(table)
     states_all = ", ".join(f"{k} {v}" for k, v in part.states.items())
-    demo_tables.footnote(
+    engine_cli.demo_footnote(
         console,
         f"results read back with Celery's AsyncResult.get(); the beat entry ran on the "
         f"ujobs scheduler; rows of queue {part.queue}: {states_all}",
     )
-    demo_tables.failure(console, "Celery", part.error)
+    engine_cli.demo_failure(console, "Celery", part.error)
 
 
 def _ok(value: Any, suffix: str = "", prefix: str = "") -> str:
@@ -198,7 +198,7 @@ def _ok(value: Any, suffix: str = "", prefix: str = "") -> str:
 
 
 def _seconds() -> str:
-    from celery_compat import demo_app
+    from celery_compat.cli import demo_app
 
     return f"{demo_app.HEARTBEAT_EVERY.total_seconds():g}"
 
@@ -206,7 +206,7 @@ def _seconds() -> str:
 class DemoPart:
     """This part as ``ujobs-bridge demo`` runs it (entry ``celery`` of ``ujobs_bridge.demo``)."""
 
-    intro = "celery: running celery_compat.demo_app (chain, group, retry, beat entry)"
+    intro = "celery: running celery_compat.cli.demo_app (chain, group, retry, beat entry)"
 
     def run(
         self, resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float

@@ -1,10 +1,10 @@
 """The demo's Celery app wired to the bridge, as the Celery and migrate parts of the demo run it.
 
 Why it exists: both Celery-side parts of ``ujobs-bridge demo`` (``celery_compat/cli/demo.py``,
-``migrate/cli/demo.py``) run ``celery_compat.demo_app``'s app the way a cut-over project does: the
+``migrate/cli/demo.py``) run ``celery_compat.cli.demo_app``'s app the way a cut-over project does: the
 app sends and reads results through a bridge ``Client`` (``app.use_ujobs_client``) and an
 in-process bridge ``Worker`` runs its tasks on the part's own queue (built with
-``celery_compat.execution.jobs_for_app``, as ``worker -A`` does). ``app_worker`` sets that up and
+``celery_compat.worker.execution.jobs_for_app``, as ``worker -A`` does). ``app_worker`` sets that up and
 always takes it down again (worker stopped, app unbound and closed, client closed), so the two
 parts cannot leave a worker running or an app bound to a closed client; ``row_states`` is how
 each part sums up the rows its queue holds afterwards.
@@ -19,12 +19,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from ujobs_bridge import loading
 from ujobs_bridge.client import Client
-from ujobs_bridge.dsn import ResolvedDatabase
+from ujobs_bridge.ext import loaders as loading
+from ujobs_bridge.ext.database import ResolvedDatabase
+from ujobs_bridge.ext.worker import Worker, WorkerConfig
 from ujobs_bridge.records import JobRecord
-from ujobs_bridge.worker.config import WorkerConfig
-from ujobs_bridge.worker.loop import Worker
 
 CLIENT_POOL = 4
 POLL_S = 0.1
@@ -34,8 +33,9 @@ STOP_TIMEOUT_S = 5.0
 @contextmanager
 def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> Iterator[Worker]:
     """``demo_app.app`` bound to a bridge client, and a Worker (not started) for ``queue``."""
-    from celery_compat import demo_app, revoked_ids
-    from celery_compat.execution import jobs_for_app
+    from celery_compat.cli import demo_app
+    from celery_compat.worker import revoked_ids
+    from celery_compat.worker.execution import jobs_for_app
 
     app = demo_app.app
     client = Client(resolved, max_size=CLIENT_POOL)

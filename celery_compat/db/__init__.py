@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import LiteralString
 
-from ujobs_bridge.db.sql import load_folder
+from ujobs_bridge.ext.database import load_folder
 
 QUERIES: dict[str, LiteralString] = load_folder(__name__)
 

@@ -26,10 +26,9 @@ from uuid import UUID
 import psycopg
 
 from celery_compat.db import q
-from celery_compat.message_row import CeleryMessage
-from celery_compat.send_keys import NO_SENDER, SendKey
-from ujobs_bridge.db import arrays
-from ujobs_bridge.db.direct import DirectStatement
+from celery_compat.sending.message_row import CeleryMessage
+from celery_compat.sending.send_keys import NO_SENDER, SendKey
+from ujobs_bridge.ext.database import DirectStatement, array_column, register_arrays
 
 Conn = psycopg.Connection[Any]
 
@@ -78,7 +77,7 @@ def enqueue_direct(
 ) -> UUID | None:
     """``enqueue`` of a message with no send key, on an autocommit connection at rest that the
     caller holds alone (``DirectStatement.usable``): the same statement, run through libpq
-    directly (``ujobs_bridge.db.direct``): a one-by-one ``.delay()``."""
+    directly (``ujobs_bridge._internal.db.direct``): a one-by-one ``.delay()``."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
     found = _ENQUEUE_DIRECT.first_value(conn, params)
@@ -122,7 +121,7 @@ def enqueue_many(
     # The arrays as the engine's batch insert sends them (a shared value once, text and uuid
     # columns joined); ``[]`` for an empty batch, which unnests to no row.
     params: dict[str, Any] = {
-        name: arrays.column(kind, tuple(values)) if values else values
+        name: array_column(kind, tuple(values)) if values else values
         for name, (kind, values) in columns.items()
     }
     params.update(
@@ -131,7 +130,7 @@ def enqueue_many(
         enqueued_by="celery_compat",
         now=now,
     )
-    arrays.register(conn)
+    register_arrays(conn)
     return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
 
 

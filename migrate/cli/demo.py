@@ -7,7 +7,7 @@ batch (``send_task``) to kombu's filesystem transport, which needs no server (it
 control folders are in a temporary directory, removed afterwards, so nothing lands in the working
 directory). One message names a task the new code no longer has. ``migrate``'s drain loop (the
 one ``ujobs-bridge migrate`` runs) moves the batch into ``x_jobs`` and quarantines that one with
-its reason; a bridge ``Worker`` runs the rows with ``celery_compat.demo_app``'s tasks; the
+its reason; a bridge ``Worker`` runs the rows with ``celery_compat.cli.demo_app``'s tasks; the
 results are read back with Celery's ``AsyncResult.get``. Every figure shown is one the database
 or Celery returned.
 
@@ -28,12 +28,11 @@ from typing import Any
 from rich.console import Console
 
 from celery_compat.cli.demo_app_worker import app_worker, row_states
-from ujobs_bridge.cli import demo_tables
-from ujobs_bridge.cli.engine_demo import live_in_queue
-from ujobs_bridge.cli.options import CLI_ROLE
-from ujobs_bridge.db import connections
-from ujobs_bridge.dsn import ResolvedDatabase
-from ujobs_bridge.introspect import Introspector
+from ujobs_bridge.ext import cli as engine_cli
+from ujobs_bridge.ext import database as connections
+from ujobs_bridge.ext.cli import CLI_ROLE, live_in_queue
+from ujobs_bridge.ext.database import ResolvedDatabase
+from ujobs_bridge.ext.observe import Introspector
 
 BROKER = "filesystem://"
 ADDS = 60  # demo.add(i, i)
@@ -159,7 +158,7 @@ def run(
     resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
 ) -> MigratePart:
     """Publish with Celery to a filesystem broker, drain it into ``queue``, run it."""
-    from celery_compat import demo_app
+    from celery_compat.cli import demo_app
 
     app = demo_app.app
     part = MigratePart(queue=queue)
@@ -194,7 +193,7 @@ def run(
 
 
 def render(console: Console, part: MigratePart) -> None:
-    table = demo_tables.figures_table(
+    table = engine_cli.demo_figures_table(
         f"a Celery backlog moved onto the bridge: {BROKER} -> queue {part.queue}"
     )
     table.add_row("published", f"{part.published:,}", "by plain celery.Celery send_task()")
@@ -211,12 +210,12 @@ def render(console: Console, part: MigratePart) -> None:
         f"on a bridge worker; {part.results_ok:,} results as Celery's AsyncResult.get() expected",
     )
     console.print(table)
-    demo_tables.footnote(
+    engine_cli.demo_footnote(
         console,
         "from a live broker: ujobs-bridge migrate -A proj [--broker URL]; what it kept "
         "aside: ujobs-bridge migrate quarantine ls",
     )
-    demo_tables.failure(console, "migrate", part.error)
+    engine_cli.demo_failure(console, "migrate", part.error)
 
 
 class DemoPart:

@@ -23,8 +23,8 @@ def check_broker_url(url: str) -> None:
     URL masked and no secret in the message."""
     from urllib.parse import urlsplit
 
-    from ujobs_bridge.dsn import mask_dsn, scrub
     from ujobs_bridge.errors import ErrorCode, UjobsError
+    from ujobs_bridge.ext.database import mask_dsn, scrub
 
     try:
         if "://" not in url:
@@ -41,8 +41,8 @@ def check_broker_url(url: str) -> None:
 
 def open_broker(url: str, info: AppInfo, options: Any) -> Source:
     from migrate.runner import open_source
-    from ujobs_bridge.dsn import mask_dsn, scrub
     from ujobs_bridge.errors import ErrorCode, UjobsError
+    from ujobs_bridge.ext.database import mask_dsn, scrub
 
     try:
         return open_source(url, info, options)
@@ -63,8 +63,8 @@ def infrastructure_error(exc: Exception, broker: str) -> Exception:
     (a bug: raised as it is). A message never stops the drain: it is quarantined."""
     import psycopg
 
-    from ujobs_bridge.dsn import mask_dsn
     from ujobs_bridge.errors import DatabaseUnavailableError, ErrorCode, UjobsError
+    from ujobs_bridge.ext.database import mask_dsn
 
     hint = (
         "nothing is lost: what this run took but did not commit is still in the broker "

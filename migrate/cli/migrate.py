@@ -28,9 +28,10 @@ from rich.text import Text
 from migrate.cli.failure import check_broker_url, infrastructure_error, open_broker
 from migrate.cli.quarantine import quarantine
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
-from ujobs_bridge import logs
-from ujobs_bridge.cli.options import (
+from ujobs_bridge.ext import observe
+from ujobs_bridge.ext.cli import (
     CLI_ROLE,
+    console,
     database,
     dsn_option,
     json_option,
@@ -39,7 +40,6 @@ from ujobs_bridge.cli.options import (
     pgbouncer_option,
     print_json,
 )
-from ujobs_bridge.cli.output import console
 
 if TYPE_CHECKING:
     from migrate.appinfo import AppInfo
@@ -58,13 +58,13 @@ class Readiness:
         self.stop: threading.Event | None = None
 
     def check(self) -> tuple[bool, dict[str, object]]:
-        from ujobs_bridge import health
+        from ujobs_bridge.ext.observe import database_reachable
 
         if self.dsn is None or self.stop is None:
             return False, {"migrate": "starting"}
         if self.stop.is_set():
             return False, {"migrate": "stopping"}
-        database = health.database_reachable(self.dsn)
+        database = database_reachable(self.dsn)
         return database.ok, {"migrate": "draining", "database": database.detail}
 
 
@@ -104,12 +104,12 @@ def _restoring(previous: dict[signal.Signals, Any]) -> Iterator[None]:
 
 
 def _warn_unworkable_queues(queues: list[str], err: Console) -> None:
-    from ujobs_bridge import validation
     from ujobs_bridge.errors import ConfigError
+    from ujobs_bridge.ext.jobs import queue_name
 
     for name in queues:
         try:
-            validation.queue_name(name)
+            queue_name(name)
         except ConfigError:
             err.print(
                 f"note: queue {name!r} is not a valid bridge queue name: its rows are kept under "
@@ -252,7 +252,7 @@ def run_drain(
     dsn: str | None,
     as_json: bool,
     dry_run_flag: bool = False,
-    log_format: logs.LogFormat = "text",
+    log_format: observe.LogFormat = "text",
     metrics_port: int | None = None,
     metrics_address: str = "127.0.0.1",
 ) -> None:
@@ -263,12 +263,11 @@ def run_drain(
 
     err = console(stderr=True)
     if follow:  # a line per batch (migrate.drain) while it runs
-        logs.setup("INFO", log_format)
+        observe.setup_logs("INFO", log_format)
     exporter = None
     readiness = Readiness()
     if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
-        from ujobs_bridge.metrics import REGISTRY
-        from ujobs_bridge.metrics_http import MetricsServer
+        from ujobs_bridge.ext.observe import REGISTRY, MetricsServer
 
         exporter = MetricsServer(
             REGISTRY, port=metrics_port, address=metrics_address, ready=readiness.check
@@ -358,9 +357,9 @@ def _drain(
     from migrate.outages import RideThrough
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
-    from ujobs_bridge import loading
-    from ujobs_bridge.db import connections
-    from ujobs_bridge.schema_access import ensure_schema
+    from ujobs_bridge.ext import database as connections
+    from ujobs_bridge.ext import loaders as loading
+    from ujobs_bridge.ext.database import ensure_schema
 
     source, broker_url, reopen = broker
     resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())

@@ -18,17 +18,18 @@ from rich.table import Table
 from rich.text import Text
 
 from migrate.defaults import DEFAULT_MAX_BYTES, PICKLE_WARNING
-from ujobs_bridge.cli.options import (
+from ujobs_bridge.ext import database as connections
+from ujobs_bridge.ext.cli import (
     CLI_ROLE,
     app_database,
     app_option,
+    cell,
+    console,
     dsn_option,
     json_option,
     print_json,
 )
-from ujobs_bridge.cli.output import cell, console
-from ujobs_bridge.db import connections
-from ujobs_bridge.redaction import redact_text
+from ujobs_bridge.ext.observe import redact_text
 
 
 def _conn(app_spec: str | None, dsn: str | None, as_json: bool) -> connections.Conn:

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from celery_compat.message_row import from_input
+from celery_compat.sending.message_row import from_input
 from migrate.db import q
 
 

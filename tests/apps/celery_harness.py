@@ -20,12 +20,13 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from celery_compat import revoked_ids
-from celery_compat.execution import jobs_for_app
-from celery_compat.message_row import from_input
-from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect, loading
+from celery_compat.sending.message_row import from_input
+from celery_compat.worker import revoked_ids
+from celery_compat.worker.execution import jobs_for_app
+from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect
+from ujobs_bridge._internal.clock import Clock, SystemClock
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge.client import Client
-from ujobs_bridge.clock import Clock, SystemClock
 
 _BOUND: dict[int, Any] = {}
 
@@ -120,7 +121,7 @@ def headers_of(row: dict[str, Any]) -> dict[str, Any]:
 
 def body_of(row: dict[str, Any]) -> dict[str, Any]:
     """A Celery row's ``args``/``kwargs``/``embed``, read as the worker reads them (the body is
-    kept as exact JSON text inside ``input``, see ``celery_compat.message_row``)."""
+    kept as exact JSON text inside ``input``, see ``celery_compat.sending.message_row``)."""
     message = from_input(row["input"], queue=str(row.get("queue") or ""))
     return {"args": message.args, "kwargs": message.kwargs, "embed": message.embed}
 

@@ -9,7 +9,7 @@ import os
 from datetime import datetime, timedelta
 
 from ujobs_bridge import job
-from ujobs_bridge.scheduling.task import task
+from ujobs_bridge._internal.scheduling.task import task
 
 QUEUE = "obs-sched"
 ANCHOR = datetime.fromisoformat(os.environ.get("OBS_ANCHOR", "2000-01-01T12:00:00+00:00"))

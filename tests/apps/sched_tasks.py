@@ -10,8 +10,8 @@ shorthand (keyed). Nothing runs the jobs: they stay ``ready`` for the tests to c
 from __future__ import annotations
 
 from ujobs_bridge import job
+from ujobs_bridge._internal.scheduling.task import Occurrence, task
 from ujobs_bridge.job import EnqueueRequest
-from ujobs_bridge.scheduling.task import Occurrence, task
 
 QUEUE = "sched-tests"
 

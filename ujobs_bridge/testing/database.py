@@ -20,10 +20,10 @@ from types import TracebackType
 
 import psycopg
 
-from ujobs_bridge.db import schema
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.connections import Role, connect
-from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.db import schema
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db.connections import Role, connect
 from ujobs_bridge.errors import DatabaseUnavailableError
 
 ADMIN_DSN_ENV = "UJOBS_TEST_ADMIN_DSN"

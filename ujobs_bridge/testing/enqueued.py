@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
+from ujobs_bridge._internal.db import job_reads as reads_db
+from ujobs_bridge._internal.jobs.payload import decode_input
 from ujobs_bridge.client import Client
-from ujobs_bridge.db import job_reads as reads_db
 from ujobs_bridge.job import JobDefinition
-from ujobs_bridge.payload import decode_input
 from ujobs_bridge.records import JobRecord, JobState
 
 LIMIT = 10_000

@@ -14,9 +14,9 @@ from __future__ import annotations
 import threading
 import time
 
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.connections import Role, connect
-from ujobs_bridge.worker.loop import Worker
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db.connections import Role, connect
+from ujobs_bridge._internal.worker.loop import Worker
 
 ROLE = Role("testing:idle")
 RECHECK_S = 0.02  # a due job another session holds locked: look again after this

@@ -19,21 +19,21 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from ujobs_bridge._internal.clock import Clock
+from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import job_reads as reads_db
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import testing as testing_db
+from ujobs_bridge._internal.db.steps import Lease
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.worker import attempt as attempt_core
+from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR
+from ujobs_bridge._internal.worker.config import DEFAULT_LEASE_S
 from ujobs_bridge.client import Client
-from ujobs_bridge.clock import Clock
-from ujobs_bridge.context import AttemptSignal
-from ujobs_bridge.db import enqueue as enqueue_db
-from ujobs_bridge.db import job_reads as reads_db
-from ujobs_bridge.db import leases as leases_db
-from ujobs_bridge.db import testing as testing_db
-from ujobs_bridge.db.steps import Lease
 from ujobs_bridge.errors import JobNotFoundError, JobStateError
 from ujobs_bridge.job import EnqueueRequest, JobDefinition
 from ujobs_bridge.records import ClaimedJob, JobRecord, JobState, Settlement
 from ujobs_bridge.steps import StepRunner
-from ujobs_bridge.worker import attempt as attempt_core
-from ujobs_bridge.worker.claims import EXPIRE_ERROR
-from ujobs_bridge.worker.config import DEFAULT_LEASE_S
 
 WORKER_ID = "ujobs:testing:perform"
 

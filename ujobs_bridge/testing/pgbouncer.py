@@ -154,7 +154,7 @@ class PgBouncer:
     def clients(self) -> list[tuple[str, str]]:
         """``(database, application_name)`` of each client connected now (``SHOW CLIENTS`` on
         the admin console), the console's own connection left out."""
-        from ujobs_bridge.db import testing as testing_db
+        from ujobs_bridge._internal.db import testing as testing_db
 
         return [
             c for c in testing_db.pgbouncer_clients(self.dsn("pgbouncer")) if c[0] != "pgbouncer"

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from ujobs_bridge._internal.clock import FrozenClock
 from ujobs_bridge.client import Client, connect
-from ujobs_bridge.clock import FrozenClock
 from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.testing.database import TemporaryDatabase
 

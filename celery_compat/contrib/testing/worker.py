@@ -3,7 +3,7 @@
 Why it exists: Celery's ``start_worker(app)`` runs a ``WorkController`` in a thread against the
 app's broker so a test can ``add.delay(2, 2).get()``. With a celery_compat app the queue is the
 app's Postgres database, so this runs ``ujobs_bridge.Worker`` (claim loop, leases, body
-threads) with one job per app task (``celery_compat.execution.jobs_for_app``), consuming the
+threads) with one job per app task (``celery_compat.worker.execution.jobs_for_app``), consuming the
 queues Celery's worker would: the app's declared queues (``task_queues``, else the default
 queue) plus every queue a task routes to (task ``queue=``, ``task_routes``). On exit it stops
 claiming and waits for the work in flight (up to ``shutdown_timeout``).
@@ -45,9 +45,11 @@ from celery.utils.imports import reload_from_cwd
 from celery.utils.nodenames import anon_nodename
 from celery.worker import state as worker_state
 
-from celery_compat import revoked_ids, worker_control
-from celery_compat.execution import jobs_for_app
-from ujobs_bridge import Worker, WorkerConfig, loading
+from celery_compat.control import worker_commands as worker_control
+from celery_compat.worker import revoked_ids
+from celery_compat.worker.execution import jobs_for_app
+from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge.ext import loaders as loading
 
 WORKER_LOGLEVEL = os.environ.get("WORKER_LOGLEVEL", "error")
 POOLS = ("solo", "prefork", "threads", "eventlet", "gevent")

@@ -1,0 +1,161 @@
+"""``app.control`` for celery_compat apps: remote control over Postgres; revoke a durable row.
+
+Why it exists: Celery's remote control is a broadcast over the broker answered by the workers
+alive at that moment. A celery_compat app has no broker; its workers register nodes in Postgres
+and read a mailbox there (``ujobs_bridge._internal.worker.presence``). ``broadcast`` (and so every
+``inspect()`` command, ``ping``, ``rate_limit``, ``time_limit``, ``add_consumer``,
+``cancel_consumer``, ``pool_grow``/``pool_shrink``, ``autoscale``, ``shutdown``,
+``enable_events``/``disable_events``, ``celery inspect|control|status``) goes through
+``ujobs_bridge._internal.worker.remote``: the same arguments (``destination``, ``timeout``, ``limit``, ``reply``,
+``callback``, ``pattern``/``matcher``) and Celery's reply shapes (a list of ``{node: reply}``;
+``inspect()`` flattens it with Celery's own code). ``ping()`` answers only for live workers.
+``purge()`` cancels the app's ready messages in Postgres and returns how many.
+
+A revoke is written to ``x_celery_revoked`` and applied to the task's job rows: a job that has
+not started is cancelled and never runs, a message sent later for the same id is born
+cancelled, a message a worker already claimed is dropped by that worker before its body starts
+(the revoke is NOTIFYed with its insert, ``revoked_ids.py``), and ``terminate=True`` cancels a
+running job, whose worker interrupts the body (``execution.py``) and records REVOKED. With
+``reply=True`` the live workers acknowledge it as Celery's do.
+
+What it is not: the workers' side (``worker_control.py`` and the engine's panel).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import states
+from celery.app.control import Control
+from celery.exceptions import TaskRevokedError
+from celery.utils.functional import maybe_list
+from kombu.matcher import match
+from kombu.utils import json as kombu_json
+
+from celery_compat.db import message_jobs, revocations
+from ujobs_bridge.ext import control as remote
+
+log = logging.getLogger("celery_compat.control")
+# kombu's JSON, as Celery's mailbox serializes (typed here because kombu is not)
+_dumps: Callable[[Any], str] = kombu_json.dumps
+_loads: Callable[[str], Any] = kombu_json.loads
+_match: Callable[..., bool] = match  # kombu's matcher takes str (its hints say bytes)
+
+LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
+REVOCABLE_STATES = (states.PENDING, states.RECEIVED, states.RETRY, states.REJECTED)
+
+
+class BridgeControl(Control):  # type: ignore[misc]
+    def revoke(
+        self,
+        task_id: Any,
+        destination: Any = None,
+        terminate: bool = False,
+        signal: str = "SIGTERM",
+        **kwargs: Any,
+    ) -> list[dict[str, Any]] | None:
+        ids = [str(t) for t in maybe_list(task_id) or []]
+        backend = self.app.backend
+        with self.app.ujobs_client.pool.connection() as conn:
+            for tid in ids:
+                revocations.revoke(conn, tid, terminate=terminate)
+                running = False
+                for job_id, state, _error, _at in message_jobs.jobs_of_task(conn, tid):
+                    if state in LIVE_NOT_RUNNING:
+                        remote.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
+                    elif state == "running":
+                        running = True
+                        if terminate:
+                            # The worker drops it if its body has not started yet, and
+                            # interrupts the body if it has (execution._terminates), then
+                            # stores REVOKED. Without terminate the row stays as it is: a
+                            # started body finishes, as in Celery, and a claimed one whose
+                            # body has not started is dropped by its worker, which stores
+                            # REVOKED (revoked_ids.py, execution.run_message).
+                            remote.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
+                if not running:
+                    self._mark_revoked(backend, tid)
+        if kwargs.get("reply"):  # Celery: one reply per live worker that handled the broadcast
+            arguments = {"task_id": ids, "terminate": terminate, "signal": signal}
+            return self.broadcast("revoke", arguments, destination=destination, **kwargs)
+        return None
+
+    def _mark_revoked(self, backend: Any, task_id: str) -> None:
+        """Store REVOKED as Celery 5.7's worker does: only over a state no worker owns yet (a
+        result, or STARTED/a custom state set by a running task, is left alone)."""
+        meta = backend.get_task_meta(task_id, cache=False)
+        if meta.get("status") in REVOCABLE_STATES:
+            backend.store_result(task_id, TaskRevokedError("revoked"), states.REVOKED)
+
+    def purge(self, connection: Any = None) -> int:
+        """Cancel the app's ready messages in Postgres (every queue it consumes or routes to),
+        as Celery's purge discards the queued messages; returns how many, and logs it."""
+        counts = self.purge_queues(app_queues(self.app))
+        total = sum(counts.values())
+        log.info("Purged %d messages from %d queues in Postgres", total, len(counts))
+        return total
+
+    discard_all = purge
+
+    def purge_queues(self, queues: Any) -> dict[str, int]:
+        """Cancel the ready messages of ``queues``; how many per queue."""
+        with self.app.ujobs_client.pool.connection() as conn:
+            return message_jobs.purge_ready(conn, sorted({str(q) for q in queues}))
+
+    def broadcast(
+        self,
+        command: str,
+        arguments: Any = None,
+        destination: Any = None,
+        connection: Any = None,
+        reply: bool = False,
+        timeout: float | None = 1.0,
+        limit: int | None = None,
+        callback: Any = None,
+        channel: Any = None,
+        pattern: Any = None,
+        matcher: Any = None,
+        **extra_kwargs: Any,
+    ) -> list[dict[str, Any]] | None:
+        """Celery's ``broadcast`` through the Postgres mailbox (see the module docstring)."""
+        if destination is not None and not isinstance(destination, list | tuple):
+            raise ValueError(f"destination must be a list/tuple not {type(destination)}")
+        arguments = dict(arguments or {}, **extra_kwargs)
+        with self.app.ujobs_client.pool.connection() as conn:
+            if pattern and matcher:
+                live = remote.nodes_live(conn, None)
+                destination = sorted({n.name for n in live if _match(n.name, pattern, matcher)})
+                if not destination:
+                    return [] if reply else None
+            on_reply = None
+            if callback is not None:
+
+                def on_reply(answer: remote.Reply) -> None:
+                    callback({answer.node: _loads(answer.value_json)})
+
+            got = remote.broadcast(
+                conn,
+                command,
+                _dumps(arguments),
+                destination=None if destination is None else [str(d) for d in destination],
+                reply=reply,
+                timeout=1.0 if timeout is None else timeout,  # Celery: None is the default
+                limit=limit,
+                on_reply=on_reply,
+            )
+        if not reply:
+            return None
+        return [{answer.node: _loads(answer.value_json)} for answer in got]
+
+
+def app_queues(app: Any) -> set[str]:
+    """The queues the app's messages go to: its declared queues, the default queue, and every
+    queue a task routes to (its ``queue=`` or ``task_routes``)."""
+    from celery_compat.worker.execution import jobs_for_app
+
+    names = {str(name) for name in app.amqp.queues}
+    names.add(str(app.conf.task_default_queue or "celery"))
+    names.update(str(d.queue) for d in jobs_for_app(app))
+    return names

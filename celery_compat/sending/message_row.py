@@ -1,0 +1,280 @@
+"""A Celery protocol-v2 message as an ``x_jobs`` row: the one shape sending and migrate share.
+
+Why it exists: a task sent through the facade and a message drained from a Celery broker must
+become the SAME row, so the worker runs both through one path. The row's ``input`` is
+``{"headers": {...}, "properties": {...}, "body": "<text>"}``: the body ``[args, kwargs, embed]``
+is kept as the exact text Celery's JSON serializer writes (kombu's JSON: datetime, UUID, Decimal,
+bytes carried as tagged objects), inside a jsonb string, so values come back exactly as through
+Celery on Redis: ``1e16`` stays a float, NaN and ±Infinity survive, big ints stay ints, object
+keys keep their order, NUL characters and lone surrogates survive (escaped, never raw, in the
+text). jsonb itself would rewrite numbers (``1e16`` → ``10000000000000000``), refuse NaN and
+``\\u0000`` and reorder keys; the headers stay a jsonb object (task id, name, retries readable in
+SQL, and by ``x_jobs_celery_task_idx``); when a header holds what jsonb cannot (the ``argsrepr``
+of a NUL argument, a NaN header), headers and properties are kept as text too and the task id is
+copied to a top-level ``id``. Anything that is not JSON (an object, a circular structure) raises
+kombu's ``EncodeError`` before any SQL runs. Rows written before this format (``args``/``kwargs``/
+``embed`` as jsonb) are read as well. The task name is the row's ``name``; ``eta`` is ``run_at``.
+
+What it is not: a broker decoder (``migrate`` turns broker bytes into a ``CeleryMessage``) or a
+sender (``sending.py`` builds one from Celery's own ``create_task_message``).
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from kombu.exceptions import EncodeError
+from kombu.utils import json as kombu_json
+
+from ujobs_bridge.ext.jobs import new_job_id
+from ujobs_bridge.ext.observe import current_traceparent
+
+PRIORITY_MIN, PRIORITY_MAX = 0, 255
+
+# kombu's JSON (it registers datetime, UUID, Decimal, bytes); typed here because kombu is not.
+_loads: Callable[[str], Any] = kombu_json.loads
+
+
+def reused_encoder(*, allow_nan: bool = True, compact: bool = False) -> Callable[[Any], str]:
+    """kombu's JSON encoder with the C encoder built once instead of on every call (what
+    ``json.dumps`` does), without the cycle check: a circular value ends in ``RecursionError``.
+    The default is byte for byte what Celery's ``json`` serializer writes (``kombu dumps``)."""
+    encoder: Any = kombu_json.JSONEncoder(
+        allow_nan=allow_nan, check_circular=False, separators=(",", ":") if compact else None
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # pragma: no cover - CPython always has the C encoder
+        return encoder.encode  # type: ignore[no-any-return]
+    iterencode = make(
+        None,
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    return lambda value: "".join(iterencode(value, 0))
+
+
+_encode_body = reused_encoder()
+_encode_headers = reused_encoder(allow_nan=False, compact=True)
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
+# An unescaped \u0000 or lone surrogate in ASCII JSON text: what jsonb refuses in a string.
+_JSONB_REFUSES = re.compile(
+    r"(?<!\\)(?:\\\\)*(?:\\u0000|\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f])"
+    r"|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2})",
+    re.IGNORECASE,
+)
+NOT_STORABLE = (TypeError, ValueError, RecursionError)
+
+
+def _jsonb_refuses(text: str) -> bool:
+    # ASCII JSON text has a \u escape only for a non-ASCII or control character: usually none,
+    # and the substring test is far cheaper than the regex.
+    return "\\u" in text and _JSONB_REFUSES.search(text) is not None
+
+
+def encode_input(
+    headers: dict[str, Any],
+    properties: dict[str, Any],
+    args: Any,
+    kwargs: Any,
+    embed: Any,
+    *,
+    what: str | None = None,
+) -> str:
+    """The row's ``input`` text; kombu's ``EncodeError`` for what cannot be stored, before any
+    SQL runs (so a caller's transaction is never aborted by it). ``what`` names the message in
+    that error (default: its task name and id)."""
+    try:
+        body = _encode_body([args, kwargs, embed])
+    except NOT_STORABLE as exc:
+        what = what or _describe(headers)
+        raise EncodeError(
+            f"{what}: an argument cannot be serialized as JSON ({_reason(exc)}); celery_compat "
+            "stores messages with Celery's JSON serializer: pass ids or plain data"
+        ) from exc
+    try:
+        head, props = _encode_headers(headers), _encode_headers(properties)
+        if not (_jsonb_refuses(head) or _jsonb_refuses(props)):
+            return f'{{"headers":{head},"properties":{props},"body":{_quote(body)}}}'
+    except ValueError:  # NaN or ±Infinity in a header: kept, as text
+        pass
+    except (TypeError, RecursionError) as exc:
+        raise EncodeError(
+            f"{what or _describe(headers)}: a header or property cannot be stored ({_reason(exc)})"
+        ) from exc
+    what = what or _describe(headers)
+    try:  # what jsonb cannot hold (argsrepr of a NUL argument...): the headers as text too
+        head, props = _encode_body(headers), _encode_body(properties)
+    except NOT_STORABLE as exc:
+        raise EncodeError(
+            f"{what}: a header or property cannot be stored ({_reason(exc)})"
+        ) from exc
+    task_id = headers.get("id")
+    if not isinstance(task_id, str) or _jsonb_refuses(_quote(task_id)):
+        raise EncodeError(f"{what}: the task id must be text without NUL or lone surrogates")
+    return (
+        f'{{"id":{_quote(task_id)},"headers":{_quote(head)},"properties":{_quote(props)},'
+        f'"body":{_quote(body)}}}'
+    )
+
+
+def _describe(headers: dict[str, Any]) -> str:
+    return f"task {headers.get('task')!r} ({headers.get('id')})"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "circular or too deeply nested"
+    return str(exc)
+
+
+def parse_instant(value: Any) -> datetime | None:
+    """An ``eta``/``expires`` header (ISO text or datetime) as an aware datetime; naive is UTC."""
+    if value is None or value == "":
+        return None
+    instant = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryMessage:
+    """One protocol-v2 task message, decoded."""
+
+    headers: dict[str, Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+    embed: dict[str, Any]
+    queue: str
+    properties: dict[str, Any] = field(default_factory=dict)
+    job_id: UUID = field(default_factory=new_job_id)
+
+    @property
+    def task(self) -> str:
+        return str(self.headers["task"])
+
+    @property
+    def task_id(self) -> str:
+        return str(self.headers["id"])
+
+    @property
+    def retries(self) -> int:
+        return int(self.headers.get("retries") or 0)
+
+    @property
+    def nesting(self) -> int:
+        return int(self.headers.get("replaced_task_nesting") or 0)
+
+    @property
+    def eta(self) -> datetime | None:
+        return parse_instant(self.headers.get("eta"))
+
+    @property
+    def expires(self) -> datetime | None:
+        return parse_instant(self.headers.get("expires"))
+
+    @property
+    def priority(self) -> int:
+        value = self.properties.get("priority")
+        if value is None:
+            value = (self.properties.get("delivery_info") or {}).get("priority")
+        if value is None:
+            return 0
+        return max(PRIORITY_MIN, min(PRIORITY_MAX, int(value)))
+
+    def input_json(self) -> str:
+        """The row's ``input`` (see the module docstring); ``EncodeError`` if it cannot be."""
+        return encode_input(self.headers, self.properties, self.args, self.kwargs, self.embed)
+
+    def params(
+        self, max_attempts: int, now: datetime | None, *, input_json: str | None = None
+    ) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "retries": self.retries,
+            "nesting": self.nesting,
+            "id": self.job_id,
+            "name": self.task,
+            "queue": self.queue,
+            "input": self.input_json() if input_json is None else input_json,
+            "max_attempts": max_attempts,
+            "priority": self.priority,
+            "run_at": self.eta,
+            "now": now,
+            "traceparent": (self.headers.get("traceparent") or current_traceparent()),
+            "enqueued_by": "celery_compat",
+        }
+
+
+def is_celery_input(value: Any) -> bool:
+    return isinstance(value, dict) and "headers" in value and ("body" in value or "embed" in value)
+
+
+# kombu's decoder hook (kombu >= 5.3); without it every input takes the text round trip.
+_object_hook: Callable[[dict[str, Any]], Any] | None = getattr(kombu_json, "object_hook", None)
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class _NotPlainJson(Exception):
+    """A value psycopg's jsonb decoding cannot have produced: take the slow, exact path."""
+
+
+def _restore(value: Any) -> Any:
+    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: a copy in
+    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does."""
+    kind = type(value)
+    if kind is dict:
+        if _object_hook is None or not all(type(k) is str for k in value):
+            raise _NotPlainJson
+        return _object_hook({k: _restore(v) for k, v in value.items()})
+    if kind is list:
+        return [_restore(v) for v in value]
+    if kind in _JSON_SCALARS:
+        return value
+    raise _NotPlainJson
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):  # headers/properties kept as text (see encode_input)
+        return _loads(value)
+    try:
+        return _restore(value)
+    except _NotPlainJson:
+        return _loads(json.dumps(value))
+
+
+def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
+    """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
+    row's id (else a new one is drawn)."""
+    body = value.get("body")
+    if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
+        args, kwargs, embed = _loads(body)
+        restored = {
+            "args": args,
+            "kwargs": kwargs,
+            "embed": embed,
+            "headers": _plain(value.get("headers")),
+            "properties": _plain(value.get("properties")),
+        }
+    else:  # a row written before the exact-text format
+        restored = _plain(value)
+    return CeleryMessage(
+        headers=dict(restored.get("headers") or {}),
+        args=list(restored.get("args") or []),
+        kwargs=dict(restored.get("kwargs") or {}),
+        embed=dict(restored.get("embed") or {}),
+        queue=queue,
+        properties=dict(restored.get("properties") or {}),
+        job_id=new_job_id() if job_id is None else job_id,
+    )

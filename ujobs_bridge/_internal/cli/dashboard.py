@@ -1,0 +1,108 @@
+"""``ujobs-bridge dashboard``: serve the web UI (``ujobs_bridge/dashboard``) with uvicorn.
+
+Why it exists: Flower's habits (``--address``, ``--port``, ``--url-prefix``) on the bridge's
+database, safe by default: it binds 127.0.0.1; any other address requires ``--auth user:pass``
+or a token in ``$UJOBS_DASHBOARD_TOKEN`` (it refuses to start otherwise); ``--read-only``
+hides and refuses every action.
+
+What it is not: the app (``dashboard/app.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+
+import click
+
+from ujobs_bridge._internal.cli.options import APP, app_database, dsn_option, log_format_option
+from ujobs_bridge._internal.observe import logs
+from ujobs_bridge._internal.observe.logs import LogFormat
+
+TOKEN_ENV = "UJOBS_DASHBOARD_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+
+
+def _local(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _prefix(value: str) -> str:
+    value = value.strip().strip("/")
+    return f"/{value}" if value else ""
+
+
+@click.command()
+@click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=5555, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--url-prefix", default="", help="Serve under this path (behind a proxy).")
+@click.option(
+    "--auth", default=None, metavar="USER:PASS", help=f"Basic auth (or ${TOKEN_ENV}: a token)."
+)
+@click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
+@click.option(
+    "--loglevel",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+@log_format_option
+@APP
+@dsn_option
+def dashboard(
+    address: str,
+    port: int,
+    url_prefix: str,
+    auth: str | None,
+    read_only: bool,
+    loglevel: str,
+    log_format: LogFormat,
+    app_spec: str | None,
+    dsn: str | None,
+) -> None:
+    """Serve the web dashboard (overview, jobs, dead letters, scheduled tasks, ...)."""
+    try:
+        import uvicorn
+
+        from ujobs_bridge._internal.dashboard import DashboardConfig, create_app
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs its extra ({exc.name}): pip install 'ujobs-bridge[dashboard]'"
+        ) from exc
+    credentials = None
+    if auth is not None:
+        user, sep, password = auth.partition(":")
+        if not sep or not user or not password:
+            raise click.UsageError("--auth takes USER:PASS, both non-empty")
+        credentials = (user, password)
+    token = os.environ.get(TOKEN_ENV) or None
+    if not _local(address) and credentials is None and token is None:
+        raise click.UsageError(
+            f"--address {address} is not local: give --auth USER:PASS or set ${TOKEN_ENV}, "
+            "so the dashboard is not open to the network"
+        )
+    logs.setup(loglevel.upper(), log_format)
+    resolved = app_database(app_spec, dsn)
+    tasks = {}
+    if app_spec is not None:
+        from ujobs_bridge._internal.cli.scheduler import load_tasks, resolve_app
+
+        tasks = load_tasks(resolve_app(app_spec), with_purge=True)
+    config = DashboardConfig(
+        dsn=resolved.dsn,
+        url_prefix=_prefix(url_prefix),
+        read_only=read_only,
+        credentials=credentials,
+        token=token,
+        tasks=tasks,
+        app_spec=app_spec,
+    )
+    app = create_app(config)
+    where = f"http://{address}:{port}{config.url_prefix}/"
+    mode = " (read-only)" if read_only else ""
+    click.echo(f"dashboard ready: {where}{mode}", err=True)
+    uvicorn.run(app, host=address, port=port, log_config=None, access_log=False)

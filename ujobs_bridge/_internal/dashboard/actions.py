@@ -1,0 +1,89 @@
+"""The dashboard's actions (POST only): requeue, cancel or discard one job; requeue or discard
+every dead letter a filter matches.
+
+Why it exists: an operator steers from the page they are reading. Every action is refused
+unless the request carries this server's CSRF token, and always under ``--read-only``
+(``site.action_allowed``); each does exactly what the CLI's action does (``db/bulk.py``), then
+redirects back (303) with what it did in the address, so a reload never repeats it.
+
+What it is not: the pages (``pages.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+import psycopg
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ujobs_bridge._internal.db import bulk
+from ujobs_bridge._internal.observe.introspect import name_pattern
+
+if TYPE_CHECKING:
+    from ujobs_bridge._internal.dashboard.app import DashboardSite
+
+CANCEL_ERROR = "UJ_JOB_CANCELLED: cancelled from the dashboard"
+
+
+def routes(site: DashboardSite) -> list[BaseRoute]:
+    def back(path: str, note: str) -> Response:
+        return RedirectResponse(site.url(path) + "?" + urlencode({"done": note}), 303)
+
+    async def one(request: Request) -> Response:
+        form = await request.form()
+        refused: Response | None = site.action_allowed(request, form)
+        if refused is not None:
+            return refused
+        action = request.path_params["action"]
+        try:
+            job_id = UUID(request.path_params["job_id"])
+        except ValueError:
+            return PlainTextResponse("not a job id\n", 400)
+        where = bulk.JobFilter(ids=[job_id])
+        with site.connect() as conn:
+            try:
+                changed = _act(conn, action, where, site.config.clock.sql_now())
+            except psycopg.errors.UniqueViolation:
+                return back(f"/jobs/{job_id}", "not requeued: a live job holds its key")
+        if changed is None:
+            return PlainTextResponse(f"unknown action {action!r}\n", 404)
+        if action == "discard" and changed:
+            return back("/dead", "discarded 1 dead letter")
+        verb = {"requeue": "requeued", "cancel": "cancelled", "discard": "discarded"}[action]
+        note = f"{verb} this job" if changed else f"not {verb}: its state does not allow it"
+        return back(f"/jobs/{job_id}", note)
+
+    async def matching(request: Request) -> Response:
+        form = await request.form()
+        refused: Response | None = site.action_allowed(request, form)
+        if refused is not None:
+            return refused
+        action = request.path_params["action"]
+        if action not in ("requeue", "discard"):
+            return PlainTextResponse(f"unknown action {action!r}\n", 404)
+        queue = str(form.get("queue") or "").strip() or None
+        name = str(form.get("name") or "").strip() or None
+        where = bulk.JobFilter(state="dead", queue=queue, name_like=name_pattern(name))
+        with site.connect() as conn:
+            changed = _act(conn, action, where, site.config.clock.sql_now())
+        verb = "requeued" if action == "requeue" else "discarded"
+        return back("/dead", f"{verb} {changed} dead letter(s)")
+
+    return [
+        Route("/jobs/{job_id}/{action}", one, methods=["POST"]),
+        Route("/dead/{action}", matching, methods=["POST"]),
+    ]
+
+
+def _act(conn: psycopg.Connection[Any], action: str, where: bulk.JobFilter, now: Any) -> int | None:
+    if action == "requeue":
+        return bulk.job_requeue_matching(conn, where, now)
+    if action == "cancel":
+        return bulk.job_cancel_matching(conn, where, CANCEL_ERROR)
+    if action == "discard":
+        return bulk.job_discard_matching(conn, where)
+    return None

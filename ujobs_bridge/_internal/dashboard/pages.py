@@ -1,0 +1,271 @@
+"""The dashboard's pages (GET): overview, jobs, one job (with its attempts), dead letters,
+scheduled tasks, workers.
+
+Why it exists: each page is one read of the database shaped by ``views.py`` and drawn by its
+template; filters come from the query string and are validated like the CLI's flags (a bad
+value is a 400 that says why, never a SQL error).
+
+What it is not: the actions (``actions.py``) or the plugin pages (``panels.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ujobs_bridge._internal.dashboard import views
+from ujobs_bridge._internal.dashboard.panels import JobSection
+from ujobs_bridge._internal.db import job_reads as reads_db
+from ujobs_bridge._internal.db import nodes, observe
+from ujobs_bridge._internal.db import steps as step_db
+from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.observe.introspect import (
+    lookup_ids,
+    name_pattern,
+    parse_state,
+    suspended_reason,
+)
+from ujobs_bridge._internal.observe.redaction import REDACTED, redact
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.records import JobRecord
+
+if TYPE_CHECKING:
+    from ujobs_bridge._internal.dashboard.app import DashboardSite
+
+AUTO_REFRESH_S = 10
+
+
+class BadFilter(Exception):
+    pass
+
+
+def _text(request: Request, key: str) -> str | None:
+    value = request.query_params.get(key, "").strip()
+    return value or None
+
+
+def _int(request: Request, key: str, default: int) -> int:
+    raw = _text(request, key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise BadFilter(f"{key} must be a whole number, not {raw!r}") from exc
+    if value < 0:
+        raise BadFilter(f"{key} must not be negative")
+    return value
+
+
+def _instant(request: Request, key: str) -> datetime | None:
+    raw = _text(request, key)
+    if raw is None:
+        return None
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise BadFilter(f"{key} must be an ISO 8601 time (2026-12-01T09:00), not {raw!r}") from exc
+    return value if value.tzinfo else value.astimezone()
+
+
+def _filters(request: Request) -> dict[str, Any]:
+    try:
+        state = parse_state(_text(request, "state"))
+        queue = _text(request, "queue")
+        if queue is not None:
+            validation.queue_name(queue)
+    except ConfigError as exc:
+        raise BadFilter(exc.message) from exc
+    return {
+        "state": state,
+        "queue": queue,
+        "name": _text(request, "name"),
+        "task_id": _text(request, "task_id"),
+        "since": _instant(request, "since"),
+        "until": _instant(request, "until"),
+        "offset": _int(request, "offset", 0),
+        "before": _key(request, "before"),
+    }
+
+
+def _key(request: Request, key: str) -> tuple[datetime, UUID] | None:
+    """A page key: the created_at and id of the last row of the previous page, as
+    ``ISO-TIME,UUID`` (what the "older" link carries)."""
+    raw = _text(request, key)
+    if raw is None:
+        return None
+    at, _, job_id = raw.rpartition(",")
+    try:
+        return datetime.fromisoformat(at), UUID(job_id)
+    except ValueError as exc:
+        raise BadFilter(f"{key} must be ISO-TIME,UUID (the older link's), not {raw!r}") from exc
+
+
+def routes(site: DashboardSite) -> list[BaseRoute]:
+    config = site.config
+
+    def guarded(handler: Any) -> Any:
+        def endpoint(request: Request) -> Response:
+            try:
+                response: Response = handler(request)
+                return response
+            except BadFilter as exc:
+                return PlainTextResponse(f"{exc}\n", 400)
+
+        return endpoint
+
+    def overview(request: Request) -> Response:
+        now = config.clock.now()
+        with site.connect() as conn:
+            queues = views.queue_rows(conn, config.clock.sql_now())
+            chart = views.chart(conn, now)
+            latency = views.latency_chart(conn, now)
+        ages = {
+            q.queue: views.age_text((now - q.oldest_due).total_seconds()) if q.oldest_due else "-"
+            for q in queues
+        }
+        return site.render(
+            request,
+            "overview.html",
+            {
+                "queues": queues,
+                "ages": ages,
+                "chart": chart,
+                "latency": latency,
+                "latency_text": views.latency_text,
+                "refresh": AUTO_REFRESH_S,
+            },
+        )
+
+    def jobs_page(request: Request) -> Response:
+        f = _filters(request)
+        size = config.page_size
+        with site.connect() as conn:
+            ids = lookup_ids(conn, f["task_id"]) if f["task_id"] else None
+            records = reads_db.job_list(
+                conn,
+                state=f["state"].value if f["state"] else None,
+                queue=f["queue"],
+                name=None,
+                name_like=name_pattern(f["name"]),
+                ids=ids,
+                since=f["since"],
+                until=f["until"],
+                before=f["before"],
+                limit=size,
+                offset=f["offset"],
+            )
+        listing = _listing(request, records, f["offset"], size)
+        listing["filters"].pop("before", None)
+        listing["older"] = (
+            f"{records[-1].created_at.isoformat()},{records[-1].id}"
+            if len(records) == size
+            else None
+        )
+        listing["paged"] = f["before"] is not None or f["offset"] > 0
+        return site.render(request, "jobs.html", listing)
+
+    def dead_page(request: Request) -> Response:
+        f = _filters(request)
+        size = config.page_size
+        with site.connect() as conn:
+            records = reads_db.job_dead(
+                conn,
+                limit=size,
+                offset=f["offset"],
+                queue=f["queue"],
+                name_like=name_pattern(f["name"]),
+            )
+        return site.render(request, "dead.html", _listing(request, records, f["offset"], size))
+
+    def job_page(request: Request) -> Response:
+        key = request.path_params["job_id"]
+        with site.connect() as conn:
+            record = _find(conn, key)
+            if record is None:
+                return site.render(request, "missing.html", {"key": key})
+            steps = step_db.step_list(conn, record.id)
+            attempts = observe.observe_attempts(conn, record.id)
+            sections: list[JobSection] = []
+            for panel in site.panels:
+                sections.extend(panel.job_sections(conn, record))
+        waits = [s for s in steps if s.event is not None]
+        return site.render(
+            request,
+            "job.html",
+            {
+                "job": record,
+                "input": redact(record.input),
+                "output": redact(record.output),
+                "redacted": REDACTED,
+                "steps": steps,
+                "attempts": attempts,
+                "waits": waits,
+                "suspended": suspended_reason(record, steps),
+                "sections": sections,
+            },
+        )
+
+    def scheduled_page(request: Request) -> Response:
+        with site.connect() as conn:
+            rows, leader = views.task_rows(conn, config.tasks, config.clock.now())
+        return site.render(request, "scheduled.html", {"tasks": rows, "leader": leader})
+
+    def workers_page(request: Request) -> Response:
+        now = config.clock.now()
+        with site.connect() as conn:
+            found = nodes.nodes_live(conn, config.clock.sql_now())
+        rows = [
+            {
+                "node": n,
+                "active": n.info.get("active", "-"),
+                "processed": sum(
+                    v for v in (n.info.get("processed") or {}).values() if isinstance(v, int)
+                ),
+                "beat": views.age_text((now - n.heartbeat_at).total_seconds()),
+                "up": views.age_text((now - n.started_at).total_seconds()),
+            }
+            for n in found
+        ]
+        return site.render(request, "workers.html", {"workers": rows})
+
+    return [
+        Route("/", guarded(overview)),
+        Route("/jobs", guarded(jobs_page)),
+        Route("/jobs/{job_id}", guarded(job_page)),
+        Route("/dead", guarded(dead_page)),
+        Route("/scheduled", guarded(scheduled_page)),
+        Route("/workers", guarded(workers_page)),
+    ]
+
+
+def _find(conn: Any, key: str) -> JobRecord | None:
+    """A job by its id, else by a Celery task id (its newest message)."""
+    try:
+        record = reads_db.job_get(conn, UUID(key))
+    except ValueError:
+        record = None
+    if record is not None:
+        return record
+    for job_id in lookup_ids(conn, key):
+        found = reads_db.job_get(conn, job_id)
+        if found is not None:
+            return found
+    return None
+
+
+def _listing(request: Request, records: list[JobRecord], offset: int, size: int) -> dict[str, Any]:
+    params = {k: v for k, v in request.query_params.items() if k != "offset" and v}
+    return {
+        "jobs": records,
+        "filters": params,
+        "offset": offset,
+        "next_offset": offset + size if len(records) == size else None,
+        "prev_offset": max(0, offset - size) if offset else None,
+        "last_error": lambda r: (r.last_error or "").strip().splitlines()[-1:] or [""],
+    }

@@ -1,0 +1,194 @@
+"""Leases in SQL (``sql/jobs.sql``): claim a batch, settle it, renew its leases, rescue lapsed ones.
+
+Why it exists: a job's attempt runs under a lease (a token and a deadline on the database clock)
+that one statement grants and every later write is fenced by: the claim grants it, the heartbeat
+renews it (and reads the state of a job whose lease it lost), the settle writes an outcome only
+where the token still matches, and the rescue takes back jobs whose lease ran out; the claim
+loop's other sweep, cancelling jobs past their expiry that never ran, is here too. Every function
+takes the connection to run on, because the caller decides the transaction: the worker's claim
+connection (settle and claim in one round trip) or the heartbeat's dedicated one.
+
+What it is not: the claim loop or the heartbeat (``worker/claims.py``, ``worker/heartbeat.py``),
+which decide when and how much, or a pool or a lifecycle owner (the worker owns its connections).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import set_json_loads
+
+from ujobs_bridge._internal.db.sql import q
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
+
+Conn = psycopg.Connection[Any]
+
+# A job's attempts handed back uncounted because its body met a database outage: given back
+# this many times, then counted like failures (migration 0015), so a body that itself causes
+# the outage (crashing the server, getting its connection killed) ends dead instead of looping.
+# One outage costs a job one hand-back at most, so only a job that meets twenty reaches it.
+OUTAGE_HANDBACKS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimParams:
+    """One claim: up to ``limit`` due jobs of ``queue`` named in ``names``, each leased to
+    ``worker`` under ``token`` for ``lease_s`` seconds of the database clock. ``now`` is the
+    injected clock's instant (``None``: the database's)."""
+
+    queue: str
+    names: Sequence[str]
+    limit: int
+    token: UUID
+    lease_s: float
+    worker: str
+    now: datetime | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "names": list(self.names),
+            "limit": self.limit,
+            "token": self.token,
+            "lease_s": self.lease_s,
+            "worker": self.worker,
+            "now": self.now,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Undecodable:
+    reason: str
+
+
+def _input_loads(data: str | bytes) -> Any:
+    """A claimed row's input, or why it cannot be decoded: one bad row must not fail the batch
+    it came in (a claim commits before its rows are read)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        return _Undecodable("nested too deeply to decode (past Python's recursion limit)")
+    except ValueError as exc:
+        return _Undecodable(f"not valid JSON ({exc})")
+
+
+def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
+    cur = conn.cursor()
+    set_json_loads(_input_loads, cur)
+    return cur
+
+
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    """A claim statement's row (``job_claim``'s RETURNING order) as a ``ClaimedJob``, by name:
+    ``undecodable`` is not a column, so the row cannot be spread positionally."""
+    ident, name, queue, data, attempt, max_attempts, token, expired, deliveries, tp, due = row
+    claimed = ClaimedJob(
+        id=ident,
+        name=name,
+        queue=queue,
+        input=data,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        lease_token=token,
+        expired=expired,
+        deliveries=deliveries,
+        traceparent=tp,
+        due_at=due,
+    )
+    if isinstance(claimed.input, _Undecodable):
+        return replace(claimed, input={}, undecodable=claimed.input.reason)
+    return claimed
+
+
+def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
+    """Claim a batch. A row whose input cannot be decoded comes back with ``undecodable`` set
+    (its input empty) instead of failing the batch."""
+    rows = _claim_cursor(conn).execute(q("job_claim"), claim.params()).fetchall()
+    return [_claimed(row) for row in rows]
+
+
+def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
+    """``job_claim`` in a transaction of its own whose commit does not wait for the WAL flush
+    (``set local``), sent as one pipeline: the claim behind PgBouncer, where the claim
+    connection's session setting (``claims_commit_async``) would leak to other clients."""
+    with conn.pipeline(), conn.transaction():
+        conn.execute(q("tx_claims_async"))
+        claimed = conn.execute(q("job_claim"), claim.params())
+    return [ClaimedJob(*row) for row in claimed.fetchall()]
+
+
+def job_settle_then_claim(
+    conn: Conn,
+    settlements: Sequence[Settlement],
+    claim: ClaimParams,
+    *,
+    durable: bool,
+) -> tuple[set[UUID], list[ClaimedJob]]:
+    """Write outcomes and claim the next batch in ONE transaction sent as ONE pipeline: a single
+    round trip and a single commit per worker cycle."""
+    with conn.pipeline(), conn.transaction():
+        if durable:
+            conn.execute(q("tx_outcomes_durable"))
+        settled = conn.execute(q("job_settle"), _settle_params(settlements, claim.now))
+        claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
+    matched = {row[0] for row in settled.fetchall()}
+    return matched, [_claimed(row) for row in claimed.fetchall()]
+
+
+def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:
+    batch = json.dumps(
+        [
+            {
+                "id": str(s.id),
+                "token": str(s.token),
+                "state": s.state.value,
+                "output": s.output_json,
+                "delay_s": s.delay_s,
+                "error": s.error,
+                "uncount": s.uncount,
+                "run_at": s.run_at.isoformat() if s.run_at is not None else None,
+                "outage": 1 if s.outage else 0,
+            }
+            for s in settlements
+        ]
+    )
+    return {"batch": batch, "now": now, "outage_cap": OUTAGE_HANDBACKS}
+
+
+def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:
+    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing)."""
+    if not settlements:
+        return set()
+    rows = conn.execute(q("job_settle"), _settle_params(settlements, now)).fetchall()
+    return {row[0] for row in rows}
+
+
+def job_heartbeat(conn: Conn, leases: Sequence[tuple[UUID, UUID]], lease_s: float) -> set[UUID]:
+    if not leases:
+        return set()
+    payload = json.dumps([{"id": str(i), "token": str(t)} for i, t in leases])
+    rows = conn.execute(q("job_heartbeat"), {"leases": payload, "lease_s": lease_s}).fetchall()
+    return {row[0] for row in rows}
+
+
+def job_states(conn: Conn, ids: Sequence[UUID]) -> dict[UUID, tuple[JobState, UUID | None]]:
+    rows = conn.execute(q("job_states"), {"ids": list(ids)}).fetchall()
+    return {row[0]: (JobState(row[1]), row[2]) for row in rows}
+
+
+def job_rescue(
+    conn: Conn, *, limit: int, error: str, now: datetime | None
+) -> list[tuple[UUID, JobState]]:
+    rows = conn.execute(q("job_rescue"), {"limit": limit, "error": error, "now": now}).fetchall()
+    return [(row[0], JobState(row[1])) for row in rows]
+
+
+def job_expire(conn: Conn, *, limit: int, error: str, now: datetime | None) -> list[UUID]:
+    rows = conn.execute(q("job_expire"), {"limit": limit, "error": error, "now": now}).fetchall()
+    return [row[0] for row in rows]

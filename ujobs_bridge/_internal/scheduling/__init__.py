@@ -1,0 +1,15 @@
+"""Periodic work: cron and interval schedules, ``task()``, the leader lease and the scheduler.
+
+Why it is a package: Celery beat's replacement is four concerns with one boundary: when a task is
+due (``cron.py``), what fires (``task.py``), who may fire (``leader.py``), and the round that
+fires each occurrence once (``scheduler.py``).
+
+What it is not: a worker. Scheduled tasks only enqueue jobs; workers run them.
+"""
+
+from __future__ import annotations
+
+from ujobs_bridge._internal.scheduling.scheduler import Scheduler
+from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask, task
+
+__all__ = ["Occurrence", "PeriodicTask", "Scheduler", "task"]

@@ -1,0 +1,190 @@
+"""The worker's claim loop: write due outcomes and claim free slots, then wait to be woken.
+
+Why it exists: the claim loop is the worker's one busy thread, and its pass is where the
+durability order is kept: due outcomes are written and free slots claimed in ONE transaction (one
+commit per cycle), outcomes before the sweep (so after an outage longer than a lease this
+worker's own sweep does not rescue the jobs whose results it holds), and an outcome batch the
+database refuses is kept (a transient error) or written item by item to isolate the bad one. Being
+a ``Service``, it restarts after an error with a growing pause and ends the worker after
+``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
+slots it marks its queues as waited for (migration 0021: only then does an insert into them
+notify), and it removes the marks once its claims fill every free slot, so that producers send
+no notification while every worker of a queue is busy with a backlog.
+
+What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
+rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from ujobs_bridge._internal.db.connections import Backoff, transient
+from ujobs_bridge._internal.faults import fault
+from ujobs_bridge._internal.service import Service
+from ujobs_bridge._internal.worker import fleet
+from ujobs_bridge._internal.worker.outcome_writes import write_isolating
+from ujobs_bridge.records import ClaimedJob
+
+if TYPE_CHECKING:
+    from ujobs_bridge._internal.worker.loop import Worker
+
+log = logging.getLogger("ujobs.worker")
+
+RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
+CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
+
+
+class ClaimLoop(Service):
+    """The worker's claim loop as a ``Service`` (thread ``ujobs-claim``): ``cycle`` again and
+    again; an error resets the claim connection and pauses, longer after each failure in a
+    row (``Backoff``: 50 ms doubling up to 5 s), so an outage is retried quickly at first and
+    cheaply later, with every outcome kept; ``CLAIM_ERROR_STREAK`` errors in a row that are not
+    database errors end the worker (``Service.on_died``)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
+        self.empties = 0  # claims in a row that found nothing
+        self.quiet_until = 0.0  # monotonic: no claim before (fleet.empty_pause); outcomes go on
+        self.deferred = False  # a claim was asked for (a wake-up) during the pause
+        self.short: bool | None = None  # the last pass's claim: fewer rows than free slots?
+        self.waiting: tuple[str, ...] | None = None  # the queues marked as waited for (0021)
+        self.unsure = False  # the marks may differ from ``waiting`` (an error; a poll's re-check)
+        super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
+
+    def tick(self) -> bool:
+        """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
+        return self.claim_pass()
+
+    def cycle(self) -> None:
+        """One turn of the claim loop: a pass, then, unless it filled every free slot, a wait
+        until woken (a notification, a freed slot, a queued outcome) or the next poll."""
+        w = self.worker
+        w._wake.clear()
+        if w.stopping:
+            return
+        filled = self.claim_pass()
+        if self.short is False and (self.waiting is not None or self.unsure):
+            w.claims.unmark_waiting()  # busy: inserts need not wake this worker
+            self.waiting, self.unsure = None, False
+        if filled:
+            return  # every free slot filled, or more outcomes due: the next pass at once
+        if self.short and self._mark_waiting():
+            return  # marked just now: claim once more before waiting (see _mark_waiting)
+        wait = w.config.poll_s
+        if w.outcomes:
+            wait = min(wait, w.config.ack_interval_s)
+        if w.table.timed():
+            wait = min(wait, 0.05)
+        quiet = self.quiet_until - time.monotonic()
+        if self.deferred and quiet > 0:
+            wait = min(wait, quiet)  # the claim asked for during the pause, at its end
+        if not w._wake.wait(wait):  # woken by the poll: the mark is asserted again before the
+            self.unsure = True  # next wait (a mark the database lost, or reaped with the node)
+
+    def _mark_waiting(self) -> bool:
+        """Before waiting with free slots: mark this worker's queues as waited for (migration
+        0021), so that an insert into them notifies. True if a mark was added: the caller claims
+        once more before it waits, since a job committed after the last claim but before the mark
+        sent no notification. Not marked: a worker that is not listening (no listen connection,
+        or it is reconnecting: its poll wakes it), a stopping one, or one whose node is not
+        registered (reaped after an outage; marked again once it is)."""
+        w = self.worker
+        queues = w.claims.queues
+        if w.stopping or not w.listener.listening.is_set():
+            return False
+        if self.waiting == queues and not self.unsure:
+            return False
+        if self.waiting not in (None, queues):
+            w.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
+            self.waiting = None
+        registered, added = w.claims.mark_waiting()
+        self.waiting, self.unsure = (queues if registered else None), False
+        return added > 0
+
+    def claim_pass(self) -> bool:
+        """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
+        per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
+        lease, this worker's own sweep must not rescue the jobs whose results it holds."""
+        w = self.worker
+        self.short = None
+        w.stopper.check_deadlines()
+        capacity, held = w.stopper.capacity(w.config.concurrency, w.config.prefetch_multiplier)
+        scaler = w.autoscaler  # with one job per slot, hold one waiting: a reason to grow
+        if scaler and w.config.prefetch_multiplier == 1 and w.config.concurrency < scaler.max:
+            capacity += 1
+        batch = w._take_due()
+        if not batch:
+            w.claims.sweep()
+        free = capacity - held
+        want = 0
+        if free > 0 and not w.stopping and (not held or free >= max(1, capacity // 2)):
+            want = min(free, w.config.claim_batch)
+        if want and time.monotonic() < self.quiet_until:
+            want = 0  # paused after empty claims (fleet.py): claimed when the pause ends
+            self.deferred = True
+        if not batch and not want:
+            return False
+        rows: list[ClaimedJob] = []
+        with w._jobs:  # what a pass claims, it runs with the same registry
+            try:
+                if batch and want:
+                    matched, rows = w.claims.write_then_claim(batch, want)
+                elif batch:
+                    matched = w.claims.write(batch)
+                else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
+                    matched, rows = set(), w.claims.claim(want)
+            except Exception as exc:  # whatever failed, the outcomes are kept
+                if not batch or transient(exc):
+                    w.outcomes.restore(batch)
+                    raise
+                log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
+                write_isolating(w.claims.write, batch, w.outcomes)  # keeps what it can't
+                want = 0
+            else:
+                w.outcomes.written(batch, matched)
+                w._start(rows)
+                if want:
+                    self._claimed(len(rows))
+                    self.short = len(rows) < free
+        if batch:
+            w.claims.sweep()
+        if rows:
+            w.claims.tidy(len(rows))
+        return (want > 0 and len(rows) == want) or w.outcomes.more()
+
+    def _claimed(self, rows: int) -> None:
+        """After a claim: an empty one pauses the next in a fleet (``fleet.empty_pause``)."""
+        self.deferred = False
+        if rows:
+            self.empties = 0
+            self.quiet_until = 0.0
+            return
+        self.empties += 1
+        w = self.worker
+        pause = fleet.empty_pause(self.empties, w.claims.fleet_size(), w.config.poll_s)
+        self.quiet_until = time.monotonic() + pause if pause else 0.0
+
+    def _pass(self) -> float:
+        if self.worker.stopping:  # asked before start(): take no pass at all
+            self.request_stop()
+            return 0.0
+        self.cycle()
+        self.backoff.reset()
+        if self.worker.in_flight():
+            fault("worker.claim_loop")
+        return 0.0
+
+    def _on_error(self, exc: Exception) -> float:
+        self.worker.claims.reset()
+        self.unsure = True  # a mark written or deleted may or may not be in: asserted again
+        if isinstance(exc, psycopg.Error):
+            log.warning("ujobs.worker.db_error: %s", exc)
+        else:
+            log.exception("ujobs.worker.error")
+        return self.backoff.next()

@@ -1,0 +1,316 @@
+"""The claim connection and what the claim loop runs on it: claims, outcome writes, the sweep.
+
+Why it exists: the claim loop (``loop.py``) decides WHEN to claim and write; this says HOW, on one
+connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queue in turn so no
+queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
+round trip and one commit, and rescue expired leases and expire stale jobs. The connection is
+the worker's one working connection: the heartbeat and the node's presence share it
+(``shared``; each of them, like each method here, holds it through ``using()`` for its
+statements). Claims commit without waiting for the WAL flush: a session setting on a direct
+connection, a ``set local`` in the claim's own transaction behind PgBouncer. The sweep also
+reports due jobs whose name this worker does not declare: never claimed (a worker that declares
+the name may come), logged as an error once per (queue, name) per ``unregistered_log_every_s``,
+dead-lettered only if ``unregistered_dead_after_s`` is set.
+
+What it is not: the SQL (``db/leases.py`` and ``db/unclaimed.py`` run its statements) or the
+decision of an outcome (``attempt.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from ujobs_bridge._internal.clock import Clock
+from ujobs_bridge._internal.db import claim_table, nodes, session
+from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import unclaimed as unclaimed_db
+from ujobs_bridge._internal.db.connections import Reconnecting, Role, behind_pgbouncer, transient
+from ujobs_bridge._internal.observe import metrics
+from ujobs_bridge._internal.worker import fleet
+from ujobs_bridge._internal.worker.config import WorkerConfig
+from ujobs_bridge._internal.worker.outcome_batch import WorkerCounts
+from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.records import ClaimedJob, Settlement
+
+log = logging.getLogger("ujobs.worker")
+
+RESCUE_ERROR = (
+    f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+)
+EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
+UNREGISTERED_ERROR = (
+    f"{ErrorCode.TASK_UNREGISTERED.value}: no worker that consumed this queue declares task "
+    "'{name}'; dead-lettered after waiting (unregistered_dead_after_s)"
+)
+SWEEP_LIMIT = 1000
+# The worker vacuums the claim table (``db/claim_table.py``) once it has claimed as many jobs as
+# the table holds (its live rows, as the statistics count them) and at least this many: its index
+# then grows by about twice that between vacuums (~14 pages at the least), whatever the claim
+# rate, and a vacuum (which reads the whole table and index) costs about as much as the claims
+# since the last one, never more, however large a backlog is. Counted per worker: a fleet of N
+# vacuums about once per that many claims of all N together. It reads the count every this
+# many claims. At 1,000 claims/s or less autovacuum (naptime 1 s) comes about as often.
+CLAIM_VACUUM_EVERY = 1000
+
+
+def age(seconds: float) -> str:
+    """A short age for a log line: 45s, 2m, 3h, 2d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
+
+
+class Claims:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        worker_id: str,
+        queues: tuple[str, ...],
+        names: tuple[str, ...],
+        config: WorkerConfig,
+        clock: Clock,
+        counts: WorkerCounts,
+        fleet_size: Callable[[], int] = lambda: 1,
+    ) -> None:
+        """``fleet_size``: how many workers are live (``Presence.fleet``); the sweep, which
+        works for all of them, is spread over them (``fleet.py``)."""
+        self.worker_id = worker_id
+        self.queues = queues
+        self.names = names
+        self.config = config
+        self.clock = clock
+        self.counts = counts
+        self._conn = Reconnecting(dsn, Role(f"worker:{worker_id}"))
+        self._pooled = behind_pgbouncer()  # no session settings: set local per claim
+        self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
+        self._queue_turn = 0
+        self.fleet_size = fleet_size
+        self._sweeps = fleet.Chore(config.sweep_s)
+        self._unregistered_logged: dict[tuple[str, str], float] = {}  # (queue, name): monotonic
+        self._claimed_since_vacuum = 0
+        self._vacuum_after = CLAIM_VACUUM_EVERY  # claims before the next look at the table
+        self._may_vacuum: tuple[psycopg.Connection[Any], bool] | None = None  # (conn, allowed)
+
+    @property
+    def shared(self) -> Reconnecting:
+        """The connection itself, for the loops that share it (heartbeat, presence)."""
+        return self._conn
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The claim connection; claims on it commit asynchronously (db/sql/session.sql). Use
+        it inside ``self.shared.using()``."""
+        conn = self._conn.get()
+        if conn is not self._prepared:
+            if not self._pooled:
+                session.claims_commit_async(conn)
+            self._prepared = conn
+        return conn
+
+    def _claim_on(
+        self, conn: psycopg.Connection[Any], params: leases_db.ClaimParams
+    ) -> list[ClaimedJob]:
+        if self._pooled:
+            return leases_db.job_claim_async(conn, params)
+        return leases_db.job_claim(conn, params)
+
+    def reset(self) -> None:
+        """After an error: the next use opens a fresh connection."""
+        self._conn.reset()
+
+    close = reset
+
+    def _next_queue(self) -> str:
+        queue = self.queues[self._queue_turn % len(self.queues)]
+        self._queue_turn += 1
+        return queue
+
+    def _claim(self, queue: str, limit: int, token: uuid.UUID) -> leases_db.ClaimParams:
+        return leases_db.ClaimParams(
+            queue=queue,
+            names=self.names,
+            limit=limit,
+            token=token,
+            lease_s=self.config.lease_s,
+            worker=self.worker_id,
+            now=self.clock.sql_now(),
+        )
+
+    def claim(self, limit: int, *, skip: str | None = None) -> list[ClaimedJob]:
+        """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
+        starting queue rotates so no queue starves another."""
+        rows: list[ClaimedJob] = []
+        token = uuid.uuid4()
+        with self._conn.using():
+            for _ in range(len(self.queues)):
+                if len(rows) >= limit:
+                    break
+                queue = self._next_queue()
+                if queue == skip:
+                    continue
+                rows += self._claim_on(
+                    self.connection(), self._claim(queue, limit - len(rows), token)
+                )
+        return rows
+
+    def write(self, batch: list[Settlement]) -> set[UUID]:
+        """Write a batch of outcomes in one transaction; returns the ids whose lease matched."""
+        with self._conn.using():
+            conn = self.connection()
+            with conn.transaction():
+                if not self.config.async_acks:
+                    session.outcomes_commit_durable(conn)
+                return leases_db.job_settle(conn, batch, self.clock.sql_now())
+
+    def write_then_claim(
+        self, batch: list[Settlement], want: int
+    ) -> tuple[set[UUID], list[ClaimedJob]]:
+        """One round trip, one commit: the outcomes durable, the claims with them."""
+        queue = self._next_queue()
+        with self._conn.using():
+            matched, rows = leases_db.job_settle_then_claim(
+                self.connection(),
+                batch,
+                self._claim(queue, want, uuid.uuid4()),
+                durable=not self.config.async_acks,
+            )
+            if len(rows) < want and len(self.queues) > 1:
+                rows += self.claim(want - len(rows), skip=queue)
+        return matched, rows
+
+    def sweep(self, *, force: bool = False) -> None:
+        """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s`` (alone;
+        in a fleet of N, every N ``sweep_s`` or so, jittered: the fleet sweeps every
+        ``sweep_s``, see ``fleet.py``)."""
+        now = time.monotonic()
+        if not force and not self._sweeps.due(now, self.fleet_size()):
+            return
+        self._sweeps.ran(now)
+        with self._conn.using():
+            conn = self.connection()
+            rescued = leases_db.job_rescue(
+                conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
+            )
+            if rescued:
+                self.counts.rescued += len(rescued)
+                metrics.LEASE_RESCUES.inc(len(rescued))
+                log.info("ujobs.worker.rescued: %d", len(rescued))
+            leases_db.job_expire(
+                conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now()
+            )
+            self._dead_unregistered(conn)
+            self._report_unregistered(conn, now)
+
+    def tidy(self, claimed: int) -> None:
+        """After ``claimed`` jobs were claimed (outside any transaction): once this worker has
+        claimed as many jobs as the claim table holds (``CLAIM_VACUUM_EVERY`` at the least),
+        vacuum it so its index reuses the pages the claims emptied (``db/claim_table.py``).
+        Skipped at once if a vacuum of it is running; never tried by a role that may not vacuum
+        it (autovacuum alone keeps it then). A vacuum the server refuses for another reason
+        is logged once and not tried again on that connection; a lost connection is the claim
+        loop's to handle, as after any statement of it."""
+        self._claimed_since_vacuum += claimed
+        if self._claimed_since_vacuum < self._vacuum_after:
+            return
+        with self._conn.using():
+            conn = self.connection()
+            if self._may_vacuum is None or self._may_vacuum[0] is not conn:
+                self._may_vacuum = (conn, claim_table.vacuum_allowed(conn))
+            if not self._may_vacuum[1]:
+                self._claimed_since_vacuum = 0
+                return
+            live = claim_table.live_rows(conn)
+            if self._claimed_since_vacuum < live:
+                self._vacuum_after = self._claimed_since_vacuum + CLAIM_VACUUM_EVERY
+                return  # a backlog larger than the claims so far: read the count again later
+            try:
+                claim_table.vacuum(conn)
+            except psycopg.Error as exc:
+                if transient(exc) or conn.closed:
+                    raise
+                log.warning(
+                    "ujobs.worker.claim_table_vacuum_failed: %s (left to autovacuum on this "
+                    "connection; the claims are not affected)",
+                    exc,
+                )
+                self._may_vacuum = (conn, False)
+            self._claimed_since_vacuum = 0
+            self._vacuum_after = CLAIM_VACUUM_EVERY
+
+    def mark_waiting(self) -> tuple[bool, int]:
+        """Mark this worker's queues as waited for (migration 0021: an insert into a marked
+        queue notifies): (registered, marks added), as ``nodes.queue_waiting_mark``."""
+        with self._conn.using():
+            return nodes.queue_waiting_mark(
+                self.connection(), self.worker_id, self.queues, self.clock.sql_now()
+            )
+
+    def unmark_waiting(self) -> None:
+        """Remove this worker's marks: inserts into its queues no longer notify for it."""
+        with self._conn.using():
+            nodes.queue_waiting_unmark(self.connection(), self.worker_id)
+
+    def _report_unregistered(self, conn: psycopg.Connection[Any], now: float) -> None:
+        """Log, in Celery's words plus the fix, the due jobs this worker will never claim."""
+        found = unclaimed_db.job_unregistered(
+            conn,
+            unclaimed_db.UnregisteredParams(
+                queues=self.queues,
+                names=self.names,
+                after_s=self.config.unregistered_after_s,
+                scan=SWEEP_LIMIT,
+                now=self.clock.sql_now(),
+            ),
+        )
+        every = self.config.unregistered_log_every_s
+        logged = self._unregistered_logged
+        for key in [k for k, at in logged.items() if now - at >= every]:
+            del logged[key]  # bounded by the names seen within one window
+        for b in found:
+            if (b.queue, b.name) in logged:
+                continue
+            logged[(b.queue, b.name)] = now
+            log.error(
+                "Received unregistered task of type %r on queue %r: %d waiting, oldest %s; "
+                "deploy a worker that declares it, or `ujobs-bridge jobs cancel` them [%s]",
+                b.name,
+                b.queue,
+                b.jobs,
+                age(b.oldest_s),
+                ErrorCode.TASK_UNREGISTERED.value,
+            )
+
+    def _dead_unregistered(self, conn: psycopg.Connection[Any]) -> None:
+        after = self.config.unregistered_dead_after_s
+        if after is None:
+            return
+        for queue in self.queues:
+            dead = unclaimed_db.job_dead_unregistered(
+                conn,
+                unclaimed_db.DeadUnregisteredParams(
+                    queue=queue,
+                    names=self.names,
+                    after_s=after,
+                    limit=SWEEP_LIMIT,
+                    error=UNREGISTERED_ERROR,
+                    now=self.clock.sql_now(),
+                ),
+            )
+            for name in sorted({n for _, n in dead}):
+                count = sum(1 for _, n in dead if n == name)
+                log.error(
+                    "Dead-lettered %d job(s) of unregistered task %r on queue %r after %ss [%s]",
+                    count,
+                    name,
+                    queue,
+                    f"{after:g}",
+                    ErrorCode.TASK_UNREGISTERED.value,
+                )

@@ -1,0 +1,137 @@
+"""The in-flight table: every attempt a worker holds, and THE one place an attempt is settled.
+
+Why it exists: an attempt can end in several ways at nearly the same moment (its body returns,
+its timeout passes, a cancel or a lost lease arrives, the shutdown hands it back), and its
+outcome must be written exactly once. ``settle_once`` is the only code that marks an attempt
+settled, queues its ``Settlement`` and frees its slot, and it does all three under one lock, so
+"exactly once" is checked in one place instead of in every path that stops an attempt.
+
+What it is not: the decision of what the outcome is (``attempt.py``), or the writer of outcomes
+(``outcome_batch.py`` batches them, the claim loop writes them).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.observe import metrics
+from ujobs_bridge._internal.worker import job_log
+from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.records import ClaimedJob, Settlement
+
+
+@dataclass(slots=True, eq=False)
+class InFlight:
+    """One held attempt. ``settled`` is written only by ``InFlightTable.settle_once``."""
+
+    claimed: ClaimedJob
+    definition: JobDefinition[Any, Any]
+    signal: AttemptSignal = field(default_factory=AttemptSignal)
+    future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
+    started: bool = False  # a body thread took it (thread runtime)
+    dropped: bool = False  # taken back before it started: a body thread must skip it
+    started_at: float | None = None  # wall clock, when a body thread took it (inspect active)
+    deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
+    settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
+    reported_hung: bool = False  # logged as a body running past its timeout
+    claimed_at: float = 0.0  # monotonic, for the attempt duration metric
+
+
+class InFlightTable:
+    """The attempts a worker holds, keyed by job id; settled outcomes go to ``outcomes``."""
+
+    def __init__(self, outcomes: OutcomeBatch, wake: threading.Event) -> None:
+        self.outcomes = outcomes
+        self.wake = wake  # set whenever a slot frees or an outcome is queued
+        self.lock = threading.Lock()
+        self._entries: dict[UUID, InFlight] = {}
+
+    def add(self, rows: list[tuple[ClaimedJob, JobDefinition[Any, Any]]]) -> list[InFlight]:
+        entries = [InFlight(claimed, definition) for claimed, definition in rows]
+        with self.lock:
+            for entry in entries:
+                self._entries[entry.claimed.id] = entry
+        for entry in entries:
+            entry.claimed_at = metrics.claimed(entry.claimed)
+            job_log.started(entry.claimed)
+        return entries
+
+    def settle_once(self, entry: InFlight, settlement: Settlement | None, *, release: bool) -> bool:
+        """Record ``settlement`` (``None``: nothing to write) as this attempt's outcome unless
+        one was recorded already; with ``release`` also free its slot (its body will not run
+        any more). Returns True if this call settled it. The outcome is queued before the slot
+        frees: whoever sees the slot free also sees the outcome queued."""
+        with self.lock:
+            first = not entry.settled
+            if first:
+                entry.settled = True
+                if settlement is not None:
+                    self.outcomes.add(settlement)
+            if release:
+                self._entries.pop(entry.claimed.id, None)
+        if first or release:
+            self.wake.set()
+        if first:
+            job_log.settled(entry.claimed, settlement)
+            outcome = "released" if settlement is None else job_log.outcome_of(settlement)
+            metrics.settled(entry.claimed, outcome, entry.claimed_at)
+        return first
+
+    def get(self, job_id: UUID) -> InFlight | None:
+        with self.lock:
+            return self._entries.get(job_id)
+
+    def entries(self) -> list[InFlight]:
+        with self.lock:
+            return list(self._entries.values())
+
+    def unsettled(self) -> list[InFlight]:
+        with self.lock:
+            return [e for e in self._entries.values() if not e.settled]
+
+    def late(self, now: float) -> list[InFlight]:
+        """Unsettled attempts whose deadline (monotonic) has passed."""
+        with self.lock:
+            return [
+                e
+                for e in self._entries.values()
+                if e.deadline is not None and now >= e.deadline and not e.settled
+            ]
+
+    def hung(self, before: float) -> list[InFlight]:
+        """Attempts already settled whose body still runs although its deadline (monotonic)
+        passed before ``before``: bodies running past their timeout."""
+        with self.lock:
+            return [
+                e
+                for e in self._entries.values()
+                if e.settled and e.deadline is not None and e.deadline <= before
+            ]
+
+    def held_leases(self) -> list[tuple[UUID, UUID]]:
+        """(job id, lease token) of every attempt whose outcome is not decided yet."""
+        with self.lock:
+            return [
+                (e.claimed.id, e.claimed.lease_token)
+                for e in self._entries.values()
+                if not e.settled
+            ]
+
+    def holds_any(self, ids: set[UUID]) -> bool:
+        with self.lock:
+            return not ids.isdisjoint(self._entries.keys())
+
+    def timed(self) -> bool:
+        """True if some held attempt has a deadline to watch."""
+        with self.lock:
+            return any(e.deadline is not None for e in self._entries.values())
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._entries)

@@ -1,0 +1,403 @@
+"""The worker: claim batches, run bodies, write outcomes in batches, and never lose a job.
+
+Why it exists: this is where the durability promises are kept. One statement claims up to N ready
+rows (``FOR UPDATE SKIP LOCKED``), counting the attempt and setting a lease (token + expiry on the
+database clock). Bodies run on a runtime (``runtimes.py``: body threads, an event loop for
+``async def`` jobs, or a process pool), each through the one attempt core (``attempt.py``).
+Outcomes are written back in batches by one statement that carries each attempt's token, so a
+write from an attempt that lost its lease changes nothing. Leases are renewed by the heartbeat
+(``heartbeat.py``); expired leases of dead workers are rescued from the job rows by a
+periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.py``), polling is
+the floor (and the only wake-up behind PgBouncer without a ``listen_dsn``).
+
+Its connections (the budget, README "Connections"): ONE working connection shared by the claim
+loop, the heartbeat and the presence, ONE for LISTEN, and a step-write pool that opens on the
+first ``step.run`` and gives idle connections back.
+
+``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
+attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
+the shutdown's hand-back), the heartbeat, the listener and the node's presence
+(``presence.py``: the node row and the remote-control mailbox, on the heartbeat's connection).
+
+Lifecycle: ``start()`` / ``stop()`` (idempotent; ``started`` / ``stopped`` events; stop waits for
+in-flight work up to the shutdown timeout, then hands back what is left with its attempt
+uncounted), ``reload()`` (run another registry and queues from the next claim on) and ``tick()``
+for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an error; one that dies
+(an error no loop survives, or the claim loop failing ``claim_loop.CLAIM_ERROR_STREAK`` times
+in a row on something other than the database) makes the worker fail: it hands back everything
+it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge
+worker`` exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their
+timeout.
+
+What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
+(``attempt.py``) or the CLI (``cli/worker.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.db.connections import Role, listen_dsn
+from ujobs_bridge._internal.jobs import context, validation
+from ujobs_bridge._internal.worker.attempt import BodyResult, settle
+from ujobs_bridge._internal.worker.autoscale import Autoscaler
+from ujobs_bridge._internal.worker.child import TaskSettings
+from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
+from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
+from ujobs_bridge._internal.worker.config import WorkerConfig
+from ujobs_bridge._internal.worker.control import ControlState, Handler, Panel
+from ujobs_bridge._internal.worker.heartbeat import Heartbeat
+from ujobs_bridge._internal.worker.inflight import InFlight, InFlightTable
+from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
+from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
+from ujobs_bridge._internal.worker.presence import Presence, default_node_name
+from ujobs_bridge._internal.worker.runtimes import LoopRuntime, Runtimes, StepWrites
+from ujobs_bridge._internal.worker.steering import Steering
+from ujobs_bridge._internal.worker.stopping import HungAttempt, Stopper
+from ujobs_bridge.errors import ConfigError, ErrorCode
+from ujobs_bridge.job import JobDefinition
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
+
+log = logging.getLogger("ujobs.worker")
+
+
+class Worker(Steering):
+    """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
+    channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
+    node (default ``celery@<host>``); ``control``: remote-control handlers added to the engine's
+    (``LoadedApp.control_commands``), whose replies ``control_encode`` turns into JSON text."""
+
+    def __init__(
+        self,
+        dsn: str,
+        registry: Mapping[str, JobDefinition[Any, Any]],
+        config: WorkerConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        app_spec: str | None = None,
+        worker_id: str | None = None,
+        channels: Sequence[ExtraChannel] = (),
+        node_name: str | None = None,
+        control: Mapping[str, Handler] | None = None,
+        control_encode: Callable[[Any], str] | None = None,
+        listen: str | None = None,
+    ) -> None:
+        """``listen``: the DSN of the LISTEN connection (default ``connections.listen_dsn``:
+        ``UJOBS_LISTEN_URL``, else ``dsn``; none behind PgBouncer: the worker polls)."""
+        self.dsn = dsn
+        self.registry = dict(registry)
+        self.config = config or WorkerConfig()
+        self.clock = clock
+        self.app_spec = app_spec
+        if not self.registry:
+            raise ConfigError(
+                "the worker has no jobs to run",
+                hint="pass -A with a module that declares @job functions",
+            )
+        if self.config.pool == "processes" and app_spec is None:
+            raise ConfigError(
+                "--pool processes needs -A",
+                hint="child processes import the jobs from the -A module",
+            )
+        self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
+        self.names = tuple(sorted(self.registry))
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.node = node_name or default_node_name()
+        self.dsn_host = mask_dsn(dsn)
+        self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
+        self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
+        self.send_task_events = False  # enable_events/disable_events flip it
+        self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
+        self.remote_shutdown = threading.Event()  # a `shutdown` command arrived
+        self.outcomes = OutcomeBatch(
+            threshold=self.config.capacity // 2, interval_s=self.config.ack_interval_s
+        )
+        self.counts = self.outcomes.counts
+        self.started = threading.Event()  # set once start() has launched the claim loop
+        self.stopped = threading.Event()  # set once stop() has settled and released everything
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._hurry = threading.Event()
+        self.failed = threading.Event()  # set once a loop died and the worker stopped for it
+        self.failure: str | None = None
+        self._lifecycle = threading.Lock()
+        self._jobs = threading.Lock()  # registry, names, queues: swapped by reload() between claims
+        self.table = InFlightTable(self.outcomes, self._wake)
+        self.runtimes = Runtimes(
+            pool=self.config.pool,
+            size=self.config.concurrency,
+            registry=self.registry,
+            finished=self._finished,
+            steps=StepWrites(
+                dsn,
+                Role(f"worker:{self.id}:steps"),
+                clock=clock,
+                max_size=self.config.concurrency + 1,
+            ),
+            stopping=self._stopping,
+            app_spec=app_spec,
+            dsn=dsn,
+            node=self.node,
+            task_settings=self.task_settings,
+            limits=(self.config.time_limit_s, self.config.soft_time_limit_s),
+            max_tasks_per_child=self.config.max_tasks_per_child,
+            max_memory_per_child_kib=self.config.max_memory_per_child_kib,
+        )
+        self.stopper = Stopper(self.table, self.runtimes)
+        self.claims = Claims(
+            dsn,
+            worker_id=self.id,
+            queues=self.queues,
+            names=self.names,
+            config=self.config,
+            clock=clock,
+            counts=self.counts,
+            fleet_size=lambda: self.presence.fleet,
+        )
+        self.claim_loop = ClaimLoop(self)
+        self.heartbeat = Heartbeat(
+            self.claims.shared,
+            lease_s=self.config.lease_s,
+            interval_s=self.config.heartbeat_interval_s,
+            held=lambda: self.table.held_leases() + self.outcomes.leases(),
+            on_lost=self.stopper.lease_lost,
+        )
+        self.presence = Presence(
+            self.claims.shared,
+            worker_id=self.id,
+            name=self.node,
+            ttl_s=self.config.lease_s,
+            beat_s=self.config.heartbeat_interval_s,
+            describe=self._describe,
+            panel=Panel(ControlState(self, self.node), control),
+            clock=clock,
+            **({"encode": control_encode} if control_encode else {}),
+        )
+        self.listener = Listener(
+            listen_dsn(dsn, listen),
+            queues=self.queues,
+            on_ready=self._wake.set,
+            on_cancel=self.stopper.cancel_notified,
+            role=Role(f"worker:{self.id}:listen"),
+            channels=(*channels, self.presence.channel()),
+        )
+        self.autoscaler: Autoscaler | None = None  # --autoscale MAX,MIN
+        if self.config.autoscale is not None:
+            most, least = self.config.autoscale
+            self.autoscaler = Autoscaler(
+                self, most, least, keepalive_s=self.config.autoscale_keepalive_s
+            )
+        for loop in (self.claim_loop, self.heartbeat, self.listener, self.presence):
+            loop.on_died = self._loop_died
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the heartbeat, the listener and the claim loop. Idempotent."""
+        with self._lifecycle:
+            if self.started.is_set() or self.stopped.is_set():
+                return
+            self.runtimes.open()
+            with self.claims.shared.using():
+                self.claims.connection()  # a wrong DSN fails here, not in the loop
+            context.set_node_name(self.node)
+            self.heartbeat.start()
+            self.presence.start()
+            self.listener.start()
+            self.claim_loop.start()
+            if self.autoscaler is not None:
+                self.autoscaler.start()
+            self.started.set()
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop claiming at once; wait for bodies up to the shutdown timeout; hand back the rest
+        uncounted. Idempotent; safe on a worker that never started."""
+        with self._lifecycle:
+            if self.stopped.is_set():
+                return
+            self._shut_down(self.config.shutdown_timeout_s if timeout_s is None else timeout_s)
+            self.started.clear()
+            self.stopped.set()
+
+    def _shut_down(self, limit: float) -> None:
+        self.request_stop()
+        self.presence.stop()  # the node leaves at once (inspect no longer lists it)
+        if self.autoscaler is not None:
+            self.autoscaler.stop()  # the pool keeps its size while it drains
+        self.claim_loop.stop()  # lets the pass in flight finish
+        deadline = time.monotonic() + limit
+        code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
+        self.stopper.hand_back_unstarted(code)
+        while time.monotonic() < deadline and not self._hurry.is_set():
+            if not self.table.unsettled():
+                break
+            try:
+                self._flush(force=True)
+            except Exception as exc:  # an outage: the outcomes are kept for the last flush
+                self.claims.reset()
+                log.warning("ujobs.worker.db_error: %s", exc)
+            self._wake.wait(0.05)
+            self._wake.clear()
+        self.stopper.hand_back_running(code)
+        flush_all(  # through an outage, while the leases may still be valid
+            lambda: self._flush(force=True),
+            self.outcomes,
+            reset=self.claims.reset,
+            until=max(deadline, time.monotonic()) + self.config.lease_s,
+            hurry=self._hurry,
+        )
+        self.heartbeat.stop()
+        self.listener.stop()
+        self.runtimes.shutdown()
+        self.claims.close()
+
+    def request_stop(self) -> None:
+        """Signal-handler safe: stop claiming now; ``stop()`` does the waiting."""
+        self._stopping.set()
+        self.claim_loop.request_stop()
+        self._wake.set()
+
+    def _loop_died(self, loop: str, exc: BaseException) -> None:
+        """A loop of this worker died: hand back what the worker holds and stop (on a thread of
+        its own: the dying loop's thread may be one that ``stop()`` joins)."""
+        if self.failure is not None or self.stopped.is_set():
+            return
+        self.failure = f"the {loop} loop died: {exc!r}"
+        log.critical(
+            "ujobs.worker.failed: %s; handing back %d job(s) uncounted and stopping (%s)",
+            self.failure,
+            len(self.table),
+            ErrorCode.WORKER_FAILED.value,
+        )
+        self.request_stop()
+
+        def stop() -> None:
+            try:
+                self.stop(timeout_s=0)
+            finally:
+                self.failed.set()
+
+        threading.Thread(target=stop, name="ujobs-worker-failed", daemon=True).start()
+
+    def hung(self) -> list[HungAttempt]:
+        """Bodies running past their timeout (their attempt already failed), for ``inspect
+        active`` and metrics."""
+        return self.stopper.hung()
+
+    def hurry(self) -> None:
+        """Cut a shutdown in progress short: hand back what still runs now."""
+        self._hurry.set()
+        self._wake.set()
+
+    def reload(
+        self,
+        registry: Mapping[str, JobDefinition[Any, Any]],
+        queues: Sequence[str] | None = None,
+    ) -> None:
+        """Run ``registry`` from the next claim on, consuming ``queues`` (default: the configured
+        queues, else every queue a job of ``registry`` declares). Thread-safe; attempts in flight
+        keep the definitions they were claimed with. A process pool cannot learn new job names
+        (its children imported the -A module at start): adding one there is refused."""
+        registry = dict(registry)
+        if not registry:
+            raise ConfigError("reload() was given no jobs", hint="pass the full registry to run")
+        added = sorted(set(registry) - set(self.registry))
+        if self.config.pool == "processes" and added:
+            raise ConfigError(
+                f"a process pool cannot add jobs while it runs ({', '.join(added)})",
+                hint="restart the worker to run new jobs, or use --pool threads",
+            )
+        chosen = tuple(queues or self.config.queues or sorted({d.queue for d in registry.values()}))
+        for name in chosen:
+            validation.queue_name(name)
+        with self._jobs:
+            runtimes = self.runtimes
+            first_async = any(d.is_async for d in registry.values()) and runtimes.loop is None
+            if first_async and runtimes.threads is not None:  # opened without an event loop
+                runtimes.loop = LoopRuntime(runtimes.finished, runtimes.steps)
+            self.registry = runtimes.registry = registry
+            self.queues, self.names = chosen, tuple(sorted(registry))
+            self.claims.queues, self.claims.names = self.queues, self.names
+            self.listener.queues = frozenset(chosen)
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def in_flight(self) -> int:
+        return len(self.table)
+
+    def tick(self, *, timeout_s: float = 30.0) -> int:
+        """One pass for tests: sweep, claim one batch, run it to the end, write the outcomes."""
+        self.runtimes.open()
+        self.claims.sweep(force=True)
+        with self._jobs:
+            claimed = self._start(self.claims.claim(self.config.capacity))
+        deadline = time.monotonic() + timeout_s
+        ids = {e.claimed.id for e in claimed}
+        while time.monotonic() < deadline:
+            self.stopper.check_deadlines()
+            if not self.table.holds_any(ids):
+                break
+            self._wake.wait(0.01)
+            self._wake.clear()
+        self._flush(force=True)
+        return len(claimed)
+
+    # ------------------------------------------------------------------ claim and dispatch
+
+    def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
+        entries = self.table.add([(claimed, self.registry[claimed.name]) for claimed in rows])
+        self.counts.claimed += len(rows)
+        started: list[InFlight] = []
+        for entry in entries:
+            if entry.claimed.undecodable is not None:
+                self.stopper.refuse_undecodable(entry)
+                continue
+            if entry.claimed.expired:
+                self.stopper.abort(entry, ErrorCode.JOB_EXPIRED, "expired before it ran")
+                expired = Settlement(
+                    id=entry.claimed.id,
+                    token=entry.claimed.lease_token,
+                    state=JobState.CANCELLED,
+                    error=EXPIRE_ERROR,
+                )
+                self.table.settle_once(entry, expired, release=True)
+                continue
+            self.runtimes.submit(entry)
+            started.append(entry)
+        return started
+
+    def _finished(self, entry: InFlight, result: BodyResult) -> None:
+        """A body returned (called on its runtime's thread): settle the attempt unless a
+        timeout, a cancel or the shutdown did already, and free its slot."""
+        decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        name = entry.claimed.name
+        self.processed[name] = self.processed.get(name, 0) + 1  # approximate under races
+        first = self.table.settle_once(entry, decided, release=True)
+        if first and decided is None and entry.signal.code is ErrorCode.LEASE_LOST:
+            log.warning(
+                "ujobs.worker.lease_lost: job %s (%s): its outcome was not written",
+                entry.claimed.id,
+                ErrorCode.LEASE_LOST.value,
+            )
+
+    def _take_due(self, *, force: bool = False) -> list[Settlement]:
+        return self.outcomes.take_due(force=force, idle=not len(self.table))
+
+    def _flush(self, *, force: bool = False) -> int:
+        batch = self._take_due(force=force)
+        if batch:
+            write_batch(self.claims.write, batch, self.outcomes)
+        return len(batch)

@@ -1,0 +1,30 @@
+"""Jobs as an upper package declares and runs them: definitions, what a running body sees,
+explicit outcomes, retry policies, job ids and name validation.
+
+What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported at the root).
+"""
+
+from __future__ import annotations
+
+from ujobs_bridge._internal.ids import new_job_id, new_job_ids
+from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext, current_job, node_name
+from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.retry import RetryPolicy
+from ujobs_bridge._internal.jobs.validation import queue_name
+from ujobs_bridge.job import EnqueueRequest, JobDefinition
+
+__all__ = [
+    "AttemptSignal",
+    "Cancel",
+    "Discard",
+    "EnqueueRequest",
+    "JobContext",
+    "JobDefinition",
+    "RetryPolicy",
+    "Snooze",
+    "current_job",
+    "new_job_id",
+    "new_job_ids",
+    "node_name",
+    "queue_name",
+]

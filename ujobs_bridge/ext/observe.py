@@ -1,0 +1,32 @@
+"""What an upper package shows through the engine: its Prometheus registry and endpoint, the
+health check's database probe, log setup, the trace context, redaction, the introspector, and
+dashboard panels (entry point ``ujobs_bridge.dashboard``).
+
+What it is not: the dashboard application or the engine's own metrics families.
+"""
+
+from __future__ import annotations
+
+from ujobs_bridge._internal.dashboard.panels import JobSection, Site
+from ujobs_bridge._internal.observe.health import database_reachable
+from ujobs_bridge._internal.observe.introspect import Introspector
+from ujobs_bridge._internal.observe.logs import LogFormat
+from ujobs_bridge._internal.observe.logs import setup as setup_logs
+from ujobs_bridge._internal.observe.metrics import REGISTRY
+from ujobs_bridge._internal.observe.metrics_http import MetricsServer
+from ujobs_bridge._internal.observe.redaction import redact, redact_text
+from ujobs_bridge._internal.observe.tracing import current_traceparent
+
+__all__ = [
+    "REGISTRY",
+    "Introspector",
+    "JobSection",
+    "LogFormat",
+    "MetricsServer",
+    "Site",
+    "current_traceparent",
+    "database_reachable",
+    "redact",
+    "redact_text",
+    "setup_logs",
+]
