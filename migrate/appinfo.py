@@ -1,8 +1,8 @@
 """What the drainer needs from the ``-A`` Celery app, read once: task names, queues, broker.
 
 Why it exists: the app is the only source of code names the drainer trusts. A message whose task
-name the app does not register is quarantined (never resolved by importing a name from data,
-reliability.md §4.2). The app also supplies the defaults an operator expects: the broker URL and
+name the app does not register is quarantined (never resolved by importing a name from data:
+that would run code a message chose). The app also supplies the defaults an operator expects: the broker URL and
 its transport options (``global_keyprefix``, ``sep``, ``priority_steps``), the queues Celery
 would route its tasks to, which serializers it accepts, and ``ujobs_max_deliveries``.
 

@@ -1,7 +1,8 @@
 """Broker bytes → Python values, without trusting them: size caps, bounded decompression, and
 only the deserializers the operator accepted.
 
-Why it exists: a Celery broker is untrusted input (reliability.md §4.1). Everything a drainer
+Why it exists: a Celery broker is untrusted input: any process that can write to it
+can put bytes in front of the drainer. Everything a drainer
 takes goes through here in one order: size cap → ``body_encoding`` (base64) → ``compression``
 (zlib/bzip2, stopped at the cap, so a decompression bomb costs at most the cap in memory) →
 deserializer by content type. JSON, msgpack and YAML are decoded by their safe loaders (YAML

@@ -93,7 +93,7 @@ def sparse_gc() -> Iterator[None]:
     its commit returns, so with Python's default thresholds (a young collection every 700 new
     objects) the collector runs every few messages, promotes each batch into the older
     generations and keeps re-walking everything the process holds (Celery, kombu and psycopg:
-    hundreds of thousands of objects): measured at about a quarter of the drain's CPU. So the
+    hundreds of thousands of objects): a large share of the drain's CPU. So the
     objects that exist when the drain starts are frozen (left out of collections) and the young
     generation is collected every ``GC_YOUNG_THRESHOLD`` new objects. Cycles are still
     collected. A process that froze objects itself is left alone."""

@@ -35,7 +35,7 @@ from ujobs_bridge.errors import ConfigError
 
 START = datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)  # off a boundary, like beat's first check
 
-# The research table (celery-surface.md §3.4): Celery fields, expected cron, expected day_or.
+# Celery's crontab fields, the cron expression each must become, and its day_or.
 TABLE: list[tuple[dict[str, Any], str, bool]] = [
     ({"minute": 0}, "0 * * * *", True),
     ({"minute": "*/15", "hour": "9-17", "day_of_week": "mon-fri"}, "*/15 9-17 * * 1-5", True),

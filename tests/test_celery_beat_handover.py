@@ -1,8 +1,8 @@
 """Beat hand-over: a REAL ``celery beat`` running a celery_compat app, then ``ujobs-bridge
 scheduler -A`` beside it, then beat stopped: each occurrence is one message, and none is missing.
 
-Why it exists: DESIGN §2 stage 2 promises "no gap, no double fire" when the bridge scheduler
-takes over beat. ``celery beat -S celery_compat.beat.scheduler:BeatScheduler`` runs Celery's beat
+Why it exists: the cutover promises "no gap, no double fire" when the bridge scheduler takes
+over beat (README, "Beat"). ``celery beat -S celery_compat.beat.scheduler:BeatScheduler`` runs Celery's beat
 with ``BeatScheduler`` (plain ``celery beat`` on a celery_compat app is the bridge scheduler), which sends
 each occurrence under the id the bridge scheduler uses (``occurrence_task_id``), on the same
 anchored 1-second grid, so the Celery ledger keeps one message per occurrence while both run.

@@ -1,7 +1,7 @@
 """Job rows are inserted by the ``x_jobs_insert`` function (migration 0008 and its successors) and,
 for a Celery message sent one at a time, by ``celery_enqueue``, the same insert written as one
 plain statement (a one-by-one ``.delay()`` is a round trip and a durable commit, and the
-function call cost it 4-7% of its rate). Both write the same columns with the same values, which
+function call is work it need not pay). Both write the same columns with the same values, which
 the column-by-column comparison below holds them to: a Celery message for a revoked task id is
 born ``cancelled`` with ``finished_at`` and ``last_error`` whichever path wrote it, and the
 retention purge deletes it like any finished job."""

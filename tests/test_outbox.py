@@ -1,6 +1,7 @@
 """The transactional outbox: staged in the caller's transaction, relayed in order, exactly once.
 
-Why it exists: DESIGN §6.4 and reliability F9. A staged row exists only if the caller's
+Why it exists: a job enqueued beside a business write must exist exactly when that write
+commits, never before and never twice. A staged row exists only if the caller's
 transaction commits; the relay turns rows into jobs in id order, a failure stops the batch (a
 later row never overtakes an earlier one), and a relay killed between publishing row k and
 marking it publishes nothing twice after a restart, in one database (publish and mark are one

@@ -23,15 +23,14 @@ import pytest
 from worker_proc import WorkerProc
 
 from conftest import TESTS_DIR, wait_for
-from ujobs_bridge import FrozenClock, PurgeTarget, Worker, WorkerConfig, connect
-from ujobs_bridge._internal.jobs import purge
+from ujobs_bridge import FrozenClock, PurgeTarget, Worker, WorkerConfig, connect, purge
 from ujobs_bridge.errors import ErrorCode
 
 Db = psycopg.Connection[Any]
 DAY = timedelta(days=1)
 WEEK_S = 7 * 86400.0
 LIVE = ("ready", "running", "sleeping", "waiting")
-PURGE_MODULE = sys.modules["ujobs_bridge._internal.jobs.purge"]  # the package exports the job under that name
+PURGE_MODULE = sys.modules["ujobs_bridge._internal.jobs.purge"]  # where the root's ``purge`` job lives
 
 
 @pytest.fixture

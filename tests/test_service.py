@@ -1,4 +1,5 @@
-"""``Service``, the start / stop / tick shape every background loop shares (DESIGN §6.8).
+"""``Service``, the start / stop / tick shape every background loop shares
+(``ujobs_bridge._internal.service``).
 
 No database: a counting service with gates shows that start is idempotent, stop is safe before
 start and twice, stop waits for the pass in flight before releasing anything, and a pass that

@@ -4,7 +4,7 @@ task id, and the purge of ready messages.
 Why it exists: a Celery message becomes a job through the engine's insert (``x_jobs_insert``,
 migration 0008 and its successors) or, one message at a time, through ``celery_enqueue``, the
 same insert as one plain statement (a one-by-one ``.delay()`` pays a round trip and a durable
-commit, and the function call cost it 4-7% of its rate); ``tests/test_insert_path.py`` holds the
+commit, and the function call is work it need not pay); ``tests/test_insert_path.py`` holds the
 two to the same columns and values, including a message born cancelled because its task id was
 revoked. A message sent under a ``SendKey``
 (``send_keys.py`` decides which are) first takes its key in the ledger (``x_celery_tasks``): a

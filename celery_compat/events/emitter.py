@@ -48,13 +48,12 @@ from ujobs_bridge.ext.worker import Service
 log = logging.getLogger("celery_compat.events")
 
 BUFFER_LIMIT = 10_000  # events held per destination while it is unreachable (oldest dropped)
-# Batch sizes bound how long the flusher holds the GIL in one go (encoding a batch is pure CPU:
-# ~7 us per event for Postgres, ~12 us through kombu to a broker). The worker's claim loop and
-# body threads return from I/O constantly and each must wait for the GIL while the flusher holds
-# it (up to the 5 ms switch interval per wait): a 2,000-event statement or a 500-event message
-# convoyed them (-E with a broker halved throughput). A few hundred events per statement and a
-# hundred per message keep each hold around a millisecond; the I/O between batches gives the
-# GIL back.
+# Batch sizes bound how long the flusher holds the GIL in one go (encoding a batch is pure CPU,
+# more per event through kombu than for Postgres). The worker's claim loop and body threads
+# return from I/O constantly and each must wait for the GIL while the flusher holds it (up to the
+# switch interval per wait): batches of thousands of events convoyed them and cut ``-E``'s
+# throughput. A few hundred events per statement and a hundred per message keep each hold short;
+# the I/O between batches gives the GIL back.
 PG_BATCH = 250
 BROKER_BATCH = 100
 INTERVAL_S = 0.25

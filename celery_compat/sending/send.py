@@ -101,7 +101,7 @@ class _SendCursors:
     """One cursor per pooled connection, reused by every one-by-one send on it.
 
     ``conn.execute`` builds a new cursor (its adapters map and transformer, whose dumper caches
-    start cold) for every statement: about 20 us of a ``.delay()``. A pooled connection serves
+    start cold) for every statement, a cost each ``.delay()`` would pay. A pooled connection serves
     one thread at a time, and so does its cursor. A cursor holds its connection, so the entry of
     a connection the pool closed (a restart, idle or expired) is dropped when the next new
     connection's cursor is made; a replaced connection gets a new cursor (``is`` check)."""
@@ -295,11 +295,11 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return
         # One autocommit statement on a pooled connection, borrowed and given back without
         # ``pool.connection()``: its ``with conn:`` commit (nothing to commit in autocommit), its
-        # timing stats and its generator cost a one-by-one ``.delay()`` tens of microseconds.
+        # timing stats and its generator are work a one-by-one ``.delay()`` need not pay.
         # ``putconn`` still rolls back a connection returned in a transaction and replaces a
         # broken one; the checkout still runs the pool's check.
-        # A message with no send key goes through libpq directly (``DirectStatement``: psycopg's
-        # cursor cost a send about 20 us of CPU); behind PgBouncer, and under a key, the cursor.
+        # A message with no send key goes through libpq directly (``DirectStatement``: no cursor
+        # machinery per send); behind PgBouncer, and under a key, the cursor.
         pool = self.app.ujobs_client.pool
         pooled = pool.getconn()
         try:

@@ -1,7 +1,7 @@
 """``Service``: the one shape of every background loop: ``start`` / ``stop`` / ``tick``.
 
 Why it exists: the heartbeat, the LISTEN loop, the scheduler and the outbox relay each run a pass
-on a thread, again and again, until told to stop, and each must stop the same way (DESIGN §6.8):
+on a thread, again and again, until told to stop, and each must stop the same way:
 stop taking new work at once, let the pass in flight finish, then release what it holds. Written
 once, a loop cannot forget half of it (a stop that does not wait lets a scheduler resign while its
 round still fires; a loop that dies on the first unexpected error stops renewing leases). A

@@ -9,8 +9,8 @@
 -- id is born cancelled (it never runs) with %(revoked_reason)s as last_error; a ready job wakes
 -- the workers only when one of them waits for its queue. Why not the function: a one-by-one
 -- .delay() is one round trip and one durable commit, and the PL/pgSQL call (its SPI execution,
--- the set-returning call's tuplestore, the lateral join) cost it 4-7% of its rate (README,
--- "`.delay()` one by one").
+-- the set-returning call's tuplestore, the lateral join) is work on that path it need not pay
+-- (`python -m bench --cells delay-one`).
 with m as (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
                as cancel_reason

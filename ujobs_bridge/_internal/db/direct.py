@@ -2,8 +2,8 @@
 sent as text, its first value read back.
 
 Why it exists: a one-by-one ``.delay()`` is one autocommit statement and one durable commit, about
-half a millisecond in all, and psycopg's cursor (its generators, query conversion, adaptation and
-row making) cost it about 20 us of CPU, 4-6% of the send rate (README, "`.delay()` one by one").
+one round trip, and psycopg's cursor (its generators, query conversion, adaptation and row
+making) is a measurable share of its client CPU (``python -m bench --cells delay-one``).
 Here the statement is prepared on a connection the first time it runs there and then sent with
 ``send_query_prepared``; the wait for its result polls the socket, so a signal (Ctrl-C) still
 interrupts it as it interrupts psycopg's own wait.

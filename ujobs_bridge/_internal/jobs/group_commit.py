@@ -45,8 +45,8 @@ ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 
 # Batches written at once. Postgres flushes the WAL one flush at a time, and a commit whose record
 # came after a flush began waits for the next one: a second batch in flight did not overlap the
-# first's flush, it split the bodies into two groups that each waited out both flushes (8 bodies
-# in-process: 4.5-7.5 results a statement, 1.6-2.0 ms a step; with one: 7.8-8.0, 1.0-1.4 ms).
+# first's flush, it split the bodies into two groups that each waited out both flushes: fewer
+# results a statement and a slower step (``python -m bench --cells steps`` shows both).
 IN_FLIGHT = 1
 GATHER_MAX_S = 0.002  # the longest a batch waits for the bodies the last commit released ...
 GATHER_SHARE = 0.5  # ... and at most this share of how long that commit took

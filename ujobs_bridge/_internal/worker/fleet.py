@@ -3,9 +3,9 @@
 Why it exists: some of a worker's periodic statements work for every worker, not for itself: the
 rescue sweep (expired leases, expired jobs, unregistered names; ``claims.py``) and the reap of
 expired nodes (``presence.py``). Every worker runs them, so that any one survivor is enough; but
-N workers each running them every interval do the same work N times. At 32 processes the sweep,
-which reads every lease the fleet holds, was the busiest statement after the claim and the settle
-(bench cell ``scale``: 62 sweeps while 32 workers drained 5,000 jobs). So a worker in a fleet of N waits about N intervals (capped at ``SPREAD_MAX``,
+N workers each running them every interval do the same work N times, and in a large fleet the
+sweep, which reads every lease the fleet holds, becomes one of its busiest statements (bench cell
+``scale`` counts the sweeps). So a worker in a fleet of N waits about N intervals (capped at ``SPREAD_MAX``,
 jittered by ±50 % so the fleet's runs do not line up) between its own runs: the fleet as a whole
 runs a chore about once per interval whatever its size. A lone worker keeps the exact interval,
 and runs its first sweep at once, as before; in a fleet the first run falls at a random point of
@@ -15,7 +15,7 @@ The same fleet size damps the herd a NOTIFY wakes: every idle worker hears each 
 notification and claims, and all but one find nothing. In a fleet, a worker whose claims come
 back empty waits a little before claiming again (``empty_pause``: 5 ms doubling per empty claim
 in a row, up to 10 ms per live worker and never past the poll interval, jittered): the fleet's
-empty claims stay around 100/s whatever its size, instead of one per worker per insert. The
+empty claims stay bounded whatever its size, instead of one per worker per insert. The
 others, and it once the pause is over, still claim at once, so a job waits for the first worker
 out of its pause (N staggered pauses of up to N x 10 ms: about 10 ms). An idle fleet is never
 paused when a job arrives: its last empty claim was a poll, a second ago. A lone worker never
