@@ -123,7 +123,8 @@ def _render(part: schema.MigrationSet, objects: list[tuple[str, str]]) -> str:
 def generate(server_dsn: str, parts: Iterable[str] | None = None) -> list[PartSchema]:
     """Each chosen part's file as its migrations make it now, built on a scratch database that
     this call creates on ``server_dsn``'s server and drops."""
-    chosen = {s.name for s in schema.sets(parts)}
+    every = schema.sets(parts)  # the chosen parts and those they require, in order
+    chosen = set(parts) if parts is not None else {s.name for s in every}
     name = f"{SCRATCH_PREFIX}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     dsn = _scratch_dsn(server_dsn, name)
     with connections.connect(server_dsn, ADMIN_ROLE) as admin:
@@ -131,7 +132,7 @@ def generate(server_dsn: str, parts: Iterable[str] | None = None) -> list[PartSc
     try:
         made: list[PartSchema] = []
         before: dict[str, str] = {}
-        for part in schema.sets(chosen):
+        for part in every:
             schema.upgrade(dsn, [part.name])
             now = entries(pg_dump(dsn, "--no-privileges"))
             added = [(key, text) for key, text in now.items() if before.get(key) != text]
