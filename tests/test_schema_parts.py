@@ -322,6 +322,31 @@ def test_an_old_database_is_checked_read_only_then_adopted_by_db_upgrade(
     assert records(dsn)[(schema.ENGINE, 4)] == "celery"
 
 
+def test_pending_steps_say_what_an_upgrade_would_run_or_adopt(
+    new_database: Callable[[], str],
+) -> None:
+    dsn = new_database()
+    old_upgrade(dsn, 12)
+    with psycopg.connect(dsn) as conn:
+        steps = schema.pending_steps(conn)
+    adopted = [(s.migration.part, s.migration.version) for s in steps if s.adopted is not None]
+    assert adopted == [
+        ("celery_compat", 1),
+        ("celery_compat", 2),
+        ("celery_compat", 3),
+        ("migrate", 1),
+    ]
+    assert steps[0].migration.label == "ujobs_bridge 0013_moved_to_celery_compat"
+    for part in schema.sets():
+        versions = [m.version for m in schema.migrations_of(part)]
+        assert versions == list(range(1, len(versions) + 1)) and versions, part.name
+    objects = dump.entries(dump.pg_dump(dsn, "--no-privileges"))
+    assert "Name: x_celery_tasks; Type: TABLE; Schema: public" in objects
+    assert objects["Name: x_schema_version; Type: TABLE; Schema: public"].startswith(
+        "CREATE TABLE public.x_schema_version"
+    )
+
+
 # -------------------------------------------------------------- current_schema.sql
 
 

@@ -248,10 +248,9 @@ def applied(conn: psycopg.Connection[Any]) -> list[AppliedMigration]:
         return []
     try:
         parted = conn.execute(q("schema_version_has_parts")).fetchone()
-        statement = (
-            "schema_versions" if parted is not None and parted[0] else "schema_versions_unparted"
-        )
-        rows = conn.execute(q(statement)).fetchall()
+        has_parts = parted is not None and bool(parted[0])
+        statement = q("schema_versions") if has_parts else q("schema_versions_unparted")
+        rows = conn.execute(statement).fetchall()
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SchemaError(
             "this role may not read the schema version (x_schema_version)",
