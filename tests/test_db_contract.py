@@ -368,11 +368,17 @@ def test_an_event_sent_before_the_wait_is_consumed_once_by_one_step(db: Any) -> 
 
 def test_the_schema_runner_reports_and_refuses_what_is_missing(dsn: str) -> None:
     shipped = schema.available()
-    assert [m.version for m in shipped] == list(range(1, len(shipped) + 1))
+    parts = [s.name for s in schema.sets()]
+    assert parts[0] == schema.ENGINE  # the engine's part first, then the packages above it
+    for part in parts:  # each part numbered from 0001 without a gap
+        versions = [m.version for m in shipped if m.part == part]
+        assert versions == list(range(1, len(versions) + 1)), part
     assert schema.check(dsn) == [] and schema.upgrade(dsn) == []  # already current: no-op
     schema.require_current(dsn)
     with connections.connect(dsn, connections.Role("test")) as conn:
-        assert [a.version for a in schema.applied(conn)] == [m.version for m in shipped]
+        assert sorted((a.part, a.version) for a in schema.applied(conn)) == sorted(
+            (m.part, m.version) for m in shipped
+        )
 
 
 def test_an_empty_database_is_refused_until_upgraded(pg_dsn: str) -> None:
@@ -386,7 +392,7 @@ def test_an_empty_database_is_refused_until_upgraded(pg_dsn: str) -> None:
         with pytest.raises(SchemaError):
             schema.require_current(dsn)
         assert len(schema.check(dsn)) == len(schema.available())
-        assert [m.version for m in schema.upgrade(dsn)] == [m.version for m in schema.available()]
+        assert schema.upgrade(dsn) == schema.available()
         schema.require_current(dsn)
     finally:
         with connections.connect(ADMIN_DSN, connections.Role("test")) as admin:
@@ -402,6 +408,8 @@ def test_grant_gives_a_role_row_privileges_on_every_x_table_and_refuses_an_unkno
     try:
         granted = schema.grant(dsn, role)
         assert {"x_jobs", "x_job_steps", "x_schema_version"} <= set(granted)
+        # every part's tables: celery_compat's and migrate's too
+        assert {"x_celery_tasks", "x_rate_limits", "x_migrate_quarantine"} <= set(granted)
         assert schema.grant(dsn, role) == granted  # idempotent
         with connections.connect(dsn, connections.Role("test")) as conn:
             row = conn.execute(
@@ -621,6 +629,7 @@ def test_every_db_function_has_a_contract_test() -> None:
             "test_db_contract_presence.py",
             "test_driver_contract.py",
             "test_testing_kit.py",
+            "test_schema_parts.py",
         )
     )
     missing = []

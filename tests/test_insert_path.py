@@ -76,6 +76,7 @@ def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() 
         for path in (ROOT / package).rglob("*.sql")
         if inserting.search(path.read_text(encoding="utf-8"))
         and not path.name.startswith(("0001_", "0002_", "0003_", "0004_", "0005_", "0006_"))
+        and path.name != "current_schema.sql"  # generated from the migrations (db/dump.py)
     )
     assert found == [
         "celery_compat/db/sql/celery.sql",

@@ -34,12 +34,17 @@ def old_dsn() -> Iterator[str]:
     try:
         with psycopg.connect(dsn) as conn:
             conn.execute(q("schema_version_table"))
-            for migration in schema.available():
+            conn.execute(q("schema_version_parts"))
+            for migration in schema.available([schema.ENGINE]):
                 if migration.version <= BEFORE:
                     conn.execute(migration.sql)
                     conn.execute(
                         q("schema_version_record"),
-                        {"version": migration.version, "name": migration.name},
+                        {
+                            "part": migration.part,
+                            "version": migration.version,
+                            "name": migration.name,
+                        },
                     )
         yield dsn
     finally:

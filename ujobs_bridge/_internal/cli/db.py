@@ -1,8 +1,10 @@
-"""``ujobs-bridge db upgrade | grant | status``: install, grant and inspect the schema.
+"""``ujobs-bridge db upgrade | grant | status | schema``: install, grant and inspect the schema.
 
 Why it exists: the schema is versioned and forward-only; the schema owner upgrades it explicitly
 in a deploy step and grants the application role what the runtime uses. Long-running commands
-only check it (read-only), except on the embedded database or with ``UJOBS_AUTO_UPGRADE=1``.
+only check it (read-only), except on the embedded database or with ``UJOBS_AUTO_UPGRADE=1``. The
+schema has parts (the engine's, then each installed package's: ``db/schema.py``); every command
+here covers them all and names the part of each migration.
 
 What it is not: the migration runner (``db/schema.py``).
 """
@@ -20,7 +22,7 @@ from ujobs_bridge._internal.cli.options import (
     print_json,
 )
 from ujobs_bridge._internal.cli.output import console
-from ujobs_bridge._internal.db import connections, schema
+from ujobs_bridge._internal.db import connections, dump, schema
 
 
 @click.group()
@@ -31,13 +33,20 @@ def db() -> None:
 @db.command()
 @dsn_option
 def upgrade(dsn: str | None) -> None:
-    """Apply every pending migration (safe to run from several processes at once)."""
+    """Apply every pending migration of every part (safe to run from several processes at once)."""
     resolved = database(dsn)
-    ran = schema.upgrade(resolved.dsn)
-    if ran:
-        for m in ran:
-            click.echo(f"applied {m.version:04d}_{m.name}")
-    else:
+    taken = schema.upgrade_steps(resolved.dsn)
+    for step in taken:
+        m = step.migration
+        if step.adopted is None:
+            click.echo(f"{m.part}: applied {m.version:04d}_{m.name}")
+        else:
+            a = step.adopted
+            click.echo(
+                f"{m.part}: adopted {m.version:04d}_{m.name} "
+                f"(already made by {a.from_part} {a.from_version:04d}_{a.from_name}; not run again)"
+            )
+    if not taken:
         click.echo("schema is up to date")
 
 
@@ -58,31 +67,102 @@ def grant(role: str, dsn: str | None) -> None:
 @dsn_option
 @json_option
 def status(dsn: str | None, as_json: bool) -> None:
-    """Show applied and pending migrations."""
+    """Show each part's applied and pending migrations."""
     resolved = database(dsn, quiet=as_json)
     with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         done = schema.applied(conn)
-    applied_versions = {m.version for m in done}
-    pending = [m for m in schema.available() if m.version not in applied_versions]
+        pending = schema.pending_steps(conn)
+    installed_sets = schema.sets()
+    installed = [s.name for s in installed_sets]
+    order = {name: index for index, name in enumerate(installed)}
+    done.sort(key=lambda m: (order.get(m.part, len(order)), m.part, m.version))
+    parts = {
+        s.name: {
+            "version": max((m.version for m in done if m.part == s.name), default=0),
+            "latest": len(schema.migrations_of(s)),
+            "pending": sum(1 for p in pending if p.migration.part == s.name),
+        }
+        for s in installed_sets
+    }
     if as_json:
         print_json(
             {
                 "database": resolved.masked,
+                "parts": parts,
                 "applied": [
-                    {"version": m.version, "name": m.name, "applied_at": m.applied_at} for m in done
+                    {
+                        "part": m.part,
+                        "version": m.version,
+                        "name": m.name,
+                        "applied_at": m.applied_at,
+                    }
+                    for m in done
                 ],
-                "pending": [{"version": m.version, "name": m.name} for m in pending],
+                "pending": [
+                    {
+                        "part": p.migration.part,
+                        "version": p.migration.version,
+                        "name": p.migration.name,
+                        "adopts": None
+                        if p.adopted is None
+                        else f"{p.adopted.from_part} {p.adopted.from_version:04d}_{p.adopted.from_name}",
+                    }
+                    for p in pending
+                ],
             }
         )
         return
     table = Table(title=f"schema of {resolved.masked}")
+    table.add_column("part")
     table.add_column("version", justify="right")
     table.add_column("name")
     table.add_column("applied at")
     for m in done:
-        table.add_row(f"{m.version:04d}", m.name, m.applied_at.isoformat(timespec="seconds"))
+        part = m.part if m.part in order else f"{m.part} (not installed)"
+        table.add_row(part, f"{m.version:04d}", m.name, m.applied_at.isoformat(timespec="seconds"))
     for p in pending:
-        table.add_row(f"{p.version:04d}", p.name, "[yellow]pending[/yellow]")
+        what = "pending" if p.adopted is None else "pending (adopts: already made)"
+        table.add_row(
+            p.migration.part,
+            f"{p.migration.version:04d}",
+            p.migration.name,
+            f"[yellow]{what}[/yellow]",
+        )
     console(markup=True).print(table)
+    for name, at in parts.items():
+        click.echo(f"{name}: at {at['version']:04d} of {at['latest']:04d}, {at['pending']} pending")
     if pending:
         click.echo(f"{len(pending)} pending: run `ujobs-bridge db upgrade`")
+
+
+@db.command("schema")
+@click.option(
+    "--part",
+    "parts",
+    multiple=True,
+    help="Only this part (repeatable; default: every installed part).",
+)
+@click.option("--write", is_flag=True, help="Write each part's db/current_schema.sql.")
+@click.option("--check", is_flag=True, help="Exit 1 if a part's file is not what it should be.")
+@dsn_option
+def schema_command(parts: tuple[str, ...], write: bool, check: bool, dsn: str | None) -> None:
+    """Each part's current tables, indexes and functions as its migrations leave them (pg_dump
+    of a scratch database this role creates on the --dsn server, then drops); with --write,
+    regenerate the db/current_schema.sql files; with --check, compare them."""
+    resolved = database(dsn)
+    generated = dump.generate(resolved.dsn, parts or None)
+    stale = [p for p in generated if p.stale()]
+    for p in generated:
+        if write and p.stale():
+            p.path.write_text(p.text, encoding="utf-8")
+            click.echo(f"{p.part}: wrote {p.path}")
+        elif write or check:
+            click.echo(f"{p.part}: {p.path} {'is stale' if p.stale() else 'is current'}")
+        else:
+            click.echo(p.text)
+    if check and stale:
+        names = " ".join(f"--part {p.part}" for p in stale)
+        raise click.ClickException(
+            f"stale: {', '.join(str(p.path) for p in stale)}; "
+            f"run `ujobs-bridge db schema --write {names}`"
+        )

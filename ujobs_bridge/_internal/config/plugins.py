@@ -17,6 +17,8 @@ installed: never from a database row or a message.
                             the jobs database at scrape time (``metrics_db.py``)
     ujobs_bridge.dashboard  name         -> a factory of a dashboard ``Panel`` (pages of its own,
                             sections on a job's page; ``dashboard/panels.py``)
+    ujobs_bridge.schema     part name    -> a ``db.schema.MigrationSet``: that package's own
+                            numbered migrations, applied after the engine's (``db/schema.py``)
 
 What it is not: a registry filled by import side effects. Nothing registers itself; a package is
 in or out by its installed metadata, and an entry that fails to load is reported, not hidden.
@@ -38,6 +40,7 @@ DEMO_GROUP = "ujobs_bridge.demo"
 LOOKUP_GROUP = "ujobs_bridge.lookup"
 METRICS_GROUP = "ujobs_bridge.metrics"
 DASHBOARD_GROUP = "ujobs_bridge.dashboard"
+SCHEMA_GROUP = "ujobs_bridge.schema"
 
 
 def entries(group: str) -> list[metadata.EntryPoint]:

@@ -1,5 +1,5 @@
-"""Applies the numbered, forward-only migrations in ``migrations/``, checks them read-only, and
-grants an application role what the runtime needs.
+"""Applies the numbered, forward-only migrations of every installed part of the schema, checks
+them read-only, and grants an application role what the runtime needs.
 
 Why it exists: the schema owner upgrades (``ujobs-bridge db upgrade``), and two processes
 upgrading together must not both run the same DDL: all pending migrations run in ONE transaction
@@ -7,21 +7,39 @@ that first takes a transaction-scoped advisory lock; the second waits, then find
 do. Runtime paths only ``check`` (a read of ``x_schema_version``, no DDL), so an application role
 without CREATE rights works; ``grant`` gives such a role exactly the row privileges it uses.
 
+The schema has parts, one ``MigrationSet`` per package: the engine's own (``migrations/`` beside
+this module, part ``ujobs_bridge``) and each set a package above the engine contributes through
+the ``ujobs_bridge.schema`` entry-point group (``plugins.py``; celery_compat and migrate own their
+tables that way). The engine never imports them: it loads what the installed metadata names.
+Sets run in dependency order (the engine first, then each set after those it ``requires``), each
+numbered from 0001 and recorded under its part in ``x_schema_version``. A set's ``adopts`` says
+which of its migrations an older engine migration already ran before the split; where that
+engine record (version AND name) is present, the migration is recorded without running. The
+decision is made inside the same locked transaction, from the records, so it holds for a database
+left at any older version.
+
 What it is not: a down-migration tool (a database newer than this package is refused, not
 rolled back), or the policy of who may upgrade (``ujobs_bridge._internal.config.schema_access``).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import logging
 import re
+import tomllib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from importlib import resources
+from importlib import metadata
+from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
 
+from ujobs_bridge._internal.config import plugins
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.errors import ErrorCode, SchemaError
@@ -30,7 +48,39 @@ from ujobs_bridge.errors import ErrorCode, SchemaError
 MIGRATE_ROLE = connections.Role("schema", autocommit=False)
 READ_ROLE = connections.Role("schema")
 
+ENGINE = "ujobs_bridge"
+
+log = logging.getLogger("ujobs.schema")
+
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True, slots=True)
+class Adoption:
+    """Migration ``version`` of a set did what ``from_part``'s ``from_version`` (recorded as
+    ``from_name``) did before the split: where that record exists, it is recorded, not run."""
+
+    version: int
+    from_part: str
+    from_version: int
+    from_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationSet:
+    """One part of the schema: the ``NNNN_name.sql`` files of ``folder``, recorded under
+    ``name``, applied after the engine's and after every part in ``requires``."""
+
+    name: str
+    folder: Path
+    requires: tuple[str, ...] = ()
+    adopts: tuple[Adoption, ...] = ()
+
+    def adoption(self, version: int) -> Adoption | None:
+        return next((a for a in self.adopts if a.version == version), None)
+
+
+ENGINE_SET = MigrationSet(ENGINE, Path(__file__).resolve().parent / "migrations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +88,11 @@ class Migration:
     version: int
     name: str
     sql: LiteralString
+    part: str = ENGINE
+
+    @property
+    def label(self) -> str:
+        return f"{self.part} {self.version:04d}_{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,87 +100,253 @@ class AppliedMigration:
     version: int
     name: str
     applied_at: datetime
+    part: str = ENGINE
 
 
-def available() -> list[Migration]:
-    """The migrations shipped with the package, in order; gaps and bad names refused."""
-    folder = resources.files(__package__).joinpath("migrations")
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A pending migration, and the older record that makes it an adoption (``None``: it runs)."""
+
+    migration: Migration
+    adopted: Adoption | None
+
+
+# ------------------------------------------------------------------------------ the sets
+
+
+def _invalid(where: object, problem: str) -> SchemaError:
+    return SchemaError(
+        f"{where}: {problem}",
+        code=ErrorCode.MIGRATION_INVALID,
+        hint="fix the package's db/migrations/part.toml or its ujobs_bridge.schema entry point",
+    )
+
+
+def _contributed(entry: metadata.EntryPoint) -> MigrationSet | None:
+    """The set an entry point names (``name = "package.module"``: that module's ``migrations/``
+    folder and its ``part.toml``), found WITHOUT importing the package: a plain job app's worker
+    checks the schema and must not pay for Celery's import. ``None`` (logged) if the package is
+    gone though its metadata stays."""
+    top, *rest = entry.value.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        log.warning("ujobs.schema.part_unavailable: %s (%s not found)", entry.name, top)
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)), *rest, "migrations")
+    described = folder / "part.toml"
+    try:
+        doc = tomllib.loads(described.read_text(encoding="utf-8"))
+        requires = tuple(str(r) for r in doc.get("requires", []))
+        adopts = tuple(
+            Adoption(int(a["version"]), str(a["from"][0]), int(a["from"][1]), str(a["from"][2]))
+            for a in doc.get("adopts", [])
+        )
+    except (OSError, tomllib.TOMLDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise _invalid(described, f"cannot be read as a schema part ({exc})") from exc
+    return MigrationSet(entry.name, folder, requires, adopts)
+
+
+@functools.cache
+def _installed() -> tuple[MigrationSet, ...]:
+    """The engine's set and each contributed one, in dependency order (ties by name). A set
+    whose required part is not installed is left out (logged), like an entry that cannot load."""
+    found: dict[str, MigrationSet] = {ENGINE: ENGINE_SET}
+    for entry in plugins.entries(plugins.SCHEMA_GROUP):
+        contributed = _contributed(entry)
+        if contributed is not None and entry.name != ENGINE:
+            found[entry.name] = contributed
+    ordered: list[MigrationSet] = []
+    placed: set[str] = set()
+    while True:
+        waiting = [s for s in found.values() if s.name not in placed]
+        ready = [s for s in waiting if all(r in placed for r in _needs(s))]
+        if not ready:
+            break
+        first = min(ready, key=lambda s: (s.name != ENGINE, s.name))
+        ordered.append(first)
+        placed.add(first.name)
+    for left_out in waiting:
+        missing = [r for r in _needs(left_out) if r not in placed]
+        if any(r in found for r in missing):
+            raise _invalid(
+                left_out.folder, f"parts {sorted(found.keys() - placed)} require each other"
+            )
+        log.warning("ujobs.schema.part_unavailable: %s (requires %s)", left_out.name, missing)
+    return tuple(ordered)
+
+
+def _needs(migration_set: MigrationSet) -> tuple[str, ...]:
+    return (
+        migration_set.requires
+        if migration_set.name == ENGINE
+        else (ENGINE, *migration_set.requires)
+    )
+
+
+def sets(parts: Iterable[str] | None = None) -> list[MigrationSet]:
+    """The installed sets in the order they are applied; with ``parts``, only those and the
+    parts they require (an unknown name is refused)."""
+    installed = list(_installed())
+    if parts is None:
+        return installed
+    by_name = {s.name: s for s in installed}
+    wanted: set[str] = set()
+    todo = list(parts)
+    while todo:
+        name = todo.pop()
+        if name not in by_name:
+            raise SchemaError(
+                f"there is no schema part {name!r} (installed: {', '.join(by_name)})",
+                code=ErrorCode.SCHEMA_PART_UNKNOWN,
+                hint="name one of the installed parts, or install the package that provides it",
+            )
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(_needs(by_name[name]))
+    return [s for s in installed if s.name in wanted]
+
+
+def migrations_of(migration_set: MigrationSet) -> list[Migration]:
+    """The set's migrations, in order; gaps and bad names refused."""
     found: list[Migration] = []
-    for entry in folder.iterdir():
+    for entry in migration_set.folder.iterdir():
         if not entry.name.endswith(".sql"):
             continue
         match = _FILE.match(entry.name)
         if match is None:
             raise SchemaError(
-                f"migration file {entry.name!r} is not named NNNN_name.sql",
+                f"migration file {entry.name!r} of {migration_set.name} is not named NNNN_name.sql",
                 code=ErrorCode.MIGRATION_INVALID,
                 hint="rename it to a four-digit number, an underscore and a lowercase name",
             )
         # Shipped with the package: vouched for as a literal.
         text: LiteralString = entry.read_text(encoding="utf-8")
-        found.append(Migration(int(match.group(1)), match.group(2), text))
+        found.append(Migration(int(match.group(1)), match.group(2), text, migration_set.name))
     found.sort(key=lambda m: m.version)
     for expected, migration in enumerate(found, start=1):
         if migration.version != expected:
             raise SchemaError(
-                f"migration {migration.version:04d} follows a gap (expected {expected:04d})",
+                f"migration {migration.label} follows a gap (expected {expected:04d})",
                 code=ErrorCode.MIGRATION_INVALID,
-                hint="number migrations consecutively from 0001",
+                hint="number each part's migrations consecutively from 0001",
             )
     return found
 
 
+def available(parts: Iterable[str] | None = None) -> list[Migration]:
+    """Every installed part's migrations, in the order an upgrade applies them."""
+    return [m for s in sets(parts) for m in migrations_of(s)]
+
+
+# ------------------------------------------------------------------------------ the record
+
+
 def applied(conn: psycopg.Connection[Any]) -> list[AppliedMigration]:
+    """What ``x_schema_version`` records, every part (none if it does not exist yet)."""
     row = conn.execute(q("schema_table_exists")).fetchone()
     if row is None or not row[0]:
         return []
     try:
-        rows = conn.execute(q("schema_versions")).fetchall()
+        parted = conn.execute(q("schema_version_has_parts")).fetchone()
+        has_parts = parted is not None and bool(parted[0])
+        statement = q("schema_versions") if has_parts else q("schema_versions_unparted")
+        rows = conn.execute(statement).fetchall()
     except psycopg.errors.InsufficientPrivilege as exc:
         raise SchemaError(
             "this role may not read the schema version (x_schema_version)",
             code=ErrorCode.SCHEMA_PRIVILEGE,
             hint="as the schema owner, run `ujobs-bridge db grant ROLE` for this role",
         ) from exc
-    return [AppliedMigration(int(r[0]), str(r[1]), r[2]) for r in rows]
+    return [AppliedMigration(int(r[1]), str(r[2]), r[3], str(r[0])) for r in rows]
 
 
-def _refuse_newer(done: set[int]) -> None:
-    newest = max((m.version for m in available()), default=0)
-    if done and max(done) > newest:
-        raise SchemaError(
-            f"the database schema is at version {max(done)}, newer than this package ({newest})",
-            code=ErrorCode.SCHEMA_NEWER,
-            hint="upgrade ujobs-bridge on this machine to the version that migrated the database",
-        )
+Records = dict[tuple[str, int], str]
 
 
-def upgrade(dsn: str) -> list[Migration]:
-    """Apply every pending migration; returns what this call applied (empty if up to date)."""
-    ran: list[Migration] = []
+def _records(done: Iterable[AppliedMigration]) -> Records:
+    return {(a.part, a.version): a.name for a in done}
+
+
+def _refuse_newer(chosen: Sequence[MigrationSet], records: Records) -> None:
+    """A part recorded further than this package ships is refused; parts this installation does
+    not have (a package uninstalled) are left alone."""
+    for migration_set in chosen:
+        newest = max((m.version for m in migrations_of(migration_set)), default=0)
+        at = max((v for p, v in records if p == migration_set.name), default=0)
+        if at > newest:
+            raise SchemaError(
+                f"the database schema's part {migration_set.name} is at version {at}, "
+                f"newer than this package ({newest})",
+                code=ErrorCode.SCHEMA_NEWER,
+                hint="upgrade ujobs-bridge (and the package of that part) on this machine to the "
+                "version that migrated the database",
+            )
+
+
+def _step(migration_set: MigrationSet, migration: Migration, records: Records) -> Step:
+    adoption = migration_set.adoption(migration.version)
+    if adoption is not None and records.get((adoption.from_part, adoption.from_version)) == (
+        adoption.from_name
+    ):
+        return Step(migration, adoption)
+    return Step(migration, None)
+
+
+def _pending(chosen: Sequence[MigrationSet], records: Records) -> list[Step]:
+    """The steps still to take, as an upgrade would take them now (read-only)."""
+    return [
+        _step(s, m, records)
+        for s in chosen
+        for m in migrations_of(s)
+        if (s.name, m.version) not in records
+    ]
+
+
+def upgrade_steps(dsn: str, parts: Iterable[str] | None = None) -> list[Step]:
+    """Apply every pending migration of every installed part (with ``parts``: of those and the
+    parts they require) in one locked transaction; returns the steps taken, adoptions included
+    (empty if up to date)."""
+    chosen = sets(parts)
+    taken: list[Step] = []
     with connections.connect(dsn, MIGRATE_ROLE) as conn, conn.transaction():
         conn.execute(q("schema_lock"))
         conn.execute(q("schema_version_table"))
-        done = {m.version for m in applied(conn)}
-        _refuse_newer(done)
-        for migration in available():
-            if migration.version in done:
-                continue
-            conn.execute(migration.sql)
-            conn.execute(
-                q("schema_version_record"),
-                {"version": migration.version, "name": migration.name},
-            )
-            ran.append(migration)
-    return ran
+        conn.execute(q("schema_version_parts"))
+        records = _records(applied(conn))
+        _refuse_newer(chosen, records)
+        for migration_set in chosen:
+            for migration in migrations_of(migration_set):
+                if (migration_set.name, migration.version) in records:
+                    continue
+                step = _step(migration_set, migration, records)
+                if step.adopted is None:
+                    conn.execute(migration.sql)
+                conn.execute(
+                    q("schema_version_record"),
+                    {"part": migration.part, "version": migration.version, "name": migration.name},
+                )
+                records[(migration.part, migration.version)] = migration.name
+                taken.append(step)
+    return taken
+
+
+def upgrade(dsn: str, parts: Iterable[str] | None = None) -> list[Migration]:
+    """Apply every pending migration; returns what this call recorded (empty if up to date)."""
+    return [step.migration for step in upgrade_steps(dsn, parts)]
+
+
+def pending_steps(conn: psycopg.Connection[Any]) -> list[Step]:
+    """What ``upgrade`` would do now, read without DDL; a part newer than this package refused."""
+    chosen = sets()
+    records = _records(applied(conn))
+    _refuse_newer(chosen, records)
+    return _pending(chosen, records)
 
 
 def check(dsn: str) -> list[Migration]:
     """The migrations ``dsn`` lacks, read without DDL; a schema newer than this package refused."""
     with connections.connect(dsn, READ_ROLE) as conn:
-        done = {m.version for m in applied(conn)}
-    _refuse_newer(done)
-    return [m for m in available() if m.version not in done]
+        return [step.migration for step in pending_steps(conn)]
 
 
 def require_current(dsn: str) -> None:
@@ -133,15 +354,14 @@ def require_current(dsn: str) -> None:
     missing = check(dsn)
     if missing:
         raise SchemaError(
-            f"the database is missing {len(missing)} migration(s), "
-            f"first {missing[0].version:04d}_{missing[0].name}",
+            f"the database is missing {len(missing)} migration(s), first {missing[0].label}",
             hint="run `ujobs-bridge db upgrade` as the schema owner "
             "(or set UJOBS_AUTO_UPGRADE=1 to let this process apply them)",
         )
 
 
 def grant(dsn: str, role: str) -> list[str]:
-    """Give ``role`` the privileges the runtime uses on this package's relations (connect, schema
+    """Give ``role`` the privileges the runtime uses on every part's relations (connect, schema
     usage, row privileges on every ``x_`` table, its identity sequences); returns their names.
     Idempotent; run it again after an upgrade that adds tables."""
     with connections.connect(dsn, MIGRATE_ROLE) as conn, conn.transaction():

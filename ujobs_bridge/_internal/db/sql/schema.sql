@@ -6,17 +6,51 @@
 select pg_advisory_xact_lock(7283190441)
 
 -- schema_version_table --
+-- The record's first shape, as every release made it; schema_version_parts then gives it parts.
 create table if not exists x_schema_version (
     version    integer primary key,
     name       text not null,
     applied_at timestamptz not null default now()
 )
 
+-- schema_version_parts --
+-- One record per (part, version): the engine's migrations are part 'ujobs_bridge', each package
+-- above it (celery_compat, migrate) records its own set under its name. A table made before the
+-- parts existed gains the column (its rows are the engine's: the default) and its key becomes
+-- (part, version); a fresh table is made the same way, so both end with one shape. The default
+-- also keeps an older ujobs-bridge's insert (version, name) an engine record. Checked in the
+-- catalog first, so an upgrade with nothing to change takes no lock on the table.
+do $$
+begin
+    if not exists (select from pg_attribute
+                    where attrelid = 'x_schema_version'::regclass
+                      and attname = 'part' and not attisdropped) then
+        alter table x_schema_version add column part text not null default 'ujobs_bridge';
+    end if;
+    if (select cardinality(conkey) from pg_constraint
+         where conrelid = 'x_schema_version'::regclass and contype = 'p') = 1 then
+        alter table x_schema_version drop constraint x_schema_version_pkey;
+        alter table x_schema_version
+            add constraint x_schema_version_pkey primary key (part, version);
+    end if;
+end
+$$
+
+-- schema_version_has_parts --
+-- Whether the record has its `part` column yet (a read-only check may meet a table an older
+-- ujobs-bridge made; its rows are all the engine's).
+select exists (select from pg_attribute
+                where attrelid = to_regclass('x_schema_version')
+                  and attname = 'part' and not attisdropped) as present
+
 -- schema_versions --
-select version, name, applied_at from x_schema_version order by version
+select part, version, name, applied_at from x_schema_version order by part, version
+
+-- schema_versions_unparted --
+select 'ujobs_bridge' as part, version, name, applied_at from x_schema_version order by version
 
 -- schema_version_record --
-insert into x_schema_version (version, name) values (%(version)s, %(name)s)
+insert into x_schema_version (part, version, name) values (%(part)s, %(version)s, %(name)s)
 
 -- schema_table_exists --
 select to_regclass('x_schema_version') is not null as present

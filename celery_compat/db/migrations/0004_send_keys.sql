@@ -1,5 +1,7 @@
--- 0013_send_keys: Celery's send semantics (every message the app sends runs) and the task-id index.
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- 0004_send_keys: Celery's send semantics (every message the app sends runs) and the task-id index.
+-- Forward-only. Part `celery_compat` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0013_send_keys; a database that applied that one adopts this one (recorded, not run again).
 
 -- The ledger no longer holds every message: only sends that carry a key (celery_compat's
 -- send_keys.py): a beat occurrence and a drained broker message by their own identity

@@ -1,5 +1,7 @@
--- 0005_rate_limits: fleet-wide token buckets (celery_compat's rate_limit).
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- 0002_rate_limits: fleet-wide token buckets (celery_compat's rate_limit).
+-- Forward-only. Part `celery_compat` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0005_rate_limits; a database that applied that one adopts this one (recorded, not run again).
 
 -- One row per limited task name: the tokens left at updated_at. A take refills by elapsed time
 -- times the rate (capped at the capacity) and spends one, in one row-locked statement, so every

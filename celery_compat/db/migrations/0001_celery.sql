@@ -1,5 +1,7 @@
--- 0004_celery: what celery_compat needs beside x_jobs.
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- 0001_celery: what celery_compat needs beside x_jobs.
+-- Forward-only. Part `celery_compat` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0004_celery; a database that applied that one adopts this one (recorded, not run again).
 
 -- One row per Celery message ever enqueued: (task id, retries, replaced-task nesting) is the
 -- message's identity (a Celery retry of the same id is a new message). The ledger is permanent

@@ -1,5 +1,7 @@
--- 0010_celery_events: Celery's task and worker events, as the bridge worker emits them.
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- 0003_celery_events: Celery's task and worker events, as the bridge worker emits them.
+-- Forward-only. Part `celery_compat` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0010_celery_events; a database that applied that one adopts this one (recorded, not run again).
 
 -- One row per event (task-sent/received/started/succeeded/failed/retried/revoked/rejected,
 -- worker-online/heartbeat/offline), written in batches by celery_compat's event emitter and read

@@ -1,6 +1,8 @@
--- 0018_result_status: a stored Celery task result keeps its state beside the value, so the
+-- 0005_result_status: a stored Celery task result keeps its state beside the value, so the
 -- write itself refuses to replace a SUCCESS.
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- Forward-only. Part `celery_compat` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0018_result_status; a database that applied that one adopts this one (recorded, not run again).
 
 -- Celery's KeyValueStoreBackend reads the stored meta and skips the write when it says SUCCESS:
 -- a read then a write, so two runs of one task id (a message replayed after its worker was

@@ -1,5 +1,7 @@
--- 0006_migrate: where `ujobs-bridge migrate` puts broker messages that cannot become jobs.
--- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+-- 0001_quarantine: where `ujobs-bridge migrate` puts broker messages that cannot become jobs.
+-- Forward-only. Part `migrate` of the schema (ujobs_bridge/_internal/db/schema.py applies it after the
+-- engine's, in the same locked transaction). Until the split this was the engine's
+-- 0006_migrate; a database that applied that one adopts this one (recorded, not run again).
 
 -- Quarantine, never drop: a message the drainer cannot turn into a job row (malformed, a
 -- serializer not accepted, pickle without --accept-pickle, an unknown task name, too large, a

@@ -1,0 +1,11 @@
+-- 0004_moved_to_celery_compat: nothing:
+-- Celery's message ledger, result store, chord counters and revokes moved to the package that
+-- owns them.
+-- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+
+-- Until the split into one migration set per package this was 0004_celery. Its statements are now
+-- celery_compat/db/migrations/0001_celery.sql, part `celery_compat` of the schema, applied after
+-- the engine's. This number stays (an empty step) so that the engine's versions stay consecutive
+-- and a database upgraded before the split keeps its record: where `0004_celery` is recorded, part
+-- `celery_compat` adopts its 0001_celery (records it without running it), since those objects
+-- exist.

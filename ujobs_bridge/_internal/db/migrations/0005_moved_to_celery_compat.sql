@@ -1,0 +1,11 @@
+-- 0005_moved_to_celery_compat: nothing:
+-- the fleet-wide token buckets of celery_compat's rate_limit moved to the package that owns
+-- them.
+-- Forward-only. Applied in one transaction under an advisory lock by schema.py.
+
+-- Until the split into one migration set per package this was 0005_rate_limits. Its statements are
+-- now celery_compat/db/migrations/0002_rate_limits.sql, part `celery_compat` of the schema, applied
+-- after the engine's. This number stays (an empty step) so that the engine's versions stay
+-- consecutive and a database upgraded before the split keeps its record: where `0005_rate_limits`
+-- is recorded, part `celery_compat` adopts its 0002_rate_limits (records it without running it),
+-- since those objects exist.
