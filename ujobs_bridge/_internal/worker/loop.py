@@ -54,7 +54,7 @@ from ujobs_bridge._internal.worker.child import TaskSettings
 from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
 from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
 from ujobs_bridge._internal.worker.config import WorkerConfig
-from ujobs_bridge._internal.worker.control import ControlState, Handler, Panel
+from ujobs_bridge._internal.worker.control import CommandSet, ControlState, Panel
 from ujobs_bridge._internal.worker.heartbeat import Heartbeat
 from ujobs_bridge._internal.worker.inflight import InFlight, InFlightTable
 from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
@@ -74,8 +74,9 @@ log = logging.getLogger("ujobs.worker")
 class Worker(Steering):
     """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
     channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
-    node (default ``celery@<host>``); ``control``: remote-control handlers added to the engine's
-    (``LoadedApp.control_commands``), whose replies ``control_encode`` turns into JSON text."""
+    node (default ``ujobs@<host>``); ``control``: remote-control command sets added to the
+    engine's commands (``LoadedApp.control_commands``), whose replies ``control_encode`` turns
+    into JSON text."""
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class Worker(Steering):
         worker_id: str | None = None,
         channels: Sequence[ExtraChannel] = (),
         node_name: str | None = None,
-        control: Mapping[str, Handler] | None = None,
+        control: Sequence[CommandSet] = (),
         control_encode: Callable[[Any], str] | None = None,
         listen: str | None = None,
     ) -> None:
