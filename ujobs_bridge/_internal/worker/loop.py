@@ -116,8 +116,8 @@ class Worker(Steering):
         self.node = node_name or default_node_name()
         self.dsn_host = mask_dsn(dsn)
         self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
-        self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
-        self.send_task_events = False  # enable_events/disable_events flip it
+        self.processed: dict[str, int] = {}  # bodies finished per job name (the stats command)
+        self.send_task_events = False  # the task_events command flips it
         self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
         self.remote_shutdown = threading.Event()  # a `shutdown` command arrived
         self.outcomes = OutcomeBatch(
@@ -232,7 +232,7 @@ class Worker(Steering):
 
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
-        self.presence.stop()  # the node leaves at once (inspect no longer lists it)
+        self.presence.stop()  # the node leaves at once (status tools no longer list it)
         if self.autoscaler is not None:
             self.autoscaler.stop()  # the pool keeps its size while it drains
         self.claim_loop.stop()  # lets the pass in flight finish
@@ -291,8 +291,8 @@ class Worker(Steering):
         threading.Thread(target=stop, name="ujobs-worker-failed", daemon=True).start()
 
     def hung(self) -> list[HungAttempt]:
-        """Bodies running past their timeout (their attempt already failed), for ``inspect
-        active`` and metrics."""
+        """Bodies running past their timeout (their attempt already failed), for the
+        ``attempts`` command and metrics."""
         return self.stopper.hung()
 
     def hurry(self) -> None:
