@@ -58,7 +58,7 @@ def test_grows_at_once_to_the_jobs_held_and_never_past_max() -> None:
     worker.jobs = 50
     assert auto.tick() == 1 and worker.config.concurrency == 4
     assert auto.tick() == 0
-    assert auto.info() == {"max": 4, "min": 1, "current": 4, "qty": 50}
+    assert auto.info() == {"max": 4, "min": 1, "size": 4, "held": 50}
 
 
 def test_shrinks_only_after_the_keepalive_with_fewer_jobs_than_slots() -> None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from worker_proc import TESTS_DIR, WorkerProc
@@ -23,6 +24,7 @@ from apps.celery_harness import (
 )
 from conftest import wait_for
 from ujobs_bridge._internal.cli import worker_flags as flags
+from ujobs_bridge._internal.observe.introspect import Introspector
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 HOST = socket.gethostname()
@@ -52,11 +54,37 @@ def test_node_names_expand_as_celery_host_format() -> None:
     assert flags.node_name("w1@%h", host="box.example.com") == "w1@box.example.com"
     assert flags.node_name("w1@%n", host="box.example.com") == "w1@box"
     assert flags.node_name("w1@%d", host="box.example.com") == "w1@example.com"
-    assert flags.node_name("box2", host="box") == "celery@box2"  # a bare value is the host
-    assert flags.node_name(None).startswith("celery@")
+    assert flags.node_name("box2", host="box", prefix="celery") == "celery@box2"  # the host
+    assert flags.node_name(None, prefix="celery").startswith("celery@")
+    assert flags.node_name(None).startswith("ujobs@")  # the engine's own name for its apps
     assert flags.log_level("fatal") == flags.log_level("CRITICAL")
     assert flags.pool("solo", None) == ("threads", 1)
     assert flags.pool("prefork", 3) == ("processes", 3)
+
+
+@pytest.mark.parametrize(
+    ("app", "queue", "extra", "node", "sets"),
+    [
+        ("apps.celery_plain", "plain", [], f"celery@{HOST}", ["celery"]),
+        ("apps.celery_plain", "plain", ["-n", "box2"], "celery@box2", ["celery"]),
+        ("apps.presence_jobs", "basic", [], f"ujobs@{HOST}", []),
+    ],
+)
+def test_a_celery_apps_worker_keeps_celerys_node_name_and_an_engine_app_gets_its_own(
+    dsn: str, tmp_path: Path, app: str, queue: str, extra: list[str], node: str, sets: list[str]
+) -> None:
+    worker = WorkerProc(dsn, app, queue, tmp_path / "worker.log", extra=extra)
+    try:
+
+        def registered() -> dict[str, Any]:
+            return {n.name: n.info.get("command_sets") for n in Introspector(dsn).nodes()}
+
+        wait_for(lambda: registered() == {node: sets}, what=f"the node {node}")
+    except BaseException:
+        print(worker.output())
+        raise
+    finally:
+        worker.close()
 
 
 @pytest.fixture

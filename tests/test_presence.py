@@ -5,6 +5,7 @@ nodes and their replies come back in Celery's shapes, and a request nobody answe
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -65,63 +66,103 @@ def test_nodes_are_registered_at_start_and_deleted_at_stop(dsn: str, workers: li
 def test_ping_reaches_every_live_node_and_a_destination_only_its_node(
     dsn: str, workers: list[Worker]
 ) -> None:
-    assert replies(dsn, "ping") == {"w1@box": {"ok": "pong"}, "w2@box": {"ok": "pong"}}
-    assert replies(dsn, "ping", destination=["w2@box"]) == {"w2@box": {"ok": "pong"}}
+    pongs = replies(dsn, "ping")
+    assert set(pongs) == {"w1@box", "w2@box"}
+    assert pongs["w1@box"] == {
+        "pong": True, "node": "w1@box", "worker_id": workers[0].id, "pid": os.getpid()
+    }  # fmt: skip
+    assert set(replies(dsn, "ping", destination=["w2@box"])) == {"w2@box"}
     assert len(replies(dsn, "ping", limit=1)) == 1
 
 
 def test_control_commands_change_the_worker(dsn: str, workers: list[Worker]) -> None:
     w1 = workers[0]
     one = ["w1@box"]
-    assert replies(dsn, "add_consumer", destination=one, arguments={"queue": "extra"}) == {
-        "w1@box": {"ok": "add consumer extra"}
+    assert replies(dsn, "queues", destination=one) == {"w1@box": {"queues": ["basic"]}}
+    assert replies(dsn, "consume", destination=one, arguments={"queue": "extra"}) == {
+        "w1@box": {"queues": ["basic", "extra"], "changed": True}
     }
     assert w1.queues == ("basic", "extra")
     wait_for(lambda: Introspector(dsn).workers_per_queue().get("extra") == 1, what="node queues")
-    assert replies(dsn, "cancel_consumer", destination=one, arguments={"queue": "extra"}) == {
-        "w1@box": {"ok": "no longer consuming from extra"}
+    assert replies(dsn, "stop_consuming", destination=one, arguments={"queue": "extra"}) == {
+        "w1@box": {"queues": ["basic"], "changed": True}
     }
     assert w1.queues == ("basic",)
-    assert replies(dsn, "pool_grow", destination=one, arguments={"n": 2})["w1@box"] == {
-        "ok": "pool will grow"
+    last = replies(dsn, "stop_consuming", destination=one, arguments={"queue": "basic"})
+    assert last["w1@box"]["error"]["code"] == "UJ_CONTROL_REFUSED"
+    assert "only queue" in last["w1@box"]["error"]["message"]
+    bad = replies(dsn, "consume", destination=one, arguments={"queue": "no spaces"})
+    assert bad["w1@box"]["error"]["code"] == "UJ_QUEUE_NAME_INVALID"
+    assert replies(dsn, "pool_grow", destination=one, arguments={"n": 2}) == {
+        "w1@box": {"size": 4}
     }
     assert w1.config.concurrency == 4
-    assert replies(dsn, "pool_shrink", destination=one)["w1@box"] == {"ok": "pool will shrink"}
+    assert replies(dsn, "pool_shrink", destination=one) == {"w1@box": {"size": 3}}
     assert w1.config.concurrency == 3
     flipped: list[bool] = []
     w1.task_events_hooks.append(flipped.append)
-    assert replies(dsn, "enable_events", destination=one)["w1@box"] == {"ok": "task events enabled"}
-    assert replies(dsn, "enable_events", destination=one)["w1@box"] == {
-        "ok": "task events already enabled"
+    assert replies(dsn, "task_events", destination=one, arguments={"on": True}) == {
+        "w1@box": {"task_events": True, "changed": True}
+    }
+    assert replies(dsn, "task_events", destination=one, arguments={"on": True}) == {
+        "w1@box": {"task_events": True, "changed": False}
     }
     assert w1.send_task_events and flipped == [True]
-    assert replies(dsn, "disable_events", destination=one)["w1@box"] == {
-        "ok": "task events disabled"
+    assert replies(dsn, "task_events", destination=one, arguments={"on": False}) == {
+        "w1@box": {"task_events": False, "changed": True}
     }
-    assert replies(dsn, "autoscale", destination=one, arguments={"max": 4, "min": 1}) == {
-        "w1@box": {"error": "ValueError('Autoscale not enabled')"}
-    }
-    assert replies(dsn, "no_such_command", destination=one) == {
-        "w1@box": {"error": "KeyError('no_such_command')"}
-    }
+    refused = replies(dsn, "autoscale", destination=one, arguments={"max": 4, "min": 1})
+    assert refused["w1@box"]["error"]["code"] == "UJ_CONTROL_REFUSED"
+    assert "--autoscale" in refused["w1@box"]["error"]["hint"]
+    unknown = replies(dsn, "no_such_command", destination=one)["w1@box"]["error"]
+    assert unknown["code"] == "UJ_CONTROL_COMMAND_UNKNOWN" and "ping" in unknown["hint"]
+    assert replies(dsn, "jobs", destination=one)["w1@box"]["jobs"] == sorted(w1.names)
 
 
-def test_inspect_active_and_stats_describe_what_runs(
+def test_a_plain_job_worker_has_no_celery_words(dsn: str, workers: list[Worker]) -> None:
+    """The engine's default node name is its own, a plain @job worker answers no Celery
+    command (it has no command set ``celery``), and its node row says so."""
+    jobs = loading.load("apps.presence_jobs")
+    assert Worker(dsn, jobs, WorkerConfig(queues=("basic",))).node.startswith("ujobs@")
+    assert {n.name: n.info["command_sets"] for n in Introspector(dsn).nodes()} == {
+        "w1@box": [], "w2@box": []
+    }  # fmt: skip
+    started = time.monotonic()
+    assert replies(dsn, "celery.ping", timeout=5.0, command_set="celery") == {}
+    assert time.monotonic() - started < 4.0  # no node has the set: nobody to wait for
+    assert replies(dsn, "celery.ping", timeout=0.5) == {}  # asked anyway: no reply
+
+
+def test_attempts_and_stats_describe_what_runs(
     dsn: str, client: Client, workers: list[Worker]
 ) -> None:
     presence_jobs.GATE.clear()
     job_id = presence_jobs.gated.configure(client=client).enqueue(7).id
-    wait_for(lambda: any(replies(dsn, "active").values()), what="the gated job active")
-    active = [i for infos in replies(dsn, "active").values() for i in infos]
-    assert [(a["id"], a["name"], a["args"]) for a in active] == [
-        (str(job_id), "apps.presence_jobs.gated", [7])
-    ]
-    assert active[0]["hostname"] in ("w1@box", "w2@box") and active[0]["acknowledged"] is True
+
+    def running() -> list[dict[str, Any]]:
+        got = replies(dsn, "attempts", arguments={"running": True})
+        return [a for answer in got.values() for a in answer["attempts"]]
+
+    wait_for(running, what="the gated job running")
+    (attempt,) = running()
+    assert (attempt["job_id"], attempt["name"], attempt["queue"], attempt["input"]) == (
+        str(job_id), "apps.presence_jobs.gated", "basic", {"args": [7], "kwargs": {}}
+    )  # fmt: skip
+    assert attempt["running"] is True and attempt["hung"] is False and attempt["attempt"] == 1
+    assert attempt["node"] in ("w1@box", "w2@box") and attempt["started_at"] <= time.time()
+    assert attempt["deadline_at"] is None or attempt["deadline_at"] > attempt["started_at"]
+    waiting = replies(dsn, "attempts", arguments={"running": False})
+    assert all(answer == {"attempts": []} for answer in waiting.values())
+    by_id = replies(dsn, "attempts", arguments={"job_ids": [str(job_id)]})
+    assert sum(len(answer["attempts"]) for answer in by_id.values()) == 1
     presence_jobs.GATE.set()
-    wait_for(lambda: not any(replies(dsn, "active").values()), what="nothing active")
+    wait_for(lambda: not running(), what="nothing running")
     stats = replies(dsn, "stats")
-    assert sum(s["total"].get("apps.presence_jobs.gated", 0) for s in stats.values()) == 1
-    assert {s["pool"]["max-concurrency"] for s in stats.values()} == {2}
+    assert sum(s["processed"].get("apps.presence_jobs.gated", 0) for s in stats.values()) == 1
+    one = stats["w1@box"]
+    assert one["pool"]["kind"] == "threads" and one["pool"]["size"] == 2
+    assert one["node"] == "w1@box" and one["queues"] == ["basic"] and one["autoscale"] is None
+    assert one["software"]["name"] == "ujobs-bridge" and one["hung"] == 0
 
 
 def test_shutdown_gets_no_reply_and_stops_claiming(dsn: str, workers: list[Worker]) -> None:

@@ -361,9 +361,9 @@ def test_without_beat_the_worker_fires_nothing(dsn: str, start: Any) -> None:
 # ---------------------------------------------------------------------------- hung bodies
 
 
-def _replies(dsn: str, command: str) -> dict[str, Any]:
+def _replies(dsn: str, command: str, **arguments: Any) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        got = remote.broadcast(conn, command, json.dumps({}), reply=True, timeout=5)
+        got = remote.broadcast(conn, command, json.dumps(arguments), reply=True, timeout=5)
     return {r.node: json.loads(r.value_json) for r in got}
 
 
@@ -375,15 +375,19 @@ def test_a_hung_body_is_listed_by_inspect_active_until_it_returns(
     gate = tmp_path / "gate"
     ref = flag_jobs.stuck.configure(client=client).enqueue(str(gate))
 
+    def running() -> list[dict[str, Any]]:
+        answer = _replies(dsn, "attempts", running=True).get(node) or {}
+        return list(answer.get("attempts", []))
+
     def hung() -> list[dict[str, Any]]:
-        return [a for a in _replies(dsn, "active").get(node, []) if a.get("hung")]
+        return [a for a in running() if a["hung"]]
 
     (entry,) = wait_for(hung, timeout=60, what="the body listed as hung")  # type: ignore[misc]
-    assert entry["id"] == str(ref.id) and entry["timeout_s"] == 1.0 and entry["overdue_s"] > 0
+    assert entry["job_id"] == str(ref.id) and entry["timeout_s"] == 1.0 and entry["overdue_s"] > 0
     assert _replies(dsn, "stats")[node]["hung"] == 1
     assert [j["state"] for j in jobs(dsn, flag_jobs.stuck.name)] in (["dead"], ["running"])
     gate.touch()
-    wait_for(lambda: not _replies(dsn, "active").get(node), timeout=60, what="nothing active")
+    wait_for(lambda: not running(), timeout=60, what="nothing running")
     assert _replies(dsn, "stats")[node]["hung"] == 0
     wait_for(lambda: [j["state"] for j in jobs(dsn, flag_jobs.stuck.name)] == ["dead"],
              timeout=30, what="the timed-out attempt dead")  # fmt: skip

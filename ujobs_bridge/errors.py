@@ -65,6 +65,9 @@ class ErrorCode(StrEnum):
     PAYLOAD_UNDECODABLE = "UJ_PAYLOAD_UNDECODABLE"
     WORKER_FAILED = "UJ_WORKER_FAILED"
     WORKER_HUNG = "UJ_WORKER_HUNG"
+    CONTROL_COMMAND_UNKNOWN = "UJ_CONTROL_COMMAND_UNKNOWN"
+    CONTROL_REFUSED = "UJ_CONTROL_REFUSED"
+    CONTROL_FAILED = "UJ_CONTROL_FAILED"
 
 
 class UjobsError(Exception):
@@ -102,6 +105,14 @@ class PayloadError(UjobsError):
     """A job payload or result cannot be stored as JSON."""
 
     code = ErrorCode.PAYLOAD_NOT_JSON
+
+
+class ControlError(UjobsError):
+    """A worker's remote-control command was refused (``UJ_CONTROL_REFUSED``), is not one the
+    worker has (``UJ_CONTROL_COMMAND_UNKNOWN``) or failed (``UJ_CONTROL_FAILED``); the caller
+    receives it as the reply ``{"error": {"code", "message", "hint"}}``."""
+
+    code = ErrorCode.CONTROL_REFUSED
 
 
 class JobNotFoundError(UjobsError):

@@ -2,13 +2,16 @@
 
 Why it exists: Celery's remote control is a broadcast over the broker answered by the workers
 alive at that moment. A celery_compat app has no broker; its workers register nodes in Postgres
-and read a mailbox there (``ujobs_bridge._internal.worker.presence``). ``broadcast`` (and so every
-``inspect()`` command, ``ping``, ``rate_limit``, ``time_limit``, ``add_consumer``,
-``cancel_consumer``, ``pool_grow``/``pool_shrink``, ``autoscale``, ``shutdown``,
-``enable_events``/``disable_events``, ``celery inspect|control|status``) goes through
-``ujobs_bridge._internal.worker.remote``: the same arguments (``destination``, ``timeout``, ``limit``, ``reply``,
-``callback``, ``pattern``/``matcher``) and Celery's reply shapes (a list of ``{node: reply}``;
-``inspect()`` flattens it with Celery's own code). ``ping()`` answers only for live workers.
+and read a mailbox there (the engine's remote control, ``ujobs_bridge.ext.control``).
+``broadcast`` (and so every ``inspect()`` command, ``ping``, ``rate_limit``, ``time_limit``,
+``add_consumer``, ``cancel_consumer``, ``pool_grow``/``pool_shrink``, ``autoscale``,
+``shutdown``, ``enable_events``/``disable_events``, ``celery inspect|control|status``) sends
+Celery's command as the engine's ``celery.<command>`` (the Celery set a Celery app's worker
+answers, ``worker_commands.py``) through the engine's ``broadcast``: the same arguments
+(``destination``, ``timeout``, ``limit``, ``reply``, ``callback``, ``pattern``/``matcher``) and
+Celery's reply shapes (a list of ``{node: reply}``; ``inspect()`` flattens it with Celery's own
+code). ``ping()`` answers only for live workers, and only Celery workers answer: a worker of
+``@job`` functions alone has no Celery set, so it is neither asked nor waited for.
 ``purge()`` cancels the app's ready messages in Postgres and returns how many.
 
 A revoke is written to ``x_celery_revoked`` and applied to the task's job rows: a job that has
@@ -34,6 +37,8 @@ from celery.utils.functional import maybe_list
 from kombu.matcher import match
 from kombu.utils import json as kombu_json
 
+from celery_compat.control.names import COMMAND_SET, celery_node
+from celery_compat.control.names import command as set_command
 from celery_compat.db import message_jobs, revocations
 from ujobs_bridge.ext import control as remote
 
@@ -125,7 +130,7 @@ class BridgeControl(Control):  # type: ignore[misc]
         arguments = dict(arguments or {}, **extra_kwargs)
         with self.app.ujobs_client.pool.connection() as conn:
             if pattern and matcher:
-                live = remote.nodes_live(conn, None)
+                live = [n for n in remote.nodes_live(conn, None) if celery_node(n.info)]
                 destination = sorted({n.name for n in live if _match(n.name, pattern, matcher)})
                 if not destination:
                     return [] if reply else None
@@ -137,13 +142,14 @@ class BridgeControl(Control):  # type: ignore[misc]
 
             got = remote.broadcast(
                 conn,
-                command,
+                set_command(command),
                 _dumps(arguments),
                 destination=None if destination is None else [str(d) for d in destination],
                 reply=reply,
                 timeout=1.0 if timeout is None else timeout,  # Celery: None is the default
                 limit=limit,
                 on_reply=on_reply,
+                command_set=COMMAND_SET,
             )
         if not reply:
             return None

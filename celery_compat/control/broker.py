@@ -8,9 +8,10 @@ replies sent to the caller's reply queue. A bridge worker answers Postgres remot
 (``ujobs_bridge/worker/presence.py``); this service makes it answer the broker's too, as a
 Celery worker's ``Pidbox`` bootstep does: a kombu ``Mailbox`` ``Node`` named after the worker's
 node (``-n``) consumes the app's pidbox on the broker, and every command goes to the SAME
-``Panel`` the Postgres mailbox dispatches to (``inspect stats``/``registered``/``active_queues``,
-``pool_grow``, ``rate_limit``, ``shutdown``...), so both paths give the same answers and act the
-same way. Replies are kombu JSON, as the Postgres path writes them.
+``Panel`` the Postgres mailbox dispatches to, as the command of its Celery set
+(``celery.<command>``, ``worker_commands.py``: ``inspect stats``/``registered``/
+``active_queues``, ``pool_grow``, ``rate_limit``, ``shutdown``...), so both paths give the same
+answers and act the same way. Replies are kombu JSON, as the Postgres path writes them.
 
 A ``Service`` thread with its own broker connection: ``start()``/``stop()``. A broker that is
 down or goes away costs the worker nothing: one warning per outage
@@ -36,8 +37,10 @@ from typing import Any
 from kombu import pidbox
 from kombu.utils import json as kombu_json
 
+from celery_compat.control.names import command
+from celery_compat.control.worker_commands import nok
 from celery_compat.events.emitter import has_broker
-from ujobs_bridge.ext.control import NO_REPLY, Panel, nok
+from ujobs_bridge.ext.control import NO_REPLY, Panel
 from ujobs_bridge.ext.worker import Service
 
 log = logging.getLogger("celery_compat.control")
@@ -77,8 +80,9 @@ def mailbox_for(app: Any) -> Any:
 
 
 class PanelNode(pidbox.Node):
-    """A pidbox node whose commands are the worker's ``Panel``: the value, made plain JSON by the
-    worker's encoder, is the reply; a command with no reply (``shutdown``) sends none."""
+    """A pidbox node whose commands are the worker's ``Panel`` (Celery's set): the value, made
+    plain JSON by the worker's encoder, is the reply; a command with no reply (``shutdown``)
+    sends none."""
 
     def __init__(
         self, hostname: str, mailbox: Any, panel: Panel, encode: Callable[[Any], str]
@@ -96,7 +100,7 @@ class PanelNode(pidbox.Node):
         ticket: Any = None,
         **_: Any,
     ) -> Any:
-        value = self.panel.dispatch(str(method), dict(arguments or {}))
+        value = self.panel.dispatch(command(str(method)), dict(arguments or {}))
         if value is NO_REPLY:
             return None
         value = self._plain(value)

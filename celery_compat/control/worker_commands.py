@@ -1,18 +1,27 @@
-"""The remote-control commands a bridge worker answers with its Celery app: Celery's replies.
+"""The remote-control commands a bridge worker answers with its Celery app: Celery's commands,
+Celery's replies, mapped onto the engine's commands.
 
-Why it exists: the engine's panel (``ujobs_bridge._internal.worker.control``) knows jobs, not Celery tasks.
-For a Celery app, ``inspect registered`` lists task names with their attributes as Celery's
-worker does, ``active``/``reserved``/``query_task`` describe messages by their Celery task id in
-the shape of ``Request.info()``, ``scheduled`` lists the messages waiting in Postgres for a future
-time (an eta/countdown: rows whose ``run_at`` is ahead) on the worker's queues, each reported by
-one live worker of the fleet (``db/scheduled.py`` says which) and at most ``SCHEDULED_LIMIT`` per
-worker (the earliest), ``conf`` and ``report`` are the app's own, ``revoked`` lists the
-ids the worker knows revoked, and ``rate_limit``/``time_limit`` change the task objects this
-worker process runs (the next run reads them: ``rate_limit.py``, ``execution.py``), with
-Celery's replies and log lines. Replies are encoded with kombu's JSON, as Celery's mailbox does.
+Why it exists: the engine's panel (``ujobs_bridge.ext.control``) has its own commands (``ping``,
+``stats``, ``attempts``, ``consume``, ``pool_grow``, ``autoscale``, ``task_events``,
+``shutdown``...) with its own reply shapes and errors, and knows jobs, not Celery tasks. A
+Celery app's worker answers Celery's remote control (``celery inspect|control|status``,
+``app.control``, Flower) through the command set ``celery`` (``command_set``), which the
+Postgres mailbox (``app_control.py`` sends ``celery.<command>``) and the broker's pidbox
+(``broker.py``) both dispatch to. Each Celery command calls the engine's command and words its
+answer as Celery's worker does: ``{"ok": ...}``/``{"error": ...}``, ``stats()`` with Celery's
+``pool`` and ``autoscaler``, queues as kombu's ``Queue.as_dict``, held messages as
+``Request.info()`` keyed by their Celery task id, Celery's refusals (``pool_grow`` under
+autoscale, "Autoscale not enabled") and log lines; a command Celery's worker has and the engine
+does not (``registered`` with task attributes, ``scheduled``: the messages waiting in Postgres
+for a future time on the worker's queues, each reported by one live worker of the fleet,
+``db/scheduled.py``, at most ``SCHEDULED_LIMIT`` per worker, the earliest; ``conf``, ``report``,
+``revoked``, ``rate_limit``/``time_limit``, which change the task objects this worker process
+runs: ``rate_limit.py``, ``execution.py``) is answered here with the app. A handler that raises,
+or a command the set lacks, answers ``{"error": repr(exc)}``, as Celery's mailbox does. Replies
+are encoded with kombu's JSON, as Celery's mailbox does.
 
-What it is not: the caller's side (``control.py``) or the durable revoke (also ``control.py``:
-the worker's ``revoke`` only acknowledges it, as Celery's reply does).
+What it is not: the caller's side (``app_control.py``) or the durable revoke (also
+``app_control.py``: the worker's ``revoke`` only acknowledges it, as Celery's reply does).
 """
 
 from __future__ import annotations
@@ -28,11 +37,13 @@ from celery.utils.time import rate
 from kombu.utils import json as kombu_json
 from kombu.utils.encoding import safe_repr
 
+from celery_compat.control.names import COMMAND_SET
 from celery_compat.db import scheduled as scheduled_db
 from celery_compat.sending.message_row import from_input, is_celery_input
 from celery_compat.worker import revoked_ids, stamp_revokes
+from ujobs_bridge.errors import UjobsError
 from ujobs_bridge.ext import control as engine
-from ujobs_bridge.ext.control import ControlState, Handler, nok, ok
+from ujobs_bridge.ext.control import CommandSet, ControlState, Handler
 from ujobs_bridge.ext.worker import InFlight
 
 log = logging.getLogger("celery.worker.control")
@@ -46,11 +57,52 @@ def encode(value: Any) -> str:
     return _dumps(value)
 
 
+def ok(value: Any) -> dict[str, Any]:
+    """Celery's success reply."""
+    return {"ok": value}
+
+
+def nok(value: Any) -> dict[str, Any]:
+    """Celery's error reply."""
+    return {"error": value}
+
+
+def failed(name: str, exc: Exception) -> dict[str, Any]:
+    """A command that raised (``KeyError(name)``: one Celery's set lacks), as Celery's mailbox
+    answers it: the exception's repr, logged."""
+    log.error("pidbox command error: %r", exc, exc_info=not isinstance(exc, KeyError))
+    return nok(repr(exc))
+
+
+def job_request_info(state: ControlState, entry: InFlight) -> dict[str, Any]:
+    """A held ``@job`` attempt (a queue the worker shares with the app) as ``Request.info()``:
+    its job id is the task id, its input's ``args``/``kwargs`` the arguments."""
+    claimed = entry.claimed
+    payload = claimed.input if isinstance(claimed.input, dict) else {}
+    return {
+        "id": str(claimed.id),
+        "name": claimed.name,
+        "args": payload.get("args", []),
+        "kwargs": payload.get("kwargs", {}),
+        "type": claimed.name,
+        "hostname": state.node,
+        "time_start": entry.started_at,
+        "acknowledged": True,
+        "delivery_info": {
+            "exchange": "",
+            "routing_key": claimed.queue,
+            "priority": None,
+            "redelivered": claimed.deliveries > 1,
+        },
+        "worker_pid": os.getpid(),
+    }
+
+
 def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dict[str, Any]:
     """A held message as Celery's ``Request.info()``: keyed by its Celery task id."""
     claimed = entry.claimed
     if not is_celery_input(claimed.input):
-        return engine.request_info(state, entry)
+        return job_request_info(state, entry)
     message = from_input(claimed.input, queue=claimed.queue, job_id=claimed.id)
     headers = message.headers
     return {
@@ -113,6 +165,71 @@ def scheduled_info(state: ControlState, row: scheduled_db.ScheduledRow) -> dict[
     return {"eta": row.run_at.isoformat(), "priority": row.priority, "request": request}
 
 
+def queue_info(name: str) -> dict[str, Any]:
+    """A consumed queue in the shape of kombu's ``Queue.as_dict(recurse=True)``."""
+    return {
+        "name": name,
+        "exchange": {"name": name, "type": "direct", "arguments": None, "durable": True},
+        "routing_key": name,
+        "queue_arguments": None,
+        "binding_arguments": None,
+        "consumer_arguments": None,
+        "durable": True,
+        "exclusive": False,
+        "auto_delete": False,
+        "no_ack": False,
+        "alias": None,
+        "bindings": [],
+        "no_declare": None,
+        "expires": None,
+        "message_ttl": None,
+        "max_length": None,
+        "max_length_bytes": None,
+        "max_priority": None,
+    }
+
+
+def celery_stats(state: ControlState, app: Any) -> dict[str, Any]:
+    """The engine's ``stats`` as Celery's worker ``stats()``: ``pool`` as Celery's pool info
+    (``max-concurrency`` the current size, the children's pids as ``processes``, the app's time
+    limits as ``timeouts``), ``autoscaler`` as Celery's ``Autoscaler.info()``."""
+    engine_stats = engine.stats(state)
+    pool = engine_stats["pool"]
+    software = engine_stats["software"]
+    hard, soft = app.conf.task_time_limit, app.conf.task_soft_time_limit
+    out: dict[str, Any] = {
+        "total": engine_stats["processed"],
+        "pid": engine_stats["pid"],
+        "clock": str(app.clock.value),
+        "uptime": int(engine_stats["uptime_s"]),
+        "pool": {
+            "implementation": f"ujobs_bridge:{pool['kind']}",
+            "max-concurrency": pool["size"],
+            "processes": pool["pids"],
+            "max-tasks-per-child": pool["max_jobs_per_child"] or "N/A",
+            "max-memory-per-child": pool["max_memory_per_child_kib"] or "N/A",
+            "put-guarded-by-semaphore": False,
+            "timeouts": [soft or 0, hard or 0],
+        },
+        "hung": engine_stats["hung"],  # bodies past their timeout (listed by `inspect active`)
+        "broker": {"transport": "postgres", "hostname": engine_stats["database"]},
+        "prefetch_count": engine_stats["prefetch"],
+        "rusage": engine_stats["rusage"],
+        "sw_ident": software["name"],
+        "sw_ver": software["version"],
+        "sw_sys": software["system"],
+    }
+    scaled = engine_stats["autoscale"]
+    if scaled is not None:
+        out["autoscaler"] = {
+            "max": scaled["max"],
+            "min": scaled["min"],
+            "current": scaled["size"],
+            "qty": scaled["held"],
+        }
+    return out
+
+
 def _task_id(entry: InFlight) -> str:
     headers = entry.claimed.input.get("headers") if is_celery_input(entry.claimed.input) else None
     return str((headers or {}).get("id") or entry.claimed.id)
@@ -141,8 +258,86 @@ def apply_settings(app: Any, settings: Mapping[str, Mapping[str, Any]]) -> None:
                 setattr(task, attr, value)
 
 
+def command_set(app: Any) -> CommandSet:
+    """Celery's commands for a worker of ``app``: the engine's set ``celery``."""
+    return CommandSet(COMMAND_SET, commands(app), failed)
+
+
 def commands(app: Any) -> dict[str, Handler]:
-    """The handlers that answer with ``app`` (closures over it)."""
+    """Celery's commands by Celery's names, answered with ``app`` (closures over it) and the
+    engine's commands."""
+
+    def ping(state: ControlState, **_: Any) -> Any:
+        engine.ping(state)
+        return ok("pong")
+
+    def active_queues(state: ControlState, **_: Any) -> Any:
+        return [queue_info(q) for q in engine.queues(state)["queues"]]
+
+    def clock(state: ControlState, **_: Any) -> Any:
+        return {"clock": 0}
+
+    def heartbeat(state: ControlState, **_: Any) -> Any:
+        return None
+
+    def add_consumer(state: ControlState, queue: str = "", **_: Any) -> Any:
+        try:
+            engine.consume(state, queue=queue)
+        except UjobsError as exc:
+            return nok(exc.render())
+        return ok(f"add consumer {queue}")
+
+    def cancel_consumer(state: ControlState, queue: str = "", **_: Any) -> Any:
+        try:
+            engine.stop_consuming(state, queue=queue)
+        except UjobsError as exc:
+            return nok(exc.message)
+        return ok(f"no longer consuming from {queue}")
+
+    def pool_grow(state: ControlState, n: Any = 1, **_: Any) -> Any:
+        if state.worker.autoscaler is not None:  # Celery's answer under --autoscale
+            return nok("pool_grow is not supported with autoscale. Adjust autoscale range instead.")
+        try:
+            engine.pool_grow(state, n=n)
+        except UjobsError as exc:
+            return nok(exc.message)
+        return ok("pool will grow")
+
+    def pool_shrink(state: ControlState, n: Any = 1, **_: Any) -> Any:
+        if state.worker.autoscaler is not None:
+            return nok(
+                "pool_shrink is not supported with autoscale. Adjust autoscale range instead."
+            )
+        try:
+            engine.pool_shrink(state, n=n)
+        except UjobsError as exc:
+            return nok(exc.message)
+        return ok("pool will shrink")
+
+    def autoscale(state: ControlState, max: Any = None, min: Any = None, **_: Any) -> Any:
+        if state.worker.autoscaler is None:
+            raise ValueError("Autoscale not enabled")  # Celery's answer without --autoscale
+        try:
+            bounds = engine.autoscale(state, max=max, min=min)
+        except UjobsError as exc:
+            return nok(exc.render())
+        return ok(f"autoscale now max={bounds['max']} min={bounds['min']}")
+
+    def shutdown(state: ControlState, msg: str = "Got shutdown from remote", **_: Any) -> Any:
+        log.warning(msg)
+        return engine.shutdown(state)
+
+    def enable_events(state: ControlState, **_: Any) -> Any:
+        if not engine.task_events(state, on=True)["changed"]:
+            return ok("task events already enabled")
+        log.info("Events of group {task} enabled by remote.")
+        return ok("task events enabled")
+
+    def disable_events(state: ControlState, **_: Any) -> Any:
+        if not engine.task_events(state, on=False)["changed"]:
+            return ok("task events already disabled")
+        log.info("Events of group {task} disabled by remote.")
+        return ok("task events disabled")
 
     def active(state: ControlState, safe: Any = False, **_: Any) -> Any:
         return [
@@ -259,13 +454,21 @@ def commands(app: Any) -> dict[str, Handler]:
         return ok("time limits set successfully")
 
     def stats(state: ControlState, **_: Any) -> Any:
-        out = engine.stats(state)
-        out["clock"] = str(app.clock.value)
-        hard, soft = app.conf.task_time_limit, app.conf.task_soft_time_limit
-        out["pool"]["timeouts"] = [soft or 0, hard or 0]
-        return out
+        return celery_stats(state, app)
 
     return {
+        "ping": ping,
+        "active_queues": active_queues,
+        "clock": clock,
+        "heartbeat": heartbeat,
+        "add_consumer": add_consumer,
+        "cancel_consumer": cancel_consumer,
+        "pool_grow": pool_grow,
+        "pool_shrink": pool_shrink,
+        "autoscale": autoscale,
+        "shutdown": shutdown,
+        "enable_events": enable_events,
+        "disable_events": disable_events,
         "active": active,
         "reserved": reserved,
         "scheduled": scheduled,

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from celery_compat.control.names import NODE_PREFIX
 from celery_compat.worker import settings as worker_settings
 from celery_compat.worker.loading import CeleryApp
 from ujobs_bridge.errors import ConfigError
@@ -137,7 +138,7 @@ class Worker:
         unknown = sorted(
             k for k, v in kwargs.items() if k not in ACCEPTED and k not in REFUSED and v
         )
-        self.hostname = flags.node_name(hostname)
+        self.hostname = flags.node_name(hostname, prefix=NODE_PREFIX)
         try:
             for key, flag in REFUSED.items():
                 if kwargs.get(key):

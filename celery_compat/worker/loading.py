@@ -12,7 +12,8 @@ the same module (``beat.scheduler_tasks``), ``ujobs_database_url``, the worker s
 sets explicitly, the revoked-ids LISTEN channel (``revoked_ids.py``), and ``bind(dsn)`` that
 gives the app a bridge client on the worker's database (a plain ``celery.Celery`` app is adopted
 first, ``adoption.py``, so what its tasks send goes to Postgres, not to its broker), and the
-remote-control commands answered with the app (``worker_control.py``).
+remote-control commands answered with the app (Celery's, as the engine's command set ``celery``:
+``control/worker_commands.py``), and Celery's node name ``celery@<host>`` when ``-n`` names none.
 
 What it is not: the execution of a task (``execution.py``) or the beat conversion (``beat.py``).
 """
@@ -166,10 +167,16 @@ class CeleryApp(LoadedApp):
             adoption.announce(self.app, self.spec)
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
 
-    def control_commands(self) -> dict[str, Any]:
+    def control_commands(self) -> tuple[Any, ...]:
         from celery_compat.control import worker_commands as worker_control
 
-        return worker_control.commands(self.app)
+        return (worker_control.command_set(self.app),)
+
+    def node_prefix(self) -> str:
+        """Celery's default node name is ``celery@<host>``, as Celery's operators expect."""
+        from celery_compat.control.names import NODE_PREFIX
+
+        return NODE_PREFIX
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
         from celery_compat.control import worker_commands as worker_control

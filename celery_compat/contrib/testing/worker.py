@@ -191,7 +191,7 @@ def _build_worker(
         config,
         channels=(revoked_ids.channel(),),
         node_name=hostname,
-        control=worker_control.commands(app),
+        control=(worker_control.command_set(app),),
         control_encode=worker_control.encode,
     )
 

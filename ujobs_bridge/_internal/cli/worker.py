@@ -130,7 +130,7 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     default=None,
     metavar="NAME@HOST",
     help="Node name, as Celery's -n: %h host, %n its first label, %d domain. "
-    "Default: celery@<host>.",
+    "Default: ujobs@<host> (a Celery app's worker: celery@<host>).",
 )
 @click.option(
     "--pidfile", default=None, help="Write the pid here; refused while it names a live process."
@@ -237,6 +237,7 @@ def worker(
         mapped_pool, mapped_concurrency = (
             flags.pool(pool, concurrency) if pool is not None else (None, concurrency)
         )
+        flags.node_name(hostname)  # an unknown %-format is refused before -A is imported
         asked = WorkerFlags(
             queues=_queues(queues),
             exclude_queues=_queues(exclude_queues) or (),
@@ -247,7 +248,7 @@ def worker(
             poll_s=poll_s,
             shutdown_s=shutdown_s,
             loglevel=flags.log_level(loglevel),
-            nodename=flags.node_name(hostname) if hostname is not None else None,
+            nodename=hostname,  # serve expands it with the app's node prefix
             pidfile=pidfile,
             logfile=logfile,
             dsn=dsn,

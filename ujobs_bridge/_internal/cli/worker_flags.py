@@ -4,8 +4,9 @@ Why it exists: deploy scripts say ``celery -A proj worker -l INFO -n w1@%h -P pr
 ``ujobs-bridge worker`` and ``celery worker`` on a celery_compat app (which calls into
 ``cli.worker_serve.serve``) both accept those flags, so their parsing lives here once: log levels by
 Celery's names, node names expanded as ``celery.utils.nodenames.host_format`` does (``%h``,
-``%n``, ``%d``; a name without ``@`` gets ``celery@``), pools mapped onto ours (``prefork`` is
-``processes``, ``solo`` is ``threads`` with one slot), the pidfile Celery writes and refuses while
+``%n``, ``%d``; a name without ``@`` gets the app's prefix: ``ujobs@``, or ``celery@`` for a
+Celery app), pools mapped onto ours (``prefork`` is ``processes``, ``solo`` is ``threads`` with
+one slot), the pidfile Celery writes and refuses while
 its process lives. A flag with no meaning on the bridge is refused with the reason and what to
 use instead (``refusal``), never ignored.
 
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.observe.logs import LogFormat
-from ujobs_bridge._internal.worker.config import DEFAULT_AUTOSCALE_KEEPALIVE_S
+from ujobs_bridge._internal.worker.config import DEFAULT_AUTOSCALE_KEEPALIVE_S, DEFAULT_NODE_PREFIX
 from ujobs_bridge.errors import ConfigError
 
 LOG_LEVELS: Mapping[str, int] = {
@@ -34,7 +35,6 @@ LOG_LEVELS: Mapping[str, int] = {
     "CRITICAL": logging.CRITICAL,
     "FATAL": logging.CRITICAL,
 }
-NODENAME_DEFAULT = "celery"
 # -P: Celery's pool names onto ours (pool, forced concurrency or None)
 POOL_MAP: Mapping[str, tuple[str, int | None]] = {
     "prefork": ("processes", None),
@@ -118,13 +118,15 @@ def host_format(template: str, host: str | None = None, name: str | None = None)
     return _FORMAT.sub(expand, template)
 
 
-def node_name(value: str | None, host: str | None = None) -> str:
+def node_name(value: str | None, host: str | None = None, prefix: str = DEFAULT_NODE_PREFIX) -> str:
     """Celery's ``-n`` (``default_nodename`` then ``host_format``): ``name@host`` with ``%``
-    expansion; a value without ``@`` is the host (``celery@value``); nothing is ``celery@%h``."""
+    expansion; a value without ``@`` is the host (``<prefix>@value``); nothing is
+    ``<prefix>@%h``. ``prefix``: the app's (``LoadedApp.node_prefix``; ``ujobs`` for the
+    engine's own apps)."""
     name, at, where = (value or "").partition("@")
     if not at:
         name, where = "", name
-    return host_format(f"{name or NODENAME_DEFAULT}@{where or socket.gethostname()}", host=host)
+    return host_format(f"{name or prefix}@{where or socket.gethostname()}", host=host)
 
 
 def pool(value: str, concurrency: int | None) -> tuple[str, int | None]:

@@ -58,7 +58,8 @@ EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what 
 @dataclass(frozen=True)
 class WorkerFlags:
     """What both worker commands were asked for, Celery's meaning already applied (``-n``
-    expanded, ``-P`` mapped, ``-l`` a level); ``None``: not given (the app's setting or ours)."""
+    checked, expanded by ``serve`` with the app's node prefix; ``-P`` mapped, ``-l`` a level);
+    ``None``: not given (the app's setting or ours)."""
 
     queues: tuple[str, ...] | None = None
     exclude_queues: tuple[str, ...] = ()
@@ -228,7 +229,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     ensure_schema(resolved)
     app.bind(resolved.dsn)
     beat = embedded_scheduler(app, resolved.dsn) if asked.beat else None
-    worker_id = f"{asked.nodename}:{os.getpid()}" if asked.nodename else None
+    node = flags.node_name(asked.nodename, prefix=app.node_prefix())
+    worker_id = f"{node}:{os.getpid()}" if asked.nodename else None
     runner = Worker(
         resolved.dsn,
         jobs,
@@ -236,7 +238,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         app_spec=app_spec,
         channels=app.channels(),
         worker_id=worker_id,
-        node_name=asked.nodename or flags.node_name(None),
+        node_name=node,
         control=app.control_commands(),
         control_encode=app.control_encode,
     )
@@ -257,13 +259,13 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     signal.signal(signal.SIGINT, on_signal)
     options = {k: v for k, v in click.get_current_context().params.items() if k != "dsn"}
     if asked.nodename:
-        options["hostname"] = asked.nodename  # expanded (%h ...), as Celery passes it on
+        options["hostname"] = node  # expanded (%h ...), as Celery passes it on
     app.on_worker_init(runner, options)
     runner.start()
     if beat is not None:
         beat.start()
     exporter = _serve_metrics(asked, runner, resolved.dsn)
-    node = f" node={runner.node}"
+    node_part = f" node={runner.node}"
     size = (
         f"autoscale={config.autoscale[0]},{config.autoscale[1]}"
         if config.autoscale is not None
@@ -271,7 +273,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     )
     extra = f" beat={len(beat.tasks)} task(s)" if beat is not None else ""
     click.echo(
-        f"worker {runner.id} ready:{node} queues={','.join(runner.queues)} jobs={len(jobs)} "
+        f"worker {runner.id} ready:{node_part} queues={','.join(runner.queues)} jobs={len(jobs)} "
         f"{size} prefetch={config.prefetch_multiplier} pool={config.pool}{extra}",
         err=True,
     )

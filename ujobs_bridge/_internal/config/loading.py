@@ -32,7 +32,7 @@ from ujobs_bridge.job import JobDefinition
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.scheduling.task import PeriodicTask
-    from ujobs_bridge._internal.worker.control import Handler
+    from ujobs_bridge._internal.worker.control import CommandSet
     from ujobs_bridge._internal.worker.listener import ExtraChannel
     from ujobs_bridge._internal.worker.loop import Worker
 
@@ -177,10 +177,18 @@ class LoadedApp:
         events)? The engine's own apps do not, so ``-E`` is refused for them."""
         return False
 
-    def control_commands(self) -> dict[str, Handler]:
-        """Remote-control handlers that add to or replace the engine's
-        (``ujobs_bridge._internal.worker.control``), for commands only the app can answer."""
-        return {}
+    def control_commands(self) -> tuple[CommandSet, ...]:
+        """Remote-control command sets the app adds to the engine's commands
+        (``ujobs_bridge._internal.worker.control``), each under its own prefix, for a tool that
+        speaks the app's own words."""
+        return ()
+
+    def node_prefix(self) -> str:
+        """The name part of the worker's node name when ``-n`` gives none (``<prefix>@<host>``):
+        the engine's ``ujobs``; an app's loader may name its workers as its own tools expect."""
+        from ujobs_bridge._internal.worker.config import DEFAULT_NODE_PREFIX
+
+        return DEFAULT_NODE_PREFIX
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
         """In a ``--pool processes`` child: task settings remote control changed in the parent

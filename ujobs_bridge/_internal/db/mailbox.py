@@ -1,11 +1,11 @@
 """The remote-control mailbox in SQL (``sql/nodes.sql``): send a request, read pending requests,
 reply, read replies, expire both.
 
-Why it exists: Celery's remote control (``inspect``, ``control``) is a broadcast over the broker
-with replies on a reply queue. Here a request is a row of ``x_control_requests`` sent with a
-NOTIFY at its commit (workers wake on their existing LISTEN connection, and poll as a floor),
-and each worker process writes its reply as a row of ``x_control_replies`` with a NOTIFY that
-wakes the caller. Both expire and are deleted by any worker's sweep.
+Why it exists: remote control (asking and steering running workers) needs requests that reach
+live workers and replies that reach the caller, with no broker. A request is a row of
+``x_control_requests`` sent with a NOTIFY at its commit (workers wake on their existing LISTEN
+connection, and poll as a floor), and each worker process writes its reply as a row of
+``x_control_replies`` with a NOTIFY that wakes the caller. Both expire and are deleted by any worker's sweep.
 
 What it is not: what a command does (``ujobs_bridge._internal.worker.control``) or the waiting caller
 (``ujobs_bridge._internal.worker.remote``). Arguments and replies are JSON text, encoded by the callers.

@@ -61,12 +61,13 @@ class Autoscaler(Service):
         return max(0, self.worker.in_flight() - len(self.worker.hung()))
 
     def info(self) -> dict[str, int]:
-        """Celery's ``Autoscaler.info()``, for ``inspect stats``."""
+        """The range, the pool's size now and the jobs it holds (the ``stats`` command's
+        ``autoscale``)."""
         return {
             "max": self.max,
             "min": self.min,
-            "current": self.worker.config.concurrency,
-            "qty": self.qty,
+            "size": self.worker.config.concurrency,
+            "held": self.qty,
         }
 
     def tick(self) -> int:

@@ -210,7 +210,7 @@ class ProcessRuntime:
             self._queue.put(None)
 
     def pids(self) -> list[int]:
-        """The live children's process ids (``inspect stats``)."""
+        """The live children's process ids (the ``stats`` command)."""
         with self._lock:
             keepers = list(self._keepers)
         return [pid for pid in (k.pid for k in keepers) if pid is not None]

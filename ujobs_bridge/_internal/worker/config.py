@@ -26,6 +26,7 @@ DEFAULT_ACK_INTERVAL_S = 0.005
 DEFAULT_UNREGISTERED_AFTER_S = 60.0
 DEFAULT_UNREGISTERED_LOG_EVERY_S = 300.0
 DEFAULT_AUTOSCALE_KEEPALIVE_S = 30.0  # idle this long before an autoscaled pool shrinks
+DEFAULT_NODE_PREFIX = "ujobs"  # a node is ``ujobs@<host>`` unless named (or its app says)
 MAX_CONCURRENCY = 1024
 
 

@@ -36,7 +36,7 @@ class InFlight:
     future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
     started: bool = False  # a body thread took it (thread runtime)
     dropped: bool = False  # taken back before it started: a body thread must skip it
-    started_at: float | None = None  # wall clock, when a body thread took it (inspect active)
+    started_at: float | None = None  # wall clock, when a body thread took it (the attempts command)
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
     reported_hung: bool = False  # logged as a body running past its timeout

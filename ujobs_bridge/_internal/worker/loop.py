@@ -54,7 +54,7 @@ from ujobs_bridge._internal.worker.child import TaskSettings
 from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
 from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
 from ujobs_bridge._internal.worker.config import WorkerConfig
-from ujobs_bridge._internal.worker.control import ControlState, Handler, Panel
+from ujobs_bridge._internal.worker.control import CommandSet, ControlState, Panel
 from ujobs_bridge._internal.worker.heartbeat import Heartbeat
 from ujobs_bridge._internal.worker.inflight import InFlight, InFlightTable
 from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
@@ -74,8 +74,9 @@ log = logging.getLogger("ujobs.worker")
 class Worker(Steering):
     """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
     channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
-    node (default ``celery@<host>``); ``control``: remote-control handlers added to the engine's
-    (``LoadedApp.control_commands``), whose replies ``control_encode`` turns into JSON text."""
+    node (default ``ujobs@<host>``); ``control``: remote-control command sets added to the
+    engine's commands (``LoadedApp.control_commands``), whose replies ``control_encode`` turns
+    into JSON text."""
 
     def __init__(
         self,
@@ -88,7 +89,7 @@ class Worker(Steering):
         worker_id: str | None = None,
         channels: Sequence[ExtraChannel] = (),
         node_name: str | None = None,
-        control: Mapping[str, Handler] | None = None,
+        control: Sequence[CommandSet] = (),
         control_encode: Callable[[Any], str] | None = None,
         listen: str | None = None,
     ) -> None:
@@ -115,8 +116,8 @@ class Worker(Steering):
         self.node = node_name or default_node_name()
         self.dsn_host = mask_dsn(dsn)
         self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
-        self.processed: dict[str, int] = {}  # bodies finished per job name (inspect stats)
-        self.send_task_events = False  # enable_events/disable_events flip it
+        self.processed: dict[str, int] = {}  # bodies finished per job name (the stats command)
+        self.send_task_events = False  # the task_events command flips it
         self.task_events_hooks: list[Callable[[bool], None]] = []  # told when it flips
         self.remote_shutdown = threading.Event()  # a `shutdown` command arrived
         self.outcomes = OutcomeBatch(
@@ -231,7 +232,7 @@ class Worker(Steering):
 
     def _shut_down(self, limit: float) -> None:
         self.request_stop()
-        self.presence.stop()  # the node leaves at once (inspect no longer lists it)
+        self.presence.stop()  # the node leaves at once (status tools no longer list it)
         if self.autoscaler is not None:
             self.autoscaler.stop()  # the pool keeps its size while it drains
         self.claim_loop.stop()  # lets the pass in flight finish
@@ -290,8 +291,8 @@ class Worker(Steering):
         threading.Thread(target=stop, name="ujobs-worker-failed", daemon=True).start()
 
     def hung(self) -> list[HungAttempt]:
-        """Bodies running past their timeout (their attempt already failed), for ``inspect
-        active`` and metrics."""
+        """Bodies running past their timeout (their attempt already failed), for the
+        ``attempts`` command and metrics."""
         return self.stopper.hung()
 
     def hurry(self) -> None:

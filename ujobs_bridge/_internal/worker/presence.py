@@ -1,14 +1,15 @@
-"""A worker's node (Celery's ``celery@host``) and its remote-control mailbox, on Postgres.
+"""A worker's node (``ujobs@host`` by default) and its remote-control mailbox, on Postgres.
 
-Why it exists: operators ask "which workers are alive, on which queues, doing what" (``celery
-status``, ``inspect``, a dashboard, a health check) and steer them (``control``). Celery answers
-by broadcasting over the broker; here each worker process registers a row in
-``x_worker_nodes`` when it starts, renews it every heartbeat interval and deletes it on a clean
-exit, so a node that stops renewing (SIGKILL, a partition) expires and is reaped by any worker's
+Why it exists: operators ask "which workers are alive, on which queues, doing what" (a status
+command, a dashboard, a health check) and steer them (resize, consume, shut down). Each worker
+process registers a row in ``x_worker_nodes`` when it starts, renews it every heartbeat
+interval and deletes it on a clean exit, so a node that stops renewing (SIGKILL, a partition) expires and is reaped by any worker's
 sweep. Requests addressed to the node (or to every node) arrive as rows of
 ``x_control_requests``: a NOTIFY on the listener's existing connection wakes this loop at once
 (``channel()``), polling finds them when no notification can arrive. Each is handled once, by
-the ``Panel`` (``control.py``), and its reply written as a row the caller waits for.
+the ``Panel`` (``control.py``), and its reply written as a row the caller waits for. The node
+row's ``info`` says which command sets (``control.CommandSet``) the node answers besides the
+engine's (``command_sets``), so a caller waits only for the nodes that have its set.
 
 It opens no connection of its own: it runs its statements on the worker's working connection,
 which the claim loop and the heartbeat share (each holds it through ``using()`` for its
@@ -23,6 +24,7 @@ What it is not: the caller's side (``ujobs_bridge._internal.worker.remote``) or 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import socket
@@ -38,8 +40,10 @@ from ujobs_bridge._internal.db import mailbox, nodes
 from ujobs_bridge._internal.db.connections import Reconnecting
 from ujobs_bridge._internal.service import Service
 from ujobs_bridge._internal.worker import fleet
-from ujobs_bridge._internal.worker.control import NO_REPLY, Panel
+from ujobs_bridge._internal.worker.config import DEFAULT_NODE_PREFIX
+from ujobs_bridge._internal.worker.control import NO_REPLY, Panel, error_reply
 from ujobs_bridge._internal.worker.listener import ExtraChannel
+from ujobs_bridge.errors import ControlError, ErrorCode
 
 log = logging.getLogger("ujobs.presence")
 
@@ -174,6 +178,9 @@ class Presence(Service):
 
     def _beat(self, conn: psycopg.Connection[Any], now: float) -> None:
         spec = self.describe()
+        spec = dataclasses.replace(
+            spec, info={**spec.info, "command_sets": self.panel.command_sets}
+        )
         sql_now = self.clock.sql_now()
         if self.after_seq is None or not nodes.node_heartbeat(conn, spec, self.ttl_s, sql_now):
             seq = nodes.node_register(conn, spec, self.ttl_s, sql_now)
@@ -203,7 +210,10 @@ class Presence(Service):
         try:
             return self.encode(value)
         except (TypeError, ValueError) as exc:
-            return self.encode({"error": f"the reply could not be encoded: {exc!r}"})
+            refused = ControlError(
+                f"the reply could not be encoded: {exc!r}", code=ErrorCode.CONTROL_FAILED
+            )
+            return self.encode(error_reply(refused))
 
 
 def _arguments(text: str) -> Mapping[str, Any]:
@@ -215,11 +225,12 @@ def _arguments(text: str) -> Mapping[str, Any]:
 
 
 def host_of(name: str) -> str:
-    """The host part of a node name (``celery@web1`` → ``web1``), else this machine's name."""
+    """The host part of a node name (``ujobs@web1`` → ``web1``), else this machine's name."""
     _, at, host = name.partition("@")
     return host if at and host else socket.gethostname()
 
 
 def default_node_name() -> str:
-    """Celery's default node name: ``celery@<host>``."""
-    return f"celery@{socket.gethostname()}"
+    """The engine's default node name: ``ujobs@<host>`` (celery_compat names a Celery app's
+    worker ``celery@<host>`` itself)."""
+    return f"{DEFAULT_NODE_PREFIX}@{socket.gethostname()}"

@@ -1,18 +1,20 @@
 """The caller's side of remote control: send a command to live workers, collect their replies.
 
-Why it exists: ``app.control.inspect()``, ``app.control.broadcast`` and the ``celery inspect``
-/ ``control`` / ``status`` commands (celery_compat) and any engine tool need the same exchange:
-write a request row (its NOTIFY wakes the addressed workers), then wait for reply rows, woken by
-their NOTIFY on the caller's own connection. As in Celery, ``reply=False`` does not wait,
-``limit`` stops after that many replies, ``destination`` (node names) sets the limit to its
-length when none is given, and ``timeout`` is how long to wait for the next reply. Unlike Celery
-(which cannot know who is listening), the wait also ends once every live node addressed has
-answered, and at once when no live node is addressed: ``ping`` with no worker running is ``[]``
-immediately. Behind PgBouncer (``connections.behind_pgbouncer``) the caller's connection cannot
-LISTEN: the replies are read every half second instead.
+Why it exists: every tool that asks or steers workers (the engine's commands, and the command
+sets of upper packages: celery_compat maps ``app.control`` and ``celery inspect|control|status``
+onto this) needs the same exchange: write a request row (its NOTIFY wakes the addressed
+workers), then wait for reply rows, woken by their NOTIFY on the caller's own connection.
+``reply=False`` does not wait, ``limit`` stops after that many replies, ``destination`` (node
+names) sets the limit to its length when none is given, and ``timeout`` is how long to wait for
+the next reply. The wait also ends once every live node addressed has answered, and at once
+when no live node is addressed: ``ping`` with no worker running is ``[]`` immediately. A
+command of a set (``command_set``: ``<set>.<command>``, ``control.CommandSet``) is awaited only
+from the live nodes whose row says they have that set; others do not answer it. Behind
+PgBouncer (``connections.behind_pgbouncer``) the caller's connection cannot LISTEN: the replies
+are read every half second instead.
 
-What it is not: what workers do with a command (``ujobs_bridge._internal.worker.control``) or Celery's
-reply flattening (celery_compat's ``Inspect`` keeps Celery's own).
+What it is not: what workers do with a command (``ujobs_bridge._internal.worker.control``) or
+any reply's shape (an upper package reads its own set's replies).
 """
 
 from __future__ import annotations
@@ -42,10 +44,26 @@ class Reply:
     value_json: str
 
 
-def addressed(live: Sequence[nodes.NodeRecord], destination: Sequence[str] | None) -> list[str]:
-    """The worker ids of the live nodes a request to ``destination`` reaches."""
+def has_set(node: nodes.NodeRecord, command_set: str | None) -> bool:
+    """Does ``node`` answer the commands of ``command_set`` (None: the engine's, every node)?"""
+    if command_set is None:
+        return True
+    sets = node.info.get("command_sets")
+    return isinstance(sets, list) and command_set in sets
+
+
+def addressed(
+    live: Sequence[nodes.NodeRecord],
+    destination: Sequence[str] | None,
+    command_set: str | None = None,
+) -> list[str]:
+    """The worker ids of the live nodes a request to ``destination`` reaches and answers."""
     wanted = None if destination is None else set(destination)
-    return [n.worker_id for n in live if wanted is None or n.name in wanted]
+    return [
+        n.worker_id
+        for n in live
+        if (wanted is None or n.name in wanted) and has_set(n, command_set)
+    ]
 
 
 def broadcast(
@@ -58,11 +76,13 @@ def broadcast(
     timeout: float = 1.0,
     limit: int | None = None,
     on_reply: Callable[[Reply], None] | None = None,
+    command_set: str | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> list[Reply]:
     """Send ``command`` to the live nodes named by ``destination`` (None: all) on ``conn`` (an
     autocommit connection, used by this call alone); with ``reply``, wait for their replies as
-    described above and return them in arrival order."""
+    described above and return them in arrival order. ``command_set``: the set ``command``
+    belongs to (``"<set>.<name>"``); only nodes that have it are awaited."""
     if destination is not None and isinstance(destination, str):
         raise ConfigError(
             f"destination must be a list of node names, not {destination!r}",
@@ -81,7 +101,8 @@ def broadcast(
     if listens:
         mailbox.listen_replies(conn, True)
     try:
-        expected = set(addressed(nodes.nodes_live(conn, clock.sql_now()), destination))
+        live = nodes.nodes_live(conn, clock.sql_now())
+        expected = set(addressed(live, destination, command_set))
         mailbox.control_send(conn, request, ttl, clock.sql_now())
         return _collect(conn, request.id, expected, timeout, limit, on_reply)
     finally:
@@ -107,7 +128,7 @@ def _collect(
             seen.add(row.worker_id)
             answer = Reply(row.node, row.worker_id, row.reply)
             got.append(answer)
-            deadline = time.monotonic() + timeout  # as Celery: the timeout is per reply
+            deadline = time.monotonic() + timeout  # the timeout is per reply
             if on_reply is not None:
                 on_reply(answer)
             if limit is not None and len(got) >= limit:

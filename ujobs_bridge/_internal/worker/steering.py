@@ -1,7 +1,7 @@
 """The worker's remote-control surface: what ``control`` commands change, and what its node says.
 
-Why it exists: ``shutdown``, ``enable_events``/``disable_events`` and ``pool_grow``/``pool_shrink``
-change a running worker, and the node row (``presence.py``) reports what ``inspect`` reads. Kept
+Why it exists: ``shutdown``, ``task_events`` and ``pool_grow``/``pool_shrink`` change a running
+worker, and the node row (``presence.py``) reports what status tools read. Kept
 apart from the claim loop (``loop.py``), which it steers only through the worker's own settings:
 its config, its runtimes, its stop request.
 

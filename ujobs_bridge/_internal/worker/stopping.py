@@ -37,8 +37,8 @@ HUNG_GRACE_S = 1.0  # a body that has not returned this long after its timeout i
 
 @dataclass(frozen=True, slots=True)
 class HungAttempt:
-    """A body still running past its timeout (its attempt already failed): for ``inspect`` and
-    metrics."""
+    """A body still running past its timeout (its attempt already failed): for the
+    ``attempts`` command and metrics."""
 
     job_id: UUID
     name: str
