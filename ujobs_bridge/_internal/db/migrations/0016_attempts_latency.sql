@@ -1,5 +1,5 @@
 -- 0016_attempts_latency: each attempt's history, the pick-up latency per minute, and the jobs
--- list in creation order from an index, for the dashboard (issue 12).
+-- list in creation order from an index, for the dashboard.
 -- Forward-only. Applied in one transaction under an advisory lock by schema.py.
 
 -- The jobs list (`job_list`, newest first, paged by key) walks this index instead of sorting

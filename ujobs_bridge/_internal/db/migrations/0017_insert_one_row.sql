@@ -4,7 +4,7 @@
 -- x_jobs_insert (0008, 0012) stays the only statement that inserts job rows, with the same
 -- signature, columns, values and wake-up. Most calls carry one row (a `.delay()`, an
 -- `enqueue`), and for one row the set-based insert (unnest of fifteen arrays, a CTE per step,
--- a materialized notify) cost about 90 us of a ~850 us send on a quiet machine: a single-row
+-- a materialized notify) is a visible share of a one-by-one send: a single-row
 -- branch reads element 1 of each array (NULL where an array is NULL or short, as unnest pads)
 -- and notifies once when the row is ready. More than one row takes the set-based insert as
 -- before.

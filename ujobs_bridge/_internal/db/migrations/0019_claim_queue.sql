@@ -33,8 +33,8 @@ lock table x_jobs in share row exclusive mode;
 
 -- No primary key: the claim index's key ends with the job id, so it finds any row by the key a
 -- trigger reads from the job's old version (the copy always equals it), and a second index on
--- id would cost every job one more index entry and dead entry (measured: ~1 MB more at 200,000
--- jobs in the lean-table cell). Exactly one row per claimable job is the triggers' invariant
+-- id would cost every job one more index entry and dead entry (the bench's lean-table cell
+-- shows the size). Exactly one row per claimable job is the triggers' invariant
 -- (the test suite checks it after every test).
 create table x_job_claimable (
     id        uuid not null,
@@ -58,9 +58,8 @@ select id, queue, name, priority, run_at from x_jobs where claimable;
 
 drop index x_jobs_claim_idx;
 
--- The insert's rows enter set-based, once per statement, from its transition table: a batch of
--- 1,000 jobs through x_jobs_insert measured about 5 us per row more than without it, against
--- about 12 us for a row trigger (a PL/pgSQL call per row).
+-- The insert's rows enter set-based, once per statement, from its transition table: a row
+-- trigger would pay a PL/pgSQL call per row, which costs a batch insert more than this does.
 create function x_job_claimable_enter() returns trigger language plpgsql as $fn$
 begin
     insert into x_job_claimable (id, queue, name, priority, run_at)

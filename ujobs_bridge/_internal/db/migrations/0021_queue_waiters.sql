@@ -3,10 +3,8 @@
 
 -- Why: a transaction that sends a NOTIFY holds Postgres's notify lock (one for the whole
 -- cluster) from just before its commit until the commit is flushed, so producers that each
--- insert a job and notify could not share a WAL flush: measured with pgbench, 8 clients each
--- inserting one job per transaction through x_jobs_insert ran at 2,300-2,380 transactions/s
--- with the notify and 4,740-4,820 without it, on a machine where one client ran at about 1,500-
--- 2,000 either way. A notification is only useful to a worker that is waiting for one: a worker
+-- insert a job and notify could not share a WAL flush: concurrent producers ran at about half
+-- the rate with the notify that they reach without it. A notification is only useful to a worker that is waiting for one: a worker
 -- whose claim came back short records its queues here before it waits (and claims once more
 -- after that, so a job committed before its mark is not left to the next poll), and deletes the
 -- mark once a claim fills every free slot. An insert notifies only a queue that has a mark; while
