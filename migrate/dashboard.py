@@ -24,7 +24,8 @@ from starlette.routing import BaseRoute, Route
 from migrate import quarantine as store
 from migrate import redacted
 from migrate.defaults import DEFAULT_MAX_BYTES
-from ujobs_bridge.ext.observe import JobSection, Site, redact_text
+from ujobs_bridge.ext.dashboard import JobSection, Site
+from ujobs_bridge.ext.observe import redact_text
 from ujobs_bridge.records import JobRecord
 
 PREVIEW_BYTES = 4096

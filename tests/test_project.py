@@ -361,3 +361,20 @@ def test_the_worker_command_runs_a_job_app_where_celery_cannot_be_imported(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_the_extension_surface_needs_no_optional_dependency_but_the_dashboard() -> None:
+    """A worker or a send imports ``ujobs_bridge.ext``; only the dashboard's panels may need the
+    ``dashboard`` extra (a fresh ``pip install -e .`` has no Starlette or Jinja2)."""
+    probe = (
+        "import sys\n"
+        "from ujobs_bridge.ext import cli, control, database, jobs, loaders, observe\n"
+        "from ujobs_bridge.ext import retention, scheduling, worker\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'starlette', 'jinja2', 'uvicorn', 'celery', 'kombu'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 
 from celery_compat.db import result_store
 from celery_compat.sending.message_row import from_input, is_celery_input
-from ujobs_bridge.ext.observe import JobSection, Site
+from ujobs_bridge.ext.dashboard import JobSection, Site
 from ujobs_bridge.records import JobRecord
 
 META_PREFIX = "celery-task-meta-"  # Celery's key/value backend key for a task's meta

@@ -16,7 +16,8 @@ One module per concern an upper package extends:
 - ``database``: connections, roles, statements run directly, SQL files, ids, DSNs;
 - ``scheduling``: schedules, periodic tasks and the scheduler a beat replacement runs;
 - ``retention``: purge targets (the ``ujobs_bridge.retention`` entry point);
-- ``observe``: metrics, health, logs, tracing, redaction, introspection, dashboard panels;
+- ``observe``: metrics, health, logs, tracing, redaction, introspection;
+- ``dashboard``: panels an upper package adds to the dashboard (needs the ``dashboard`` extra);
 - ``cli``: options, output and serve functions a contributed command composes.
 
 What it is not: the user's API (``ujobs_bridge``, ``ujobs_bridge.testing``). Adding a name here is

@@ -1,13 +1,12 @@
 """What an upper package shows through the engine: its Prometheus registry and endpoint, the
-health check's database probe, log setup, the trace context, redaction, the introspector, and
-dashboard panels (entry point ``ujobs_bridge.dashboard``).
+health check's database probe, log setup, the trace context, redaction and the introspector.
 
-What it is not: the dashboard application or the engine's own metrics families.
+What it is not: the dashboard (``ujobs_bridge.ext.dashboard``: it needs the ``dashboard`` extra,
+and a module every send imports must not) or the engine's own metrics families.
 """
 
 from __future__ import annotations
 
-from ujobs_bridge._internal.dashboard.panels import JobSection, Site
 from ujobs_bridge._internal.observe.health import database_reachable
 from ujobs_bridge._internal.observe.introspect import Introspector
 from ujobs_bridge._internal.observe.logs import LogFormat
@@ -20,10 +19,8 @@ from ujobs_bridge._internal.observe.tracing import current_traceparent
 __all__ = [
     "REGISTRY",
     "Introspector",
-    "JobSection",
     "LogFormat",
     "MetricsServer",
-    "Site",
     "current_traceparent",
     "database_reachable",
     "redact",
