@@ -103,7 +103,7 @@ class QuarantinePanel:
 
 def _retry(site: Site, entry_id: int) -> str:
     """Decode again with the ``-A`` app's accepted serializers (never pickle)."""
-    from celery_compat.cli import app_for_command
+    from celery_compat.cli.app_option import app_for_command
     from migrate.appinfo import AppInfo
     from migrate.batch import Context, retry_entry
     from migrate.decoding import Accept

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -52,23 +52,11 @@ from migrate.batch import (
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_POLL_S
 from migrate.outages import RideThrough, outage_of
 from migrate.report import Stats
+from migrate.source import Source
 from ujobs_bridge.ext.database import mask_dsn
 from ujobs_bridge.ext.worker import Service, fault
 
 log = logging.getLogger("migrate.drain")
-
-
-class Source(Protocol):
-    kind: str
-    queues: list[str]
-
-    def recover(self, n: int) -> list[Taken]: ...
-    def take(self, n: int) -> list[Taken]: ...
-    def acknowledge(self, items: list[Taken]) -> None: ...
-    def remaining(self) -> int | None: ...
-    def idle(self, timeout: float) -> None: ...
-    def peek(self) -> Iterator[Taken]: ...
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,7 +232,7 @@ from ujobs_bridge.client import Client
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge._internal.config.dsn import ResolvedDatabase
 from ujobs_bridge._internal.observe.introspect import Introspector
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
+from ujobs_bridge import Worker, WorkerConfig
 
 dsn = sys.argv[1]
 schema.upgrade(dsn)

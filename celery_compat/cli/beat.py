@@ -19,7 +19,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from celery_compat.cli import app_for_command
+from celery_compat.cli.app_option import app_for_command
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.ext.cli import cell, console, json_option, print_json
 

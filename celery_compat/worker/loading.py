@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imp
     from celery_compat.events.worker_events import WorkerEvents
     from celery_compat.worker.signals import WorkerInstance
     from ujobs_bridge.ext.jobs import JobDefinition
+    from ujobs_bridge.ext.loaders import RunningWorker
     from ujobs_bridge.ext.scheduling import PeriodicTask
-    from ujobs_bridge.ext.worker import ExtraChannel, Worker
+    from ujobs_bridge.ext.worker import ExtraChannel
 
 
 def is_celery_app(target: Any) -> bool:
@@ -183,7 +184,7 @@ class CeleryApp(LoadedApp):
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order), and
     # Celery's events under -E (worker_events.py), for the node name the signals use.
-    def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
+    def on_worker_init(self, worker: RunningWorker, options: Mapping[str, Any]) -> None:
         from celery_compat.events import worker_events
         from celery_compat.worker import signals as worker_signals
 
@@ -192,7 +193,7 @@ class CeleryApp(LoadedApp):
             self.app, worker, options, self._worker.hostname, self._dsn or worker.dsn
         )  # never raises: a worker whose events cannot start runs without them
 
-    def on_worker_ready(self, worker: Worker) -> None:
+    def on_worker_ready(self, worker: RunningWorker) -> None:
         from celery_compat.worker import signals as worker_signals
 
         if self._worker is not None:
@@ -206,7 +207,7 @@ class CeleryApp(LoadedApp):
             self.app, worker.node, worker.presence.panel, worker_control.encode
         )
 
-    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+    def on_worker_stopping(self, worker: RunningWorker, signum: int, hurry: bool) -> None:
         from celery_compat.worker import signals as worker_signals
 
         if self._broker_control is not None:  # no further command (safe in a signal handler)
@@ -214,7 +215,7 @@ class CeleryApp(LoadedApp):
         if self._worker is not None:
             worker_signals.worker_shutting_down(self._worker, signum, hurry)
 
-    def on_worker_shutdown(self, worker: Worker) -> None:
+    def on_worker_shutdown(self, worker: RunningWorker) -> None:
         from celery_compat.worker import signals as worker_signals
 
         if self._broker_control is not None:  # never waits long on a broker that hangs

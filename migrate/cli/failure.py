@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from migrate.appinfo import AppInfo
-    from migrate.runner import Source
+    from migrate.source import Source
 
 
 def check_broker_url(url: str) -> None:

@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from migrate.cli.accept import accept_from, load_app
 from migrate.cli.failure import check_broker_url, infrastructure_error, open_broker
 from migrate.cli.quarantine import quarantine
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
@@ -42,11 +43,9 @@ from ujobs_bridge.ext.cli import (
 )
 
 if TYPE_CHECKING:
-    from migrate.appinfo import AppInfo
     from migrate.batch import Context
-    from migrate.decoding import Accept
     from migrate.report import Stats
-    from migrate.runner import Source
+    from migrate.source import Source
 
 
 class Readiness:
@@ -66,31 +65,6 @@ class Readiness:
             return False, {"migrate": "stopping"}
         database = database_reachable(self.dsn)
         return database.ok, {"migrate": "draining", "database": database.detail}
-
-
-def load_app(app_spec: str) -> Any:
-    from celery_compat.cli import app_for_command
-
-    return app_for_command(app_spec)
-
-
-def accept_from(
-    info: AppInfo, accept_content: str | None, accept_pickle: bool, max_bytes: int
-) -> Accept:
-    from migrate.decoding import Accept
-
-    from_app = accept_content is None
-    names = ",".join(info.accept_content) if from_app else str(accept_content)
-    if (
-        not from_app
-        and not accept_pickle
-        and "pickle" in names.lower().replace("python-serialize", "pickle")
-    ):
-        raise click.UsageError("pickle is accepted only with --accept-pickle (read its warning)")
-    try:
-        return Accept.parse(names, pickle=accept_pickle, max_bytes=max_bytes, strict=not from_app)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
 
 
 @contextlib.contextmanager

@@ -184,7 +184,7 @@ def retry(
     from migrate import quarantine as store
     from migrate.appinfo import AppInfo
     from migrate.batch import Context, retry_entry
-    from migrate.cli.migrate import accept_from, load_app
+    from migrate.cli.accept import accept_from, load_app
 
     info = AppInfo.from_app(load_app(app_spec))
     if accept_pickle:

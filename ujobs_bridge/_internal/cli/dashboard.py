@@ -68,7 +68,8 @@ def dashboard(
     try:
         import uvicorn
 
-        from ujobs_bridge._internal.dashboard import DashboardConfig, create_app
+        from ujobs_bridge._internal.dashboard.app import create_app
+        from ujobs_bridge._internal.dashboard.config import DashboardConfig
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs its extra ({exc.name}): pip install 'ujobs-bridge[dashboard]'"

@@ -41,13 +41,12 @@ from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
+from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob
 from ujobs_bridge.steps import StepRunner
 
-# task name -> attribute -> value, as remote control set them in the parent (picklable)
-TaskSettings = dict[str, dict[str, Any]]
 # the worker's (--time-limit, --soft-time-limit): defaults for the jobs that set none
 TimeLimits = tuple[float | None, float | None]
 

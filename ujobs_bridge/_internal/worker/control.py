@@ -30,7 +30,7 @@ from ujobs_bridge.errors import ConfigError
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.worker.inflight import InFlight
-    from ujobs_bridge._internal.worker.loop import Worker
+    from ujobs_bridge._internal.worker.steering import Steerable
 
 log = logging.getLogger("ujobs.control")
 
@@ -66,7 +66,7 @@ def software_version() -> str:
 class ControlState:
     """What a handler sees: the worker, its node name and whatever the app adds (``extra``)."""
 
-    worker: Worker
+    worker: Steerable
     node: str
     started: float = field(default_factory=time.time)
     extra: dict[str, Any] = field(default_factory=dict)

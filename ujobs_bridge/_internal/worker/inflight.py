@@ -13,6 +13,7 @@ What it is not: the decision of what the outcome is (``attempt.py``), or the wri
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from uuid import UUID
 from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.worker import job_log
+from ujobs_bridge._internal.worker.attempt import BodyResult
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob, Settlement
@@ -41,6 +43,23 @@ class InFlight:
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
     reported_hung: bool = False  # logged as a body running past its timeout
     claimed_at: float = 0.0  # monotonic, for the attempt duration metric
+
+
+# How a runtime reports a body that returned (on the runtime's thread): the attempt and its result.
+Finished = Callable[[InFlight, BodyResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class HungAttempt:
+    """A body still running past its timeout (its attempt already failed): for ``inspect`` and
+    metrics."""
+
+    job_id: UUID
+    name: str
+    queue: str
+    attempt: int
+    timeout_s: float
+    overdue_s: float  # seconds since its deadline
 
 
 class InFlightTable:
