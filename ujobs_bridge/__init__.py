@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ujobs_bridge.steps import step
 
 
+# import cost: each submodule is imported when one of its names is first asked for (PEP 562)
 def _module(home: str) -> Any:
     """The submodule ``home``: static imports, so no module is ever named by data."""
     if home == "client":

@@ -27,6 +27,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ujobs_bridge._internal.config import plugins
+from ujobs_bridge._internal.jobs.purge import purge
+from ujobs_bridge._internal.scheduling.task import tasks_from_module
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import JobDefinition
 
@@ -118,8 +120,6 @@ def load_target(spec: str) -> Any:
 
 def builtin() -> list[JobDefinition[Any, Any]]:
     """Jobs every worker can run: the retention sweep."""
-    from ujobs_bridge._internal.jobs.purge import purge
-
     return [purge]
 
 
@@ -161,8 +161,6 @@ class LoadedApp:
 
     def periodic_tasks(self) -> dict[str, PeriodicTask]:
         """What ``scheduler -A`` fires and ``tasks ls -A`` shows."""
-        from ujobs_bridge._internal.scheduling.task import tasks_from_module
-
         if not isinstance(self.target, ModuleType):
             raise ConfigError(
                 f"-A {self.spec!r} is not a module",

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from ujobs_bridge._internal.jobs import validation
@@ -54,8 +55,6 @@ def nok(value: Any) -> dict[str, Any]:
 
 
 def software_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("ujobs-bridge")
     except PackageNotFoundError:
