@@ -4,7 +4,9 @@ Why it exists: an attempt can end in several ways at nearly the same moment (its
 its timeout passes, a cancel or a lost lease arrives, the shutdown hands it back), and its
 outcome must be written exactly once. ``settle_once`` is the only code that marks an attempt
 settled, queues its ``Settlement`` and frees its slot, and it does all three under one lock, so
-"exactly once" is checked in one place instead of in every path that stops an attempt.
+"exactly once" is checked in one place instead of in every path that stops an attempt. It also
+names, for the runtimes and the stopper below the worker, how a body that returned is reported
+(``Finished``) and what a body still running past its timeout is (``HungAttempt``).
 
 What it is not: the decision of what the outcome is (``attempt.py``), or the writer of outcomes
 (``outcome_batch.py`` batches them, the claim loop writes them).
