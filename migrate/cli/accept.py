@@ -1,5 +1,4 @@
-"""The two things a drain and a quarantine retry read messages with: the ``-A`` app and the
-content types accepted.
+"""What a drain and a quarantine retry read messages with: the ``-A`` app, the accepted content.
 
 Why it exists: ``migrate`` and ``migrate quarantine retry`` decode the same messages the same
 way: with the Celery app ``-A`` names (``load_app``) and ``--accept-content`` (default: the app's

@@ -9,7 +9,9 @@ a ``Service``, it restarts after an error with a growing pause and ends the work
 ``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
 slots it marks its queues as waited for (migration 0021: only then does an insert into them
 notify), and it removes the marks once its claims fill every free slot, so that producers send
-no notification while every worker of a queue is busy with a backlog.
+no notification while every worker of a queue is busy with a backlog. The worker composes it
+and passes in what it drives (the claims, the in-flight table, the outcome batch, the stopper,
+the worker's dispatch and wake-up); it never imports the worker back.
 
 What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
 rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
