@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from celery_compat.sending.transaction import enqueue_in
 
 
+# import cost: the app and the sending machinery load when Celery or enqueue_in is first used
 def __getattr__(name: str) -> Any:
     if name == "Celery":
         from celery_compat.app import Celery

@@ -21,8 +21,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from celery_compat.cli.app_option import app_for_command
 from migrate import quarantine as store
 from migrate import redacted
+from migrate.appinfo import AppInfo
+from migrate.batch import Context, retry_entry
+from migrate.decoding import Accept
 from migrate.defaults import DEFAULT_MAX_BYTES
 from ujobs_bridge.ext.dashboard import JobSection, Site
 from ujobs_bridge.ext.observe import redact_text
@@ -104,11 +108,6 @@ class QuarantinePanel:
 
 def _retry(site: Site, entry_id: int) -> str:
     """Decode again with the ``-A`` app's accepted serializers (never pickle)."""
-    from celery_compat.cli import app_for_command
-    from migrate.appinfo import AppInfo
-    from migrate.batch import Context, retry_entry
-    from migrate.decoding import Accept
-
     if site.config.app_spec is None:
         return "start the dashboard with -A (the Celery app) to retry"
     info = AppInfo.from_app(app_for_command(site.config.app_spec))

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kombu import serialization
+
 from migrate.defaults import DEFAULT_MAX_BYTES
 
 # Reason codes stored with a quarantined message (and counted in the report).
@@ -240,13 +242,13 @@ def _json(data: bytes) -> Any:
 
 
 def _msgpack(data: bytes) -> Any:
-    import msgpack
+    import msgpack  # optional: kombu's msgpack extra, for the messages serialized with it
 
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
 def _yaml(data: bytes) -> Any:
-    import yaml
+    import yaml  # optional: kombu's yaml extra, for the messages serialized with it
 
     safe_load: Callable[[bytes], Any] = yaml.safe_load
     try:
@@ -258,8 +260,6 @@ def _yaml(data: bytes) -> Any:
 
 
 def _pickle(data: bytes) -> Any:
-    from kombu import serialization  # kombu's pickle decoder: only reached with --accept-pickle
-
     loads: Callable[..., Any] = serialization.loads
     return loads(data, PICKLE, "binary", accept={PICKLE})
 

@@ -39,7 +39,7 @@ from ujobs_bridge.errors import ErrorCode
 from ujobs_bridge.ext.database import Backoff, mask_dsn, scrub, transient
 
 if TYPE_CHECKING:
-    from migrate.runner import Source
+    from migrate.source import Source
 
 log = logging.getLogger("migrate.drain")
 

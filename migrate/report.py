@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # rich is imported when a table or a bar is made: --json uses neither
     from rich.console import Console
     from rich.progress import Progress, TaskID
-    from rich.table import Table
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from migrate.batch import DUPLICATE, EXPIRED, MOVED, QUARANTINE_SEEN, QUARANTINED, Result
 from migrate.quarantine import storable_text
@@ -120,7 +123,6 @@ class LiveProgress:
         self._task: TaskID | None = None
         if not enabled:
             return
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
             TextColumn("[bold]draining"),
@@ -159,9 +161,6 @@ def _reasons_text(counts: Counter[str]) -> str:
 
 
 def final_table(stats: Stats) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
     verb = "would" if stats.dry_run else "done"
     table = Table(title=Text(f"migrate ({verb}): {stats.taken:,} message(s) from {stats.broker}"))
     for col in ("queue", "moved", "expired", "duplicates", "quarantined", "reasons", "redelivered"):
@@ -190,9 +189,6 @@ def final_table(stats: Stats) -> Table:
 
 
 def dry_run_table(stats: Stats) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(
         title=Text(f"dry run: {stats.taken:,} message(s) in {stats.broker}; nothing was changed")
     )

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -35,6 +35,7 @@ from psycopg.types.array import ListBinaryDumper
 from psycopg.types.string import StrBinaryDumper
 
 from migrate import metrics
+from migrate.amqp_queues import discover_queues
 from migrate.appinfo import AppInfo
 from migrate.batch import (
     DUPLICATE,
@@ -52,23 +53,11 @@ from migrate.batch import (
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_POLL_S
 from migrate.outages import RideThrough, outage_of
 from migrate.report import Stats
+from migrate.source import Source
 from ujobs_bridge.ext.database import mask_dsn
 from ujobs_bridge.ext.worker import Service, fault
 
 log = logging.getLogger("migrate.drain")
-
-
-class Source(Protocol):
-    kind: str
-    queues: list[str]
-
-    def recover(self, n: int) -> list[Taken]: ...
-    def take(self, n: int) -> list[Taken]: ...
-    def acknowledge(self, items: list[Taken]) -> None: ...
-    def remaining(self) -> int | None: ...
-    def idle(self, timeout: float) -> None: ...
-    def peek(self) -> Iterator[Taken]: ...
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +111,7 @@ def broker_kind(url: str) -> str:
 def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
     kind = broker_kind(url)
     if kind == "redis":
+        # import cost: only the named broker's transport loads (Redis's: 123 modules)
         from migrate.redis_drain import RedisSource
 
         queues = None if options.all_queues else (options.queues or list(app.queues))
@@ -130,17 +120,17 @@ def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
         )
     queues = options.queues if options.queues and not options.all_queues else None
     if kind == "amqp":
+        # import cost: only the named broker's transport loads
         from migrate.amqp_drain import AmqpSource
 
         if options.all_queues:  # AMQP cannot list queues: the management API can
-            from migrate.amqp_queues import discover_queues
-
             queues = discover_queues(url, options.management_url)
         # Prefetch four batches: one committing, one being decoded, and the next ones arriving
         # meanwhile (a batch is acked only after its commit, so with fewer the broker would
         # wait for each ack before it sends more).
         url = url.replace("pyamqp://", "amqp://", 1)
         return AmqpSource(url, app, queues, prefetch=PREFETCH_BATCHES * options.batch)
+    # import cost: only the named broker's transport loads
     from migrate.kombu_drain import KombuSource
 
     return KombuSource(url, app, queues)

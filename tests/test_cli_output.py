@@ -17,8 +17,7 @@ import psycopg
 from cli_proc import TESTS_DIR
 
 from apps.celery_harness import bound
-from ujobs_bridge import job
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
+from ujobs_bridge import Worker, WorkerConfig, job
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
 

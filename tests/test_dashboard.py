@@ -16,9 +16,8 @@ from cli_proc import CliProc
 from dashboard_support import Dashboard, browser, screenshot
 
 from conftest import wait_for
-from ujobs_bridge import job
+from ujobs_bridge import Worker, WorkerConfig, job
 from ujobs_bridge._internal.config import loading
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
 

@@ -25,13 +25,12 @@ from cli_proc import TESTS_DIR
 from dashboard_support import Dashboard, browser, screenshot
 
 from conftest import wait_for
-from ujobs_bridge import job
+from ujobs_bridge import Worker, WorkerConfig, job
 from ujobs_bridge._internal.dashboard.views import latency_text
 from ujobs_bridge._internal.db import bulk, retention
 from ujobs_bridge._internal.db import job_reads as reads_db
 from ujobs_bridge._internal.db import leases as leases_db
 from ujobs_bridge._internal.db import steering as steering_db
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.records import JobState, Settlement
 from ujobs_bridge.testing import run_until_idle

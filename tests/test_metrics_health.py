@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import wait_for
+from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.observe.metrics_db import DatabaseCollector
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
 

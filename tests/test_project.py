@@ -1,13 +1,15 @@
 """The project's own contracts: the README's two commands, CI running exactly the second one,
 the package staying ``ruff`` and ``mypy --strict`` clean, the packages depending only downward
 (engine <- celery_compat <- migrate, checked on every import of every module, with the check shown
-catching one), and the engine running a ``@job`` app where Celery, kombu and redis cannot be
-imported."""
+catching one), no import circles among the modules (nor imports inside functions without a reason
+comment), each check shown catching one, and the engine running a ``@job`` app where Celery, kombu
+and redis cannot be imported."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -209,6 +211,213 @@ def test_every_engine_module_outside_internal_is_declared_surface() -> None:
     assert upward_imports("import celery_compat, ujobs_bridge\n", "migrate.x") == []
 
 
+# -- no import circles -----------------------------------------------------------------------------
+# A module's imports form a graph; a circle in it (a strongly connected component of more than one
+# module) means neither module can be understood, tested or moved without the other, and the
+# import order decides whether a name exists yet. Every import counts: module level, inside a
+# function (it runs later, but it runs) and under ``if TYPE_CHECKING:`` (the types are a
+# dependency too). Importing ``a.b.c`` runs ``a`` and ``a.b`` first, so those packages are edges
+# too, except the importer's own packages (already being imported before it); ``from pkg import
+# name``, a name ``pkg/__init__.py`` defines, is an edge to that ``__init__`` even from inside
+# ``pkg``, since the name exists only once it has run.
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
+    """module -> the modules of ``sources`` it imports; ``sources``: module -> (its text, whether
+    it is a package's ``__init__``)."""
+
+    def known(name: str) -> str | None:  # the longest prefix of ``name`` that is a module here
+        while name and name not in sources:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    def ancestors(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+    graph: dict[str, set[str]] = {module: set() for module in sources}
+    for module, (source, is_package) in sources.items():
+        own_packages = set(ancestors(module)) | ({module} if is_package else set())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                targets = [(alias.name, False) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                package_parts = module.split(".") if is_package else module.split(".")[:-1]
+                base = package_parts[: len(package_parts) - (node.level - 1)] if node.level else []
+                origin = ".".join([*base, *([node.module] if node.module else [])])
+                # ``from origin import x``: the submodule ``origin.x``, else a name of ``origin``
+                targets = [
+                    (f"{origin}.{alias.name}", False)
+                    if f"{origin}.{alias.name}" in sources
+                    else (origin, True)
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for name, wants_a_name in targets:
+                target = known(name)
+                if target is None:
+                    continue  # outside the three packages
+                graph[module] |= {p for p in ancestors(target) if p in sources} - own_packages
+                if wants_a_name or target not in own_packages:
+                    graph[module].add(target)
+        graph[module].discard(module)
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for other in sorted(graph[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in on_stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_import_circles() -> None:
+    sources = {
+        module.removesuffix(".__init__"): (path.read_text(), path.name == "__init__.py")
+        for module, path in package_modules()
+    }
+    graph = import_graph(sources)
+    assert sum(map(len, graph.values())) > 1000  # the walk found the imports
+    assert import_circles(graph) == []
+
+
+def test_the_circle_check_catches_a_circle() -> None:
+    sources = {
+        # a package that re-exports: importing any of its modules from outside runs this first
+        "pkg": ("from pkg.b import B\n", True),
+        "pkg.a": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import C\n",
+            False,
+        ),
+        "pkg.b": ("def later():\n    from pkg.a import A\n", False),  # inside a function
+        "pkg.c": ("from pkg import B\n", False),  # a name of pkg/__init__.py
+        "pkg.d": ("import pkg.a\nfrom pkg import c\n", False),  # a leaf: imports, is not imported
+        "lib": ("", True),
+        "lib.x": ("from lib import y\n", False),  # the submodule lib.y; lib runs first: light
+        "lib.y": ("import json\n", False),
+        "app": ("import lib.x\nfrom pkg.d import D\n", False),
+    }
+    graph = import_graph(sources)
+    assert graph["app"] == {"lib", "lib.x", "pkg", "pkg.d"}
+    assert graph["lib.x"] == {"lib.y"}
+    assert import_circles(graph) == [["pkg", "pkg.a", "pkg.b", "pkg.c"]]
+    # cut at the seam (pkg/__init__.py re-exports nothing): no circle is left
+    sources["pkg"] = ('"""A package that imports nothing."""\n', True)
+    assert import_circles(import_graph(sources)) == []
+
+
+# -- imports inside functions say why --------------------------------------------------------------
+# An import belongs at the top of its module, where a reader sees what the module depends on. One
+# inside a function is kept only for a reason, said in a comment starting with the reason's tag:
+#   ``# import cost: ...``    measured, on a start-up path (``--help``, ``import ujobs_bridge``, a
+#                             worker's start-up; the lazy names of a package root, PEP 562)
+#   ``# optional: ...``       a dependency that may be absent (the dashboard extra, Django...)
+#   ``# child process: ...``  what only a child process (after a fork or spawn) needs
+#   ``# lazy: ...``           an import with an effect wanted only on that path (e.g. one that
+#                             registers a task, or builds an app)
+# on the import's line, in the comments right above it (above the first of several imports in a
+# row), or right above the ``def`` when the function exists to import lazily (``__getattr__``).
+
+REASON = re.compile(r"#\s*(import cost|optional|child process|lazy):")
+
+
+def imports_without_reason(source: str) -> list[int]:
+    """The line of each import inside a function of ``source`` that gives no reason."""
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    owner: dict[ast.stmt, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    owner.setdefault(inner, node)
+    import_lines = {n for imp in owner for n in range(imp.lineno, (imp.end_lineno or 0) + 1)}
+
+    def said_above(line: int) -> bool:  # a reason in the comment block ending above ``line``
+        line -= 1
+        while line >= 1 and lines[line - 1].strip().startswith("#"):
+            if REASON.search(lines[line - 1]):
+                return True
+            line -= 1
+        return False
+
+    def reasoned(imp: ast.stmt, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        end = imp.end_lineno or imp.lineno
+        if any(REASON.search(lines[n - 1]) for n in range(imp.lineno, end + 1)):
+            return True
+        first = imp.lineno
+        while first - 1 in import_lines:  # the first of the imports in a row
+            first -= 1
+        top = min([function.lineno, *(d.lineno for d in function.decorator_list)])
+        return said_above(first) or said_above(top)
+
+    return sorted(imp.lineno for imp, function in owner.items() if not reasoned(imp, function))
+
+
+def test_every_import_inside_a_function_gives_its_reason() -> None:
+    bare = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for _, path in package_modules()
+        for line in imports_without_reason(path.read_text())
+    ]
+    assert bare == []
+
+
+def test_the_reason_check_catches_a_bare_import() -> None:
+    source = """
+def a():
+    import json  # optional: a plain reason on the line
+def b():
+    # import cost: one reason above two imports in a row
+    from rich.table import Table
+    from rich.text import Text
+def c():
+    import csv
+def d():
+    # a comment that gives no reason
+    import csv
+# import cost: each name is imported when it is first asked for (PEP 562)
+def __getattr__(name):
+    if name == "x":
+        from x import y
+    return y
+def e():
+    x = 1
+    import csv  # a reason must say which: this is not one
+"""
+    assert imports_without_reason(source) == [9, 12, 20]
+    assert imports_without_reason("import csv\nfrom os import path\n") == []  # module level
+
+
 # -- the engine runs without Celery ----------------------------------------------------------------
 
 NO_CELERY = """
@@ -232,7 +441,7 @@ from ujobs_bridge.client import Client
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge._internal.config.dsn import ResolvedDatabase
 from ujobs_bridge._internal.observe.introspect import Introspector
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
+from ujobs_bridge import Worker, WorkerConfig
 
 dsn = sys.argv[1]
 schema.upgrade(dsn)

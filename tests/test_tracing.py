@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge._internal.config import loading
-from ujobs_bridge._internal.worker import Worker, WorkerConfig
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
 
@@ -96,7 +96,7 @@ def test_without_opentelemetry_nothing_changes(dsn: str) -> None:
         from ujobs_bridge._internal.config import loading
         from ujobs_bridge.client import connect
         from ujobs_bridge.testing import run_until_idle
-        from ujobs_bridge._internal.worker import Worker, WorkerConfig
+        from ujobs_bridge import Worker, WorkerConfig
         from apps.basic_jobs import add
         assert not tracing.available()
         client = connect({dsn!r}, upgrade=False)

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ujobs_bridge.steps import step
 
 
+# import cost: each submodule is imported when one of its names is first asked for (PEP 562)
 def _module(home: str) -> Any:
     """The submodule ``home``: static imports, so no module is ever named by data."""
     if home == "client":
@@ -86,18 +87,30 @@ def _module(home: str) -> Any:
         from ujobs_bridge import steps
 
         return steps
-    if home == "scheduling":
-        from ujobs_bridge._internal import scheduling
+    if home == "scheduler":
+        from ujobs_bridge._internal.scheduling import scheduler
 
-        return scheduling
-    if home == "worker":
-        from ujobs_bridge._internal import worker
+        return scheduler
+    if home == "task":
+        from ujobs_bridge._internal.scheduling import task
 
-        return worker
-    if home == "outbox":
-        from ujobs_bridge._internal import outbox
+        return task
+    if home == "worker_config":
+        from ujobs_bridge._internal.worker import config
 
-        return outbox
+        return config
+    if home == "worker_loop":
+        from ujobs_bridge._internal.worker import loop
+
+        return loop
+    if home == "relay":
+        from ujobs_bridge._internal.outbox import relay
+
+        return relay
+    if home == "staging":
+        from ujobs_bridge._internal.outbox import staging
+
+        return staging
     raise AssertionError(home)
 
 
@@ -122,9 +135,9 @@ _HOMES: dict[str, str] = {
     "UjobsError": "errors",
     "EventSent": "events",
     "send_event": "events",
-    "OutboxRelay": "outbox",
-    "Staged": "outbox",
-    "stage": "outbox",
+    "OutboxRelay": "relay",
+    "Staged": "staging",
+    "stage": "staging",
     "Cancel": "outcomes",
     "Discard": "outcomes",
     "Snooze": "outcomes",
@@ -132,13 +145,13 @@ _HOMES: dict[str, str] = {
     "JobRef": "records",
     "JobState": "records",
     "RetryPolicy": "retry",
-    "Scheduler": "scheduling",
-    "Occurrence": "scheduling",
-    "PeriodicTask": "scheduling",
-    "task": "scheduling",
+    "Scheduler": "scheduler",
+    "Occurrence": "task",
+    "PeriodicTask": "task",
+    "task": "task",
     "step": "steps",
-    "WorkerConfig": "worker",
-    "Worker": "worker",
+    "WorkerConfig": "worker_config",
+    "Worker": "worker_loop",
 }
 
 

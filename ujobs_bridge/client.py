@@ -16,7 +16,8 @@ from __future__ import annotations
 import atexit
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
+from uuid import UUID
 
 import psycopg
 
@@ -26,10 +27,29 @@ from ujobs_bridge._internal.config.schema_access import ensure_schema
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
-from ujobs_bridge.job import specs_of
+from ujobs_bridge._internal.ids import new_job_ids
+from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.records import JobRef
 
 CLIENT_ROLE = connections.Role("client")
+
+
+class Request(Protocol):
+    """One row to insert, as ``enqueue_many`` takes it: ``job.call(...)``, an ``EnqueueRequest``
+    (``job.py``, which builds on this module, so the client names what it needs of one)."""
+
+    def spec_as(self, job_id: UUID, context: str | None) -> EnqueueSpec: ...
+
+
+def specs_of(requests: Iterable[Request]) -> list[EnqueueSpec]:
+    """The rows of a batch (``enqueue_many``), each validated as ``spec()`` validates one: ids
+    from one read of the OS's randomness, the trace context read once (the whole batch is built
+    in the caller's one context)."""
+    batch = requests if isinstance(requests, list) else list(requests)
+    context = tracing.current_traceparent()
+    return [
+        r.spec_as(job_id, context) for r, job_id in zip(batch, new_job_ids(len(batch)), strict=True)
+    ]
 
 
 class Client:
@@ -70,7 +90,7 @@ class Client:
             return enqueue_db.job_enqueue(pooled, spec, now)
 
     def enqueue_many(
-        self, requests: Iterable[Any], *, conn: psycopg.Connection[Any] | None = None
+        self, requests: Iterable[Request], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[JobRef]:
         """Enqueue ``job.call(...)`` requests in one statement (one transaction)."""
         specs: Sequence[EnqueueSpec] = specs_of(requests)

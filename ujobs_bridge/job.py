@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -29,7 +29,7 @@ import psycopg
 
 from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
-from ujobs_bridge._internal.ids import new_job_id, new_job_ids
+from ujobs_bridge._internal.ids import new_job_id
 from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.jobs.payload import encode_input
 from ujobs_bridge._internal.jobs.retry import (
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 
 def default_client() -> Client:
+    # import cost: `import ujobs_bridge` (and every job module) loads the client only when a job
+    # is enqueued with neither client= nor conn=
     from ujobs_bridge.client import default_client as make
 
     return make()
@@ -184,18 +186,6 @@ class EnqueueRequest:
             traceparent=traceparent,
             enqueued_by=o.enqueued_by,
         )
-
-
-def specs_of(requests: Iterable[Any]) -> list[EnqueueSpec]:
-    """The rows of a batch (``client.enqueue_many``), each validated as ``spec()`` validates
-    one: ids from one read of the OS's randomness, the trace context read once (the whole batch
-    is built in the caller's one context). A request of another kind builds its own ``spec()``."""
-    batch = requests if isinstance(requests, list) else list(requests)
-    context = tracing.current_traceparent()
-    return [
-        r.spec_as(job_id, context) if type(r) is EnqueueRequest else r.spec()
-        for r, job_id in zip(batch, new_job_ids(len(batch)), strict=True)
-    ]
 
 
 class JobCall(Generic[P, R]):

@@ -105,6 +105,7 @@ class Beat:
     def run(self) -> None:
         app = self.app
         if self.celery_beat:
+            # import cost: Celery's own beat loads only when it is the one asked for
             from celery.apps.beat import Beat as CeleryBeat
 
             CeleryBeat(app=app, **self.kwargs).run()

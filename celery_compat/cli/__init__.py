@@ -5,27 +5,7 @@ point ``ujobs_bridge.cli``) and the Celery part of ``demo`` (``ujobs_bridge.demo
 ``pyproject.toml``.
 
 What it is not: the engine's CLI (``ujobs_bridge/cli``), whose flags and helpers these reuse.
+
+Imports nothing: a module that needs one command's piece (the app's ``purge`` connection,
+``app_for_command``) imports that module, not every command.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-import click
-
-from celery_compat.worker.loading import app_of, not_found
-from ujobs_bridge.errors import ConfigError
-from ujobs_bridge.ext import loaders as loading
-
-
-def app_for_command(spec: str) -> Any:
-    """The Celery app ``-A spec`` names, for a command that needs one (``beat convert``,
-    ``migrate``): a bad module, or no app at all, is a usage error listing where it looked."""
-    try:
-        target = loading.load_target(spec)
-    except ConfigError as exc:
-        raise click.UsageError(exc.render()) from exc
-    app = app_of(target)
-    if app is None:
-        raise click.UsageError(not_found(spec, target))
-    return app

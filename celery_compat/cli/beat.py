@@ -19,7 +19,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from celery_compat.cli import app_for_command
+from celery_compat.cli.app_option import app_for_command
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.ext.cli import cell, console, json_option, print_json
 
@@ -44,6 +44,8 @@ def _schedule_text(row: dict[str, Any]) -> str:
 def convert(app_spec: str, strict: bool, as_json: bool) -> None:
     """Each beat_schedule entry: its cron or interval, time zone, catch-up policy, day_or, or
     why it cannot map."""
+    # import cost: beat's conversion (celery.beat, 15 modules) loads when `beat convert` runs,
+    # not when `ujobs-bridge --help` lists beat
     from celery_compat.beat.entries import convert_app
 
     app = app_for_command(app_spec)

@@ -22,10 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery import group
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from celery_compat.beat.entries import periodic_tasks_for_app
 from celery_compat.cli.demo_app_worker import app_worker, row_states
 from ujobs_bridge.ext import cli as engine_cli
 from ujobs_bridge.ext.database import ResolvedDatabase
@@ -98,9 +100,7 @@ def run(
     resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
 ) -> CeleryPart:
     """Run the Celery-style app's chain, group, retry and beat entry on ``queue``."""
-    from celery import group
-
-    from celery_compat.beat.entries import periodic_tasks_for_app
+    # lazy: importing demo_app builds the demo's Celery app, only when this part runs
     from celery_compat.cli import demo_app as demo
 
     app = demo.app
@@ -198,6 +198,7 @@ def _ok(value: Any, suffix: str = "", prefix: str = "") -> str:
 
 
 def _seconds() -> str:
+    # lazy: importing demo_app builds the demo's Celery app (see run)
     from celery_compat.cli import demo_app
 
     return f"{demo_app.HEARTBEAT_EVERY.total_seconds():g}"

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from celery_compat.worker import revoked_ids
+from celery_compat.worker.execution import jobs_for_app
 from ujobs_bridge.client import Client
 from ujobs_bridge.ext import loaders as loading
 from ujobs_bridge.ext.database import ResolvedDatabase
@@ -33,9 +35,8 @@ STOP_TIMEOUT_S = 5.0
 @contextmanager
 def app_worker(resolved: ResolvedDatabase, queue: str, *, concurrency: int) -> Iterator[Worker]:
     """``demo_app.app`` bound to a bridge client, and a Worker (not started) for ``queue``."""
+    # lazy: importing demo_app builds the demo's Celery app, only when a part runs it
     from celery_compat.cli import demo_app
-    from celery_compat.worker import revoked_ids
-    from celery_compat.worker.execution import jobs_for_app
 
     app = demo_app.app
     client = Client(resolved, max_size=CLIENT_POOL)

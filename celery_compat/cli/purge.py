@@ -17,13 +17,14 @@ import sys
 from types import TracebackType
 from typing import Any
 
+import click
+
 
 def running() -> bool:
     """Is Celery's ``purge`` command the command being run in this process right now?"""
     module = sys.modules.get("celery.bin.purge")
     if module is None:
         return False
-    import click
 
     ctx = click.get_current_context(silent=True)
     return ctx is not None and ctx.command is getattr(module, "purge", None)

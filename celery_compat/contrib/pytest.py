@@ -30,7 +30,9 @@ from copy import deepcopy
 from typing import Any
 
 import pytest
+from celery.contrib.testing.app import DEFAULT_TEST_CONFIG, UnitLogging, setup_default_app
 
+from celery_compat import Celery
 from ujobs_bridge import connect
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import ADMIN_DSN_ENV, DEFAULT_ADMIN_DSN, TemporaryDatabase
@@ -86,10 +88,8 @@ def create_app(
     **config: Any,
 ) -> Iterator[Any]:
     """A celery_compat app configured like Celery's ``TestApp``, bound to ``client``'s database."""
-    from celery.contrib.testing import tasks as _ping_tasks  # registers celery.ping
-    from celery.contrib.testing.app import DEFAULT_TEST_CONFIG, UnitLogging, setup_default_app
-
-    from celery_compat import Celery
+    # lazy: importing it registers celery.ping in the apps made from then on
+    from celery.contrib.testing import tasks as _ping_tasks
 
     del _ping_tasks
     params = dict(parameters or {})
@@ -190,6 +190,7 @@ def _worker(
     pool: str,
     parameters: Mapping[str, Any],
 ) -> Iterator[Any]:
+    # import cost: the worker kit (56 modules) loads only for a test that starts a worker
     from celery_compat.contrib.testing.worker import start_worker
 
     for module in includes:

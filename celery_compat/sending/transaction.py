@@ -22,6 +22,8 @@ from typing import Any
 
 import psycopg
 
+from celery_compat.db import message_jobs
+
 log = logging.getLogger(__name__)
 
 # (message, its input text, max attempts, its send key) held by enqueue_in(batch=True).
@@ -62,8 +64,6 @@ def enqueue_in(
 
 def write_held(conn: psycopg.Connection[Any], held: list[Held]) -> None:
     """Insert held messages on ``conn``: one statement per distinct max-attempts value."""
-    from celery_compat.db import message_jobs
-
     by_attempts: dict[int, list[Held]] = {}
     for item in held:
         by_attempts.setdefault(item[2], []).append(item)
@@ -106,11 +106,11 @@ def _django_transaction_connection(
 ) -> psycopg.Connection[Any] | None:
     if "django.db" not in sys.modules or jobs_database is None:
         return None  # Django is not in use: never import it just to look
-    from django.conf import settings
+    from django.conf import settings  # optional: Django, already imported by the project
 
     if not settings.configured:
         return None
-    from django.db import connections
+    from django.db import connections  # optional: Django (see above)
 
     jobs: dict[str, Any] | None = None
     for alias in connections:

@@ -26,6 +26,9 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from celery_compat.worker import settings as worker_settings
+from ujobs_bridge.client import Client
+from ujobs_bridge.ext.database import ResolvedDatabase
 from ujobs_bridge.ext.loaders import LoadedApp
 
 if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imports no worker
@@ -33,8 +36,9 @@ if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imp
     from celery_compat.events.worker_events import WorkerEvents
     from celery_compat.worker.signals import WorkerInstance
     from ujobs_bridge.ext.jobs import JobDefinition
+    from ujobs_bridge.ext.loaders import RunningWorker
     from ujobs_bridge.ext.scheduling import PeriodicTask
-    from ujobs_bridge.ext.worker import ExtraChannel, Worker
+    from ujobs_bridge.ext.worker import ExtraChannel
 
 
 def is_celery_app(target: Any) -> bool:
@@ -115,11 +119,13 @@ class CeleryApp(LoadedApp):
         self._dsn: str | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
+        # import cost: the tracer and task events (165 modules) load in a worker, not to read an app
         from celery_compat.worker.execution import jobs_for_app
 
         return jobs_for_app(self.app)
 
     def periodic_tasks(self) -> dict[str, PeriodicTask]:
+        # import cost: beat's entries load for the scheduler only
         from celery_compat.beat.entries import scheduler_tasks
 
         return scheduler_tasks(self.target, self.app)
@@ -131,14 +137,10 @@ class CeleryApp(LoadedApp):
     def worker_settings(self) -> dict[str, int]:
         """Its sizes; first, what it sets that the bridge cannot honour is refused and what
         has no effect here is said (``worker_settings.review``)."""
-        from celery_compat.worker import settings as worker_settings
-
         worker_settings.review(self.app)
         return worker_settings.sizes(self.app)
 
     def worker_pool(self) -> str | None:
-        from celery_compat.worker import settings as worker_settings
-
         return worker_settings.pool(self.app)
 
     def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
@@ -150,6 +152,7 @@ class CeleryApp(LoadedApp):
             self.app.conf.task_soft_time_limit = soft_s
 
     def channels(self) -> tuple[ExtraChannel, ...]:
+        # import cost: the revocations' channel (83 modules) loads in a worker only
         from celery_compat.worker import revoked_ids
 
         return (revoked_ids.channel(),)
@@ -159,38 +162,42 @@ class CeleryApp(LoadedApp):
 
     def bind(self, dsn: str) -> None:
         self._dsn = dsn  # where this process's events go
+        # import cost: adoption (156 modules) loads when a worker binds the app
         from celery_compat import adoption
-        from ujobs_bridge.client import Client
-        from ujobs_bridge.ext.database import ResolvedDatabase
 
         if adoption.adopt(self.app):  # plain Celery: sends and results move to Postgres too
             adoption.announce(self.app, self.spec)
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
 
     def control_commands(self) -> tuple[Any, ...]:
+        # import cost: Celery's remote control (147 modules) loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         return (worker_control.command_set(self.app),)
 
     def node_prefix(self) -> str:
         """Celery's default node name is ``celery@<host>``, as Celery's operators expect."""
+        # import cost: the control package's __init__ stays out of commands that never ask
         from celery_compat.control.names import NODE_PREFIX
 
         return NODE_PREFIX
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
+        # import cost: Celery's remote control (147 modules) loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         worker_control.apply_settings(self.app, settings)
 
     def control_encode(self, value: Any) -> str:
+        # import cost: Celery's remote control (147 modules) loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         return worker_control.encode(value)
 
     # Celery's worker signals, at the worker's moments (worker_signals.py has the order), and
     # Celery's events under -E (worker_events.py), for the node name the signals use.
-    def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
+    def on_worker_init(self, worker: RunningWorker, options: Mapping[str, Any]) -> None:
+        # import cost: Celery's events and signals load in a worker (this module imports no Celery)
         from celery_compat.events import worker_events
         from celery_compat.worker import signals as worker_signals
 
@@ -199,13 +206,15 @@ class CeleryApp(LoadedApp):
             self.app, worker, options, self._worker.hostname, self._dsn or worker.dsn
         )  # never raises: a worker whose events cannot start runs without them
 
-    def on_worker_ready(self, worker: Worker) -> None:
+    def on_worker_ready(self, worker: RunningWorker) -> None:
+        # import cost: Celery's signals load in a worker only (this module imports no Celery)
         from celery_compat.worker import signals as worker_signals
 
         if self._worker is not None:
             worker_signals.worker_ready(self._worker)
         if self._events is not None:
             self._events.ready()
+        # import cost: the broker mailbox and remote control load once the worker is ready
         from celery_compat.control import broker as broker_control
         from celery_compat.control import worker_commands as worker_control
 
@@ -213,7 +222,8 @@ class CeleryApp(LoadedApp):
             self.app, worker.node, worker.presence.panel, worker_control.encode
         )
 
-    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+    def on_worker_stopping(self, worker: RunningWorker, signum: int, hurry: bool) -> None:
+        # import cost: Celery's signals load in a worker only (this module imports no Celery)
         from celery_compat.worker import signals as worker_signals
 
         if self._broker_control is not None:  # no further command (safe in a signal handler)
@@ -221,7 +231,8 @@ class CeleryApp(LoadedApp):
         if self._worker is not None:
             worker_signals.worker_shutting_down(self._worker, signum, hurry)
 
-    def on_worker_shutdown(self, worker: Worker) -> None:
+    def on_worker_shutdown(self, worker: RunningWorker) -> None:
+        # import cost: Celery's signals load in a worker only (this module imports no Celery)
         from celery_compat.worker import signals as worker_signals
 
         if self._broker_control is not None:  # never waits long on a broker that hangs
@@ -233,6 +244,7 @@ class CeleryApp(LoadedApp):
             worker_signals.worker_shutdown(self._worker)
 
     def on_process_init(self) -> None:
+        # import cost: Celery's events and signals load in a worker (this module imports no Celery)
         from celery_compat.events import worker_events
         from celery_compat.worker import signals as worker_signals
 
@@ -240,6 +252,7 @@ class CeleryApp(LoadedApp):
         worker_events.child_start(self.app, worker_signals.child_hostname(), self._dsn)
 
     def on_process_shutdown(self) -> None:
+        # import cost: Celery's events and signals load in a worker (this module imports no Celery)
         from celery_compat.events import worker_events
         from celery_compat.worker import signals as worker_signals
 

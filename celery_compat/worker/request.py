@@ -18,10 +18,13 @@ of a running body (``interrupts.py``), or Celery's task events (``task_events.py
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
+from celery.app.task import Context
+from celery.app.trace import task_has_custom
 from celery.exceptions import Reject, TimeLimitExceeded
 
 from ujobs_bridge.ext.jobs import node_name
@@ -120,8 +123,6 @@ def announce_revoked(
     task: Any, task_id: str, request: dict[str, Any], *, expired: bool, terminated: bool
 ) -> None:
     """What Celery's worker does for a revoked/expired/terminated request (``_announce_revoked``)."""
-    from celery.app.task import Context
-
     ctx = Context(request)
     reason = "expired" if expired else "terminated" if terminated else "revoked"
     task.backend.mark_as_revoked(
@@ -139,9 +140,6 @@ def announce_revoked(
 def announce_time_limit(task: Any, message: Any, request: dict[str, Any], limit: float) -> str:
     """What Celery's worker does when a body passes ``time_limit`` (``Request.on_timeout``):
     FAILURE with ``TimeLimitExceeded``, ``on_failure``, errbacks and ``task_failure``."""
-    from celery.app.task import Context
-    from celery.app.trace import task_has_custom
-
     exc = TimeLimitExceeded(limit)
     ctx = Context(request)
     task.backend.mark_as_failure(
@@ -169,8 +167,6 @@ def announce_time_limit(task: Any, message: Any, request: dict[str, Any], limit:
 def announce_rejected(task: Any, message: Any, request: dict[str, Any], rejection: Reject) -> None:
     """Celery 5.7's worker for ``Reject(requeue=False)``: the message is dropped and the task
     reads FAILURE (``task_failure`` sent), so it is never left PENDING forever."""
-    from celery.app.task import Context
-
     try:
         raise rejection
     except Reject:
@@ -198,9 +194,8 @@ def announce_received(app: Any, task: Any, message: Any, request: dict[str, Any]
     ``.errbacks``, ``.replaced_task_nesting`` ... read as they do on a Celery worker)."""
     if not signals.task_received.receivers:
         return
-    from types import SimpleNamespace
 
-    from celery.app.task import Context
+    # import cost: Celery's Request (~15 ms) loads only when task_received has receivers
     from celery.worker.request import Request
 
     body = (message.args, message.kwargs, message.embed or {})

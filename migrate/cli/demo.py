@@ -25,9 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import celery
 from rich.console import Console
 
 from celery_compat.cli.demo_app_worker import app_worker, row_states
+from migrate.appinfo import AppInfo
+from migrate.batch import Context
+from migrate.decoding import Accept
+from migrate.report import Stats
+from migrate.runner import DrainLoop, SourceOptions, open_source
 from ujobs_bridge.ext import cli as engine_cli
 from ujobs_bridge.ext import database as connections
 from ujobs_bridge.ext.cli import CLI_ROLE, live_in_queue
@@ -95,8 +101,6 @@ class MigratePart:
 def _producer(options: dict[str, str], queue: str) -> Any:
     """The old project's side: plain Celery with a filesystem broker. It sends by task name
     (``send_task``), as a producer that does not import the task code does."""
-    import celery
-
     app = celery.Celery("ujobs_demo_legacy", broker=BROKER, set_as_current=False)
     app.conf.update(
         broker_transport_options=options,
@@ -121,12 +125,6 @@ def _publish(app: Any) -> dict[str, int]:
 def _drain(
     resolved: ResolvedDatabase, app: Any, options: dict[str, str], part: MigratePart
 ) -> None:
-    from migrate.appinfo import AppInfo
-    from migrate.batch import Context
-    from migrate.decoding import Accept
-    from migrate.report import Stats
-    from migrate.runner import DrainLoop, SourceOptions, open_source
-
     info = dataclasses.replace(AppInfo.from_app(app), transport_options=dict(options))
     source = open_source(BROKER, info, SourceOptions([part.queue]))
     stats = Stats(broker=BROKER, queues=[part.queue])
@@ -158,6 +156,7 @@ def run(
     resolved: ResolvedDatabase, queue: str, *, concurrency: int, timeout_s: float
 ) -> MigratePart:
     """Publish with Celery to a filesystem broker, drain it into ``queue``, run it."""
+    # lazy: importing demo_app builds the demo's Celery app, only when this part runs
     from celery_compat.cli import demo_app
 
     app = demo_app.app

@@ -12,20 +12,21 @@ What it is not: the drain (``migrate/runner.py``) or the quarantine.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import psycopg
+
+from ujobs_bridge.errors import DatabaseUnavailableError, ErrorCode, UjobsError
+from ujobs_bridge.ext.database import mask_dsn, scrub
 
 if TYPE_CHECKING:
     from migrate.appinfo import AppInfo
-    from migrate.runner import Source
+    from migrate.source import Source
 
 
 def check_broker_url(url: str) -> None:
     """A broker URL that cannot even be parsed is refused before anything connects, with the
     URL masked and no secret in the message."""
-    from urllib.parse import urlsplit
-
-    from ujobs_bridge.errors import ErrorCode, UjobsError
-    from ujobs_bridge.ext.database import mask_dsn, scrub
-
     try:
         if "://" not in url:
             raise ValueError("it has no scheme:// part")
@@ -40,9 +41,8 @@ def check_broker_url(url: str) -> None:
 
 
 def open_broker(url: str, info: AppInfo, options: Any) -> Source:
+    # import cost: the drain's modules load when it runs (see cli/migrate.py's run_drain)
     from migrate.runner import open_source
-    from ujobs_bridge.errors import ErrorCode, UjobsError
-    from ujobs_bridge.ext.database import mask_dsn, scrub
 
     try:
         return open_source(url, info, options)
@@ -61,11 +61,6 @@ def infrastructure_error(exc: Exception, broker: str) -> Exception:
     """What stopped a drain, labelled: the database or the broker failed (infrastructure: the
     batch in hand stays in the broker and is taken again by the next run), or anything else
     (a bug: raised as it is). A message never stops the drain: it is quarantined."""
-    import psycopg
-
-    from ujobs_bridge.errors import DatabaseUnavailableError, ErrorCode, UjobsError
-    from ujobs_bridge.ext.database import mask_dsn
-
     hint = (
         "nothing is lost: what this run took but did not commit is still in the broker "
         "(Redis: this drainer's processing lists; RabbitMQ: unacked, requeued); run migrate "
@@ -88,6 +83,7 @@ def infrastructure_error(exc: Exception, broker: str) -> Exception:
 
 
 def _is_broker_error(exc: Exception) -> bool:
+    # import cost: redis's client (116 modules) loads only once a drain has failed
     import amqp
     import redis
     from kombu.exceptions import OperationalError

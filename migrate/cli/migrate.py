@@ -25,9 +25,15 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from migrate.appinfo import AppInfo
+from migrate.cli.accept import accept_from, load_app
 from migrate.cli.failure import check_broker_url, infrastructure_error, open_broker
 from migrate.cli.quarantine import quarantine
 from migrate.defaults import DEFAULT_BATCH, DEFAULT_MAX_BYTES, DEFAULT_POLL_S, PICKLE_WARNING
+from migrate.outages import RideThrough
+from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.ext import database as connections
+from ujobs_bridge.ext import loaders as loading
 from ujobs_bridge.ext import observe
 from ujobs_bridge.ext.cli import (
     CLI_ROLE,
@@ -40,13 +46,14 @@ from ujobs_bridge.ext.cli import (
     pgbouncer_option,
     print_json,
 )
+from ujobs_bridge.ext.database import ensure_schema
+from ujobs_bridge.ext.jobs import queue_name
+from ujobs_bridge.ext.observe import REGISTRY, MetricsServer, database_reachable
 
 if TYPE_CHECKING:
-    from migrate.appinfo import AppInfo
     from migrate.batch import Context
-    from migrate.decoding import Accept
     from migrate.report import Stats
-    from migrate.runner import Source
+    from migrate.source import Source
 
 
 class Readiness:
@@ -58,39 +65,12 @@ class Readiness:
         self.stop: threading.Event | None = None
 
     def check(self) -> tuple[bool, dict[str, object]]:
-        from ujobs_bridge.ext.observe import database_reachable
-
         if self.dsn is None or self.stop is None:
             return False, {"migrate": "starting"}
         if self.stop.is_set():
             return False, {"migrate": "stopping"}
         database = database_reachable(self.dsn)
         return database.ok, {"migrate": "draining", "database": database.detail}
-
-
-def load_app(app_spec: str) -> Any:
-    from celery_compat.cli import app_for_command
-
-    return app_for_command(app_spec)
-
-
-def accept_from(
-    info: AppInfo, accept_content: str | None, accept_pickle: bool, max_bytes: int
-) -> Accept:
-    from migrate.decoding import Accept
-
-    from_app = accept_content is None
-    names = ",".join(info.accept_content) if from_app else str(accept_content)
-    if (
-        not from_app
-        and not accept_pickle
-        and "pickle" in names.lower().replace("python-serialize", "pickle")
-    ):
-        raise click.UsageError("pickle is accepted only with --accept-pickle (read its warning)")
-    try:
-        return Accept.parse(names, pickle=accept_pickle, max_bytes=max_bytes, strict=not from_app)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -104,9 +84,6 @@ def _restoring(previous: dict[signal.Signals, Any]) -> Iterator[None]:
 
 
 def _warn_unworkable_queues(queues: list[str], err: Console) -> None:
-    from ujobs_bridge.errors import ConfigError
-    from ujobs_bridge.ext.jobs import queue_name
-
     for name in queues:
         try:
             queue_name(name)
@@ -256,7 +233,8 @@ def run_drain(
     metrics_port: int | None = None,
     metrics_address: str = "127.0.0.1",
 ) -> None:
-    from migrate.appinfo import AppInfo
+    # import cost: the drain's modules (runner, batch, report) load when it runs, not when
+    # `ujobs-bridge --help` lists this command
     from migrate.batch import Context
     from migrate.report import Stats, print_report
     from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
@@ -267,8 +245,6 @@ def run_drain(
     exporter = None
     readiness = Readiness()
     if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
-        from ujobs_bridge.ext.observe import REGISTRY, MetricsServer
-
         exporter = MetricsServer(
             REGISTRY, port=metrics_port, address=metrics_address, ready=readiness.check
         )
@@ -354,12 +330,9 @@ def _drain(
     """Drain into the database. ``--follow`` waits out outages (``migrate/outages.py``),
     reopening the source with ``reopen`` (``broker``: the source, the broker URL, ``reopen``); a
     reopened source is closed here, the first one by the caller."""
-    from migrate.outages import RideThrough
+    # import cost: as in run_drain (the drain loads when it runs)
     from migrate.report import LiveProgress
     from migrate.runner import DrainLoop
-    from ujobs_bridge.ext import database as connections
-    from ujobs_bridge.ext import loaders as loading
-    from ujobs_bridge.ext.database import ensure_schema
 
     source, broker_url, reopen = broker
     resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())

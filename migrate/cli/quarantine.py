@@ -17,6 +17,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from migrate import redacted
+from migrate.appinfo import AppInfo
+from migrate.cli.accept import accept_from, load_app
 from migrate.defaults import DEFAULT_MAX_BYTES, PICKLE_WARNING
 from ujobs_bridge.ext import database as connections
 from ujobs_bridge.ext.cli import (
@@ -62,6 +65,7 @@ def ls(
     as_json: bool,
 ) -> None:
     """List quarantined messages, oldest first."""
+    # import cost: the quarantine store loads when a quarantine command runs, not at --help
     from migrate import quarantine as store
 
     with _conn(app_spec, dsn, as_json) as conn:
@@ -118,6 +122,7 @@ def show(
 ) -> None:
     """Show one entry: reason, detail, metadata, and its bytes (escaped, first 4 KiB), with
     secret-looking values hidden (``--raw``: the bytes exactly as stored)."""
+    # import cost: the quarantine store loads when a quarantine command runs (see retry)
     from migrate import quarantine as store
 
     with _conn(app_spec, dsn, as_json or dump_raw) as conn:
@@ -127,7 +132,6 @@ def show(
     if dump_raw:
         sys.stdout.buffer.write(stored.raw)
         return
-    from migrate import redacted
 
     # secret-looking values hidden, as the dashboard hides job arguments (--raw: as stored)
     preview = redacted.raw_bytes(stored.raw)[:4096].decode("utf-8", "backslashreplace")
@@ -181,10 +185,10 @@ def retry(
     as_json: bool,
 ) -> None:
     """Decode the message again; if it now makes a job, insert it and mark the entry retried."""
+    # import cost: the quarantine store and the batch (its database statements) load when
+    # a quarantine command runs, not when `ujobs-bridge --help` lists migrate
     from migrate import quarantine as store
-    from migrate.appinfo import AppInfo
     from migrate.batch import Context, retry_entry
-    from migrate.cli.migrate import accept_from, load_app
 
     info = AppInfo.from_app(load_app(app_spec))
     if accept_pickle:
@@ -236,6 +240,7 @@ def retry(
 @json_option
 def discard(entry_id: int, app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Give the message up: the entry stays, marked discarded."""
+    # import cost: the quarantine store loads when a quarantine command runs (see retry)
     from migrate import quarantine as store
 
     with _conn(app_spec, dsn, as_json) as conn:

@@ -19,6 +19,8 @@ import signal
 import threading
 from dataclasses import dataclass
 
+import psycopg
+
 ENV = "UJOBS_FAULTS"
 
 
@@ -63,8 +65,6 @@ def fault(point: str) -> None:
     elif action == "exit":
         raise SystemExit(f"fault {point}: injected exit")
     elif action == "exec_then_raise":
-        import psycopg
-
         raise psycopg.OperationalError(
             f"fault {point}: the write committed but the client saw an error"
         )

@@ -6,6 +6,12 @@ What it is not: the entry-point discovery itself (the engine's, internal).
 
 from __future__ import annotations
 
-from ujobs_bridge._internal.config.loading import LoadedApp, build, load_target, resolve
+from ujobs_bridge._internal.config.loading import (
+    LoadedApp,
+    RunningWorker,
+    build,
+    load_target,
+    resolve,
+)
 
-__all__ = ["LoadedApp", "build", "load_target", "resolve"]
+__all__ = ["LoadedApp", "RunningWorker", "build", "load_target", "resolve"]

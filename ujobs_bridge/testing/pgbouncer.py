@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from ujobs_bridge._internal.db import testing as testing_db
 from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.testing.cluster import PrivateCluster, free_port
 
@@ -154,8 +155,6 @@ class PgBouncer:
     def clients(self) -> list[tuple[str, str]]:
         """``(database, application_name)`` of each client connected now (``SHOW CLIENTS`` on
         the admin console), the console's own connection left out."""
-        from ujobs_bridge._internal.db import testing as testing_db
-
         return [
             c for c in testing_db.pgbouncer_clients(self.dsn("pgbouncer")) if c[0] != "pgbouncer"
         ]

@@ -33,13 +33,13 @@ class DjangoTask(_Base):  # type: ignore[misc]
 
     def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """``delay(*args, **kwargs)`` once the current Django transaction commits."""
-        from django.db import transaction
+        from django.db import transaction  # optional: Django, in a Django project only
 
         transaction.on_commit(functools.partial(self.delay, *args, **kwargs))
 
     def apply_async_on_commit(self, *args: Any, **kwargs: Any) -> None:
         """``apply_async(*args, **kwargs)`` once the current Django transaction commits."""
-        from django.db import transaction
+        from django.db import transaction  # optional: Django, in a Django project only
 
         transaction.on_commit(functools.partial(self.apply_async, *args, **kwargs))
 

@@ -218,7 +218,8 @@ def start_worker(
     worker: TestWorker | None = None
     try:
         if perform_ping_check:
-            from celery.contrib.testing import tasks as _ping_tasks  # registers celery.ping
+            # lazy: importing it registers celery.ping, wanted only for the ping check
+            from celery.contrib.testing import tasks as _ping_tasks
 
             del _ping_tasks
         setup_app_for_worker(app, loglevel, logfile)

@@ -34,6 +34,7 @@ ENGINE_COMMANDS = (
 )  # fmt: skip
 
 
+# import cost: a command's module is imported when that command runs or --help lists it
 def _load(name: str) -> click.Command | None:
     if name == "db":
         from ujobs_bridge._internal.cli.db import db

@@ -16,6 +16,8 @@ import os
 import click
 
 from ujobs_bridge._internal.cli.options import APP, app_database, dsn_option, log_format_option
+from ujobs_bridge._internal.cli.scheduler import load_tasks, resolve_app
+from ujobs_bridge._internal.dashboard.config import DashboardConfig
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.observe.logs import LogFormat
 
@@ -66,9 +68,11 @@ def dashboard(
 ) -> None:
     """Serve the web dashboard (overview, jobs, dead letters, scheduled tasks, ...)."""
     try:
+        # optional: uvicorn, starlette and jinja2 come with the dashboard extra
         import uvicorn
 
-        from ujobs_bridge._internal.dashboard import DashboardConfig, create_app
+        # optional: the application imports starlette and jinja2 (the dashboard extra)
+        from ujobs_bridge._internal.dashboard.app import create_app
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs its extra ({exc.name}): pip install 'ujobs-bridge[dashboard]'"
@@ -89,8 +93,6 @@ def dashboard(
     resolved = app_database(app_spec, dsn)
     tasks = {}
     if app_spec is not None:
-        from ujobs_bridge._internal.cli.scheduler import load_tasks, resolve_app
-
         tasks = load_tasks(resolve_app(app_spec), with_purge=True)
     config = DashboardConfig(
         dsn=resolved.dsn,

@@ -17,9 +17,11 @@ from typing import Any, TypeVar
 
 import click
 
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.config.dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.connections import Role
+from ujobs_bridge.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,9 +101,6 @@ def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) 
     not already decide (importing it runs its code); one that holds nothing is refused."""
     config_dsn = None
     if app_spec is not None and not dsn:
-        from ujobs_bridge._internal.config import loading
-        from ujobs_bridge.errors import ConfigError
-
         try:
             app = loading.resolve(app_spec)
         except ConfigError as exc:
@@ -168,6 +167,7 @@ def database(
 def print_json(value: Any) -> None:
     """``value`` as JSON; datetimes as ISO 8601 wherever they are (``jobs ls`` and ``jobs stats``
     agree)."""
+    # import cost: rich (output.py) is loaded by commands that print tables, not by `worker`
     from ujobs_bridge._internal.cli.output import iso_default
 
     click.echo(json.dumps(value, indent=2, default=iso_default, ensure_ascii=False))

@@ -23,7 +23,7 @@ from ujobs_bridge._internal.cli.options import (
     log_format_option,
     pgbouncer_option,
 )
-from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.config.dsn import check_dsn, mask_dsn
 from ujobs_bridge._internal.config.schema_access import ensure_schema
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.observe.logs import LogFormat
@@ -74,8 +74,6 @@ def relay(
     logs.setup(loglevel.upper(), log_format)
     resolved = database(dsn)
     if source_dsn:
-        from ujobs_bridge._internal.config.dsn import check_dsn
-
         check_dsn(source_dsn, "--source-dsn")
     try:
         runner = OutboxRelay(

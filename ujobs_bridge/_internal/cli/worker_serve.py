@@ -198,6 +198,7 @@ def embedded_scheduler(app: LoadedApp, dsn: str) -> Scheduler:
     """``-B``: the scheduler ``ujobs-bridge scheduler -A`` runs (the app's periodic tasks, a
     Celery app's ``beat_schedule``, the retention sweep), leader-elected with every other
     scheduler of the database, in this process. The outbox relay is not embedded."""
+    # import cost: the scheduler command's module (rich, the relay) loads only with -B
     from ujobs_bridge._internal.cli.scheduler import load_tasks
 
     tasks = load_tasks(app, with_purge=True)

@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+
 from ujobs_bridge.errors import ConfigError, ErrorCode
 
 ENV_DATABASE_URL = "UJOBS_DATABASE_URL"
@@ -102,9 +105,6 @@ def mask_dsn(dsn: str) -> str:
 def check_dsn(dsn: str, what: str = "database DSN") -> str:
     """``dsn`` if libpq can parse it, else ``UJ_DSN_INVALID`` with libpq's reason, the DSN masked
     and no secret anywhere in the message."""
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict
-
     try:
         conninfo_to_dict(dsn)
     except ProgrammingError as exc:
@@ -145,6 +145,7 @@ def resolve(
         return ResolvedDatabase(
             config_dsn, "config", f"database: {mask_dsn(config_dsn)} (app config)"
         )
+    # import cost: platformdirs and the embedded server's code load only when no DSN is set
     from ujobs_bridge._internal.config.embedded import ensure_embedded
 
     started = ensure_embedded()

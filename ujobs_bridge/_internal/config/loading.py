@@ -27,16 +27,37 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ujobs_bridge._internal.config import plugins
+from ujobs_bridge._internal.jobs.purge import purge
+from ujobs_bridge._internal.scheduling.task import tasks_from_module
+from ujobs_bridge._internal.worker.config import DEFAULT_NODE_PREFIX
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import JobDefinition
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.scheduling.task import PeriodicTask
-    from ujobs_bridge._internal.worker.control import CommandSet
+    from ujobs_bridge._internal.worker.control import CommandSet, Panel
     from ujobs_bridge._internal.worker.listener import ExtraChannel
-    from ujobs_bridge._internal.worker.loop import Worker
 
 Registry = Mapping[str, JobDefinition[Any, Any]]
+
+
+class Mailbox(Protocol):
+    """The worker's mailbox (``presence.Presence``): the command panel it dispatches to."""
+
+    @property
+    def panel(self) -> Panel: ...
+
+
+class RunningWorker(Protocol):
+    """The worker as an app's lifecycle hooks see it (``Worker`` is one). Declared here, below
+    the worker: a ``--pool processes`` child loads its app through this module."""
+
+    @property
+    def dsn(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def presence(self) -> Mailbox: ...
 
 
 def build(jobs: Iterable[JobDefinition[Any, Any]]) -> dict[str, JobDefinition[Any, Any]]:
@@ -100,8 +121,6 @@ def load_target(spec: str) -> Any:
 
 def builtin() -> list[JobDefinition[Any, Any]]:
     """Jobs every worker can run: the retention sweep."""
-    from ujobs_bridge._internal.jobs.purge import purge
-
     return [purge]
 
 
@@ -143,8 +162,6 @@ class LoadedApp:
 
     def periodic_tasks(self) -> dict[str, PeriodicTask]:
         """What ``scheduler -A`` fires and ``tasks ls -A`` shows."""
-        from ujobs_bridge._internal.scheduling.task import tasks_from_module
-
         if not isinstance(self.target, ModuleType):
             raise ConfigError(
                 f"-A {self.spec!r} is not a module",
@@ -186,8 +203,6 @@ class LoadedApp:
     def node_prefix(self) -> str:
         """The name part of the worker's node name when ``-n`` gives none (``<prefix>@<host>``):
         the engine's ``ujobs``; an app's loader may name its workers as its own tools expect."""
-        from ujobs_bridge._internal.worker.config import DEFAULT_NODE_PREFIX
-
         return DEFAULT_NODE_PREFIX
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
@@ -206,17 +221,17 @@ class LoadedApp:
     # ``--pool processes`` child calls ``on_process_init`` after loading and binding the app, and
     # ``on_process_shutdown`` once as it exits. The engine's own apps announce nothing.
 
-    def on_worker_init(self, worker: Worker, options: Mapping[str, Any]) -> None:
+    def on_worker_init(self, worker: RunningWorker, options: Mapping[str, Any]) -> None:
         """The worker is built and about to start (main process)."""
 
-    def on_worker_ready(self, worker: Worker) -> None:
+    def on_worker_ready(self, worker: RunningWorker) -> None:
         """The worker has started claiming (main process)."""
 
-    def on_worker_stopping(self, worker: Worker, signum: int, hurry: bool) -> None:
+    def on_worker_stopping(self, worker: RunningWorker, signum: int, hurry: bool) -> None:
         """Signal ``signum`` asks the worker to stop: ``hurry`` False, running bodies may finish;
         True (a second signal), they are handed back at once (main process, signal handler)."""
 
-    def on_worker_shutdown(self, worker: Worker) -> None:
+    def on_worker_shutdown(self, worker: RunningWorker) -> None:
         """The worker has stopped (main process)."""
 
     def on_process_init(self) -> None:

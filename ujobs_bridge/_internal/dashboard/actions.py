@@ -24,7 +24,7 @@ from ujobs_bridge._internal.db import bulk
 from ujobs_bridge._internal.observe.introspect import name_pattern
 
 if TYPE_CHECKING:
-    from ujobs_bridge._internal.dashboard.app import DashboardSite
+    from ujobs_bridge._internal.dashboard.site import DashboardSite
 
 CANCEL_ERROR = "UJ_JOB_CANCELLED: cancelled from the dashboard"
 

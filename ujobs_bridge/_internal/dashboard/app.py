@@ -1,7 +1,8 @@
 """The dashboard's Starlette application: routes, the guard every request passes, rendering.
 
 Why it exists: one place composes the pages (``pages.py``), the actions (``actions.py``), the
-plugin panels (``panels.py``), ``/metrics`` and the health probes, under ``--url-prefix``, with
+plugin panels (``panels.py``), ``/metrics`` and the health probes around one ``DashboardSite``
+(``site.py``), under ``--url-prefix``, with
 the safety rules (``security.py``) applied to every request and strict response headers (a
 Content-Security-Policy that allows no script at all: a value that slipped past escaping still
 could not run).
@@ -13,31 +14,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, asynccontextmanager
-from pathlib import Path
+from contextlib import asynccontextmanager
 from typing import Any
 
-import jinja2
-import psycopg
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from psycopg_pool import ConnectionPool
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.templating import Jinja2Templates
 
 from ujobs_bridge._internal.dashboard import actions, pages, security
 from ujobs_bridge._internal.dashboard.config import DashboardConfig
 from ujobs_bridge._internal.dashboard.panels import Panel, load_panels
-from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.dashboard.site import DashboardSite
 from ujobs_bridge._internal.observe import health
-from ujobs_bridge._internal.observe.metrics_db import DatabaseCollector
 
-DASHBOARD_ROLE = connections.Role("dashboard")
-TEMPLATES = Path(__file__).parent / "templates"
 OPEN_PATHS = ("/healthz", "/readyz")  # probes answer without credentials (they reveal nothing)
 HEADERS = {
     "Content-Security-Policy": (
@@ -48,56 +41,6 @@ HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-
-
-class DashboardSite:
-    """The running dashboard: its settings, its connection pool, its templates and panels."""
-
-    def __init__(self, config: DashboardConfig, panels: list[Panel]) -> None:
-        self.config = config
-        self.panels = panels
-        folders = [str(TEMPLATES)] + [str(p.templates) for p in panels if p.templates]
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(folders),
-            autoescape=True,  # every value is escaped unless a template says otherwise (none do)
-            undefined=jinja2.StrictUndefined,
-        )
-        env.globals["url"] = self.url
-        env.globals["nav_extra"] = [p.nav for p in panels if p.nav]
-        env.globals["read_only"] = config.read_only
-        env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
-        self.templates = Jinja2Templates(env=env)
-        self._pool: ConnectionPool[Any] | None = None
-        self.registry = CollectorRegistry()
-        self.registry.register(DatabaseCollector(config.dsn, clock=config.clock))
-
-    def url(self, path: str) -> str:
-        return self.config.url_prefix + path
-
-    def pool(self) -> ConnectionPool[Any]:
-        if self._pool is None:
-            self._pool = connections.pool(self.config.dsn, DASHBOARD_ROLE, min_size=1, max_size=4)
-        return self._pool
-
-    def connect(self) -> AbstractContextManager[psycopg.Connection[Any]]:
-        """A pooled connection for one request: ``with site.connect() as conn``."""
-        return self.pool().connection()
-
-    def render(self, request: Request, template: str, context: dict[str, Any]) -> Response:
-        context = {"csrf": security.csrf_token(self.config, request), **context}
-        return self.templates.TemplateResponse(request, template, context)
-
-    def action_allowed(self, request: Request, form: Any) -> Response | None:
-        """None if this POST may act; otherwise the refusal to send."""
-        if self.config.read_only:
-            return PlainTextResponse("the dashboard is read-only (--read-only)\n", 403)
-        if not security.csrf_valid(self.config, request, form.get(security.CSRF_FIELD)):
-            return PlainTextResponse("missing or wrong CSRF token: reload the page\n", 403)
-        return None
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
 
 
 class Guard(BaseHTTPMiddleware):

@@ -35,7 +35,7 @@ from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.records import JobRecord
 
 if TYPE_CHECKING:
-    from ujobs_bridge._internal.dashboard.app import DashboardSite
+    from ujobs_bridge._internal.dashboard.site import DashboardSite
 
 AUTO_REFRESH_S = 10
 

@@ -20,6 +20,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from ujobs_bridge._internal.db.connections import Role, connect
 from ujobs_bridge._internal.db.leases import _claimed
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.records import ClaimedJob
@@ -85,8 +86,6 @@ def pgbouncer_clients(console_dsn: str) -> list[tuple[str, str]]:
     """``(database, application_name)`` of every client of the PgBouncer whose admin console is
     at ``console_dsn`` (its ``pgbouncer`` database; the console speaks the simple protocol only,
     hence a client-side cursor)."""
-    from ujobs_bridge._internal.db.connections import Role, connect
-
     with connect(console_dsn, Role("testing:pgbouncer")) as conn:
         cur = psycopg.ClientCursor(conn)
         cur.execute(q("testing_pgbouncer_clients"))

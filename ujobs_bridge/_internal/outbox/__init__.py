@@ -6,11 +6,7 @@ the two halves of one guarantee: a job exists if and only if the transaction tha
 committed, and rows are published in commit order.
 
 What it is not: the worker; relayed rows are ordinary jobs.
+
+Imports nothing: the public names (``OutboxRelay``, ``Staged``, ``stage``) are the root's
+(``ujobs_bridge``); the engine imports the modules themselves.
 """
-
-from __future__ import annotations
-
-from ujobs_bridge._internal.outbox.relay import OutboxRelay
-from ujobs_bridge._internal.outbox.staging import Staged, stage
-
-__all__ = ["OutboxRelay", "Staged", "stage"]

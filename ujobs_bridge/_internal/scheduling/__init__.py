@@ -5,11 +5,8 @@ due (``cron.py``), what fires (``task.py``), who may fire (``leader.py``), and t
 fires each occurrence once (``scheduler.py``).
 
 What it is not: a worker. Scheduled tasks only enqueue jobs; workers run them.
+
+Imports nothing: the public names (``Scheduler``, ``task``, ``PeriodicTask``, ``Occurrence``) are
+the root's (``ujobs_bridge``) and ``ujobs_bridge.ext.scheduling``'s; importing a submodule does
+not import the scheduler.
 """
-
-from __future__ import annotations
-
-from ujobs_bridge._internal.scheduling.scheduler import Scheduler
-from ujobs_bridge._internal.scheduling.task import Occurrence, PeriodicTask, task
-
-__all__ = ["Occurrence", "PeriodicTask", "Scheduler", "task"]

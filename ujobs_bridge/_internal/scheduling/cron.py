@@ -153,6 +153,7 @@ class CronSchedule:
             raise ScheduleError(f"day_or must be True or False, got {self.day_or!r}")
         object.__setattr__(self, "expr", expr)
         object.__setattr__(self, "zone", zone)
+        # import cost: croniter (and dateutil) load only once a cron schedule is built
         from croniter import CroniterBadDateError, CroniterError
 
         try:
@@ -185,6 +186,7 @@ class CronSchedule:
             cache = _ITERATORS.cache = {}
         it = cache.get((self.expr, self.day_or))
         if it is None:
+            # import cost: as in __post_init__ (croniter loads with the first cron schedule)
             from croniter import croniter
 
             it = croniter(self.expr, wall, day_or=self.day_or)

@@ -41,6 +41,7 @@ from ujobs_bridge._internal.db import session
 from ujobs_bridge._internal.db.connections import Reconnecting, Role
 from ujobs_bridge._internal.db.scheduling import FireParams, watermarks
 from ujobs_bridge._internal.faults import fault
+from ujobs_bridge._internal.jobs.purge import PURGE_TASK_CRON, purge
 from ujobs_bridge._internal.jobs.validation import seconds
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.scheduling.leader import DEFAULT_GROUP, PgLeaseLeader
@@ -58,8 +59,6 @@ DEFAULT_INTERVAL_S = 1.0
 
 def purge_task() -> PeriodicTask:
     """The built-in hourly retention sweep every scheduler fires."""
-    from ujobs_bridge._internal.jobs.purge import PURGE_TASK_CRON, purge
-
     return task(
         "ujobs.purge.hourly",
         cron=PURGE_TASK_CRON,

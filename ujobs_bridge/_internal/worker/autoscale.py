@@ -6,7 +6,8 @@ and waiting for a free slot), hung bodies left out. Each pass (every ``interval_
 grows at once to ``min(held, MAX)`` when it holds more than it has slots; it shrinks to
 ``max(held, MIN)`` only once it has held fewer jobs than slots for ``keepalive_s`` (Celery's
 ``AUTOSCALE_KEEPALIVE``, 30 s), so a burst does not make it flap. Resizing goes through the
-worker (``Steering.resize``), which sizes either pool (threads or processes) and the claims.
+worker (``Worker.resize``, seen through ``steering.Steerable``), which sizes either pool
+(threads or processes) and the claims.
 ``update(max, min)`` is the remote-control ``autoscale`` command: new bounds, applied at once.
 
 What it is not: the pool (``children.py``, ``body_threads.py``) or the claim loop; it only asks
@@ -27,7 +28,7 @@ from ujobs_bridge._internal.worker.config import MAX_CONCURRENCY
 from ujobs_bridge.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ujobs_bridge._internal.worker.loop import Worker
+    from ujobs_bridge._internal.worker.steering import Steerable
 
 log = logging.getLogger("ujobs.worker")
 
@@ -39,7 +40,7 @@ class Autoscaler(Service):
 
     def __init__(
         self,
-        worker: Worker,
+        worker: Steerable,
         most: int,
         least: int,
         *,

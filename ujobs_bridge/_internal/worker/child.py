@@ -23,6 +23,7 @@ import atexit
 import ctypes
 import multiprocessing
 import os
+import resource
 import signal
 import sys
 import threading
@@ -33,21 +34,22 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.connections import Conn, Pool, Role
 from ujobs_bridge._internal.db.steps import Lease
+from ujobs_bridge._internal.jobs import context
 from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
+from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob
 from ujobs_bridge.steps import StepRunner
 
-# task name -> attribute -> value, as remote control set them in the parent (picklable)
-TaskSettings = dict[str, dict[str, Any]]
 # the worker's (--time-limit, --soft-time-limit): defaults for the jobs that set none
 TimeLimits = tuple[float | None, float | None]
 
@@ -107,8 +109,6 @@ def resident_kib() -> int:
             pages = int(statm.read().split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE") // 1024
     except (OSError, ValueError, IndexError):
-        import resource
-
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak // 1024 if sys.platform == "darwin" else peak
 
@@ -132,9 +132,6 @@ def child_init(
     """Load ``-A`` in this child through its loader, with the worker's default time ``limits``
     applied as in the parent, and bind the app to the parent's ``dsn`` (passed here, never
     through the environment); ``node``: the parent's node name."""
-    from ujobs_bridge._internal.config import loading
-    from ujobs_bridge._internal.jobs import context
-
     if node:
         context.set_node_name(node)
     # The parent decides when to stop: a Ctrl-C or a SIGTERM sent to the whole process group

@@ -32,21 +32,14 @@ import threading
 import time
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
-from ujobs_bridge._internal.worker.child import (
-    TaskSettings,
-    TimeLimits,
-    body_result_from_child,
-    child_main,
-)
-from ujobs_bridge._internal.worker.inflight import InFlight
+from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
+from ujobs_bridge._internal.worker.inflight import Finished, InFlight
+from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
-
-if TYPE_CHECKING:
-    from ujobs_bridge._internal.worker.runtimes import Finished
 
 log = logging.getLogger("ujobs.worker")
 

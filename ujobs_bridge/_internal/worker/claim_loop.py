@@ -9,7 +9,9 @@ a ``Service``, it restarts after an error with a growing pause and ends the work
 ``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
 slots it marks its queues as waited for (migration 0021: only then does an insert into them
 notify), and it removes the marks once its claims fill every free slot, so that producers send
-no notification while every worker of a queue is busy with a backlog.
+no notification while every worker of a queue is busy with a backlog. The worker composes it
+and passes in what it drives (the claims, the in-flight table, the outcome batch, the stopper,
+the worker's dispatch and wake-up); it never imports the worker back.
 
 What it is not: the worker (``loop.py``: its collaborators, lifecycle and dispatch of claimed
 rows), the claim statements (``claims.py``) or the outcome batching (``outcome_batch.py``).
@@ -18,7 +20,9 @@ rows), the claim statements (``claims.py``) or the outcome batching (``outcome_b
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -31,7 +35,12 @@ from ujobs_bridge._internal.worker.outcome_writes import write_isolating
 from ujobs_bridge.records import ClaimedJob
 
 if TYPE_CHECKING:
-    from ujobs_bridge._internal.worker.loop import Worker
+    from ujobs_bridge._internal.worker.autoscale import Autoscaler
+    from ujobs_bridge._internal.worker.claims import Claims
+    from ujobs_bridge._internal.worker.inflight import InFlightTable
+    from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+    from ujobs_bridge._internal.worker.stopping import Stopper
+    from ujobs_bridge.records import Settlement
 
 log = logging.getLogger("ujobs.worker")
 
@@ -46,8 +55,30 @@ class ClaimLoop(Service):
     cheaply later, with every outcome kept; ``CLAIM_ERROR_STREAK`` errors in a row that are not
     database errors end the worker (``Service.on_died``)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self,
+        *,
+        claims: Claims,
+        table: InFlightTable,
+        outcomes: OutcomeBatch,
+        stopper: Stopper,
+        autoscaler: Autoscaler | None,
+        take_due: Callable[[], list[Settlement]],
+        dispatch: Callable[[list[ClaimedJob]], object],
+        jobs_lock: threading.Lock,
+        wake: threading.Event,
+        worker_stopping: threading.Event,
+        listening: threading.Event,
+    ) -> None:
+        """The worker's collaborators (``loop.Worker`` composes this loop): ``take_due``, its
+        outcomes due now; ``dispatch``, starts claimed rows on a runtime (under ``jobs_lock``,
+        which guards the registry a pass claims with); ``wake``, set to end a wait;
+        ``worker_stopping``, set once the worker stops claiming; ``listening``, the listener's.
+        The configuration read is the claims' (``resize`` replaces both at once)."""
+        self.claims, self.table, self.outcomes = claims, table, outcomes
+        self.stopper, self.autoscaler = stopper, autoscaler
+        self.take_due, self.dispatch, self.jobs_lock = take_due, dispatch, jobs_lock
+        self.wake, self.worker_stopping, self.listening = wake, worker_stopping, listening
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
         self.empties = 0  # claims in a row that found nothing
         self.quiet_until = 0.0  # monotonic: no claim before (fleet.empty_pause); outcomes go on
@@ -64,27 +95,26 @@ class ClaimLoop(Service):
     def cycle(self) -> None:
         """One turn of the claim loop: a pass, then, unless it filled every free slot, a wait
         until woken (a notification, a freed slot, a queued outcome) or the next poll."""
-        w = self.worker
-        w._wake.clear()
-        if w.stopping:
+        self.wake.clear()
+        if self.worker_stopping.is_set():
             return
         filled = self.claim_pass()
         if self.short is False and (self.waiting is not None or self.unsure):
-            w.claims.unmark_waiting()  # busy: inserts need not wake this worker
+            self.claims.unmark_waiting()  # busy: inserts need not wake this worker
             self.waiting, self.unsure = None, False
         if filled:
             return  # every free slot filled, or more outcomes due: the next pass at once
         if self.short and self._mark_waiting():
             return  # marked just now: claim once more before waiting (see _mark_waiting)
-        wait = w.config.poll_s
-        if w.outcomes:
-            wait = min(wait, w.config.ack_interval_s)
-        if w.table.timed():
+        wait = self.claims.config.poll_s
+        if self.outcomes:
+            wait = min(wait, self.claims.config.ack_interval_s)
+        if self.table.timed():
             wait = min(wait, 0.05)
         quiet = self.quiet_until - time.monotonic()
         if self.deferred and quiet > 0:
             wait = min(wait, quiet)  # the claim asked for during the pause, at its end
-        if not w._wake.wait(wait):  # woken by the poll: the mark is asserted again before the
+        if not self.wake.wait(wait):  # woken by the poll: the mark is asserted again before the
             self.unsure = True  # next wait (a mark the database lost, or reaped with the node)
 
     def _mark_waiting(self) -> bool:
@@ -94,16 +124,15 @@ class ClaimLoop(Service):
         sent no notification. Not marked: a worker that is not listening (no listen connection,
         or it is reconnecting: its poll wakes it), a stopping one, or one whose node is not
         registered (reaped after an outage; marked again once it is)."""
-        w = self.worker
-        queues = w.claims.queues
-        if w.stopping or not w.listener.listening.is_set():
+        queues = self.claims.queues
+        if self.worker_stopping.is_set() or not self.listening.is_set():
             return False
         if self.waiting == queues and not self.unsure:
             return False
         if self.waiting not in (None, queues):
-            w.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
+            self.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
             self.waiting = None
-        registered, added = w.claims.mark_waiting()
+        registered, added = self.claims.mark_waiting()
         self.waiting, self.unsure = (queues if registered else None), False
         return added > 0
 
@@ -111,52 +140,61 @@ class ClaimLoop(Service):
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
         per cycle instead of two. Outcomes go before the sweep: after an outage longer than a
         lease, this worker's own sweep must not rescue the jobs whose results it holds."""
-        w = self.worker
         self.short = None
-        w.stopper.check_deadlines()
-        capacity, held = w.stopper.capacity(w.config.concurrency, w.config.prefetch_multiplier)
-        scaler = w.autoscaler  # with one job per slot, hold one waiting: a reason to grow
-        if scaler and w.config.prefetch_multiplier == 1 and w.config.concurrency < scaler.max:
+        self.stopper.check_deadlines()
+        capacity, held = self.stopper.capacity(
+            self.claims.config.concurrency, self.claims.config.prefetch_multiplier
+        )
+        scaler = self.autoscaler  # with one job per slot, hold one waiting: a reason to grow
+        if (
+            scaler
+            and self.claims.config.prefetch_multiplier == 1
+            and self.claims.config.concurrency < scaler.max
+        ):
             capacity += 1
-        batch = w._take_due()
+        batch = self.take_due()
         if not batch:
-            w.claims.sweep()
+            self.claims.sweep()
         free = capacity - held
         want = 0
-        if free > 0 and not w.stopping and (not held or free >= max(1, capacity // 2)):
-            want = min(free, w.config.claim_batch)
+        if (
+            free > 0
+            and not self.worker_stopping.is_set()
+            and (not held or free >= max(1, capacity // 2))
+        ):
+            want = min(free, self.claims.config.claim_batch)
         if want and time.monotonic() < self.quiet_until:
             want = 0  # paused after empty claims (fleet.py): claimed when the pause ends
             self.deferred = True
         if not batch and not want:
             return False
         rows: list[ClaimedJob] = []
-        with w._jobs:  # what a pass claims, it runs with the same registry
+        with self.jobs_lock:  # what a pass claims, it runs with the same registry
             try:
                 if batch and want:
-                    matched, rows = w.claims.write_then_claim(batch, want)
+                    matched, rows = self.claims.write_then_claim(batch, want)
                 elif batch:
-                    matched = w.claims.write(batch)
+                    matched = self.claims.write(batch)
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
-                    matched, rows = set(), w.claims.claim(want)
+                    matched, rows = set(), self.claims.claim(want)
             except Exception as exc:  # whatever failed, the outcomes are kept
                 if not batch or transient(exc):
-                    w.outcomes.restore(batch)
+                    self.outcomes.restore(batch)
                     raise
                 log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
-                write_isolating(w.claims.write, batch, w.outcomes)  # keeps what it can't
+                write_isolating(self.claims.write, batch, self.outcomes)  # keeps what it can't
                 want = 0
             else:
-                w.outcomes.written(batch, matched)
-                w._start(rows)
+                self.outcomes.written(batch, matched)
+                self.dispatch(rows)
                 if want:
                     self._claimed(len(rows))
                     self.short = len(rows) < free
         if batch:
-            w.claims.sweep()
+            self.claims.sweep()
         if rows:
-            w.claims.tidy(len(rows))
-        return (want > 0 and len(rows) == want) or w.outcomes.more()
+            self.claims.tidy(len(rows))
+        return (want > 0 and len(rows) == want) or self.outcomes.more()
 
     def _claimed(self, rows: int) -> None:
         """After a claim: an empty one pauses the next in a fleet (``fleet.empty_pause``)."""
@@ -166,22 +204,21 @@ class ClaimLoop(Service):
             self.quiet_until = 0.0
             return
         self.empties += 1
-        w = self.worker
-        pause = fleet.empty_pause(self.empties, w.claims.fleet_size(), w.config.poll_s)
+        pause = fleet.empty_pause(self.empties, self.claims.fleet_size(), self.claims.config.poll_s)
         self.quiet_until = time.monotonic() + pause if pause else 0.0
 
     def _pass(self) -> float:
-        if self.worker.stopping:  # asked before start(): take no pass at all
+        if self.worker_stopping.is_set():  # asked before start(): take no pass at all
             self.request_stop()
             return 0.0
         self.cycle()
         self.backoff.reset()
-        if self.worker.in_flight():
+        if len(self.table):
             fault("worker.claim_loop")
         return 0.0
 
     def _on_error(self, exc: Exception) -> float:
-        self.worker.claims.reset()
+        self.claims.reset()
         self.unsure = True  # a mark written or deleted may or may not be in: asserted again
         if isinstance(exc, psycopg.Error):
             log.warning("ujobs.worker.db_error: %s", exc)

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from ujobs_bridge._internal.jobs import validation
@@ -37,7 +38,7 @@ from ujobs_bridge.errors import ControlError, ErrorCode, UjobsError
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.worker.inflight import InFlight
-    from ujobs_bridge._internal.worker.loop import Worker
+    from ujobs_bridge._internal.worker.steering import Steerable
 
 log = logging.getLogger("ujobs.control")
 
@@ -58,8 +59,6 @@ def error_reply(exc: UjobsError) -> dict[str, Any]:
 
 
 def software_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("ujobs-bridge")
     except PackageNotFoundError:
@@ -70,7 +69,7 @@ def software_version() -> str:
 class ControlState:
     """What a handler sees: the worker, its node name and whatever a set adds (``extra``)."""
 
-    worker: Worker
+    worker: Steerable
     node: str
     started: float = field(default_factory=time.time)
     extra: dict[str, Any] = field(default_factory=dict)

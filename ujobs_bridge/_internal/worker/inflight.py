@@ -4,7 +4,9 @@ Why it exists: an attempt can end in several ways at nearly the same moment (its
 its timeout passes, a cancel or a lost lease arrives, the shutdown hands it back), and its
 outcome must be written exactly once. ``settle_once`` is the only code that marks an attempt
 settled, queues its ``Settlement`` and frees its slot, and it does all three under one lock, so
-"exactly once" is checked in one place instead of in every path that stops an attempt.
+"exactly once" is checked in one place instead of in every path that stops an attempt. It also
+names, for the runtimes and the stopper below the worker, how a body that returned is reported
+(``Finished``) and what a body still running past its timeout is (``HungAttempt``).
 
 What it is not: the decision of what the outcome is (``attempt.py``), or the writer of outcomes
 (``outcome_batch.py`` batches them, the claim loop writes them).
@@ -13,6 +15,7 @@ What it is not: the decision of what the outcome is (``attempt.py``), or the wri
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,7 @@ from uuid import UUID
 from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.worker import job_log
+from ujobs_bridge._internal.worker.attempt import BodyResult
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob, Settlement
@@ -41,6 +45,23 @@ class InFlight:
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
     reported_hung: bool = False  # logged as a body running past its timeout
     claimed_at: float = 0.0  # monotonic, for the attempt duration metric
+
+
+# How a runtime reports a body that returned (on the runtime's thread): the attempt and its result.
+Finished = Callable[[InFlight, BodyResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class HungAttempt:
+    """A body still running past its timeout (its attempt already failed): for the
+    ``attempts`` command and metrics."""
+
+    job_id: UUID
+    name: str
+    queue: str
+    attempt: int
+    timeout_s: float
+    overdue_s: float  # seconds since its deadline
 
 
 class InFlightTable:

@@ -35,6 +35,7 @@ What it is not: the claim loop's pass (``claim_loop.py``), the decision table fo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -46,24 +47,24 @@ from typing import Any
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.db import nodes
 from ujobs_bridge._internal.db.connections import Role, listen_dsn
 from ujobs_bridge._internal.jobs import context, validation
 from ujobs_bridge._internal.worker.attempt import BodyResult, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
-from ujobs_bridge._internal.worker.child import TaskSettings
 from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
 from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
 from ujobs_bridge._internal.worker.config import WorkerConfig
 from ujobs_bridge._internal.worker.control import CommandSet, ControlState, Panel
 from ujobs_bridge._internal.worker.heartbeat import Heartbeat
-from ujobs_bridge._internal.worker.inflight import InFlight, InFlightTable
+from ujobs_bridge._internal.worker.inflight import HungAttempt, InFlight, InFlightTable
 from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
 from ujobs_bridge._internal.worker.presence import Presence, default_node_name
 from ujobs_bridge._internal.worker.runtimes import LoopRuntime, Runtimes, StepWrites
-from ujobs_bridge._internal.worker.steering import Steering
-from ujobs_bridge._internal.worker.stopping import HungAttempt, Stopper
+from ujobs_bridge._internal.worker.steering import TaskSettings
+from ujobs_bridge._internal.worker.stopping import Stopper
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob, JobState, Settlement
@@ -71,7 +72,7 @@ from ujobs_bridge.records import ClaimedJob, JobState, Settlement
 log = logging.getLogger("ujobs.worker")
 
 
-class Worker(Steering):
+class Worker:
     """Runs the jobs of ``registry`` from the database at ``dsn``. ``channels``: extra LISTEN
     channels for its listener (the ``-A`` loader's ``LoadedApp.channels()``). ``node_name``: its
     node (default ``ujobs@<host>``); ``control``: remote-control command sets added to the
@@ -165,7 +166,6 @@ class Worker(Steering):
             counts=self.counts,
             fleet_size=lambda: self.presence.fleet,
         )
-        self.claim_loop = ClaimLoop(self)
         self.heartbeat = Heartbeat(
             self.claims.shared,
             lease_s=self.config.lease_s,
@@ -198,6 +198,19 @@ class Worker(Steering):
             self.autoscaler = Autoscaler(
                 self, most, least, keepalive_s=self.config.autoscale_keepalive_s
             )
+        self.claim_loop = ClaimLoop(
+            claims=self.claims,
+            table=self.table,
+            outcomes=self.outcomes,
+            stopper=self.stopper,
+            autoscaler=self.autoscaler,
+            take_due=self._take_due,
+            dispatch=self._start,
+            jobs_lock=self._jobs,
+            wake=self._wake,
+            worker_stopping=self._stopping,
+            listening=self.listener.listening,
+        )
         for loop in (self.claim_loop, self.heartbeat, self.listener, self.presence):
             loop.on_died = self._loop_died
 
@@ -355,6 +368,60 @@ class Worker(Steering):
             self._wake.clear()
         self._flush(force=True)
         return len(claimed)
+
+    # ------------------------------------------------------------------ steering (remote control)
+
+    def request_remote_shutdown(self) -> None:
+        """A ``shutdown`` command: stop claiming; whoever runs the worker stops it (the CLI
+        drains as on SIGTERM)."""
+        self.remote_shutdown.set()
+        self.request_stop()
+
+    def set_task_events(self, on: bool) -> bool:
+        """Set ``send_task_events``; returns the previous value. Hooks hear every change."""
+        previous, self.send_task_events = self.send_task_events, on
+        if previous != on:
+            for hook in list(self.task_events_hooks):
+                hook(on)
+        return previous
+
+    def resize(self, concurrency: int, *, bounds: tuple[int, int] | None = None) -> str | None:
+        """Run ``concurrency`` bodies at once from now on (body threads or pool children are
+        added, or retire once free); ``bounds``: the autoscaler's (max, min), kept in the config.
+        The reason when it cannot."""
+        try:
+            config = dataclasses.replace(
+                self.config,
+                concurrency=concurrency,
+                autoscale=bounds if bounds is not None else self.config.autoscale,
+            )
+        except ConfigError as exc:
+            return exc.render()
+        self.runtimes.resize(concurrency)
+        self.config = self.claims.config = config
+        self.presence.refresh_soon()
+        self._wake.set()
+        return None
+
+    def _describe(self) -> nodes.NodeSpec:
+        """What the node row says (``presence.py`` writes it at every beat)."""
+        return nodes.NodeSpec(
+            worker_id=self.id,
+            name=self.node,
+            hostname=self.node.partition("@")[2] or socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues,
+            concurrency=self.config.concurrency,
+            pool=self.config.pool,
+            info={
+                "sw_ident": "ujobs-bridge",
+                "registered": list(self.names),
+                "processed": dict(self.processed),
+                "prefetch_count": self.config.capacity,
+                "freq": self.config.heartbeat_interval_s,
+                "active": len(self.table),
+            },
+        )
 
     # ------------------------------------------------------------------ claim and dispatch
 

@@ -18,7 +18,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -29,13 +29,12 @@ from ujobs_bridge._internal.db.steps import Lease
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.worker.attempt import BodyResult, run_body, run_body_async
 from ujobs_bridge._internal.worker.body_threads import BodyThreads
-from ujobs_bridge._internal.worker.child import TaskSettings, TimeLimits
+from ujobs_bridge._internal.worker.child import TimeLimits
 from ujobs_bridge._internal.worker.children import ProcessRuntime
-from ujobs_bridge._internal.worker.inflight import InFlight
+from ujobs_bridge._internal.worker.inflight import Finished, InFlight
+from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
-
-Finished = Callable[[InFlight, BodyResult], None]
 
 
 class Runtime(Protocol):

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from uuid import UUID
 
 from ujobs_bridge._internal.worker.attempt import BodyResult, settle
-from ujobs_bridge._internal.worker.inflight import InFlight, InFlightTable
+from ujobs_bridge._internal.worker.inflight import HungAttempt, InFlight, InFlightTable
 from ujobs_bridge._internal.worker.runtimes import Runtime
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
 from ujobs_bridge.records import JobState, Settlement
@@ -33,19 +32,6 @@ from ujobs_bridge.records import JobState, Settlement
 log = logging.getLogger("ujobs.worker")
 
 HUNG_GRACE_S = 1.0  # a body that has not returned this long after its timeout is hung
-
-
-@dataclass(frozen=True, slots=True)
-class HungAttempt:
-    """A body still running past its timeout (its attempt already failed): for the
-    ``attempts`` command and metrics."""
-
-    job_id: UUID
-    name: str
-    queue: str
-    attempt: int
-    timeout_s: float
-    overdue_s: float  # seconds since its deadline
 
 
 class Stopper:
