@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from struct import pack
 from typing import Any
@@ -47,6 +48,7 @@ AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
 YEAR_10000 = 253402300800  # 10000-01-01T00:00:00Z in seconds
 MAX_TASK_ID_BYTES = 1024  # the documented limits (celery_compat.sending.message_row)
 MAX_HEADER_DEPTH = 64
+HOURS_2 = timedelta(hours=2)
 
 
 def _unavailable(reason: str) -> None:
@@ -315,9 +317,12 @@ def test_the_sender_and_the_drain_share_the_task_id_and_header_depth_limits(
             t.add.apply_async((1, 2), task_id=too_long)
         with pytest.raises(UjobsError) as refused_depth:
             t.add.apply_async((1, 2), headers={"deep": too_deep})
+        with pytest.raises(UjobsError) as refused_eta:  # year 10000 once in UTC
+            t.add.apply_async((1, 2), eta=datetime(9999, 12, 31, 23, tzinfo=timezone(-HOURS_2)))
     assert refused_id.value.code == ErrorCode.JOB_OPTION_INVALID and refused_id.value.hint
     assert str(MAX_TASK_ID_BYTES) in refused_id.value.message
     assert refused_depth.value.code == ErrorCode.PAYLOAD_TOO_DEEP and refused_depth.value.hint
+    assert refused_eta.value.code == ErrorCode.JOB_OPTION_INVALID
     assert too_long not in x_jobs_ids(qdsn)
 
     queue = ms.unique("edgel")
