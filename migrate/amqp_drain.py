@@ -79,19 +79,39 @@ def _meta(properties: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _delivery(
-    queue: str, body: bytes, meta: dict[str, Any], tag: int, problem: str | None = None
+    queue: str,
+    body: bytes,
+    meta: dict[str, Any],
+    tag: int,
+    problem: str | None = None,
+    size: int | None = None,
 ) -> Taken:
+    """``size``: the whole message as received (properties and body), for ``--max-bytes``."""
     envelope = Envelope(
-        body, meta["content_type"], meta["content_encoding"], meta["headers"], meta["properties"]
+        body,
+        meta["content_type"],
+        meta["content_encoding"],
+        meta["headers"],
+        meta["properties"],
+        size=len(body) if size is None else size,
     )
     return Taken(body, "amqp", queue, envelope, meta, tag, problem)
+
+
+def _properties_size(msg: Any, body: bytes) -> int:
+    """What py-amqp read for ``msg``: its properties as encoded on the wire, and its body."""
+    try:
+        return len(msg._serialize_properties()) + len(body)
+    except Exception:  # values py-amqp cannot encode back: the body alone is still measured
+        return len(body)
 
 
 def _taken(msg: Any, queue: str) -> Taken:
     """A message py-amqp read (``basic_get``, or a delivery it was handed)."""
     body = msg.body if isinstance(msg.body, bytes | bytearray) else str(msg.body).encode("utf-8")
     meta = _meta(dict(msg.properties or {}), dict(msg.delivery_info or {}))
-    return _delivery(queue, bytes(body), meta, msg.delivery_tag)
+    body = bytes(body)
+    return _delivery(queue, body, meta, msg.delivery_tag, size=_properties_size(msg, body))
 
 
 # A delayed pass is one basic.get round trip per celery_delayed_* queue: made whenever the
@@ -154,13 +174,14 @@ class AmqpSource:
         properties: dict[str, Any],
         body: bytes,
         problem: str | None,
+        size: int,
     ) -> bool:
         """A delivery the frame reader cut out; False for a consumer tag that is not ours."""
         queue = self._consumers.get(consumer)
         if queue is None:
             return False
         info = {"exchange": exchange, "routing_key": routing_key, "redelivered": redelivered}
-        self._buffer.append(_delivery(queue, body, _meta(properties, info), tag, problem))
+        self._buffer.append(_delivery(queue, body, _meta(properties, info), tag, problem, size))
         return True
 
     def _consume(self) -> None:

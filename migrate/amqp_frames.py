@@ -15,8 +15,10 @@ channel's frames interleave) is handed to py-amqp unchanged and in order, and ta
 path, errors included. The buffer is py-amqp's own read buffer, so bytes read here and not yet
 used are there for py-amqp's next synchronous call (``queue_declare``, ``basic_get``), and a
 delivery is taken out of it only once all of its frames are in. A delivery whose properties do
-not decode is still handed over (with ``problem`` set): the drain quarantines it instead of
-stopping, where py-amqp would have raised.
+not decode, or hold a value Python cannot (a ``T`` timestamp past year 9999, a table nested past
+what Python can recurse into), is still handed over (with ``problem`` set): the drain
+quarantines it instead of stopping, where py-amqp would have raised (an ``OSError`` from such a
+timestamp even looked like the broker failing).
 
 What it is not: an AMQP client. Connecting, channels, ``basic_qos``/``basic_consume``, acks and
 ``basic_get`` stay py-amqp's.
@@ -172,7 +174,11 @@ def _rare(kind: int, data: bytes, offset: int) -> tuple[Any, int]:
         return Decimal(number) / Decimal(10**places), offset + 5
     if letter == "T":
         (seconds,) = _U64(data, offset)
-        return datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None), offset + 8
+        try:
+            instant = datetime.fromtimestamp(seconds, tz=UTC)
+        except (OverflowError, OSError, ValueError):  # OSError: EOVERFLOW from the C library
+            raise FieldError(f"timestamp {seconds} is outside what a datetime holds") from None
+        return instant.replace(tzinfo=None), offset + 8
     raise FieldError(f"unknown field type {letter!r} in a table")
 
 
@@ -202,8 +208,9 @@ def decode_properties(data: bytes, offset: int) -> dict[str, Any]:
     return properties
 
 
-# consumer tag, delivery tag, redelivered, exchange, routing key, properties, body, problem
-Deliver = Callable[[str, int, bool, str, str, dict[str, Any], bytes, str | None], bool]
+# consumer tag, delivery tag, redelivered, exchange, routing key, properties, body, problem,
+# size (the content header's properties and the body, in bytes, as received)
+Deliver = Callable[[str, int, bool, str, str, dict[str, Any], bytes, str | None, int], bool]
 
 
 class DeliveryReader:
@@ -342,12 +349,13 @@ class DeliveryReader:
             offset += 1 + size
             routing_key = _text(method, offset - size, offset)
             properties = decode_properties(head, 12)
-        except (FieldError, UnicodeDecodeError, IndexError, StructError) as exc:
+        except (FieldError, UnicodeDecodeError, IndexError, StructError, RecursionError) as exc:
             exchange = routing_key = ""
             properties = {}
             problem = f"its AMQP frames do not decode: {type(exc).__name__}: {exc}"
+        size = len(head) - 12 + body_size
         if not self.deliver(
-            consumer, tag, bool(bits & 1), exchange, routing_key, properties, body, problem
+            consumer, tag, bool(bits & 1), exchange, routing_key, properties, body, problem, size
         ):
             return -1
         return pos

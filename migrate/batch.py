@@ -18,6 +18,7 @@ What it is not: a transport (``redis_drain``/``amqp_drain``/``kombu_drain``) or 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,12 +94,18 @@ def envelope_of(fmt: str, raw: bytes, meta: dict[str, Any] | None, max_bytes: in
     if fmt == "redis":
         return redis_envelope(raw, max_bytes)
     meta = meta or {}
+    headers, properties = dict(meta.get("headers") or {}), dict(meta.get("properties") or {})
+    try:  # the whole message for --max-bytes: the body and its headers and properties
+        size: int | None = len(raw) + len(json.dumps([headers, properties], default=str))
+    except (TypeError, ValueError, RecursionError):
+        size = None
     return Envelope(
         raw,
         str(meta.get("content_type") or "application/data"),
         str(meta.get("content_encoding") or "utf-8"),
-        dict(meta.get("headers") or {}),
-        dict(meta.get("properties") or {}),
+        headers,
+        properties,
+        size,
     )
 
 

@@ -36,7 +36,7 @@ MALFORMED = "malformed"  # not valid JSON/msgpack/YAML, bad base64, or not a Cel
 CONTENT_REFUSED = "content_refused"  # a serializer not accepted (--accept-content)
 PICKLE_REFUSED = "pickle_refused"  # a pickle body without --accept-pickle
 UNSAFE_YAML = "unsafe_yaml"  # YAML with a python/... tag (would construct objects)
-TOO_LARGE = "too_large"  # raw message over --max-bytes
+TOO_LARGE = "too_large"  # the message (body, headers, properties) over --max-bytes
 DECOMPRESSION_BOMB = "decompression_bomb"  # inflates past --max-bytes
 BAD_COMPRESSION = "bad_compression"  # corrupt or unsupported compression
 UNKNOWN_TASK = "unknown_task"  # task name not registered in -A
@@ -140,6 +140,9 @@ class Envelope:
     content_encoding: str
     headers: dict[str, Any]
     properties: dict[str, Any] = field(default_factory=dict)
+    # The whole message as received (body with its headers and properties), for --max-bytes;
+    # None: the body alone is known.
+    size: int | None = None
 
 
 def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
@@ -159,6 +162,7 @@ def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
     body = data.get("body")
     if not isinstance(headers, dict) or not isinstance(properties, dict):
         raise Poison(MALFORMED, "headers/properties of the kombu envelope are not objects")
+    size = len(raw)  # as received: the envelope, with a base64 body counted decoded
     if isinstance(body, str):
         if properties.get("body_encoding") == "base64":
             try:
@@ -167,6 +171,7 @@ def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
                 raise Poison(
                     MALFORMED, f"body_encoding is base64 but the body is not: {exc}"
                 ) from None
+            size += len(data_bytes) - len(body)
         else:
             data_bytes = body.encode("utf-8")
     elif body is None:
@@ -179,6 +184,7 @@ def redis_envelope(raw: bytes, max_bytes: int) -> Envelope:
         str(data.get("content-encoding") or "utf-8"),
         headers,
         properties,
+        size,
     )
 
 
@@ -269,8 +275,15 @@ _DECODERS: dict[str, Callable[[bytes], Any]] = {JSON: _json, MSGPACK: _msgpack, 
 
 def deserialize(envelope: Envelope, accept: Accept) -> Any:
     """The body as Python values, by content type, within ``accept``."""
-    if len(envelope.body) > accept.max_bytes:
-        raise Poison(TOO_LARGE, f"{len(envelope.body)} bytes, limit {accept.max_bytes}")
+    size = max(len(envelope.body), envelope.size or 0)  # headers and properties count too
+    if size > accept.max_bytes:
+        task, task_id = envelope.headers.get("task"), envelope.headers.get("id")
+        raise Poison(
+            TOO_LARGE,
+            f"{size} bytes with its headers and properties, limit {accept.max_bytes}",
+            task=task if isinstance(task, str) else None,
+            task_id=task_id if isinstance(task_id, str) else None,
+        )
     ctype = _ALIASES.get(envelope.content_type.lower(), envelope.content_type.lower())
     if ctype == PICKLE and not accept.pickle:
         raise Poison(PICKLE_REFUSED, "a pickle body; never unpickled without --accept-pickle")

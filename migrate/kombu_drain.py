@@ -22,7 +22,7 @@ from kombu.connection import Connection as _Connection
 from kombu.entity import Queue as _Queue
 
 from migrate.appinfo import AppInfo
-from migrate.batch import Taken
+from migrate.batch import Taken, envelope_of
 from migrate.quarantine import json_safe
 
 # Transports whose unacked messages survive the drainer's death (the broker keeps them).
@@ -35,15 +35,21 @@ def _taken(message: Any, queue: str) -> Taken:
     body = message.body
     raw = bytes(body) if isinstance(body, bytes | bytearray) else str(body or "").encode("utf-8")
     properties = {k: v for k, v in dict(message.properties or {}).items() if k != "body_encoding"}
+    headers = dict(message.headers or {})
     meta = json_safe(
         {
             "content_type": message.content_type or "application/data",
             "content_encoding": message.content_encoding or "utf-8",
-            "headers": dict(message.headers or {}),
+            "headers": headers,
             "properties": properties,
         }
     )
-    return Taken(raw, "kombu", queue, meta=meta, token=message)
+    # The envelope holds the headers as received (as the Redis drain's do): the metadata kept
+    # for the quarantine is cut short where it nests deep (json_safe), and a row must never be
+    # made of a cut header. The properties stay as json_safe made them (transport objects).
+    envelope = envelope_of("kombu", raw, meta, 0)
+    envelope.headers = headers
+    return Taken(raw, "kombu", queue, envelope, meta, message)
 
 
 class KombuSource:

@@ -25,7 +25,14 @@ from uuid import UUID
 
 from kombu.exceptions import EncodeError
 
-from celery_compat.sending.message_row import CeleryMessage, encode_input, parse_instant
+from celery_compat.sending.message_row import (
+    MAX_TASK_ID_BYTES,
+    CeleryMessage,
+    depth_problem,
+    encode_input,
+    parse_instant,
+    storable_instant,
+)
 from migrate.appinfo import AppInfo
 from migrate.decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
 from ujobs_bridge.ext.jobs import new_job_id
@@ -49,8 +56,9 @@ _DROP_PROPERTY_SET = frozenset(_DROP_PROPERTIES)
 
 
 # Header values stored as text columns (or looked up by them): PostgreSQL text holds no NUL and
-# only valid UTF-8, and the ledger's primary key (task id) must fit a btree index row.
-MAX_TEXT_BYTES = 1024
+# only valid UTF-8, and the ledger's primary key (task id) must fit a btree index row. The
+# length limit is the sender's (celery_compat refuses what this quarantines).
+MAX_TEXT_BYTES = MAX_TASK_ID_BYTES
 _TEXT_HEADERS = (
     ("task", "task name"),
     ("id", "task id"),
@@ -247,10 +255,17 @@ def to_message(
             _whole(headers.get(key), key, task, task_id)
         eta = parse_instant(headers.get("eta"))
         expires = parse_instant(headers.get("expires"))
+        if eta is not None:  # the engine's claim must be able to read the row's run_at back
+            storable_instant(eta, "eta")
+        if expires is not None:
+            storable_instant(expires, "expires")
     except (TypeError, ValueError, OverflowError) as exc:
         raise Poison(
             MALFORMED, f"bad retries/eta/expires header: {exc}", task=task, task_id=task_id
         ) from None
+    too_deep = depth_problem(headers, envelope.properties)
+    if too_deep is not None:  # a worker could not read such a row back
+        raise Poison(MALFORMED, too_deep, task=task, task_id=task_id)
     if task not in app.tasks:
         raise Poison(
             UNKNOWN_TASK,

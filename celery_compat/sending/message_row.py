@@ -26,17 +26,144 @@ import json.encoder
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from kombu.exceptions import EncodeError
 from kombu.utils import json as kombu_json
 
+from ujobs_bridge.errors import ErrorCode, PayloadError
 from ujobs_bridge.ext.jobs import new_job_id
 from ujobs_bridge.ext.observe import current_traceparent
 
 PRIORITY_MIN, PRIORITY_MAX = 0, 255
+
+# The longest task id (UTF-8 bytes) a row may carry: the ledger's primary key must fit a btree
+# index row. The task name and the group, root and parent ids (task ids too) share the limit.
+MAX_TASK_ID_BYTES = 1024
+ID_HEADERS = (
+    ("id", "task id"),
+    ("task", "task name"),
+    ("group", "group id"),
+    ("root_id", "root id"),
+    ("parent_id", "parent id"),
+)
+# Levels of list/dict nesting a header or property value may have: the engine's limit for a
+# job's input, so a worker can always read the row back (deeper ends in RecursionError there).
+MAX_HEADER_DEPTH = 64
+# eta/expires: instants the engine reads back in any session time zone (Postgres offsets reach
+# +/-15:59), so a day inside Python's datetime range on either side.
+EARLIEST_INSTANT = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+LATEST_INSTANT = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+def nesting_depth(value: Any, stop: int) -> int:
+    """Levels of list/tuple/dict nesting in ``value`` (a scalar is 0), counted without
+    recursion; counting ends once ``stop`` is passed (the result is then ``stop + 1``)."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > stop:
+            return stop + 1
+        deepest = max(deepest, depth)
+        pending.extend((child, depth) for child in children)
+    return deepest
+
+
+def depth_problem(headers: dict[str, Any], properties: dict[str, Any]) -> str | None:
+    """Which header or property value nests past ``MAX_HEADER_DEPTH``, or None."""
+    for kind, values in (("header", headers), ("property", properties)):
+        for key, value in values.items():
+            if isinstance(value, dict | list | tuple) and (
+                nesting_depth(value, MAX_HEADER_DEPTH) > MAX_HEADER_DEPTH
+            ):
+                return (
+                    f"{kind} {str(key)[:80]!r} nests deeper than {MAX_HEADER_DEPTH} levels of "
+                    "lists and dicts"
+                )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitProblem:
+    """Why a message breaks the limits above: ``what`` it is (``id``, ``depth``, ``instant``)
+    and the sentence that says so."""
+
+    what: str
+    text: str
+
+
+def limits_problem(headers: dict[str, Any], properties: dict[str, Any]) -> LimitProblem | None:
+    """The first way these headers and properties break the limits above, or None."""
+    for key, what in ID_HEADERS:
+        value = headers.get(key)
+        if isinstance(value, str):
+            size = len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_TASK_ID_BYTES:
+                text = f"the {what} is {size} bytes long; at most {MAX_TASK_ID_BYTES} are accepted"
+                return LimitProblem("id", text)
+    depth = depth_problem(headers, properties)
+    if depth is not None:
+        return LimitProblem("depth", depth)
+    for key in ("eta", "expires"):
+        value = headers.get(key)
+        try:
+            instant = parse_instant(value)
+            if instant is not None:
+                storable_instant(instant, key)
+        except (TypeError, ValueError, OverflowError) as exc:
+            return LimitProblem("instant", f"header {key}: {exc}")
+    return None
+
+
+_HINTS = {
+    "id": (
+        ErrorCode.JOB_OPTION_INVALID,
+        f"use ids of at most {MAX_TASK_ID_BYTES} UTF-8 bytes (Celery's own are uuids); "
+        "ujobs-bridge migrate quarantines longer ones as well",
+    ),
+    "depth": (
+        ErrorCode.PAYLOAD_TOO_DEEP,
+        f"keep header values within {MAX_HEADER_DEPTH} levels of lists and dicts",
+    ),
+    "instant": (
+        ErrorCode.JOB_OPTION_INVALID,
+        "give eta/expires within years 1..9999 in UTC (countdown/expires in seconds work too)",
+    ),
+}
+
+
+def check_limits(headers: dict[str, Any], properties: dict[str, Any]) -> None:
+    """The sender's check: a ``PayloadError`` (code and hint) for a message past the limits."""
+    problem = limits_problem(headers, properties)
+    if problem is not None:
+        code, hint = _HINTS[problem.what]
+        raise PayloadError(f"task {headers.get('task')!r}: {problem.text}", hint=hint, code=code)
+
+
+def storable_instant(value: datetime, what: str) -> datetime:
+    """``value`` (aware) when the engine can read it back as a row's time; ``ValueError``
+    otherwise (a year-10000 or BC instant once in UTC, which the engine's claim cannot read)."""
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not EARLIEST_INSTANT <= utc <= LATEST_INSTANT:
+        raise ValueError(
+            f"{what} {value.isoformat()} is outside the instants a row can hold "
+            f"({EARLIEST_INSTANT:%Y-%m-%d} .. {LATEST_INSTANT:%Y-%m-%d} UTC)"
+        )
+    return value
+
 
 # kombu's JSON (it registers datetime, UUID, Decimal, bytes); typed here because kombu is not.
 _loads: Callable[[str], Any] = kombu_json.loads

@@ -30,7 +30,7 @@ from kombu.entity import Queue
 from celery_compat.db import message_jobs
 from celery_compat.events import task_events
 from celery_compat.sending import group_sends, send_keys
-from celery_compat.sending.message_row import CeleryMessage
+from celery_compat.sending.message_row import CeleryMessage, check_limits
 from celery_compat.sending.queue_names import bridge_queue
 from celery_compat.sending.transaction import Held, batch_hold, current_connection, write_held
 from ujobs_bridge.ext.database import DirectStatement
@@ -253,6 +253,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         return str(self.default_queue.name)
 
     def insert(self, row: CeleryMessage) -> None:
+        check_limits(row.headers, row.properties)  # the limits migrate holds a drained one to
         payload = row.input_json()  # EncodeError before any SQL: the caller's transaction lives on
         key, held = send_keys.key_of(row)
         conn = current_connection(self.app.ujobs_dsn_params)
