@@ -9,9 +9,11 @@ Submodules are implementation; import from the package root.
 A name is imported when it is first asked for (PEP 562 ``__getattr__``), not with the package:
 every ``import ujobs_bridge.<submodule>`` runs this file first, and a command that needs only a
 few submodules (``ujobs-bridge migrate``: its start-up is part of every drain) should not import
-the client, the worker and the scheduler. What ``job.py`` and ``purge.py`` define is bound at
-once: ``job`` and ``purge`` are also submodule names, and importing such a submodule would
-replace a lazily bound function with the module.
+the client, the worker and the scheduler. What ``job.py`` defines is bound at once: ``job`` is
+also a submodule name, and importing that submodule would replace a lazily bound function with
+the module. The retention job (``purge``, ``PurgeTarget``, ``register_targets``) is bound at once
+too. Everything else lives in ``ujobs_bridge._internal``; the packages built on the engine use
+``ujobs_bridge.ext``.
 """
 
 from __future__ import annotations
