@@ -45,6 +45,7 @@ from migrate.decoding import (
     redis_envelope,
 )
 from migrate.protocol import Decoded, to_message
+from ujobs_bridge.ext.database import connection_state
 from ujobs_bridge.ext.jobs import new_job_ids
 
 Conn = psycopg.Connection[Any]
@@ -223,8 +224,14 @@ REJECTIONS: tuple[type[Exception], ...] = (
 
 
 def rejected_by_database(conn: Conn, exc: BaseException) -> bool:
-    """True when ``exc`` is a refusal of the data and ``conn`` is still usable."""
-    return isinstance(exc, REJECTIONS) and not conn.broken and not conn.closed
+    """True when ``exc`` is a refusal of the data and ``conn`` is still usable (never an error of
+    the connection: ``connection_state``)."""
+    return (
+        isinstance(exc, REJECTIONS)
+        and not connection_state(exc)
+        and not conn.broken
+        and not conn.closed
+    )
 
 
 def _insert_isolating(

@@ -1,5 +1,6 @@
 """The database as an upper package reaches it: the one connection policy (``connect`` with a
-``Role``, ``Reconnecting``, ``Backoff``, ``retrying``, ``transient``), statements run directly
+``Role``, ``Reconnecting``, ``Backoff``, ``retrying``, ``transient``,
+``connection_state``), statements run directly
 through libpq, binary arrays, SQL files, ids, DSNs and the schema check.
 
 What it is not: the engine's own statements; an upper package keeps its SQL in its own ``db``.
@@ -17,6 +18,7 @@ from ujobs_bridge._internal.db.connections import (
     Reconnecting,
     Role,
     connect,
+    connection_state,
     listen_dsn,
     retrying,
     transient,
@@ -33,6 +35,7 @@ __all__ = [
     "Role",
     "array_column",
     "connect",
+    "connection_state",
     "ensure_schema",
     "listen_dsn",
     "load_folder",

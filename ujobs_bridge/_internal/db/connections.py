@@ -15,7 +15,12 @@ parameter, or drops it silently) and turns psycopg's automatic server-side prepa
 off (``prepare_threshold=None``); the callers that used session state do the same per transaction
 (``set local``). LISTEN needs a session: ``listen_dsn`` names the connection wake-ups come from
 (``UJOBS_LISTEN_URL`` / ``--listen-dsn``, a direct one), or None behind a bouncer without one:
-then the loops poll.
+then the loops poll. A bouncer nobody declared is met in two ways, and handled the same:
+``detect_transaction_pooler`` (run once by a worker on its first connection) sees two
+transactions of one client on different server sessions, or a prepared statement the server
+session does not have (or already has: ``connection_state``) shows it. Either turns automatic
+prepared statements off for this process from then on (``Role.kwargs``, and ``check`` on
+connections already open) and logs ``ujobs.db.pgbouncer_detected`` once, with the fix.
 
 The connection budget: loops of one process share a connection where that costs nothing
 (``Reconnecting.using``: the worker's claim loop, heartbeat and node presence; the scheduler's
@@ -26,7 +31,9 @@ holds only its loops' connections.
 Outages (a restart, a failover, ``pg_terminate_backend``) are a policy too. ``transient(exc)``
 says whether an error is the infrastructure's (the connection lost, the server shutting down or
 "starting up", a serialization failure or deadlock: worth retrying, never a job's fault) or the
-statement's; ``Backoff`` paces the retries; and no connection is handed out dead: pools and
+statement's; ``connection_state(exc)`` widens it to everything that is the connection's and not
+the data's (also a prepared statement the session lost or already has, an aborted pipeline): the
+one test before a batch is split to isolate a bad item; ``Backoff`` paces the retries; and no connection is handed out dead: pools and
 ``Reconnecting`` run ``check`` on checkout, which costs a zero-timeout ``poll()`` on the socket
 and a round trip only when the server already said something (a connection the server closed
 is readable at once: its goodbye, then end of file).
@@ -37,6 +44,7 @@ What it is not: an owner. The loop or client that asks for a connection owns and
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import select
@@ -48,6 +56,10 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
+
+from ujobs_bridge.errors import ConfigError, ErrorCode
+
+log = logging.getLogger("ujobs.db")
 
 CONNECT_TIMEOUT_S = 5
 APPLICATION_NAME_LIMIT = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
@@ -69,6 +81,15 @@ TRANSIENT_CLASSES = ("08",)
 TRANSIENT_STATES = frozenset(
     {"57P01", "57P02", "57P03", "57P04", "57P05", "53300", "40001", "40P01"}
 )
+# SQLSTATEs of a session that is not the one the client prepared its statements on: a prepared
+# statement the server session does not have (invalid_sql_statement_name) or already has
+# (duplicate_prepared_statement). Behind a transaction pooler, each transaction may run on
+# another session: the connection's state, never the data's.
+PROBE_ROUNDS = 10  # tries of detect_transaction_pooler before it says no pooler
+SESSION_STATES = frozenset({"26000", "42P05"})
+
+_pooler_seen = threading.Event()  # a transaction pooler was met undeclared: prepare nothing
+_pooler_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +116,8 @@ class Role:
             out["prepare_threshold"] = None
         elif self.idle_in_transaction_ms is not None:
             out["options"] = f"-c idle_in_transaction_session_timeout={self.idle_in_transaction_ms}"
+        if _pooler_seen.is_set():
+            out["prepare_threshold"] = None
         return out
 
 
@@ -102,6 +125,57 @@ def behind_pgbouncer() -> bool:
     """True when connections go through a transaction-mode pooler (``UJOBS_PGBOUNCER=1``): no
     session state, no prepared statements, no LISTEN on them."""
     return os.environ.get(ENV_PGBOUNCER, "").strip().lower() in _TRUE
+
+
+def sessions_pooled() -> bool:
+    """True when no session state may be relied on: declared (``behind_pgbouncer``) or met
+    (``pooler_met``)."""
+    return behind_pgbouncer() or _pooler_seen.is_set()
+
+
+def pooler_met(how: str) -> bool:
+    """Record that connections go through a transaction pooler nobody declared (``how``: what
+    showed it): prepared statements are off for this process from now on, and the first call
+    logs ``ujobs.db.pgbouncer_detected`` with the fix. True on that first call only."""
+    if behind_pgbouncer():
+        return False
+    with _pooler_lock:
+        if _pooler_seen.is_set():
+            return False
+        _pooler_seen.set()
+    notice = ConfigError(
+        f"connections go through a transaction-mode pooler (PgBouncer) that was not declared "
+        f"({how}); server-side prepared statements are off for this process from now on",
+        hint="set --pgbouncer (UJOBS_PGBOUNCER=1) so that no session state is used at all, "
+        "and --listen-dsn (UJOBS_LISTEN_URL) for wake-ups",
+        code=ErrorCode.PGBOUNCER_UNDECLARED,
+    )
+    log.warning("ujobs.db.pgbouncer_detected: %s", notice.render().replace("\n ", ";"))
+    return True
+
+
+def detect_transaction_pooler(conn: Conn, dsn: str) -> bool:
+    """True (and ``pooler_met``) if ``conn`` (autocommit, idle) goes through a transaction-mode
+    pooler: one client's statements run on different server sessions, or two clients' on the
+    same one. A direct connection costs one round trip (the server's pid is the one its key
+    data named); through a pooler, a second connection takes turns with ``conn``, neither
+    holding a session while the other waits for one (a small pool cannot deadlock). Never True
+    for a session-mode pooler."""
+    if behind_pgbouncer() or _pooler_seen.is_set():
+        return False
+    first = _server_pid(conn)
+    if first == conn.info.backend_pid:
+        return False  # the server's own key data: no pooler in between
+    with connect(dsn, Role("probe")) as other:
+        for _ in range(PROBE_ROUNDS):  # another client may take the session in between
+            if _server_pid(other) == first or _server_pid(conn) != first:
+                return pooler_met("two connections ran on one server session")
+    return False
+
+
+def _server_pid(conn: Conn) -> int | None:
+    row = conn.execute("select pg_backend_pid()").fetchone()
+    return int(row[0]) if row else None
 
 
 def use_pgbouncer(on: bool = True) -> None:
@@ -150,12 +224,30 @@ def transient(exc: BaseException) -> bool:
     return state.startswith(TRANSIENT_CLASSES) or state in TRANSIENT_STATES
 
 
+def connection_state(exc: BaseException) -> bool:
+    """True if ``exc`` is the connection's and not the data's: ``transient``, or a prepared
+    statement the server session does not have or already has (``SESSION_STATES``: a transaction
+    pooler), or a pipeline aborted by an earlier error. A batch failing so is retried on a fresh
+    connection, never split to isolate an item. The prepared-statement errors also tell the
+    policy a pooler is there (``pooler_met``)."""
+    if transient(exc) or isinstance(exc, psycopg.errors.PipelineAborted):
+        return True
+    if not isinstance(exc, psycopg.Error) or exc.sqlstate not in SESSION_STATES:
+        return False
+    pooler_met(
+        f"the server said: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc.sqlstate}"
+    )
+    return True
+
+
 def check(conn: Conn) -> None:
     """Raise if ``conn`` is dead; the pool's (and ``Reconnecting``'s) check on checkout. An idle
     connection's socket is silent unless the server closed it (it says why, then hangs up) or
     sent a notice: only then is a round trip spent to find out which."""
     if conn.closed:
         raise psycopg.OperationalError("the connection is closed")
+    if _pooler_seen.is_set() and conn.prepare_threshold is not None:
+        conn.prepare_threshold = None  # opened before the pooler was met
     if conn.info.transaction_status is not psycopg.pq.TransactionStatus.IDLE:
         return  # in use (a transaction of its owner): its next statement will tell
     poller = select.poll()  # not select(): a socket numbered above 1,023 is fine

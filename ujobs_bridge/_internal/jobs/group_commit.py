@@ -38,7 +38,7 @@ from uuid import UUID
 import psycopg
 
 from ujobs_bridge._internal.db import steps as store
-from ujobs_bridge._internal.db.connections import transient
+from ujobs_bridge._internal.db.connections import connection_state
 from ujobs_bridge._internal.db.steps import StepResult
 
 ConnectionSource = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
@@ -213,7 +213,7 @@ class GroupCommit:
         try:
             written = self._statement(batch)
         except Exception as exc:
-            if len(batch) > 1 and not transient(exc):
+            if len(batch) > 1 and not connection_state(exc):
                 self._one_by_one(batch)  # find the result the database refuses
                 return
             for waiter in batch:

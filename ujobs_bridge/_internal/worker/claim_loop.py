@@ -4,7 +4,8 @@ Why it exists: the claim loop is the worker's one busy thread, and its pass is w
 durability order is kept: due outcomes are written and free slots claimed in ONE transaction (one
 commit per cycle), outcomes before the sweep (so after an outage longer than a lease this
 worker's own sweep does not rescue the jobs whose results it holds), and an outcome batch the
-database refuses is kept (a transient error) or written item by item to isolate the bad one. Being
+database refuses is kept (an error of the connection: ``connections.connection_state``) or
+written item by item to isolate the bad one. Being
 a ``Service``, it restarts after an error with a growing pause and ends the worker after
 ``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
 slots it marks its queues as waited for (migration 0021: only then does an insert into them
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from ujobs_bridge._internal.db.connections import Backoff, transient
+from ujobs_bridge._internal.db.connections import Backoff, connection_state
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.service import Service
 from ujobs_bridge._internal.worker import fleet
@@ -178,7 +179,7 @@ class ClaimLoop(Service):
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                     matched, rows = set(), self.claims.claim(want)
             except Exception as exc:  # whatever failed, the outcomes are kept
-                if not batch or transient(exc):
+                if not batch or connection_state(exc):
                     self.outcomes.restore(batch)
                     raise
                 log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)

@@ -31,7 +31,12 @@ from ujobs_bridge._internal.clock import Clock
 from ujobs_bridge._internal.db import claim_table, nodes, session
 from ujobs_bridge._internal.db import leases as leases_db
 from ujobs_bridge._internal.db import unclaimed as unclaimed_db
-from ujobs_bridge._internal.db.connections import Reconnecting, Role, behind_pgbouncer, transient
+from ujobs_bridge._internal.db.connections import (
+    Reconnecting,
+    Role,
+    connection_state,
+    sessions_pooled,
+)
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.worker import fleet
 from ujobs_bridge._internal.worker.config import WorkerConfig
@@ -90,7 +95,6 @@ class Claims:
         self.clock = clock
         self.counts = counts
         self._conn = Reconnecting(dsn, Role(f"worker:{worker_id}"))
-        self._pooled = behind_pgbouncer()  # no session settings: set local per claim
         self._prepared: psycopg.Connection[Any] | None = None  # session settings applied
         self._queue_turn = 0
         self.fleet_size = fleet_size
@@ -99,6 +103,11 @@ class Claims:
         self._claimed_since_vacuum = 0
         self._vacuum_after = CLAIM_VACUUM_EVERY  # claims before the next look at the table
         self._may_vacuum: tuple[psycopg.Connection[Any], bool] | None = None  # (conn, allowed)
+
+    @property
+    def _pooled(self) -> bool:
+        """No session settings (set local per claim): behind a pooler, declared or met."""
+        return sessions_pooled()
 
     @property
     def shared(self) -> Reconnecting:
@@ -234,7 +243,7 @@ class Claims:
             try:
                 claim_table.vacuum(conn)
             except psycopg.Error as exc:
-                if transient(exc) or conn.closed:
+                if connection_state(exc) or conn.closed:
                     raise
                 log.warning(
                     "ujobs.worker.claim_table_vacuum_failed: %s (left to autovacuum on this "

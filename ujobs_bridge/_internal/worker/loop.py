@@ -48,7 +48,7 @@ from typing import Any
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import nodes
-from ujobs_bridge._internal.db.connections import Role, listen_dsn
+from ujobs_bridge._internal.db.connections import Role, detect_transaction_pooler, listen_dsn
 from ujobs_bridge._internal.jobs import context, validation
 from ujobs_bridge._internal.worker.attempt import BodyResult, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
@@ -221,9 +221,10 @@ class Worker:
         with self._lifecycle:
             if self.started.is_set() or self.stopped.is_set():
                 return
+            with self.claims.shared.using() as conn:  # a wrong DSN fails here, not in the loop
+                detect_transaction_pooler(conn, self.dsn)  # before anything prepares or forks
+                self.claims.connection()
             self.runtimes.open()
-            with self.claims.shared.using():
-                self.claims.connection()  # a wrong DSN fails here, not in the loop
             context.set_node_name(self.node)
             self.heartbeat.start()
             self.presence.start()

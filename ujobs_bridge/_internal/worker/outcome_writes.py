@@ -7,9 +7,10 @@ worker never claims again and the other jobs' results are lost. ``write_isolatin
 rejected batch in halves until the bad item stands alone, then stores it repaired
 (``sanitized``: NUL escaped as the text ``\\u0000``, lone surrogates escaped, the error text
 truncated) or, if even that is refused, failed with a clear code (``UJ_OUTPUT_TOO_LARGE``,
-``UJ_OUTPUT_REJECTED``: the job ends ``dead`` with the database's reason). An infrastructure
-error (``connections.transient``) is not the data's fault: everything not written yet is kept
-for the next pass. So is an error that even the bare, failed form of an item cannot get past
+``UJ_OUTPUT_REJECTED``: the job ends ``dead`` with the database's reason). An error of the
+connection (``connections.connection_state``: an outage, or a prepared statement the session
+lost behind a transaction pooler) is not the data's fault: nothing is split, everything not
+written yet is kept for the next pass, on a fresh connection. So is an error that even the bare, failed form of an item cannot get past
 (a missing table, a revoked grant): no job is failed for the database's own state.
 
 ``flush_all`` is the shutdown's last write: every outcome still owed, retried with backoff
@@ -31,7 +32,7 @@ from uuid import UUID
 
 import psycopg
 
-from ujobs_bridge._internal.db.connections import Backoff, transient
+from ujobs_bridge._internal.db.connections import Backoff, connection_state
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge.errors import ErrorCode
 from ujobs_bridge.records import JobState, Settlement
@@ -120,7 +121,7 @@ def write_batch(write: Write, batch: list[Settlement], outcomes: OutcomeBatch) -
     try:
         matched = write(batch)
     except Exception as exc:
-        if transient(exc):
+        if connection_state(exc):
             outcomes.restore(batch)
             raise
         log.warning("ujobs.worker.outcomes_refused: isolating the bad item: %s", exc)
@@ -173,7 +174,7 @@ def write_isolating(write: Write, batch: list[Settlement], outcomes: OutcomeBatc
             outcomes.written(chunk, write(chunk))
             continue
         except Exception as exc:
-            if transient(exc):
+            if connection_state(exc):
                 outcomes.restore([s for c in [chunk, *chunks] for s in c])
                 raise
             failure = exc
@@ -202,7 +203,7 @@ def _repair(write: Write, bad: Settlement, failure: Exception, outcomes: Outcome
             )
             return
         except Exception as exc:
-            if transient(exc):
+            if connection_state(exc):
                 raise
             failure = exc
     bare = refused(bad, failure)
