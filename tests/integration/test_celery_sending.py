@@ -31,8 +31,9 @@ from celery_compat.db import message_jobs
 from celery_compat.message_row import from_input
 from celery_compat.send_keys import identity_key
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/9"
+REDIS_URL = redis_url(9)
 
 
 @pytest.fixture
@@ -102,7 +103,8 @@ def test_delays_one_by_one_each_land_also_after_the_pools_connections_were_kille
         wait_for(
             lambda: (
                 admin.execute(
-                    "select count(*) from pg_stat_activity where pid = any(%s)", (killed[0],)
+                    "select count(*) from pg_stat_activity where datname = current_database() and pid = any(%s)",
+                    (killed[0],),
                 ).fetchone()
                 == (0,)
             ),

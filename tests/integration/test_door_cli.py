@@ -14,14 +14,16 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401 - session cleanup
 from ujobs_bridge.dsn import mask_dsn
+from ujobs_bridge.testing import amqp_url, redis_url
 
-TESTS_DIR = Path(__file__).parent
+TESTS_DIR = Path(__file__).resolve().parents[1]
 SECRET = "hunter2-s3cret"
 
 
@@ -101,7 +103,7 @@ COMMANDS = [
         "-A",
         "apps.migrate_proj",
         "--broker",
-        "redis://127.0.0.1:6379/5",
+        redis_url(5),
         "-Q",
         "door-none",
     ],
@@ -140,13 +142,17 @@ def test_a_malformed_dsn_in_the_environment_is_refused_the_same_way() -> None:
     [
         (f"redis://u:{SECRET}@[::1/0", "UJ_BROKER_URL_INVALID"),
         (f"redis://u:{SECRET}@127.0.0.1:port/0", "UJ_BROKER_URL_INVALID"),
-        (f"amqp://guest:{SECRET}@127.0.0.1:5672//", "UJ_BROKER_UNAVAILABLE"),  # wrong password
+        ("the test kit's vhost, a wrong password", "UJ_BROKER_UNAVAILABLE"),
         (f"redis://:{SECRET}@127.0.0.1:1/5", "UJ_BROKER_UNAVAILABLE"),  # nothing listens
     ],
 )
 def test_a_bad_broker_url_is_one_clear_error_without_the_password(
     dsn: str, broker: str, code: str
 ) -> None:
+    if broker.startswith("the test kit's vhost"):
+        parts = urlsplit(amqp_url())
+        netloc = f"{parts.username}:{SECRET}@{parts.hostname}:{parts.port or 5672}"
+        broker = urlunsplit(parts._replace(netloc=netloc))
     done = run(
         "migrate", "-A", "apps.migrate_proj", "--broker", broker, "-Q", "door-none", "--dsn", dsn
     )

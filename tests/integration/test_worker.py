@@ -470,7 +470,10 @@ def test_a_claim_connection_killed_before_its_vacuum_is_reopened_for_it(
     db.execute("select pg_terminate_backend(%s)", (pid,))
     wait_for(
         lambda: (
-            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            db.execute(
+                "select count(*) from pg_stat_activity where datname = current_database() and pid = %s",
+                (pid,),
+            ).fetchone()
             == (0,)
         ),
         timeout=30,

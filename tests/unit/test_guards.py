@@ -16,7 +16,7 @@ from celery_compat.db import QUERIES as CELERY_QUERIES
 from migrate.db import QUERIES as MIGRATE_QUERIES
 from ujobs_bridge.db.sql import QUERIES, parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ["ujobs_bridge", "celery_compat", "migrate"]
 SOURCES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
 SQL_FILES = sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.sql"))

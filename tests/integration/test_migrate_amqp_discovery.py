@@ -8,13 +8,8 @@ Locally a broker without it skips with the command that enables it; under ``CI=t
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import amqp
 import migrate_support as ms
@@ -28,40 +23,39 @@ from migrate_support import (
 from conftest import CI
 from migrate.amqp_queues import is_work_queue, management_url_for, vhost_of
 from ujobs_bridge.cli import cli
-
-API = "http://127.0.0.1:15672/api"
-AUTH = "Basic " + base64.b64encode(b"guest:guest").decode()
-
-
-def _api(method: str, path: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"{API}{path}", data=data, method=method)
-    request.add_header("Authorization", AUTH)
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else None
+from ujobs_bridge.testing import RabbitVhost
+from ujobs_bridge.testing.brokers import BrokerUnavailableError
 
 
 @pytest.fixture
-def vhost() -> Iterator[str]:
-    """A vhost of this test's own, guest allowed, deleted afterwards."""
+def vhost() -> Iterator[RabbitVhost]:
+    """A vhost of this test's own (``--all-queues`` drains every queue in it), created through the
+    management API by the test kit, guest allowed, deleted afterwards."""
+    made = RabbitVhost(name=f"ujb-disc-{uuid.uuid4().hex[:8]}")
     try:
-        _api("GET", "/overview")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = f"RabbitMQ's management API is not reachable at {API} ({exc}): `rabbitmq-plugins enable rabbitmq_management`"
+        made.create()
+    except BrokerUnavailableError as exc:
+        reason = f"{exc.message}: {exc.hint}"
         if CI:
             pytest.fail(reason)
         pytest.skip(reason)
-    name = f"ujb-disc-{uuid.uuid4().hex[:8]}"
-    _api("PUT", f"/vhosts/{name}")
-    _api("PUT", f"/permissions/{name}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
-    yield name
-    _api("DELETE", f"/vhosts/{name}")
+    try:
+        yield made
+    finally:
+        made.delete()
 
 
-def _ready(vhost: str, queue: str) -> int:
-    conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest", virtual_host=vhost)
+def _connection(vhost: RabbitVhost) -> amqp.Connection:
+    return amqp.Connection(
+        f"{vhost.host}:{vhost.port}",
+        userid=vhost.user,
+        password=vhost.password,
+        virtual_host=vhost.name,
+    )
+
+
+def _ready(vhost: RabbitVhost, queue: str) -> int:
+    conn = _connection(vhost)
     conn.connect()
     try:
         return int(conn.channel().queue_declare(queue, passive=True).message_count)
@@ -71,9 +65,9 @@ def _ready(vhost: str, queue: str) -> int:
 
 def test_all_queues_on_rabbitmq_drains_every_work_queue_the_management_api_lists(
     qdsn: str,
-    vhost: str,
+    vhost: RabbitVhost,
 ) -> None:
-    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    url = vhost.url
     first, second = unique("disc-a"), unique("disc-b")  # neither is known to the -A app
     with ms.producer(url, first) as p:
         for i in range(5):
@@ -81,7 +75,7 @@ def test_all_queues_on_rabbitmq_drains_every_work_queue_the_management_api_lists
         for i in range(3):
             p.mul.apply_async((i, 2), queue=second)
     # Celery's remote-control reply queue is not work: it must be left alone.
-    conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest", virtual_host=vhost)
+    conn = _connection(vhost)
     conn.connect()
     pidbox = f"{uuid.uuid4()}.reply.celery.pidbox"
     channel = conn.channel()
@@ -109,7 +103,7 @@ def test_all_queues_without_the_management_api_fails_naming_the_fixes_and_hides_
             "-A",
             "apps.migrate_proj",
             "--broker",
-            "amqp://guest:s3cret-pw@127.0.0.1:5672//",
+            "amqp://guest:s3cret-pw@127.0.0.1:9//",  # nothing listens: no vhost is touched
             "--all-queues",
             "--management-url",
             "http://guest:s3cret-pw@127.0.0.1:9/",

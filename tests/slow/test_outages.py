@@ -105,7 +105,7 @@ def terminate_backends(dsn: str) -> int:
         wait_for(
             lambda: (
                 conn.execute(
-                    "select count(*) from pg_stat_activity where pid = any(%s)",
+                    "select count(*) from pg_stat_activity where datname = current_database() and pid = any(%s)",
                     (killed[0] if killed else [],),
                 ).fetchone()
                 == (0,)

@@ -33,7 +33,7 @@ from migrate.runner import SourceOptions, dry_run, open_source
 
 
 def _channel() -> tuple[amqp.Connection, Any]:
-    conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+    conn = ms.amqp_connection()
     try:
         conn.connect()
     except OSError as exc:

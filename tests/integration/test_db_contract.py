@@ -34,7 +34,7 @@ from ujobs_bridge.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
 NAME = "contract.job"
 
@@ -441,7 +441,10 @@ def _ended(db: Any, conn: psycopg.Connection[Any]) -> None:
     db.execute("select pg_terminate_backend(%s)", (pid,))
     wait_for(
         lambda: (
-            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            db.execute(
+                "select count(*) from pg_stat_activity where datname = current_database() and pid = %s",
+                (pid,),
+            ).fetchone()
             == (0,)
         ),
         what="the session to end",
@@ -674,7 +677,10 @@ def test_a_transaction_idle_limit_ends_a_transaction_left_idle(dsn: str, db: Any
     session.transaction_idle_limit(conn, 200)
     wait_for(
         lambda: (
-            db.execute("select count(*) from pg_stat_activity where pid = %s", (pid,)).fetchone()
+            db.execute(
+                "select count(*) from pg_stat_activity where datname = current_database() and pid = %s",
+                (pid,),
+            ).fetchone()
             == (0,)
         ),
         timeout=30,
@@ -726,7 +732,7 @@ def test_pools_start_empty_and_give_idle_connections_back(
     assert connections.pool_idle_s() == connections.DEFAULT_POOL_IDLE_S
     monkeypatch.setenv(connections.ENV_POOL_IDLE, "0.5")
     role = connections.Role("contract:lazy")
-    count = "select count(*) from pg_stat_activity where application_name = 'ujobs:contract:lazy'"
+    count = "select count(*) from pg_stat_activity where datname = current_database() and application_name = 'ujobs:contract:lazy'"
     pool = connections.pool(dsn, role, max_size=2)
     try:
         assert db.execute(count).fetchone() == (0,)

@@ -241,7 +241,9 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
         MIGRATE_TEST_OUT=str(ran),
         MIGRATE_TEST_GATE=gate,
     )
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+    )
     log = (tmp_path / "celery.log").open("w")
     worker = subprocess.Popen(
         [
@@ -261,7 +263,7 @@ def test_a_celery_worker_and_the_drainer_share_a_broker_without_touching_each_ot
             "-l",
             "WARNING",
         ],
-        cwd=Path(__file__).parent,
+        cwd=Path(__file__).resolve().parents[1],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -25,8 +25,9 @@ from conftest import ADMIN_DSN, TESTS_DIR, _dsn_for, wait_for
 from ujobs_bridge import connect
 from ujobs_bridge.db import connections, schema
 from ujobs_bridge.errors import ErrorCode, SchemaError
+from ujobs_bridge.testing import redis_url
 
-GUIDE_REDIS = "redis://127.0.0.1:6379/11"  # apps.guide_proj's broker
+GUIDE_REDIS = redis_url(11)  # apps.guide_proj's broker
 
 
 @dataclass(frozen=True)

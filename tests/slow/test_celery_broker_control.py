@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import celery
 import pytest
@@ -30,11 +31,12 @@ from apps.celery_harness import (
 from celery_compat import Celery as BridgeCelery
 from celery_compat import broker_control
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 REDIS_DB = 15
-BROKER = f"redis://127.0.0.1:6379/{REDIS_DB}"
+BROKER = redis_url(REDIS_DB)
 HOST = socket.gethostname()
 
 
@@ -144,8 +146,15 @@ def test_a_broker_outage_costs_the_worker_nothing_and_the_mailbox_comes_back(
 ) -> None:
     _redis_or_skip()
     node = f"fc2@{HOST}"
-    relay = TcpCut(6379)  # the worker reaches Redis through it; the test's client does not
-    worker = _worker(dsn, tmp_path / "w.log", "fc2", broker=f"redis://127.0.0.1:{relay.port}/15")
+    relay = TcpCut(
+        urlsplit(BROKER).port or 6379
+    )  # the worker reaches Redis through it; the test's client does not
+    worker = _worker(
+        dsn,
+        tmp_path / "w.log",
+        "fc2",
+        broker=f"redis://127.0.0.1:{relay.port}/{urlsplit(BROKER).path.strip('/') or 0}",
+    )
     try:
         wait_for(lambda: _broker_pong(node), timeout=60, what="the node on the broker")
         relay.cut()

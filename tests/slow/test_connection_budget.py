@@ -40,6 +40,7 @@ import pytest
 from cli_proc import CliProc
 
 from conftest import TESTS_DIR, wait_for
+from ujobs_bridge.testing import redis_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -412,7 +413,7 @@ def test_migrate_follow_holds_one_connection(
     import migrate_support as ms
     import redis
 
-    url = "redis://127.0.0.1:6379/14"
+    url = redis_url(14)
     queue = f"bouncer-budget-{uuid.uuid4().hex[:8]}"
     client = redis.Redis.from_url(url)
     try:

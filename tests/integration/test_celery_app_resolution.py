@@ -23,6 +23,7 @@ from ujobs_bridge import loading
 from ujobs_bridge.db import connections
 from ujobs_bridge.dsn import mask_dsn
 from ujobs_bridge.errors import ConfigError
+from ujobs_bridge.testing import redis_url
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -203,10 +204,13 @@ def test_migrate_and_beat_convert_find_the_guide_layout_app(dsn: str, tmp_path: 
     into the app's database; ``beat convert -A proj`` reads its beat schedule."""
     import redis
 
-    redis.Redis.from_url("redis://127.0.0.1:6379/11").delete("guide")
+    redis.Redis.from_url(redis_url(11)).delete("guide")
     drained = run("migrate", "-A", APP, app_dsn=dsn, tmp_path=tmp_path)
     uses_app_database(drained, dsn)
-    assert "draining guide from redis://127.0.0.1:6379/11" in drained.stdout + drained.stderr
+    output = drained.stdout + drained.stderr
+    assert "draining guide from redis://" in output and redis_url(11).rsplit("@")[-1] in output, (
+        output
+    )
     converted = run("beat", "convert", "-A", APP, "--json", app_dsn=dsn, tmp_path=tmp_path)
     assert converted.returncode == 0, converted.stderr
     (entry,) = json.loads(converted.stdout)

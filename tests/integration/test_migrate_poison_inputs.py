@@ -33,10 +33,10 @@ from migrate_support import qdsn  # noqa: F401 - shared fixture
 from apps.celery_harness import body_of
 from migrate.batch import Context, Taken, commit_prepared, prepare
 from migrate.decoding import Accept
+from ujobs_bridge.testing import redis_url
 
-TESTS_DIR = Path(__file__).parent
-REDIS_URL = "redis://127.0.0.1:6379/5"
-AMQP_URL = ms.AMQP_URL
+TESTS_DIR = Path(__file__).resolve().parents[1]
+REDIS_URL = redis_url(5)
 TASK = "migrate_proj.record"
 
 
@@ -199,7 +199,7 @@ def test_redis_poison_values_are_quarantined_and_the_drain_goes_on(
 @pytest.fixture
 def door_amqp() -> Iterator[tuple[amqp.Connection, Any, str]]:
     try:
-        conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+        conn = ms.amqp_connection()
         conn.connect()
     except OSError as exc:
         pytest.skip(f"RabbitMQ is not reachable: {exc}")
@@ -217,7 +217,7 @@ def test_amqp_poison_values_are_quarantined_and_the_drain_goes_on(
     _, channel, queue = door_amqp
     poisons = amqp_poisons()
     valid: dict[str, str] = {}
-    with ms.producer(AMQP_URL, queue) as p:
+    with ms.producer(ms.AMQP_URL, queue) as p:
         for name, (body, headers) in poisons.items():
             valid[p.record.delay(f"before-{name}").id] = f"before-{name}"
             message = amqp.Message(
@@ -230,7 +230,7 @@ def test_amqp_poison_values_are_quarantined_and_the_drain_goes_on(
             channel.basic_publish(message, exchange="", routing_key=queue)
         valid[p.record.delay("last").id] = "last"
 
-    code, out, err = _migrate(AMQP_URL, queue, qdsn, tmp_path)
+    code, out, err = _migrate(ms.AMQP_URL, queue, qdsn, tmp_path)
 
     assert code == 0, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
@@ -238,7 +238,7 @@ def test_amqp_poison_values_are_quarantined_and_the_drain_goes_on(
     _check(qdsn, valid, list(poisons), report)
     assert report["remaining"] == 0
 
-    again, out, err = _migrate(AMQP_URL, queue, qdsn, tmp_path)
+    again, out, err = _migrate(ms.AMQP_URL, queue, qdsn, tmp_path)
     assert again == 0, err[-3000:]
     assert json.loads(out)["taken"] == 0
 
@@ -248,7 +248,7 @@ def test_a_row_the_database_refuses_is_found_by_splitting_the_batch(qdsn: str) -
     Postgres itself; the batch is split until that message is alone, it is quarantined as
     ``db_rejected`` with the database's words, and the others are inserted once."""
     info = ms.app_info()
-    ctx = Context(info, Accept(), "redis://127.0.0.1:6379/5", "redis")
+    ctx = Context(info, Accept(), REDIS_URL, "redis")
     items = [
         Taken(
             _redis_raw("door-split", f'[["m{i}"],{{}},{{}}]', _headers_text()),
@@ -277,7 +277,7 @@ def test_a_row_the_database_refuses_is_found_by_splitting_the_batch(qdsn: str) -
 def test_an_infrastructure_error_stops_the_batch_and_quarantines_nothing(qdsn: str) -> None:
     """A lost connection is not the message's fault: nothing is quarantined, the error rises."""
     info = ms.app_info()
-    ctx = Context(info, Accept(), "redis://127.0.0.1:6379/5", "redis")
+    ctx = Context(info, Accept(), REDIS_URL, "redis")
     items = [
         Taken(_redis_raw("door-infra", '[["x"],{},{}]', _headers_text()), "redis", "door-infra")
     ]

@@ -84,7 +84,7 @@ def test_a_killed_connection_loses_no_event_and_stores_none_twice(
     assert emitter.tick() == 3  # the connection is open now
     killed = db.execute(
         "select count(pg_terminate_backend(pid)) from pg_stat_activity"
-        " where application_name like 'ujobs:events:%%'"
+        " where datname = current_database() and application_name like 'ujobs:events:%%'"
     ).fetchone()
     assert killed == (1,)
     for i in range(3):

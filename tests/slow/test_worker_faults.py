@@ -357,12 +357,12 @@ def test_an_outcome_survives_its_claim_connection_being_killed(
     try:
         assert gate_jobs.STARTED.wait(30), "the body never started"
         claim_conn = f"ujobs:worker:{worker.id}"[:63]
-        claim_pids = "select array_agg(pid) from pg_stat_activity where application_name = %s"
+        claim_pids = "select array_agg(pid) from pg_stat_activity where datname = current_database() and application_name = %s"
         killed = db.execute(claim_pids, (claim_conn,)).fetchone()
         wait_for(
             lambda: (
                 db.execute(
-                    "select count(pg_terminate_backend(pid)) from pg_stat_activity where application_name = %s",
+                    "select count(pg_terminate_backend(pid)) from pg_stat_activity where datname = current_database() and application_name = %s",
                     (claim_conn,),
                 ).fetchone()
                 == (1,)

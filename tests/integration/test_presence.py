@@ -150,7 +150,7 @@ def test_a_node_whose_connection_is_killed_stays_alive(dsn: str, workers: list[W
     with psycopg.connect(dsn, autocommit=True) as admin:
         killed = admin.execute(
             "select count(pg_terminate_backend(pid)) from pg_stat_activity"
-            " where application_name like %s",
+            " where datname = current_database() and application_name like %s",
             (f"ujobs:worker:{workers[0].id}%",),
         ).fetchone()
     assert killed and killed[0] >= 2  # its heartbeat/presence and listener connections

@@ -22,7 +22,7 @@ from ujobs_bridge.client import Client
 from ujobs_bridge.dsn import ResolvedDatabase
 from ujobs_bridge.introspect import Introspector
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_COMMAND = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && ujobs-bridge demo"
 )
@@ -45,6 +45,9 @@ def test_py_typed_is_shipped() -> None:
         assert (ROOT / pkg / "py.typed").exists()
 
 
+# Their own xdist group, started first: the type check runs on one worker while the rest of the
+# suite runs on the others (not in the serial path).
+@pytest.mark.xdist_group("lint-types")
 @pytest.mark.parametrize("tool", ["ruff", "mypy"])
 def test_package_is_lint_and_type_clean(tool: str) -> None:
     exe = shutil.which(tool, path=str(Path(sys.executable).parent))

@@ -30,8 +30,9 @@ from apps.celery_harness import (
     worker,
 )
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/2"  # this file's own Redis db
+REDIS_URL = redis_url(2)  # this file's own Redis db (of the test kit's server)
 
 
 @pytest.fixture

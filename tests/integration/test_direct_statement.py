@@ -134,7 +134,7 @@ def sleeping(
 
     runner = threading.Thread(target=run)
     runner.start()
-    running = "select count(*) from pg_stat_activity where pid = %s and query like '%%pg_sleep%%'"
+    running = "select count(*) from pg_stat_activity where datname = current_database() and pid = %s and query like '%%pg_sleep%%'"
     deadline = time.monotonic() + 10
     while db.execute(running, (conn.info.backend_pid,)).fetchone() != (1,):
         assert time.monotonic() < deadline, "the statement never started"

@@ -28,10 +28,11 @@ from dashboard_support import Dashboard, browser, screenshot
 from kombu import Connection
 
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
 pytestmark = pytest.mark.timeout(300)
 Db = psycopg.Connection[Any]
-REDIS_URL = "redis://127.0.0.1:6379/8"  # this module's own Redis db
+REDIS_URL = redis_url(8)  # this module's own Redis db (of the test kit's server)
 SECRETS = ("hunter2", "tok-SECRET", "key-SECRET", "brokerpw")
 
 

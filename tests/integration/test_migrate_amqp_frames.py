@@ -30,7 +30,7 @@ BIG = 300_000  # over RabbitMQ's default frame_max (131,072): three body frames
 @pytest.fixture
 def rabbit() -> Iterator[tuple[Any, str]]:
     try:
-        conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+        conn = ms.amqp_connection()
         conn.connect()
     except OSError as exc:
         pytest.skip(f"RabbitMQ is not reachable: {exc}")

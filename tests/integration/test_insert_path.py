@@ -23,7 +23,7 @@ from celery_compat import enqueue_in
 from ujobs_bridge.db import nodes
 from ujobs_bridge.purge import run_pass
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -19,8 +19,10 @@ import pytest
 from worker_proc import TESTS_DIR
 
 from conftest import wait_for
+from ujobs_bridge.testing import REDIS_URL_ENV, redis_url
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# its own xdist group: a pip install of the package runs beside the rest of the suite
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900), pytest.mark.xdist_group("fresh-venv")]
 ROOT = TESTS_DIR.parent
 
 SEND = """
@@ -46,6 +48,7 @@ def test_the_readme_install_runs_a_guide_layout_app_on_a_redis_broker(
         "HOME": str(tmp_path),
         "PYTHONPATH": str(TESTS_DIR),  # the app's package only; nothing of the test venv
         "GUIDE_PROJ_DATABASE_URL": dsn,
+        REDIS_URL_ENV: redis_url(11),  # apps.guide_proj's broker: the test kit's Redis, given
     }
     log = tmp_path / "worker.log"
     with log.open("w") as out:

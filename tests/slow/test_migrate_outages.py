@@ -13,6 +13,7 @@ once, holding nothing: a later run moves the rest.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -29,10 +30,10 @@ import redis
 from cli_proc import CliProc
 
 from conftest import wait_for
-from ujobs_bridge.testing import PrivateCluster
+from ujobs_bridge.testing import PrivateCluster, RabbitVhost, redis_url
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-REDIS_URL = "redis://127.0.0.1:6379/10"  # this module's own Redis db
+REDIS_URL = redis_url(10)  # this module's own Redis db (of the test kit's server)
 
 
 @pytest.fixture
@@ -137,7 +138,8 @@ def terminate_sessions(dsn: str) -> int:
         wait_for(
             lambda: (
                 conn.execute(
-                    "select count(*) from pg_stat_activity where pid = any(%s)", (pids,)
+                    "select count(*) from pg_stat_activity where datname = current_database() and pid = any(%s)",
+                    (pids,),
                 ).fetchone()
                 == (0,)
             ),
@@ -249,8 +251,10 @@ def test_follow_rides_through_its_redis_connection_being_killed_again_and_again(
     print(f"kills: {kills[0]}, outages ridden: {report(proc)['outages']}")
 
 
-VHOST = "i13left"  # this module's own RabbitMQ vhost, made and deleted by the fixture
-AMQP_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"
+# This module's own RabbitMQ vhost (unique to the process: parallel runs never share it), made and
+# deleted by the fixture: the test closes every connection on it.
+VHOST = RabbitVhost(name=f"ujobs_i13left_{os.getpid()}_{uuid.uuid4().hex[:6]}")
+AMQP_URL = VHOST.url
 
 
 def rabbitmqctl(*args: str) -> str:
@@ -263,12 +267,12 @@ def rabbitmqctl(*args: str) -> str:
 def vhost() -> Iterator[str]:
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not installed")
-    rabbitmqctl("add_vhost", VHOST)
+    rabbitmqctl("add_vhost", VHOST.name)
     try:
-        rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-        yield VHOST
+        rabbitmqctl("set_permissions", "-p", VHOST.name, VHOST.user, ".*", ".*", ".*")
+        yield VHOST.name
     finally:
-        rabbitmqctl("delete_vhost", VHOST)
+        rabbitmqctl("delete_vhost", VHOST.name)
 
 
 def close_connections(vhost: str) -> int:

@@ -28,11 +28,12 @@ from cli_proc import CliProc
 
 from conftest import CI, wait_for
 from ujobs_bridge.errors import DatabaseUnavailableError
+from ujobs_bridge.testing import redis_url
 from ujobs_bridge.testing.pgbouncer import PgBouncer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-REDIS_URL = "redis://127.0.0.1:6379/14"
+REDIS_URL = redis_url(14)
 Db = psycopg.Connection[Any]
 
 

@@ -28,10 +28,11 @@ from kombu import Connection
 from test_metrics_health import get, samples, value
 
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
 pytestmark = pytest.mark.timeout(180)
 
-REDIS_URL = "redis://127.0.0.1:6379/8"  # this module's own Redis db
+REDIS_URL = redis_url(8)  # this module's own Redis db (of the test kit's server)
 
 
 @pytest.fixture
