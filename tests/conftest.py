@@ -69,8 +69,10 @@ MODULE_GROUPS = frozenset(
         "test_migrate_run",
     }
 )
-# Started first (the longest units of work), so they do not end up last on a worker.
+# Handed out first (the longest units of work, then the slow lane, then integration, the unit
+# lane last): short tests fill the workers' ends, no long test starts when the others are done.
 FIRST = ("soak", "fresh-venv", "lint-types")
+ORDER = {"slow": 0, "integration": 1, "unit": 2}
 
 
 def _lane(item: pytest.Item) -> str | None:
@@ -107,10 +109,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # first, so it is the closest xdist_group mark (the one xdist reads)
             item.add_marker(pytest.mark.xdist_group(SHARED_BROKERS_GROUP), append=False)
 
-    def first(item: pytest.Item) -> int:
+    def first(item: pytest.Item) -> tuple[int, int]:
         mark = item.get_closest_marker("xdist_group")
         name = mark.args[0] if mark is not None and mark.args else None
-        return FIRST.index(name) if name in FIRST else len(FIRST)
+        if name in FIRST:
+            return (0, FIRST.index(name))
+        return (1, ORDER.get(_lane(item) or "integration", 1))
 
     items.sort(key=first)  # stable: the collection order otherwise, the same on every worker
 
