@@ -25,7 +25,12 @@ from apps.celery_harness import (
 from celery_compat import Celery
 
 QUEUES = ("shop", "invoices")
-START = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+
+
+def start() -> datetime:
+    """The frozen instant, 5 minutes ahead of the test's own now (taken when the test starts, not
+    when the module is imported: a test run later than that would see its jobs not yet due)."""
+    return datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +106,7 @@ def test_autoretry_style_retries_with_backoff_then_succeeds(
     shop: tuple[Any, Any], dsn: str, monkeypatch: Any
 ) -> None:
     app, tasks = shop
-    clock = frozen_app_clock(app, monkeypatch, START)
+    clock = frozen_app_clock(app, monkeypatch, start())
     with worker(app, dsn, queues=QUEUES, clock=clock, start=False) as w:
         r = tasks.charge.delay(5, 2)
         etas = []
@@ -120,7 +125,7 @@ def test_self_retry_style_retries_on_its_countdown_and_gives_up_with_the_exc(
     shop: tuple[Any, Any], dsn: str, monkeypatch: Any
 ) -> None:
     app, tasks = shop
-    clock = frozen_app_clock(app, monkeypatch, START)
+    clock = frozen_app_clock(app, monkeypatch, start())
     with worker(app, dsn, queues=QUEUES, clock=clock, start=False) as w:
         ok = tasks.sync_stock.delay("sku-1", 1)
         assert w.tick() == 1

@@ -26,7 +26,11 @@ from apps.celery_harness import (
 )
 from ujobs_bridge import FrozenClock
 
-START = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+
+def start() -> datetime:
+    """The frozen instant, 5 minutes ahead of the test's own now (taken when the test starts, not
+    when the module is imported: a test run later than that would see its jobs not yet due)."""
+    return datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
 
 
 @pytest.fixture
@@ -38,7 +42,7 @@ def app(dsn: str) -> Iterator[Any]:
 
 @pytest.fixture
 def clock(app: Any, monkeypatch: Any) -> FrozenClock:
-    return frozen_app_clock(app, monkeypatch, START)
+    return frozen_app_clock(app, monkeypatch, start())
 
 
 def run_retries(w: Any, clock: FrozenClock, dsn: str, name: str, r: Any, runs: int) -> list[float]:
