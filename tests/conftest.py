@@ -106,8 +106,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif lane is not None:
             item.add_marker(getattr(pytest.mark, lane))
         if shared and lane != "unit" and _talks_to_a_broker(item):
-            # first, so it is the closest xdist_group mark (the one xdist reads)
-            item.add_marker(pytest.mark.xdist_group(SHARED_BROKERS_GROUP), append=False)
+            # the only group (xdist joins every group name of a test into one): the decision is
+            # per module, so the module's own group marks go too
+            for node in item.listchain():
+                node.own_markers[:] = [m for m in node.own_markers if m.name != "xdist_group"]
+            item.add_marker(pytest.mark.xdist_group(SHARED_BROKERS_GROUP))
 
     def first(item: pytest.Item) -> tuple[int, int]:
         mark = item.get_closest_marker("xdist_group")
