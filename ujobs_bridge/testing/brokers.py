@@ -24,6 +24,7 @@ plugin (the ``rabbitmq_management`` plugin that ships with it) for the vhost.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import json
@@ -310,6 +311,7 @@ class TestBrokers:
 
 
 BROKERS = TestBrokers()
+atexit.register(BROKERS.close)  # a process that exits without its test runner's teardown
 
 
 def redis_url(db: int = 0) -> str:
