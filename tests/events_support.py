@@ -16,8 +16,9 @@ import pytest
 import redis
 
 from conftest import wait_for
+from ujobs_bridge.testing import redis_url
 
-BROKER = "redis://127.0.0.1:6379/3"  # this branch's Redis db
+BROKER = redis_url(3)  # this branch's Redis db (of the test kit's server)
 PROBE = "custom-probe"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -32,10 +33,31 @@ from migrate.report import Stats
 from migrate.runner import DrainLoop, SourceOptions, open_source
 from ujobs_bridge import Worker, WorkerConfig, connect
 from ujobs_bridge._internal.config import loading
+from ujobs_bridge.testing import amqp_url, redis_url
 
-REDIS_DB = 6  # not 9 (celery_compat tests), 10-13 (conformance FLUSHDBs them), 13 (bench)
-REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
+REDIS_DB = 6  # on the test kit's Redis server: a database of this process's own
+REDIS_URL = redis_url(REDIS_DB)
+
+
+def __getattr__(name: str) -> str:
+    """``AMQP_URL``: the test kit's RabbitMQ vhost, made on first use (a module that never
+    publishes to RabbitMQ needs none)."""
+    if name == "AMQP_URL":
+        return amqp_url()
+    raise AttributeError(name)
+
+
+def amqp_connection() -> Any:
+    """A py-amqp connection (not yet connected) to the test kit's vhost."""
+    import amqp
+
+    parts = urllib.parse.urlsplit(amqp_url())
+    return amqp.Connection(
+        f"{parts.hostname}:{parts.port or 5672}",
+        userid=urllib.parse.unquote(parts.username or "guest"),
+        password=urllib.parse.unquote(parts.password or "guest"),
+        virtual_host=urllib.parse.unquote(parts.path[1:]) or "/",
+    )
 
 
 def unique(prefix: str = "mq") -> str:
@@ -82,9 +104,7 @@ def producer(broker_url: str, queue: str, **conf: Any) -> Iterator[SimpleNamespa
 
 def ready_count(queue: str) -> int:
     """Messages RabbitMQ counts as ready in ``queue``."""
-    import amqp
-
-    conn = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest")
+    conn = amqp_connection()
     conn.connect()
     try:
         return int(conn.channel().queue_declare(queue, passive=True).message_count)

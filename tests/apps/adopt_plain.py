@@ -12,7 +12,9 @@ from typing import Any
 import psycopg
 from celery import Celery
 
-REDIS_URL = "redis://127.0.0.1:6379/4"
+from ujobs_bridge.testing import redis_url
+
+REDIS_URL = redis_url(4)  # the test kit's server (inherited from the test)
 QUEUE = "adopt-plain"
 
 app = Celery("adopt_plain", broker=REDIS_URL, backend=REDIS_URL)

@@ -1,6 +1,6 @@
-"""A celery_compat app in a cutover: its ``broker_url`` names a Redis broker (db 3 by default,
-``EVENTS_APP_BROKER`` to change it), so the bridge worker's ``-E`` events are published there as
-well as stored in Postgres. Tasks that succeed, fail, retry once and are rejected, for the
+"""A celery_compat app in a cutover: its ``broker_url`` names a Redis broker (db 3 of the test
+kit's Redis by default, ``EVENTS_APP_BROKER`` to change it), so the bridge worker's ``-E`` events
+are published there as well as stored in Postgres. Tasks that succeed, fail, retry once and are rejected, for the
 event tests (``tests/test_celery_events*.py``)."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from typing import Any
 from celery.exceptions import Reject
 
 from celery_compat import Celery
+from ujobs_bridge.testing import redis_url
 
 app = Celery("celery_events_app")
-app.conf.broker_url = os.environ.get("EVENTS_APP_BROKER", "redis://127.0.0.1:6379/3")
+_broker = os.environ.get("EVENTS_APP_BROKER")  # "" means no broker: Postgres only
+app.conf.broker_url = redis_url(3) if _broker is None else _broker
 app.conf.task_default_queue = "events"
 app.conf.broker_connection_timeout = 2
 if os.environ.get("EVENTS_APP_SENT_EVENT"):

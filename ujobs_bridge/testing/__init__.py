@@ -12,15 +12,30 @@ schema, the real insert, claim, attempt core and settle. The kit gives
 - ``PrivateCluster``: a Postgres server of the test's own (temporary ``initdb``, free port) to
   stop, crash and restart in outage tests;
 - ``PgBouncer``: a real PgBouncer in transaction mode in front of a server (``dsn(dbname)``);
+- ``redis_url(db)`` / ``amqp_url()``: a Redis database and a RabbitMQ vhost of the test
+  process's own (``UJOBS_TEST_REDIS_URL`` / ``UJOBS_TEST_AMQP_URL`` when set, else a private
+  ``redis-server`` and a vhost made on first use, removed by ``BROKERS.close()``);
+  ``PrivateRedis`` and ``RabbitVhost`` to make more;
 - a pytest plugin, ``pytest -p ujobs_bridge.testing.pytest`` (fixtures ``ujobs_database``,
   ``ujobs_dsn``, ``ujobs_client``, ``ujobs_clock``).
 
-What it is not: an in-memory fake. Every helper needs PostgreSQL (``UJOBS_TEST_ADMIN_DSN``).
+What it is not: an in-memory fake. Every database helper needs PostgreSQL
+(``UJOBS_TEST_ADMIN_DSN``); the broker helpers need ``redis-server`` and RabbitMQ.
 Nothing here imports Celery; Celery apps have ``celery_compat.contrib.pytest``.
 """
 
 from __future__ import annotations
 
+from ujobs_bridge.testing.brokers import (
+    AMQP_URL_ENV,
+    BROKERS,
+    REDIS_URL_ENV,
+    PrivateRedis,
+    RabbitVhost,
+    TestBrokers,
+    amqp_url,
+    redis_url,
+)
 from ujobs_bridge.testing.cluster import PrivateCluster
 from ujobs_bridge.testing.database import (
     ADMIN_DSN_ENV,
@@ -36,15 +51,23 @@ from ujobs_bridge.testing.pgbouncer import PgBouncer
 
 __all__ = [
     "ADMIN_DSN_ENV",
+    "AMQP_URL_ENV",
+    "BROKERS",
     "DEFAULT_ADMIN_DSN",
+    "REDIS_URL_ENV",
     "Performed",
     "PgBouncer",
     "PrivateCluster",
+    "PrivateRedis",
+    "RabbitVhost",
     "TemporaryDatabase",
+    "TestBrokers",
     "admin_dsn_from_env",
+    "amqp_url",
     "dsn_for",
     "enqueued",
     "perform",
     "perform_again",
+    "redis_url",
     "run_until_idle",
 ]

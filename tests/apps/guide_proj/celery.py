@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 
 from celery_compat import Celery
+from ujobs_bridge.testing import redis_url
 
 app = Celery(
     "guide_proj",
-    broker="redis://127.0.0.1:6379/11",
+    broker=redis_url(11),  # the test kit's server (inherited from the test)
     include=["apps.guide_proj.tasks"],
 )
 app.conf.ujobs_database_url = os.environ.get("GUIDE_PROJ_DATABASE_URL") or None
