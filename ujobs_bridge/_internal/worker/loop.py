@@ -50,7 +50,7 @@ from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import nodes
 from ujobs_bridge._internal.db.connections import Role, listen_dsn
 from ujobs_bridge._internal.jobs import context, validation
-from ujobs_bridge._internal.worker.attempt import BodyResult, settle
+from ujobs_bridge._internal.worker.attempt import BodyResult, died_settlement, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
 from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
 from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
@@ -449,8 +449,15 @@ class Worker:
 
     def _finished(self, entry: InFlight, result: BodyResult) -> None:
         """A body returned (called on its runtime's thread): settle the attempt unless a
-        timeout, a cancel or the shutdown did already, and free its slot."""
-        decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        timeout, a cancel or the shutdown did already, and free its slot. Never leaves the
+        attempt unsettled: if deciding its outcome fails, it fails (``died_settlement``)."""
+        try:
+            decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        except Exception as exc:
+            log.exception("ujobs.worker.settle_failed: job %s", entry.claimed.id)
+            decided = died_settlement(
+                entry.definition, entry.claimed, "deciding the attempt's outcome", exc
+            )
         name = entry.claimed.name
         self.processed[name] = self.processed.get(name, 0) + 1  # approximate under races
         first = self.table.settle_once(entry, decided, release=True)
