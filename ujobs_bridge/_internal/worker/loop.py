@@ -26,7 +26,10 @@ for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an erro
 (an error no loop survives, or the claim loop failing ``claim_loop.CLAIM_ERROR_STREAK`` times
 in a row on something other than the database) makes the worker fail: it hands back everything
 it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge
-worker`` exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their
+worker`` exits non-zero so a supervisor restarts it. No lost slot either: a body's thread, task or
+keeper that meets an error of our own (or of an observer: tracing, logs, metrics) between the
+claim and the settle fails that attempt (``UJ_WORKER_LOST``, retried per policy) and serves on
+(``inflight.report_died``). ``hung()`` lists bodies running past their
 timeout.
 
 What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
