@@ -36,6 +36,7 @@ from typing import Any
 from celery import states
 from celery.app.trace import trace_task
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded
+from kombu.utils.encoding import safe_repr
 
 from celery_compat.backend.outage import forget_outage, outage_handed_back, raise_if_outage, stored
 from celery_compat.db import revocations
@@ -162,7 +163,9 @@ def run_message(
         state = states.SUCCESS if info is None else info.state
         if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
             raise_if_outage(message.task_id)  # a result store that met an outage: not a FAILURE
-            text = getattr(result, "traceback", None) or repr(getattr(info, "retval", result))
+            text = getattr(result, "traceback", None) or str(
+                safe_repr(getattr(info, "retval", result))  # type: ignore[no-untyped-call]
+            )  # a repr that raises must not turn the task's failure into another
             raise CeleryTaskFailed(text)
         if state != states.REJECTED:
             return {"state": state}

@@ -8,16 +8,24 @@ Celery message's header does); the span follows OpenTelemetry's messaging conven
 installs ``opentelemetry-api``; without it (or with it but no SDK configured) nothing changes:
 no column is written, no span is made, and the cost is one ``None`` check.
 
+An observer never fails an attempt: starting or ending the span, recording the exception and
+setting the status all run code that is not ours (the SDK, its span processors, the exception's
+own ``__str__`` and traceback), so each is guarded; what fails there is logged and the attempt
+goes on as if there were no span.
+
 What it is not: an SDK setup. The application configures its tracer provider and exporter as it
 does for the rest of its code; the worker only asks the API for a tracer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ujobs_bridge._internal.jobs.error_text import describe, unprintable
 from ujobs_bridge.records import ClaimedJob
 
 try:  # optional: the `tracing` extra
@@ -28,6 +36,7 @@ try:  # optional: the `tracing` extra
 except ImportError:  # pragma: no cover - exercised by a subprocess test without it
     trace = None  # type: ignore[assignment]
 
+log = logging.getLogger("ujobs.tracing")
 TRACER_NAME = "ujobs_bridge"
 _propagator: Any = TraceContextTextMapPropagator() if trace is not None else None
 
@@ -60,13 +69,41 @@ def attempt_span(claimed: ClaimedJob) -> Iterator[Record]:
     if trace is None:
         yield _nothing
         return
-    parent = (
-        _propagator.extract({"traceparent": claimed.traceparent})
-        if claimed.traceparent
-        else otel_context.Context()  # a root span: not the worker's own ambient context
-    )
-    tracer = trace.get_tracer(TRACER_NAME)
-    attributes: dict[str, Any] = {
+    try:
+        parent = (
+            _propagator.extract({"traceparent": claimed.traceparent})
+            if claimed.traceparent
+            else otel_context.Context()  # a root span: not the worker's own ambient context
+        )
+        span_cm = trace.get_tracer(TRACER_NAME).start_as_current_span(
+            f"process {claimed.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=_attributes(claimed),
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        span = span_cm.__enter__()
+    except Exception as exc:  # the SDK or a span processor: the attempt runs without a span
+        _failed("start the attempt's span", exc)
+        yield _nothing
+        return
+
+    def record(error: BaseException | None, failed: bool) -> None:
+        if error is not None and failed:
+            _record_error(span, error)
+
+    try:
+        yield record
+    finally:
+        try:
+            span_cm.__exit__(None, None, None)
+        except Exception as exc:
+            _failed("end the attempt's span", exc)
+
+
+def _attributes(claimed: ClaimedJob) -> dict[str, Any]:
+    return {
         "messaging.system": "ujobs_bridge",
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
@@ -76,18 +113,31 @@ def attempt_span(claimed: ClaimedJob) -> Iterator[Record]:
         "ujobs.job.attempt": claimed.attempt,
         "ujobs.job.max_attempts": claimed.max_attempts,
     }
-    with tracer.start_as_current_span(
-        f"process {claimed.queue}",
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
 
-        def record(error: BaseException | None, failed: bool) -> None:
-            if error is not None and failed:
-                span.record_exception(error)
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
-        yield record
+def _record_error(span: Any, error: BaseException) -> None:
+    """The exception event and the ERROR status. The SDK reads the exception's text and
+    traceback, which run the body's own code: when that raises, the event names the exception
+    ``<unprintable ValueError>`` and carries no traceback."""
+    try:
+        span.record_exception(error)
+    except BaseException:  # the exception's own __str__ / __notes__, reached by the SDK
+        try:
+            span.add_event(
+                "exception",
+                {
+                    "exception.type": f"{type(error).__module__}.{type(error).__qualname__}",
+                    "exception.message": unprintable(error),
+                },
+            )
+        except Exception as exc:
+            _failed("record the attempt's exception", exc)
+    try:
+        span.set_status(Status(StatusCode.ERROR, describe(error)))
+    except Exception as exc:
+        _failed("set the attempt span's status", exc)
+
+
+def _failed(what: str, exc: BaseException) -> None:
+    with contextlib.suppress(Exception):  # a logging filter that raises: the attempt goes on
+        log.warning("ujobs.tracing.failed: could not %s: %s", what, describe(exc))

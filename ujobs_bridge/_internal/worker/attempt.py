@@ -8,7 +8,11 @@ nothing to write because the lease is gone). One copy of each is what keeps them
 
 The entry points: ``run_body`` (sync; an async body runs on a fresh event loop) and
 ``run_body_async`` (on the caller's loop) return a ``BodyResult``; ``settle`` decides the
-``Settlement``; ``perform`` / ``perform_async`` do both.
+``Settlement``; ``perform`` / ``perform_async`` do both. When our own code fails between the
+claim and the settle (not the body: the runtime, an observer, the decision table itself),
+``body_died`` is the attempt's result and ``died_settlement`` its outcome without the decision
+table: failed, counted and retried per the job's policy (``UJ_WORKER_LOST``), never left
+``running``.
 
 What it is not: the loop that claims, the lease keeper or the outcome batch (``loop.py``,
 ``heartbeat.py``, ``outcome_batch.py``), nor where bodies run (``runtimes.py``, ``child.py``).
@@ -29,7 +33,7 @@ from typing import Any, TypeVar
 from ujobs_bridge import steps
 from ujobs_bridge._internal.jobs import context
 from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext
-from ujobs_bridge._internal.jobs.error_text import FormattedError, error_text
+from ujobs_bridge._internal.jobs.error_text import FormattedError, describe, error_text
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Outcome, Snooze
 from ujobs_bridge._internal.jobs.payload import decode_input, dumps
 from ujobs_bridge._internal.observe import tracing
@@ -55,6 +59,8 @@ HANDED_BACK = frozenset({ErrorCode.WORKER_DRAINING, ErrorCode.WORKER_FAILED, Err
 __all__ = [
     "BodyResult",
     "RemoteJobError",
+    "body_died",
+    "died_settlement",
     "error_text",
     "perform",
     "perform_async",
@@ -79,6 +85,31 @@ class BodyResult:
 
     output_json: str | None = None
     error: BaseException | None = None
+
+
+def body_died(where: str, exc: BaseException) -> BodyResult:
+    """The result of an attempt whose ``where`` (``the body thread``...) failed in our own code:
+    a failure the job's policy retries (``AttemptAborted`` always is, up to ``max_attempts``)."""
+    return BodyResult(
+        error=AttemptAborted(ErrorCode.WORKER_LOST, f"{where} failed: {describe(exc)}")
+    )
+
+
+def died_settlement(
+    definition: JobDefinition[Any, Any], claimed: ClaimedJob, where: str, exc: BaseException
+) -> Settlement:
+    """Where the row of an attempt goes when even deciding its outcome failed: ready again after
+    the policy's delay while attempts are left, else dead; built without the decision table."""
+    error = f"{ErrorCode.WORKER_LOST.value}: {where} failed: {describe(exc)}"
+    if claimed.attempt >= claimed.max_attempts:
+        return Settlement(claimed.id, claimed.lease_token, state=JobState.DEAD, error=error)
+    try:
+        delay = definition.retry.delay_s(claimed.attempt)
+    except Exception:
+        delay = OUTAGE_DELAY_S
+    return Settlement(
+        claimed.id, claimed.lease_token, state=JobState.READY, delay_s=delay, error=error
+    )
 
 
 def context_for(

@@ -5,17 +5,24 @@ condition per call, which is a measurable share of a no-op job's cost at thousan
 second. The worker needs less: hand a job to a free thread, and know whether a job has started
 (a job that has not started can be handed back untouched by the shutdown or a cancel).
 
+A thread never dies of what ``run`` raises: the runner reports its own attempt's failure
+(``ThreadRuntime``), and anything that still escapes is logged and the thread takes the next
+item, so the pool always has its ``size`` threads.
+
 What it is not: a general executor. Bodies report their outcome through the callback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger("ujobs.worker")
 
 
 class BodyThreads(Generic[T]):
@@ -55,4 +62,8 @@ class BodyThreads(Generic[T]):
 
     def _loop(self) -> None:
         while (item := self._queue.get()) is not None:
-            self._run(item)
+            try:
+                self._run(item)
+            except BaseException:  # the thread must outlive it: the next item still runs
+                with contextlib.suppress(Exception):
+                    log.exception("ujobs.worker.body_thread_error: the body thread serves on")

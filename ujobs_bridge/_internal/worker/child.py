@@ -96,8 +96,8 @@ def child_main(
             return
         try:
             reply = child_run(*message)
-        except Exception as exc:  # e.g. a name this child's registry lacks: fail this attempt
-            reply = ("error", error_text(exc), False)
+        except BaseException as exc:  # e.g. a name this child's registry lacks: fail this attempt
+            reply = ("error", error_text(exc), False)  # (error_text never raises)
         conn.send((reply, resident_kib()))
 
 

@@ -34,10 +34,11 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
-from ujobs_bridge._internal.worker.inflight import Finished, InFlight
+from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
 
@@ -251,14 +252,21 @@ class ProcessRuntime:
                     keeper.current = entry
                 try:
                     result = self._run(keeper, entry)
-                except Exception as exc:  # a keeper must outlive anything one attempt does
+                except BaseException as exc:  # a keeper must outlive anything one attempt does
                     keeper.discard()
                     result = BodyResult(error=RemoteJobError(error_text(exc), retryable=True))
                 finally:
                     with self._lock:
                         keeper.current = None
-                self.finished(entry, result)
-                self._recycle_if_due(keeper)
+                try:
+                    fault("attempt.before_settle")
+                    self.finished(entry, result)
+                except BaseException as exc:
+                    report_died(self.finished, entry, "the pool child's keeper", exc)
+                try:
+                    self._recycle_if_due(keeper)
+                except Exception:  # the next attempt spawns the child it needs
+                    log.exception("ujobs.worker.child_recycle_failed: pool child %s", keeper.pid)
         finally:
             keeper.close()
             with self._lock:

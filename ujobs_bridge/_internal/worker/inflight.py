@@ -6,7 +6,10 @@ outcome must be written exactly once. ``settle_once`` is the only code that mark
 settled, queues its ``Settlement`` and frees its slot, and it does all three under one lock, so
 "exactly once" is checked in one place instead of in every path that stops an attempt. It also
 names, for the runtimes and the stopper below the worker, how a body that returned is reported
-(``Finished``) and what a body still running past its timeout is (``HungAttempt``).
+(``Finished``) and what a body still running past its timeout is (``HungAttempt``). The log line
+and the metrics of a settled attempt are observers: one that raises is logged, never undoes the
+settle. ``report_died`` is how a runtime reports an attempt whose thread met an error of our
+own (its attempt fails and is retried per policy, the thread serves on).
 
 What it is not: the decision of what the outcome is (``attempt.py``), or the writer of outcomes
 (``outcome_batch.py`` batches them, the claim loop writes them).
@@ -14,7 +17,10 @@ What it is not: the decision of what the outcome is (``attempt.py``), or the wri
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -22,12 +28,16 @@ from typing import Any
 from uuid import UUID
 
 from ujobs_bridge._internal.jobs.context import AttemptSignal
+from ujobs_bridge._internal.jobs.error_text import describe
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.worker import job_log
-from ujobs_bridge._internal.worker.attempt import BodyResult
+from ujobs_bridge._internal.worker.attempt import BodyResult, body_died
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge.errors import ErrorCode
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob, Settlement
+
+log = logging.getLogger("ujobs.worker")
 
 
 @dataclass(slots=True, eq=False)
@@ -49,6 +59,32 @@ class InFlight:
 
 # How a runtime reports a body that returned (on the runtime's thread): the attempt and its result.
 Finished = Callable[[InFlight, BodyResult], None]
+
+
+def _observer_failed(entry: InFlight, exc: BaseException) -> None:
+    with contextlib.suppress(Exception):  # a logging filter that raises
+        log.warning("ujobs.worker.observer_failed: job %s: %s", entry.claimed.id, describe(exc))
+
+
+def report_died(finished: Finished, entry: InFlight, where: str, exc: BaseException) -> None:
+    """``where`` (the thread or task that ran ``entry``'s body) met an error of our own between
+    the claim and the settle: log it and report the attempt failed (``UJ_WORKER_LOST``, counted
+    and retried per the job's policy). Never raises: the caller serves on."""
+    with contextlib.suppress(Exception):  # a logging filter that raises
+        log.error(
+            "ujobs.worker.body_died: job %s (%s): %s failed: %s; its attempt fails (%s)",
+            entry.claimed.id,
+            entry.claimed.name,
+            where,
+            describe(exc),
+            ErrorCode.WORKER_LOST.value,
+            exc_info=exc,
+        )
+    try:
+        finished(entry, body_died(where, exc))
+    except BaseException as again:  # pragma: no cover - the worker's ``finished`` never raises
+        with contextlib.suppress(Exception):
+            log.critical("ujobs.worker.body_died: job %s: %s", entry.claimed.id, describe(again))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +115,12 @@ class InFlightTable:
             for entry in entries:
                 self._entries[entry.claimed.id] = entry
         for entry in entries:
-            entry.claimed_at = metrics.claimed(entry.claimed)
-            job_log.started(entry.claimed)
+            entry.claimed_at = time.monotonic()
+            try:
+                entry.claimed_at = metrics.claimed(entry.claimed)
+                job_log.started(entry.claimed)
+            except Exception as exc:  # an observer: the attempt runs all the same
+                _observer_failed(entry, exc)
         return entries
 
     def settle_once(self, entry: InFlight, settlement: Settlement | None, *, release: bool) -> bool:
@@ -99,9 +139,12 @@ class InFlightTable:
         if first or release:
             self.wake.set()
         if first:
-            job_log.settled(entry.claimed, settlement)
-            outcome = "released" if settlement is None else job_log.outcome_of(settlement)
-            metrics.settled(entry.claimed, outcome, entry.claimed_at)
+            try:
+                job_log.settled(entry.claimed, settlement)
+                outcome = "released" if settlement is None else job_log.outcome_of(settlement)
+                metrics.settled(entry.claimed, outcome, entry.claimed_at)
+            except Exception as exc:  # an observer: the attempt is settled all the same
+                _observer_failed(entry, exc)
         return first
 
     def get(self, job_id: UUID) -> InFlight | None:

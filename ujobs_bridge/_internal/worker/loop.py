@@ -26,7 +26,10 @@ for tests. No zombie: a loop (claim, heartbeat, listener) restarts after an erro
 (an error no loop survives, or the claim loop failing ``claim_loop.CLAIM_ERROR_STREAK`` times
 in a row on something other than the database) makes the worker fail: it hands back everything
 it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which ``ujobs-bridge
-worker`` exits non-zero so a supervisor restarts it. ``hung()`` lists bodies running past their
+worker`` exits non-zero so a supervisor restarts it. No lost slot either: a body's thread, task or
+keeper that meets an error of our own (or of an observer: tracing, logs, metrics) between the
+claim and the settle fails that attempt (``UJ_WORKER_LOST``, retried per policy) and serves on
+(``inflight.report_died``). ``hung()`` lists bodies running past their
 timeout.
 
 What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
@@ -50,7 +53,7 @@ from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import nodes
 from ujobs_bridge._internal.db.connections import Role, detect_transaction_pooler, listen_dsn
 from ujobs_bridge._internal.jobs import context, validation
-from ujobs_bridge._internal.worker.attempt import BodyResult, settle
+from ujobs_bridge._internal.worker.attempt import BodyResult, died_settlement, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
 from ujobs_bridge._internal.worker.claim_loop import ClaimLoop
 from ujobs_bridge._internal.worker.claims import EXPIRE_ERROR, Claims
@@ -450,8 +453,15 @@ class Worker:
 
     def _finished(self, entry: InFlight, result: BodyResult) -> None:
         """A body returned (called on its runtime's thread): settle the attempt unless a
-        timeout, a cancel or the shutdown did already, and free its slot."""
-        decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        timeout, a cancel or the shutdown did already, and free its slot. Never leaves the
+        attempt unsettled: if deciding its outcome fails, it fails (``died_settlement``)."""
+        try:
+            decided = settle(entry.definition, entry.claimed, result, entry.signal)
+        except Exception as exc:
+            log.exception("ujobs.worker.settle_failed: job %s", entry.claimed.id)
+            decided = died_settlement(
+                entry.definition, entry.claimed, "deciding the attempt's outcome", exc
+            )
         name = entry.claimed.name
         self.processed[name] = self.processed.get(name, 0) + 1  # approximate under races
         first = self.table.settle_once(entry, decided, release=True)

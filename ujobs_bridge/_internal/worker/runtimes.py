@@ -6,7 +6,10 @@ runs inside is the same attempt core (``attempt.run_body`` / ``run_body_async``,
 ``child.child_run`` on top of it), and every body reports to the same ``Finished`` callback.
 ``Runtimes`` picks one per attempt (``--pool processes`` runs everything in children; otherwise
 ``async def`` bodies go to the event loop and the rest to the body threads), so the claim loop
-sees one runtime. The process pool lives in ``children.py``.
+sees one runtime. The process pool lives in ``children.py``. Whatever our own code raises
+between the claim and the settle (a runtime's step, an observer, the report itself) does not
+end the thread or task that ran the body: the attempt is reported failed (``report_died``) and
+the slot serves the next attempt.
 
 What it is not: the outcome table (``attempt.py``), the claim loop (``loop.py``), or the place an
 attempt is settled (``inflight.py``).
@@ -26,12 +29,13 @@ from ujobs_bridge._internal.clock import Clock
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.connections import Conn, Pool, Role
 from ujobs_bridge._internal.db.steps import Lease
+from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.worker.attempt import BodyResult, run_body, run_body_async
 from ujobs_bridge._internal.worker.body_threads import BodyThreads
 from ujobs_bridge._internal.worker.child import TimeLimits
 from ujobs_bridge._internal.worker.children import ProcessRuntime
-from ujobs_bridge._internal.worker.inflight import Finished, InFlight
+from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
@@ -130,6 +134,12 @@ class ThreadRuntime:
             self._threads.shrink(current - size)
 
     def _run(self, entry: InFlight) -> None:
+        try:
+            self._attempt(entry)
+        except BaseException as exc:
+            report_died(self.finished, entry, "the body thread", exc)
+
+    def _attempt(self, entry: InFlight) -> None:
         with self._lock:
             if entry.dropped or self.stopping.is_set():
                 # Shutting down: a prefetched job must not start now; it is handed back.
@@ -143,6 +153,7 @@ class ThreadRuntime:
         if timeout is not None:
             entry.deadline = time.monotonic() + timeout
         result = run_body(entry.definition, entry.claimed, entry.signal, self.steps.runner(entry))
+        fault("attempt.before_settle")
         self.finished(entry, result)
 
 
@@ -177,10 +188,16 @@ class LoopRuntime:
             self._loop.close()
 
     async def _run(self, entry: InFlight) -> None:
-        entry.started_at = time.time()
-        runner = self.steps.runner(entry)
-        result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
-        self.finished(entry, result)
+        try:
+            entry.started_at = time.time()
+            runner = self.steps.runner(entry)
+            result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
+            fault("attempt.before_settle")
+            self.finished(entry, result)
+        except asyncio.CancelledError:
+            raise  # stopped before it started: the stopper settles it
+        except BaseException as exc:  # a SystemExit here would stop the whole event loop
+            report_died(self.finished, entry, "the event loop's body task", exc)
 
 
 class Runtimes:
