@@ -22,7 +22,7 @@ def _fastest_plain(results: Results) -> Row | None:
     return max(rows, key=lambda r: r.median, default=None)
 
 
-STEPS_GOAL = 0.25  # issue 14: a job of 5 no-op steps at least this share of the plain rate
+STEPS_GOAL = 0.25  # the target: a job of 5 no-op steps at least this share of the plain rate
 
 
 def step_targets(results: Results) -> list[Target]:

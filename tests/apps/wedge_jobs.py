@@ -2,7 +2,7 @@
 signal, raise ``SystemExit`` / ``KeyboardInterrupt``, or kill their own pool child.
 
 Why it exists: ``test_worker_wedges.py`` runs them in real worker subprocesses and asserts that
-the worker goes on (issue 13, faults 3, 6 and 7). Every body records its progress in the effect
+the worker goes on. Every body records its progress in the effect
 ledger (``test_effects``, see ``fault_jobs.record``); a hung body blocks on a LISTEN for its gate
 (``open_gate`` inserts the row and notifies), never on ``current_job().wait``, so no signal of
 the attempt reaches it.

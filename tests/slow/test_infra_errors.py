@@ -1,4 +1,4 @@
-"""An infrastructure error is never taken for poison data (issue 24, item 9).
+"""An infrastructure error is never taken for poison data (a connection's state, not the data's).
 
 Why it exists: outcome batches are split in halves to isolate an item the database refuses, and a
 batch that fails for the connection's sake (a prepared statement the server session does not

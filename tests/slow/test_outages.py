@@ -7,7 +7,7 @@ port), which the tests crash (``stop -m immediate``, then a start that runs reco
 (``-m fast``) and cut (``pg_terminate_backend``); never the shared server. Bodies leave their
 marks in files (``apps/outage_jobs.py``), since the database cannot keep a ledger it loses.
 
-Faults of issue 13: results finished during an outage are written when the database is back
+The faults: results finished during an outage are written when the database is back
 (1); an outcome the database rejects never wedges the worker (2); after a restart, in-flight
 Celery tasks read SUCCESS, step writes burn no attempt, enqueues succeed, and killed
 connections fail no task (5).

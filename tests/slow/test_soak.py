@@ -1,7 +1,7 @@
 """The chaos soak (``python -m bench.soak``): its rules, and a small run that must lose nothing.
 
-Why it exists: issue 13 asks for a soak anyone can run, and for its small version to run with
-the suite. The small run is a real one: its own Postgres cluster (restarted ``-m fast`` and
+Why it exists: a soak anyone can run is the project's evidence that faults lose nothing, and its
+small version runs with the suite. The small run is a real one: its own Postgres cluster (restarted ``-m fast`` and
 ``-m immediate``, backends terminated), real worker processes (SIGKILLed, SIGSTOPped), two
 schedulers, ``migrate --follow`` on Redis db 8, every fault kind once on a seeded plan, and a
 settle deadline far above what a loaded machine needs. It asserts zeros in every loss column.

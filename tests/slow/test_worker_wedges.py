@@ -1,4 +1,5 @@
-"""Real worker processes that must not wedge (issue 13, faults 3, 6 and 7, and orphan children).
+"""Real worker processes that must not wedge: hung bodies, a stuck settle, a dead claim
+connection, and orphan children.
 
 Why it exists: a worker that stays up but makes no progress is worse than one that dies: its
 heartbeat keeps renewing leases of jobs it will never run, so no other worker can rescue them.
