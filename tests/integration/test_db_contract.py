@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import json
 import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -633,6 +635,7 @@ def test_every_db_function_has_a_contract_test() -> None:
             "test_driver_contract.py",
             "test_testing_kit.py",
             "test_schema_parts.py",
+            "../slow/test_infra_errors.py",
         )
     )
     missing = []
@@ -877,3 +880,40 @@ def test_the_claim_table_vacuum_keeps_its_rows_and_counts_them(client: Any, db: 
     assert db.execute("select id from x_job_claimable").fetchall() == [(ref.id,)]
     db.execute("select pg_stat_clear_snapshot()")
     assert claim_table.live_rows(db) == 1  # counted by the vacuum it just ran
+
+
+def test_a_direct_connection_is_not_taken_for_a_transaction_pooler(dsn: str) -> None:
+    """``detect_transaction_pooler`` on a connection straight to the server: False, and the
+    process keeps its session state (``sessions_pooled`` stays False)."""
+    env_before = os.environ.pop(connections.ENV_PGBOUNCER, None)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert connections.detect_transaction_pooler(conn, dsn) is False
+        assert connections.sessions_pooled() is False
+    finally:
+        if env_before is not None:
+            os.environ[connections.ENV_PGBOUNCER] = env_before
+
+
+POOLER_MET = """
+import logging, sys
+from ujobs_bridge._internal.db import connections
+logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)s")
+before = connections.sessions_pooled()
+first, second = connections.pooler_met("a test"), connections.pooler_met("a test again")
+print(before, first, second, connections.sessions_pooled())
+"""
+
+
+def test_a_pooler_met_undeclared_turns_session_state_off_once_and_says_the_fix() -> None:
+    """``pooler_met`` in a process of its own (it changes the process for good): True the first
+    time only, one log line naming ``--pgbouncer``, and ``sessions_pooled`` True from then on."""
+    env = {k: v for k, v in os.environ.items() if k != connections.ENV_PGBOUNCER}
+    done = subprocess.run(
+        [sys.executable, "-c", POOLER_MET], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "False True False True"
+    detected = [line for line in lines if "pgbouncer_detected" in line]
+    assert len(detected) == 1 and "--pgbouncer" in detected[0], lines
