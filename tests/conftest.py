@@ -32,6 +32,7 @@ import psycopg
 import pytest
 
 from ujobs_bridge import FrozenClock, connect
+from ujobs_bridge._internal.db import connections
 from ujobs_bridge.client import Client
 from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.testing import (
@@ -129,6 +130,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _dsn_for(dbname: str) -> str:
     return dsn_for(ADMIN_DSN, dbname)
+
+
+@pytest.fixture(autouse=True)
+def _no_pooler_carried_over() -> Iterator[None]:
+    """A test that met a PgBouncer undeclared turns prepared statements off for its process;
+    the next test on this xdist worker starts as a fresh process would."""
+    yield
+    connections.forget_pooler()
 
 
 @pytest.fixture(scope="session")

@@ -902,18 +902,21 @@ logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format="%(message)
 before = connections.sessions_pooled()
 first, second = connections.pooler_met("a test"), connections.pooler_met("a test again")
 print(before, first, second, connections.sessions_pooled())
+connections.forget_pooler()
+print(connections.sessions_pooled(), connections.Role("t").kwargs().get("prepare_threshold", 5))
 """
 
 
 def test_a_pooler_met_undeclared_turns_session_state_off_once_and_says_the_fix() -> None:
     """``pooler_met`` in a process of its own (it changes the process for good): True the first
-    time only, one log line naming ``--pgbouncer``, and ``sessions_pooled`` True from then on."""
+    time only, one log line naming ``--pgbouncer``, and ``sessions_pooled`` True until
+    ``forget_pooler``."""
     env = {k: v for k, v in os.environ.items() if k != connections.ENV_PGBOUNCER}
     done = subprocess.run(
         [sys.executable, "-c", POOLER_MET], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[-1] == "False True False True"
+    assert lines[-2:] == ["False True False True", "False 5"]  # forgotten: prepared again
     detected = [line for line in lines if "pgbouncer_detected" in line]
     assert len(detected) == 1 and "--pgbouncer" in detected[0], lines

@@ -154,6 +154,14 @@ def pooler_met(how: str) -> bool:
     return True
 
 
+def forget_pooler() -> None:
+    """Forget a pooler met undeclared (``pooler_met``): the process's next connections prepare
+    statements again. For a process whose connections now go elsewhere: a test suite that ran
+    one test through a PgBouncer and the next straight to the server."""
+    with _pooler_lock:
+        _pooler_seen.clear()
+
+
 def detect_transaction_pooler(conn: Conn, dsn: str) -> bool:
     """True (and ``pooler_met``) if ``conn`` (autocommit, idle) goes through a transaction-mode
     pooler: one client's statements run on different server sessions, or two clients' on the
