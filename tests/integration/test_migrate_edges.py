@@ -74,10 +74,9 @@ def vhost() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def redis_url() -> str:
-    """A Redis database of this module's own on the test kit's Redis server."""
-    url = kit_redis_url(REDIS_DB)
-    redis.Redis.from_url(url).flushdb()
-    return url
+    """A Redis database on the test kit's Redis server (its queues are named per test, so
+    nothing is flushed: under a given ``UJOBS_TEST_REDIS_URL`` the database is shared)."""
+    return kit_redis_url(REDIS_DB)
 
 
 def amqp_url(vhost: str) -> str:
