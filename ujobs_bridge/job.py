@@ -22,7 +22,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -31,6 +31,7 @@ from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge._internal.ids import new_job_id
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.instants import instant_option
 from ujobs_bridge._internal.jobs.payload import encode_input
 from ujobs_bridge._internal.jobs.retry import (
     DEFAULT_BACKOFF_BASE_S,
@@ -122,7 +123,7 @@ def _options(
                 hint="pass an aware datetime",
                 code=ErrorCode.JOB_OPTION_INVALID,
             )
-        expires_at = expires
+        expires_at = instant_option("expires", expires)
     elif expires is not None:
         expires_in = validation.seconds("expires", expires, maximum=validation.MAX_DELAY_S)
     if idempotency_key is not None:
@@ -136,7 +137,7 @@ def _options(
         delay_s=validation.seconds("delay", delay, allow_zero=True, maximum=validation.MAX_DELAY_S)
         if delay is not None
         else 0.0,
-        run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        run_at=instant_option("run_at", run_at) if run_at is not None else None,
         idempotency_key=idempotency_key,
         priority=_priority(priority) if priority is not None else None,
         queue=validation.queue_name(queue) if queue is not None else None,
