@@ -41,7 +41,7 @@ from ujobs_bridge._internal.jobs.retry import (
 )
 from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.errors import ConfigError, ErrorCode
-from ujobs_bridge.records import JobRef
+from ujobs_bridge.records import ClaimedJob, JobRef
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -247,7 +247,12 @@ class JobDefinition(Generic[P, R]):
         retry: RetryPolicy,
         timeout_s: float | None,
         expires_s: float | None,
+        on_time_limit: Callable[[ClaimedJob, float], BaseException] | None = None,
     ) -> None:
+        """``on_time_limit``: under ``--pool processes``, what the attempt failed with when the
+        pool killed its child at a hard time limit the body announced (``ujobs_bridge.ext.worker
+        .pool_time_limits``), called in the worker process with the claimed job and the limit in
+        seconds; without it such an attempt fails with ``UJ_JOB_TIMEOUT``."""
         self.fn = fn
         self.name = validation.job_name(name)
         self.queue = validation.queue_name(queue)
@@ -255,6 +260,7 @@ class JobDefinition(Generic[P, R]):
         self.retry = retry
         self.timeout_s = timeout_s
         self.expires_s = expires_s
+        self.on_time_limit = on_time_limit
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
@@ -312,6 +318,7 @@ class JobDefinition(Generic[P, R]):
             retry=retry,
             timeout_s=changes.pop("timeout_s", self.timeout_s),
             expires_s=changes.pop("expires_s", self.expires_s),
+            on_time_limit=changes.pop("on_time_limit", self.on_time_limit),
         )
         if changes:
             raise ConfigError(
