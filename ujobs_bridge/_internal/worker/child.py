@@ -43,6 +43,7 @@ from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
@@ -84,6 +85,7 @@ def child_main(
     except BaseException as exc:  # the parent reports it, for the job it wanted to run here
         conn.send(("init_failed", error_text(exc)))
         return
+    pool_limits.attach(conn)  # the time limits of its bodies are the pool's from now on
     conn.send(("ready",))
     while True:
         try:
