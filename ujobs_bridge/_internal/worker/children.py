@@ -36,6 +36,7 @@ from typing import Any
 
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.error_text import error_text
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
@@ -166,8 +167,10 @@ class ProcessRuntime:
         limits: TimeLimits = (None, None),
         max_tasks_per_child: int | None = None,
         max_memory_per_child_kib: int | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
+        self.max_result_bytes = max_result_bytes  # sent with each body: the child checks it
         self.stopping = stopping
         self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
         self.app_spec, self.dsn, self.node, self.limits = app_spec, dsn, node, limits
@@ -304,7 +307,7 @@ class ProcessRuntime:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
-            conn.send((entry.claimed, self.settings or None))
+            conn.send((entry.claimed, self.settings or None, self.max_result_bytes))
             reply, keeper.resident_kib = keeper.receive(process, conn)
             keeper.ran += 1
             return body_result_from_child(reply)

@@ -11,8 +11,9 @@ periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.p
 the floor (and the only wake-up behind PgBouncer without a ``listen_dsn``).
 
 Its connections (the budget, README "Connections"): ONE working connection shared by the claim
-loop, the heartbeat and the presence, ONE for LISTEN, and a step-write pool that opens on the
-first ``step.run`` and gives idle connections back.
+loop, the heartbeat and the presence, ONE for LISTEN, a step-write pool that opens on the
+first ``step.run`` and gives idle connections back, and the heartbeat's spare, open only while a
+long outcome write holds the working connection (``heartbeat.py``).
 
 ``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
 attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
@@ -51,7 +52,12 @@ from typing import Any
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import nodes
-from ujobs_bridge._internal.db.connections import Role, detect_transaction_pooler, listen_dsn
+from ujobs_bridge._internal.db.connections import (
+    Reconnecting,
+    Role,
+    detect_transaction_pooler,
+    listen_dsn,
+)
 from ujobs_bridge._internal.jobs import context, validation
 from ujobs_bridge._internal.worker.attempt import BodyResult, died_settlement, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
@@ -65,7 +71,7 @@ from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
 from ujobs_bridge._internal.worker.presence import Presence, default_node_name
-from ujobs_bridge._internal.worker.runtimes import LoopRuntime, Runtimes, StepWrites
+from ujobs_bridge._internal.worker.runtimes import Runtimes, StepWrites
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge._internal.worker.stopping import Stopper
 from ujobs_bridge.errors import ConfigError, ErrorCode
@@ -157,6 +163,7 @@ class Worker:
             limits=(self.config.time_limit_s, self.config.soft_time_limit_s),
             max_tasks_per_child=self.config.max_tasks_per_child,
             max_memory_per_child_kib=self.config.max_memory_per_child_kib,
+            max_result_bytes=self.config.max_result_bytes,
         )
         self.stopper = Stopper(self.table, self.runtimes)
         self.claims = Claims(
@@ -175,6 +182,8 @@ class Worker:
             interval_s=self.config.heartbeat_interval_s,
             held=lambda: self.table.held_leases() + self.outcomes.leases(),
             on_lost=self.stopper.lease_lost,
+            spare=Reconnecting(dsn, Role(f"worker:{self.id}:renew")),
+            writing_large=self.outcomes.writing_large,
         )
         self.presence = Presence(
             self.claims.shared,
@@ -342,7 +351,7 @@ class Worker:
             runtimes = self.runtimes
             first_async = any(d.is_async for d in registry.values()) and runtimes.loop is None
             if first_async and runtimes.threads is not None:  # opened without an event loop
-                runtimes.loop = LoopRuntime(runtimes.finished, runtimes.steps)
+                runtimes.loop = runtimes.event_loop()
             self.registry = runtimes.registry = registry
             self.queues, self.names = chosen, tuple(sorted(registry))
             self.claims.queues, self.claims.names = self.queues, self.names

@@ -31,6 +31,7 @@ from ujobs_bridge._internal.db.connections import Conn, Pool, Role
 from ujobs_bridge._internal.db.steps import Lease
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.worker.attempt import BodyResult, run_body, run_body_async
 from ujobs_bridge._internal.worker.body_threads import BodyThreads
 from ujobs_bridge._internal.worker.child import TimeLimits
@@ -104,10 +105,13 @@ class ThreadRuntime:
         finished: Finished,
         steps: StepWrites,
         stopping: threading.Event,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
+        self.max_result_bytes = max_result_bytes
         self._lock = threading.Lock()
         self._threads: BodyThreads[InFlight] = BodyThreads(size, self._run)
 
@@ -152,7 +156,13 @@ class ThreadRuntime:
         timeout = entry.definition.timeout_s
         if timeout is not None:
             entry.deadline = time.monotonic() + timeout
-        result = run_body(entry.definition, entry.claimed, entry.signal, self.steps.runner(entry))
+        result = run_body(
+            entry.definition,
+            entry.claimed,
+            entry.signal,
+            self.steps.runner(entry),
+            max_result_bytes=self.max_result_bytes,
+        )
         fault("attempt.before_settle")
         self.finished(entry, result)
 
@@ -160,9 +170,16 @@ class ThreadRuntime:
 class LoopRuntime:
     """``async def`` bodies as tasks on one event loop thread; a stopped body is cancelled."""
 
-    def __init__(self, finished: Finished, steps: StepWrites) -> None:
+    def __init__(
+        self,
+        finished: Finished,
+        steps: StepWrites,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
         self.finished = finished
         self.steps = steps
+        self.max_result_bytes = max_result_bytes
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ujobs-async", daemon=True
@@ -191,7 +208,13 @@ class LoopRuntime:
         try:
             entry.started_at = time.time()
             runner = self.steps.runner(entry)
-            result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
+            result = await run_body_async(
+                entry.definition,
+                entry.claimed,
+                entry.signal,
+                runner,
+                max_result_bytes=self.max_result_bytes,
+            )
             fault("attempt.before_settle")
             self.finished(entry, result)
         except asyncio.CancelledError:
@@ -221,8 +244,10 @@ class Runtimes:
         limits: TimeLimits = (None, None),
         max_tasks_per_child: int | None = None,
         max_memory_per_child_kib: int | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.node = node
+        self.max_result_bytes = max_result_bytes
         self.limits = limits
         self.max_tasks_per_child = max_tasks_per_child
         self.max_memory_per_child_kib = max_memory_per_child_kib
@@ -256,11 +281,23 @@ class Runtimes:
                 limits=self.limits,
                 max_tasks_per_child=self.max_tasks_per_child,
                 max_memory_per_child_kib=self.max_memory_per_child_kib,
+                max_result_bytes=self.max_result_bytes,
             )
             return
-        self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
+        self.threads = ThreadRuntime(
+            self.size,
+            self.finished,
+            self.steps,
+            self.stopping,
+            max_result_bytes=self.max_result_bytes,
+        )
         if any(d.is_async for d in self.registry.values()):
-            self.loop = LoopRuntime(self.finished, self.steps)
+            self.loop = self.event_loop()
+
+    def event_loop(self) -> LoopRuntime:
+        """A new event-loop runtime for ``async def`` bodies (``open``, or a ``reload`` that
+        brings the first one)."""
+        return LoopRuntime(self.finished, self.steps, max_result_bytes=self.max_result_bytes)
 
     def _of(self, entry: InFlight) -> Runtime:
         if self.processes is not None:
