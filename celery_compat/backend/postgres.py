@@ -153,7 +153,8 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         if not getattr(self._local, "storing", False):  # a group's result: a plain write
             self.set(key, value)
             return
-        _refuse_oversize(key, value)
+        if state != states.FAILURE:  # the failure (of an oversize result too) is always stored
+            _refuse_oversize(key, value)
         # A task result: the statement itself refuses to replace a stored SUCCESS. Celery's
         # guard in _store_result reads first, so two runs of one task id (a replayed message
         # whose re-send already ran) could otherwise write RETRY over SUCCESS in between.

@@ -229,6 +229,9 @@ class ProcessRuntime:
         if keeper is not None:
             keeper.kill()
 
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return None  # a hung body's child is killed at its timeout (``interrupt``)
+
     def shutdown(self) -> None:
         """Idle children exit after their hooks; busy ones (their attempts were handed back)
         are killed. Waits for the keepers a bounded time."""

@@ -30,8 +30,9 @@ it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which 
 worker`` exits non-zero so a supervisor restarts it. No lost slot either: a body's thread, task or
 keeper that meets an error of our own (or of an observer: tracing, logs, metrics) between the
 claim and the settle fails that attempt (``UJ_WORKER_LOST``, retried per policy) and serves on
-(``inflight.report_died``). ``hung()`` lists bodies running past their
-timeout.
+(``inflight.report_died``); a thread body hung past its timeout gives its slot to a new thread,
+and past ``--max-hung-threads`` abandoned threads the worker fails as above (``stopping.py``).
+``hung()`` lists bodies running past their timeout.
 
 What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
 (``attempt.py``) or the CLI (``cli/worker.py``).
@@ -165,7 +166,13 @@ class Worker:
             max_memory_per_child_kib=self.config.max_memory_per_child_kib,
             max_result_bytes=self.config.max_result_bytes,
         )
-        self.stopper = Stopper(self.table, self.runtimes)
+        self.stopper = Stopper(
+            self.table,
+            self.runtimes,
+            cap=lambda: self.config.hung_threads_cap,
+            abandoned=lambda: self.runtimes.abandoned,
+            on_overwhelmed=lambda reason: self._fail(f"its bodies hung past the cap: {reason}"),
+        )
         self.claims = Claims(
             dsn,
             worker_id=self.id,
@@ -295,11 +302,16 @@ class Worker:
         self._wake.set()
 
     def _loop_died(self, loop: str, exc: BaseException) -> None:
-        """A loop of this worker died: hand back what the worker holds and stop (on a thread of
-        its own: the dying loop's thread may be one that ``stop()`` joins)."""
+        """A loop of this worker died: hand back what the worker holds and stop."""
+        self._fail(f"the {loop} loop died: {exc!r}")
+
+    def _fail(self, failure: str) -> None:
+        """The worker cannot go on (a loop died, or bodies hung past the cap): hand back what it
+        holds and stop (on a thread of its own: the caller's thread may be one that ``stop()``
+        joins); ``failed`` is set once it has stopped."""
         if self.failure is not None or self.stopped.is_set():
             return
-        self.failure = f"the {loop} loop died: {exc!r}"
+        self.failure = failure
         log.critical(
             "ujobs.worker.failed: %s; handing back %d job(s) uncounted and stopping (%s)",
             self.failure,

@@ -18,6 +18,8 @@ attempt is settled (``inflight.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import threading
 import time
@@ -41,6 +43,8 @@ from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
 
+log = logging.getLogger("ujobs.worker")
+
 
 class Runtime(Protocol):
     def submit(self, entry: InFlight) -> None:
@@ -51,6 +55,11 @@ class Runtime(Protocol):
 
     def interrupt(self, entry: InFlight) -> None:
         """Stop a running body if this runtime can (its signal is already aborted)."""
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        """Give the slot of a hung body (past its timeout, still running) to a new thread: True
+        if done; False if not, ``cap`` abandoned threads running already; None if this runtime
+        does not (it stops its bodies itself) or the body has returned."""
 
     def shutdown(self) -> None:
         """Release the runtime; does not wait for bodies still running."""
@@ -128,6 +137,14 @@ class ThreadRuntime:
     def interrupt(self, entry: InFlight) -> None:
         pass  # a thread cannot be interrupted safely: the body polls its signal
 
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return self._threads.abandon(entry, cap)
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned body threads still running their hung body."""
+        return self._threads.abandoned
+
     def shutdown(self) -> None:
         self._threads.shutdown()
 
@@ -142,6 +159,14 @@ class ThreadRuntime:
             self._attempt(entry)
         except BaseException as exc:
             report_died(self.finished, entry, "the body thread", exc)
+        if entry.abandoned:
+            with contextlib.suppress(Exception):  # a logging filter that raises
+                log.info(
+                    "ujobs.worker.hung_returned: job %s (%s): its hung body returned; its "
+                    "abandoned thread ends",
+                    entry.claimed.id,
+                    entry.claimed.name,
+                )
 
     def _attempt(self, entry: InFlight) -> None:
         with self._lock:
@@ -197,6 +222,9 @@ class LoopRuntime:
     def interrupt(self, entry: InFlight) -> None:
         if entry.future is not None:
             entry.future.cancel()
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return None  # a task is cancelled at its timeout; it holds no thread of its own
 
     def shutdown(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -316,6 +344,14 @@ class Runtimes:
 
     def interrupt(self, entry: InFlight) -> None:
         self._of(entry).interrupt(entry)
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return self._of(entry).abandon(entry, cap)
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned body threads still running their hung body."""
+        return self.threads.abandoned if self.threads is not None else 0
 
     def resize(self, size: int) -> None:
         """Run ``size`` bodies at once: body threads or pool children are added now, or retire
