@@ -198,7 +198,7 @@ def test_an_oversize_result_fails_alone_at_once_and_the_worker_gives_its_memory_
     ] * 20
     assert "rescued" not in worker.output() and "fenced" not in worker.output()
     wait_for(
-        lambda: rss(worker.pid) < before + 100 * MB,
+        lambda: rss(worker.pid) < before + 40 * MB,
         timeout=15,
         what=f"the worker's memory to come back (from {before // MB} MB)",
     )
@@ -232,7 +232,7 @@ def test_results_under_the_limit_are_written_while_leases_renew_and_the_limit_is
     ] * 20
     assert "rescued" not in worker.output() and "fenced" not in worker.output()
     wait_for(
-        lambda: rss(worker.pid) < before + 150 * MB,
+        lambda: rss(worker.pid) < before + 40 * MB,
         timeout=15,
         what=f"the worker's memory to come back (from {before // MB} MB)",
     )
