@@ -104,6 +104,7 @@ class HungAttempt:
     attempt: int
     timeout_s: float
     overdue_s: float  # seconds since its deadline
+    abandoned: bool = False  # its thread was given up: a new one serves its slot
 
 
 class InFlightTable:

@@ -160,6 +160,7 @@ class Stopper:
                 e.claimed.attempt,
                 e.definition.timeout_s or 0.0,
                 now - (e.deadline or now),
+                e.abandoned,
             )
             for e in self.table.hung(now - HUNG_GRACE_S)
         ]
