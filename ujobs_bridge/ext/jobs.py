@@ -1,7 +1,7 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
-explicit outcomes, retry policies, job ids, name validation and the one range of instants a row
-may hold (``storable_instant``: what the Celery sender and ``migrate`` check ``eta``/``expires``
-against).
+explicit outcomes, retry policies, job ids, name validation, the limit on a result's size and
+the one range of instants a row may hold (``storable_instant``: what the Celery sender and
+``migrate`` check ``eta``/``expires`` against).
 
 What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported at the root).
 """
@@ -18,11 +18,17 @@ from ujobs_bridge._internal.jobs.instants import (
     storable_instant,
 )
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.payload import (
+    DEFAULT_MAX_RESULT_BYTES,
+    result_size,
+    result_too_large,
+)
 from ujobs_bridge._internal.jobs.retry import RetryPolicy
 from ujobs_bridge._internal.jobs.validation import queue_name
 from ujobs_bridge.job import EnqueueRequest, JobDefinition
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
     "EARLIEST_INSTANT",
     "LATEST_INSTANT",
     "RANGE_TEXT",
@@ -40,5 +46,7 @@ __all__ = [
     "new_job_ids",
     "node_name",
     "queue_name",
+    "result_size",
+    "result_too_large",
     "storable_instant",
 ]

@@ -37,6 +37,7 @@ from typing import Any
 
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.error_text import error_text
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
@@ -193,8 +194,10 @@ class ProcessRuntime:
         limits: TimeLimits = (None, None),
         max_tasks_per_child: int | None = None,
         max_memory_per_child_kib: int | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
+        self.max_result_bytes = max_result_bytes  # sent with each body: the child checks it
         self.stopping = stopping
         self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
         self.app_spec, self.dsn, self.node, self.limits = app_spec, dsn, node, limits
@@ -252,6 +255,9 @@ class ProcessRuntime:
             keeper = next((k for k in self._keepers if k.current is entry), None)
         if keeper is not None:
             keeper.kill()
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return None  # a hung body's child is killed at its timeout (``interrupt``)
 
     def shutdown(self) -> None:
         """Idle children exit after their hooks; busy ones (their attempts were handed back)
@@ -331,7 +337,7 @@ class ProcessRuntime:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
-            conn.send((entry.claimed, self.settings or None))
+            conn.send((entry.claimed, self.settings or None, self.max_result_bytes))
             reply, keeper.resident_kib = keeper.answer(process, conn)
             keeper.ran += 1
             return body_result_from_child(reply)
