@@ -25,7 +25,7 @@ from rich.console import Console
 from .run import Soak
 from .settings import SoakSettings
 
-WIDE = 160
+WIDE = 220
 
 
 def parse(argv: list[str] | None = None) -> SoakSettings:
@@ -53,7 +53,9 @@ def parse(argv: list[str] | None = None) -> SoakSettings:
         default=None,
         help="seconds allowed to settle after the run (180; --small: 120)",
     )
-    parser.add_argument("--lease", type=float, default=None, help="the workers' --lease (10)")
+    parser.add_argument(
+        "--lease", type=float, default=None, help="the workers' --lease (10; --small: 4)"
+    )
     parser.add_argument("--log-dir", type=Path, default=None, help="keep every log and record here")
     parser.add_argument(
         "--json-out", type=Path, default=None, help="write every figure as JSON here"

@@ -7,7 +7,8 @@ under the same task id), a poison task whose exception must end in FAILURE, and 
 (``AsyncResult`` reads them back). ``soak.task`` is sent with ``.delay()`` by the soak process;
 ``soak.migrated`` is published by REAL Celery to Redis (``source``) and reaches the bridge
 through ``migrate --follow``, which accepts only task names this app declares. Each call is
-bracketed by ``marks.execution`` keyed by its job row (one row per message).
+bracketed by ``marks.execution`` keyed by its job row (one row per message). ``soak.probe`` is
+the slot probe (``marks.probe``), sent to one worker's own queue at the end.
 
 What it is not: realistic work; bodies sleep ``work_ms`` to keep some in flight under faults.
 """
@@ -20,7 +21,8 @@ from typing import Any
 from celery_compat import Celery
 from ujobs_bridge import current_job
 
-from .marks import PlannedPoison, execution
+from . import mix
+from .marks import PlannedPoison, execution, probe
 
 QUEUE = "soak_celery"
 MAX_RETRIES = 10
@@ -40,7 +42,7 @@ def _body(task: Any, workload: str, key: str, fail: int, work_ms: int) -> dict[s
     retries = int(task.request.retries or 0)
     with execution(workload, ctx, key=key, retries=retries):
         time.sleep(work_ms / 1000)
-        if fail < 0:
+        if fail == mix.POISON:
             raise PlannedPoison(f"poison {key}")
         if retries < fail:
             raise task.retry(countdown=0.2, max_retries=MAX_RETRIES)
@@ -55,3 +57,8 @@ def soak_task(self: Any, key: str, fail: int, work_ms: int) -> dict[str, str]:
 @app.task(name="soak.migrated", bind=True)  # type: ignore[untyped-decorator]
 def soak_migrated(self: Any, key: str, fail: int, work_ms: int) -> dict[str, str]:
     return _body(self, "migrated", key, fail, work_ms)
+
+
+@app.task(name="soak.probe")  # type: ignore[untyped-decorator]
+def soak_probe(worker: str, expect: int) -> int:
+    return probe(worker, expect)

@@ -6,10 +6,16 @@ held, how long the server was away) so the verdict can say which re-executions i
 and how long the system took to recover from it. One fault at a time, on one thread:
 
 - ``sigkill``: SIGKILL a worker's main process (the fleet restarts it);
+- ``sigkill-full``: first fill the worker: send to its own queue as many quick jobs as it may
+  hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
+  more, wait until it holds that many (at most ``FULL_WAIT_S``), then SIGKILL it. The jobs it
+  had prefetched never started: none may be charged an attempt;
 - ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
 - ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
 - ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
-  downtime, ``pg_ctl start`` (after ``immediate`` the server runs crash recovery).
+  downtime, ``pg_ctl start`` (after ``immediate`` the server runs crash recovery);
+- ``restart-long``: ``-m immediate`` with more downtime than the lease: a lease must not run
+  out while the database is down, so no finished result may be thrown away.
 
 Before a worker fault the injector reads which jobs the worker holds (``running``,
 ``claimed_by`` its worker id): their first settle after the fault is its recovery time.
@@ -23,6 +29,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +42,9 @@ from .plan import Fault
 
 CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
+FULL_WAIT_S = 8.0  # sigkill-full: how long the worker may take to fill up
+UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
+FULL_EXTRA = 2  # sigkill-full: jobs sent beyond what the worker may hold
 
 
 @dataclass
@@ -61,12 +71,16 @@ class Injector:
         cluster: PrivateCluster,
         dsn: str,
         seed: int,
+        burst: Callable[[Slot, int], int] | None = None,
     ) -> None:
+        """``burst(slot, n)`` sends ``n`` quick jobs to the queue only ``slot`` consumes and says
+        how many were sent (``sigkill-full``)."""
         self.plan = plan
         self.fleet = fleet
         self.workers = workers
         self.cluster = cluster
         self.dsn = dsn
+        self.burst = burst
         self.rng = random.Random(seed * 7919 + 1)
         self.events: list[Event] = []
         self._stop = threading.Event()
@@ -107,6 +121,29 @@ class Injector:
         event.t = time.time()
         event.pid = self.fleet.kill(slot)
 
+    def _sigkill_full(self, event: Event) -> None:
+        slot = self.workers[event.fault.target]
+        event.target = slot.name
+        node = self._node(slot)
+        if node is None:
+            raise RuntimeError(f"{slot.name} was not up and registered in {UP_WAIT_S:g}s")
+        pid, capacity, concurrency = node
+        assert self.burst is not None, "sigkill-full needs a burst sender"
+        event.extra["capacity"] = capacity
+        event.extra["sent"] = self.burst(slot, capacity + FULL_EXTRA)
+        deadline = time.monotonic() + FULL_WAIT_S
+        held = self._held(slot) or []
+        while len(held) < capacity and time.monotonic() < deadline and not self._stop.is_set():
+            time.sleep(0.1)
+            held = self._held(slot) or []
+        event.held = held
+        event.extra["full"] = len(held) >= capacity
+        event.extra["prefetched"] = max(0, len(held) - concurrency)
+        event.t = time.time()
+        event.pid = self.fleet.kill(slot)
+        if event.pid != pid:
+            event.error = f"{slot.name} was restarted while it filled up (pid {pid} -> {event.pid})"
+
     def _sigstop(self, event: Event) -> None:
         slot = self.workers[event.fault.target]
         event.target = slot.name
@@ -146,6 +183,9 @@ class Injector:
     def _restart_immediate(self, event: Event) -> None:
         self._restart(event, "immediate")
 
+    def _restart_long(self, event: Event) -> None:
+        self._restart(event, "immediate")
+
     def _restart(self, event: Event, mode: str) -> None:
         event.target = "postgres"
         event.t = time.time()
@@ -165,6 +205,29 @@ class Injector:
                 if attempt == START_TRIES - 1:
                     raise
                 time.sleep(1.0)
+
+    def _node(self, slot: Slot) -> tuple[int, int, int] | None:
+        """The worker's pid, how many jobs it may hold (its node row's ``prefetch_count``) and
+        its concurrency, once it is up and registered (None after ``UP_WAIT_S``)."""
+        deadline = time.monotonic() + UP_WAIT_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            pid = slot.pid
+            if pid is not None:
+                try:
+                    with psycopg.connect(
+                        self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    ) as conn:
+                        row = conn.execute(
+                            "select (info ->> 'prefetch_count')::int, concurrency"
+                            " from x_worker_nodes where worker_id = %s and expires_at > now()",
+                            (f"{slot.node}:{pid}",),
+                        ).fetchone()
+                except psycopg.Error:
+                    row = None
+                if row is not None and row[0] is not None:
+                    return pid, int(row[0]), int(row[1])
+            time.sleep(0.2)
+        return None
 
     def _held(self, slot: Slot) -> list[str] | None:
         pid = slot.pid

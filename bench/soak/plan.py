@@ -4,8 +4,9 @@ Why it exists: a chaos run that cannot be replayed cannot be debugged, and a sho
 happens to draw no ``restart -m immediate`` proves nothing about it. So the plan is a pure
 function of the seed and the settings: every kind appears at least ``min_each`` times, in a
 seeded order, spread evenly (with seeded jitter) between the warm-up and the quiet tail, each
-with its seeded target (worker faults go round every worker) and duration. The same seed gives the same plan on any machine; what
-the machine does with it (how long a restart takes) is measured, not planned.
+with its seeded target (worker faults go round every worker) and duration (``restart-long``: 1.3 to
+2 leases of downtime; the other restarts under 2 s). The same seed gives the same plan on any
+machine; what the machine does with it (how long a restart takes) is measured, not planned.
 
 What it is not: the injector (``faults``), which carries the plan out and records what happened.
 """
@@ -24,7 +25,7 @@ from .settings import KINDS, SoakSettings
 class Fault:
     at_s: float  # offset from the start of the run
     kind: str  # one of settings.KINDS
-    target: int  # index into the worker slots (sigkill/sigstop); unused otherwise
+    target: int  # index into the worker slots (sigkill, sigkill-full, sigstop); unused otherwise
     hold_s: float  # sigstop: how long stopped; restarts: downtime between stop and start
     share: float  # terminate: the share of the database's backends terminated
 
@@ -47,7 +48,7 @@ def plan(settings: SoakSettings, workers: int) -> list[Fault]:
         )
     gap = (end - start) / len(kinds)
     # Worker faults go round the workers in a seeded order, so every pool kind gets hit.
-    rounds = {k: _cycle(rng, workers) for k in ("sigkill", "sigstop")}
+    rounds = {k: _cycle(rng, workers) for k in ("sigkill", "sigkill-full", "sigstop")}
     out: list[Fault] = []
     for i, kind in enumerate(kinds):
         at = start + gap * i + rng.uniform(0.0, gap * 0.4)
@@ -55,6 +56,9 @@ def plan(settings: SoakSettings, workers: int) -> list[Fault]:
             # Mostly shorter than the lease (the heartbeat resumes in time), sometimes longer
             # (the lease runs out, another worker rescues, the fenced write changes nothing).
             hold = rng.uniform(1.0, settings.lease_s * 1.6)
+        elif kind == "restart-long":
+            # Longer than the lease: no lease may run out while the database is down.
+            hold = rng.uniform(settings.lease_s * 1.3, settings.lease_s * 2.0)
         elif kind.startswith("restart"):
             hold = rng.uniform(0.0, 2.0)
         else:

@@ -10,10 +10,13 @@ when it is up is worth a look). A send that raised is not retried and not counte
 it may or may not have committed, and the verdict never counts it as lost.
 
 Plans are drawn from a generator seeded per workload and item, so a seed replays the same
-mix: ``plain`` fails 0 (most), 1 or 2 times then succeeds, or is poison (-1: dead on purpose);
-``steps`` fails after step 0, 1 or 2 on its first attempt, or never (-1); ``celery`` and
-``migrated`` retry 0-2 times through ``self.retry``, or are poison. One ``.delay()`` in ten is
-also waited on with ``AsyncResult.get()`` on a separate thread.
+mix (``mix``): ``plain`` fails 0 (most), 1 or 2 times then succeeds, or is poison (dead on
+purpose); ``steps`` fails after step 0, 1 or 2 on its first attempt, or never (-1); ``celery``
+and ``migrated`` retry 0-2 times through ``self.retry``, or are poison; one item in
+``mix.SPECIAL_EVERY`` is the workload's next special kind (an oversize result, a hung body...).
+One ``.delay()`` in ten is also waited on with ``AsyncResult.get()`` on a separate thread.
+``burst`` sends at once, to a given queue, items that succeed the first time: the fault
+injector fills one worker with them before ``sigkill-full``.
 
 What it is not: a load generator. Rates are low; the point is overlap with faults.
 """
@@ -30,8 +33,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import mix
+
 GET_EVERY = 10
 GET_TIMEOUT_S = 120.0
+Send = Callable[[str, int, int, str | None], str]  # key, plan, work_ms, queue (None: its own)
 
 
 @dataclass(frozen=True)
@@ -62,12 +68,8 @@ class Ledger:
             self.gets[outcome] += 1
 
 
-def fail_plan(rng: random.Random) -> int:
-    return rng.choices([0, 1, 2, -1], weights=[70, 18, 9, 3])[0]
-
-
-def step_plan(rng: random.Random) -> int:
-    return rng.choices([-1, 0, 1, 2], weights=[55, 15, 15, 15])[0]
+fail_plan = mix.fail_plan
+step_plan = mix.step_plan
 
 
 class Producer:
@@ -76,7 +78,7 @@ class Producer:
         workload: str,
         rate: float,
         seed: int,
-        send: Callable[[str, int, int], str],
+        send: Send,
         plan: Callable[[random.Random], int],
         ledger: Ledger,
         work_ms: tuple[int, int],
@@ -90,6 +92,8 @@ class Producer:
         self.work_ms = work_ms
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"soak-{workload}", daemon=True)
+        self._bursts = 0
+        self._burst_lock = threading.Lock()
 
     def start(self) -> None:
         self._thread.start()
@@ -100,20 +104,42 @@ class Producer:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout=timeout)
 
+    def draw(self, i: int) -> tuple[int, int, str]:
+        """Item ``i``'s plan, work and key (a pure function of the seed)."""
+        rng = random.Random(f"{self.seed}:{self.workload}:{i}")
+        drawn = self.plan(rng)
+        special = mix.special(self.workload, i)
+        work_ms = rng.randint(*self.work_ms)
+        key = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return (drawn if special is None else special), work_ms, key
+
+    def _one(self, key: str, plan: int, work_ms: int, queue: str | None) -> bool:
+        try:
+            ref = self.send(key, plan, work_ms, queue)
+        except Exception as exc:
+            self.ledger.error(self.workload, exc)
+            return False
+        self.ledger.add(Sent(self.workload, ref, plan, time.time()))
+        return True
+
+    def burst(self, n: int, queue: str, work_ms: tuple[int, int]) -> int:
+        """Send ``n`` items that succeed at once, to ``queue``, now; how many were sent."""
+        with self._burst_lock:
+            first = self._bursts
+            self._bursts += n
+        sent = 0
+        for i in range(first, first + n):
+            rng = random.Random(f"{self.seed}:{self.workload}:burst:{i}")
+            key = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            sent += self._one(key, 0, rng.randint(*work_ms), queue)
+        return sent
+
     def _run(self) -> None:
         i = 0
         due = time.monotonic()
         while not self._stop.is_set():
-            rng = random.Random(f"{self.seed}:{self.workload}:{i}")
-            plan = self.plan(rng)
-            work_ms = rng.randint(*self.work_ms)
-            key = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-            try:
-                ref = self.send(key, plan, work_ms)
-            except Exception as exc:
-                self.ledger.error(self.workload, exc)
-            else:
-                self.ledger.add(Sent(self.workload, ref, plan, time.time()))
+            plan, work_ms, key = self.draw(i)
+            self._one(key, plan, work_ms, None)
             i += 1
             due += 1.0 / self.rate
             now = time.monotonic()

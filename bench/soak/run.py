@@ -3,11 +3,14 @@
 Why it exists: the order matters. The server, schema and fleet come up first and the run
 starts only once every worker has registered and a scheduler leads; producers and the
 injector then run for ``duration``; when it ends, faults stop first (a stopped worker is
-resumed, a stopped server started), then the producers; then the settle, under one deadline:
-the schedulers are stopped once their watermark has passed the end of the run (so every
-occurrence up to it was decided), ``migrate`` once its Redis queue and processing lists are
-empty, and the wait ends when no job row is ready, running, sleeping or waiting. Only then is
-anything counted. Whatever happens, every process is killed, the Redis keys of the run are
+resumed, a stopped server started), then the producers; the rows whose ``run_at`` was set to
+year 10000 are read and cancelled through the engine's introspector (what ``jobs show`` and
+``jobs cancel`` do); then the settle, under one deadline: the schedulers are stopped once their
+watermark has passed the end of the run (so every occurrence up to it was decided),
+``migrate`` once its Redis queue and processing lists are empty, and the wait ends when no job
+row is ready, running, sleeping or waiting. Then the rows still ``running`` are noted, and each
+worker's live slots are probed (``marks.probe``: as many probes as its concurrency, on its own
+queue), before the workers are stopped. Only then is anything counted. Whatever happens, every process is killed, the Redis keys of the run are
 deleted and the cluster is removed (its logs and the workers' are kept when the run fails).
 
 What it is not: the rules (``verdict``) or the plan (``plan``).
@@ -24,6 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,16 +40,27 @@ from ujobs_bridge.testing import PrivateCluster
 
 from .. import procs
 from ..bridge_cli import command
-from . import marks, table
+from . import marks, mix, table
 from .faults import Event, Injector
 from .fleet import Fleet, Slot
 from .plan import plan
 from .producers import Getter, Ledger, Producer, fail_plan, step_plan
-from .settings import KINDS, SoakSettings
+from .settings import (
+    KINDS,
+    MAX_RESULT_BYTES,
+    PREFETCH_MULTIPLIER,
+    SoakSettings,
+    private_queue,
+)
 from .verdict import Inputs, Verdict, judge
 
 READY_TIMEOUT_S = 120.0
 UPGRADE_TIMEOUT_S = 120
+PROBE_TIMEOUT_S = 40.0  # every worker's probes done (a lost slot makes them wait PROBE_WAIT_S)
+BURST_WORK_MS = (1500, 2500)  # sigkill-full: the slots stay full until the kill
+JOBS_APP = "bench.soak.jobs"
+HANG_THREADS_WORKER = "jobs-threads"  # mix.HANG_THREADS go to its own queue
+CELERY_APP = "bench.soak.celery_tasks"
 
 
 class Soak:
@@ -62,6 +77,10 @@ class Soak:
         self.loads: list[float] = []
         self.verdict: Verdict | None = None
         self.events: list[Event] = []
+        self.concurrency: dict[str, int] = {}  # worker name -> -c
+        self.apps: dict[str, str] = {}  # worker name -> -A
+        self.readers: list[str] = []  # what the introspector could not do with a far row
+        self.client: Any = None  # the producers' ujobs_bridge Client
         self._cleanups: list[Any] = []
 
     # ------------------------------------------------------------------ the whole run
@@ -99,9 +118,15 @@ class Soak:
         self._wait_ready(dsn, len(workers))
         ledger = Ledger()
         producers, getter = self._producers(dsn, ledger)
+        by_workload = {p.workload: p for p in producers}
+
+        def burst(slot: Slot, n: int) -> int:
+            producer = by_workload["plain" if self.apps[slot.name] == JOBS_APP else "celery"]
+            return producer.burst(n, private_queue(slot.name), BURST_WORK_MS)
+
         t_start = time.time()
         t0 = time.monotonic()
-        injector = Injector(faults, self.fleet, workers, self.cluster, dsn, s.seed)
+        injector = Injector(faults, self.fleet, workers, self.cluster, dsn, s.seed, burst)
         injector.start(t0)
         self.events = injector.events
         sampler = threading.Thread(target=self._sample_load, args=(t0,), daemon=True)
@@ -114,7 +139,10 @@ class Soak:
         for p in producers:
             p.join(timeout=60)
         self.console.print(f"run over after {time.monotonic() - t0:.0f}s; settling")
+        self._read_and_cancel_far(dsn, ledger)
         settled = self._settle(dsn, t_end)
+        running = self._running(dsn)
+        probed = self._probe(workers)
         getter.stop(timeout=30)
         shutdown = self.fleet.retire(workers)
         self.verdict = judge(
@@ -127,6 +155,10 @@ class Soak:
                 t_start=t_start,
                 t_end=t_end,
                 lease_s=s.lease_s,
+                running=running,
+                concurrency=self.concurrency,
+                apps=self.apps,
+                readers=self.readers,
             )
         )
         done_faults = {
@@ -134,6 +166,7 @@ class Soak:
         }
         header = {
             "settled": settled,
+            "slot probes": probed,
             "faults carried out": ", ".join(f"{k} x{n}" for k, n in done_faults.items()),
             "workers' exit codes on SIGTERM at the end": shutdown,
             "load average (1 min) during the run": _load_text(self.loads),
@@ -178,16 +211,20 @@ class Soak:
         celery_queues = f"{CELERY_QUEUE},{s.migrated_queue}"
         workers = []
         for name, app, queues, pool, c in (
-            ("jobs-threads", "bench.soak.jobs", JOBS_QUEUE, "threads", 4),
-            ("jobs-procs", "bench.soak.jobs", JOBS_QUEUE, "processes", 2),
-            ("celery-threads", "bench.soak.celery_tasks", celery_queues, "threads", 4),
-            ("celery-procs", "bench.soak.celery_tasks", celery_queues, "processes", 2),
+            ("jobs-threads", JOBS_APP, JOBS_QUEUE, "threads", 4),
+            ("jobs-procs", JOBS_APP, JOBS_QUEUE, "processes", 2),
+            ("celery-threads", CELERY_APP, celery_queues, "threads", 4),
+            ("celery-procs", CELERY_APP, celery_queues, "processes", 2),
         ):
             argv = [
-                *cmd, "worker", "--dsn", dsn, "-A", app, "-Q", queues, "-P", pool, "-c", str(c),
-                "--lease", f"{s.lease_s:g}", "--poll", "0.5", "-n", f"{name}@soak", "-l", level,
+                *cmd, "worker", "--dsn", dsn, "-A", app, "-Q", f"{queues},{private_queue(name)}",
+                "-P", pool, "-c", str(c), "--lease", f"{s.lease_s:g}", "--poll", "0.5",
+                "--prefetch-multiplier", str(PREFETCH_MULTIPLIER),
+                "--max-result-bytes", str(MAX_RESULT_BYTES), "-n", f"{name}@soak", "-l", level,
             ]  # fmt: skip
             workers.append(self.fleet.add(Slot(name, "worker", argv, env)))
+            self.concurrency[name] = c
+            self.apps[name] = app
         for i in (1, 2):
             argv = [
                 *cmd, "scheduler", "-A", "bench.soak.jobs", "--dsn", dsn, "--interval", "0.5",
@@ -222,11 +259,12 @@ class Soak:
 
     def _producers(self, dsn: str, ledger: Ledger) -> tuple[list[Producer], Getter]:
         from ujobs_bridge import connect
+        from ujobs_bridge.ext.jobs import EARLIEST_INSTANT, LATEST_INSTANT
 
         from . import celery_tasks, jobs, source
 
         s = self.settings
-        client = connect(dsn, upgrade=False)
+        client = self.client = connect(dsn, upgrade=False)
         celery_tasks.app.use_ujobs_client(client)
         self._cleanups.append(client.close)
         self._cleanups.append(celery_tasks.app.backend.close)
@@ -236,20 +274,43 @@ class Soak:
         getter = Getter(ledger)
         sent = [0]
 
-        def send_plain(key: str, plan_: int, work_ms: int) -> str:
-            return str(jobs.plain.configure(client=client).enqueue(key, plan_, work_ms).id)
+        def send_plain(key: str, plan_: int, work_ms: int, queue: str | None) -> str:
+            if plan_ in mix.BY_HAND:
+                # The row and its odd run_at in one transaction (no sender accepts it any more).
+                with psycopg.connect(dsn, connect_timeout=5) as conn:
+                    ref = jobs.plain.configure(conn=conn).enqueue(key, plan_, work_ms)
+                    conn.execute(
+                        "update x_jobs set run_at = %s::timestamptz where id = %s",
+                        (mix.BY_HAND[plan_], ref.id),
+                    )
+                return str(ref.id)
+            definition = jobs.hang if plan_ in (mix.HANG, mix.HANG_THREADS) else jobs.plain
+            if plan_ == mix.HANG_THREADS:
+                queue = private_queue(HANG_THREADS_WORKER)
+            call = definition.configure(client=client, queue=queue)
+            if plan_ == mix.EDGES:
+                call = definition.configure(
+                    client=client, queue=queue, run_at=EARLIEST_INSTANT, expires=LATEST_INSTANT
+                )
+            return str(call.enqueue(key, plan_, work_ms).id)
 
-        def send_steps(key: str, plan_: int, work_ms: int) -> str:
+        def send_steps(key: str, plan_: int, work_ms: int, queue: str | None) -> str:
             return str(jobs.stepped.configure(client=client).enqueue(key, plan_, work_ms).id)
 
-        def send_celery(key: str, plan_: int, work_ms: int) -> str:
-            result = celery_tasks.soak_task.delay(key, plan_, work_ms)
+        def send_celery(key: str, plan_: int, work_ms: int, queue: str | None) -> str:
+            options: dict[str, Any] = {} if queue is None else {"queue": queue}
+            if plan_ == mix.EDGES:
+                options.update(eta=EARLIEST_INSTANT, expires=LATEST_INSTANT)
+            result = celery_tasks.soak_task.apply_async((key, plan_, work_ms), **options)
             sent[0] += 1
             getter.offer(sent[0], result)
             return str(result.id)
 
-        def send_migrated(key: str, plan_: int, work_ms: int) -> str:
-            source.publish(source_app, s.migrated_queue, key, plan_, work_ms)
+        def send_migrated(key: str, plan_: int, work_ms: int, queue: str | None) -> str:
+            options: dict[str, Any] = {}
+            if plan_ == mix.EDGES:
+                options.update(eta=EARLIEST_INSTANT, expires=LATEST_INSTANT)
+            source.publish(source_app, s.migrated_queue, key, plan_, work_ms, **options)
             return key
 
         r = s.rates
@@ -320,6 +381,77 @@ class Soak:
         )
         return "; ".join(phases)
 
+    def _read_and_cancel_far(self, dsn: str, ledger: Ledger) -> None:
+        """The rows whose run_at was set to year 10000 never come due: each is read
+        (``jobs show``) and cancelled (``jobs cancel``) through the engine's introspector, and
+        the queue stats read (``jobs stats``). What fails is noted (``readers``) and the row is
+        then cancelled by hand, so the settle does not wait for it."""
+        from ujobs_bridge.ext.observe import Introspector
+
+        far = [x for x in ledger.sent if x.plan == mix.YEAR_10000]
+        introspector = Introspector(dsn)
+        try:
+            introspector.stats()
+        except Exception as exc:
+            self.readers.append(f"jobs stats: {type(exc).__name__}: {exc}")
+        for sent in far:
+            job_id = uuid.UUID(sent.ref)
+            try:
+                shown = introspector.get(job_id)
+                if "10000" not in str(shown.run_at):
+                    self.readers.append(f"{job_id}: shown with run_at {shown.run_at!s}")
+                introspector.cancel(job_id, reason="a year-10000 row, cancelled by the soak")
+            except Exception as exc:
+                self.readers.append(f"{job_id}: {type(exc).__name__}: {exc}")
+                with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(
+                        "update x_jobs set state = 'cancelled', finished_at = now()"
+                        " where id = %s and state = 'ready'",
+                        (job_id,),
+                    )
+
+    def _running(self, dsn: str) -> list[tuple[str, str, str | None]]:
+        """The rows still ``running`` once the settle is over: id, name, holder."""
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                rows = conn.execute(
+                    "select id::text, name, claimed_by from x_jobs where state = 'running'"
+                ).fetchall()
+        except psycopg.Error as exc:
+            self.console.print(f"[red]rows running at the end not read: {exc}[/red]")
+            return []
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def _probe(self, workers: list[Slot]) -> str:
+        """As many probes as each worker has slots, on its own queue (``marks.probe``), and
+        the wait until each worker ran them all (the verdict reads what they saw)."""
+        from . import celery_tasks, jobs
+
+        client = self.client  # the producers' client, still open
+        t0 = time.monotonic()
+        expected = 0
+        for slot in workers:
+            c = self.concurrency[slot.name]
+            queue = private_queue(slot.name)
+            for _ in range(c):
+                if self.apps[slot.name] == JOBS_APP:
+                    jobs.probe.configure(client=client, queue=queue).enqueue(slot.name, c)
+                else:
+                    celery_tasks.soak_probe.apply_async((slot.name, c), queue=queue)
+            expected += c
+
+        def done() -> bool | None:
+            records = [r for r in marks.read(self.marks_dir) if r.get("k") == "probe"]
+            return len(records) >= expected or None
+
+        try:
+            procs.wait_until(
+                done, timeout_s=PROBE_TIMEOUT_S, what="the slot probes", interval_s=0.25
+            )
+        except procs.BenchTimeout:
+            return f"TIMED OUT after {PROBE_TIMEOUT_S:g}s"
+        return f"{expected} probes ran in {time.monotonic() - t0:.1f}s"
+
     def _redis_drained(self) -> bool:
         s = self.settings
         if self.redis.llen(s.migrated_queue):
@@ -356,6 +488,7 @@ class Soak:
                     "held": e.held,
                     "terminated": e.terminated,
                     "error": e.error,
+                    "extra": e.extra,
                 }
                 for e in self.events
             ],

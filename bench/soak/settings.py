@@ -5,6 +5,10 @@ numbers (lease length, tick period, rates), and a run must be reproducible from 
 ``--small`` profile is the one ``tests/test_soak.py`` runs: the same topology and every fault
 kind, fewer faults, a shorter run.
 
+The workers run with a small prefetch (``--prefetch-multiplier``) so that ``sigkill-full`` can
+fill every slot and every prefetched place of one worker quickly, and a small
+``--max-result-bytes`` so that an oversize result costs little to build.
+
 What it is not: argument parsing (``__main__``). Redis can be moved with ``SOAK_REDIS_URL``
 (default db 8, the soak's own; only keys carrying the run id are ever written or deleted).
 """
@@ -18,7 +22,17 @@ from pathlib import Path
 
 REDIS_URL = os.environ.get("SOAK_REDIS_URL", "redis://127.0.0.1:6379/8")
 
-KINDS = ("sigkill", "sigstop", "terminate", "restart-fast", "restart-immediate")
+KINDS = (
+    "sigkill",
+    "sigkill-full",  # SIGKILL a worker holding as many jobs as it may: every slot and prefetch
+    "sigstop",
+    "terminate",
+    "restart-fast",
+    "restart-immediate",
+    "restart-long",  # -m immediate, down longer than the lease
+)
+PREFETCH_MULTIPLIER = 2  # the workers hold 2 x concurrency jobs at most (running + prefetched)
+MAX_RESULT_BYTES = 256 * 1024  # the workers' --max-result-bytes
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class SoakSettings:
             seed=seed,
             min_each=1,
             settle_s=120.0,
+            lease_s=4.0,  # short, so an outage longer than the lease stays short
             warmup_s=8.0,
             tail_s=8.0,
             rates=Rates(plain=4.0, steps=1.5, celery=3.0, migrated=2.0),
@@ -67,3 +82,9 @@ class SoakSettings:
     @property
     def drainer_id(self) -> str:
         return f"soak-{self.run_id}"
+
+
+def private_queue(worker: str) -> str:
+    """The queue only ``worker`` consumes (besides its workload's): ``sigkill-full`` fills it, and
+    the slot probe at the end runs there."""
+    return f"soak_w_{worker}"

@@ -23,6 +23,6 @@ def make_app(broker: str, queue: str) -> Any:
     return app
 
 
-def publish(app: Any, queue: str, key: str, fail: int, work_ms: int) -> None:
-    """One message whose task id is ``key``."""
-    app.send_task(TASK, args=(key, fail, work_ms), task_id=key, queue=queue)
+def publish(app: Any, queue: str, key: str, fail: int, work_ms: int, **options: Any) -> None:
+    """One message whose task id is ``key`` (``options``: ``eta``, ``expires``...)."""
+    app.send_task(TASK, args=(key, fail, work_ms), task_id=key, queue=queue, **options)

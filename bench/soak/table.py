@@ -44,11 +44,15 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
         ("! double fires", "right"),
         ("! misses", "right"),
         ("! stuck leases", "right"),
+        ("! lost results", "right"),
+        ("! unstarted charged", "right"),
+        ("! running at end", "right"),
+        ("! slots lost", "right"),
         ("executions", "right"),
         ("re-runs by faults", "right"),
         ("of which claims lost in a crash", "right"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name == "workload")  # type: ignore[arg-type]
     for w in WORKLOADS:
         r = verdict.rows[w]
         table.add_row(
@@ -63,6 +67,10 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
             _n(r.double_fires),
             _n(r.misses),
             _n(r.stuck),
+            _n(r.lost_results),
+            _n(r.unstarted_charged),
+            _n(r.running_at_end),
+            _n(r.slots_lost),
             _n(r.executions),
             _n(r.explained_reruns),
             _n(r.forgotten_claims),
@@ -77,9 +85,11 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
         if f["away_s"]:
             label = "stopped" if kind == "sigstop" else "away"
             notes.append(f"{label} {min(f['away_s']):.1f}-{max(f['away_s']):.1f}s")
-        if kind in ("sigkill", "sigstop"):
+        if kind in ("sigkill", "sigkill-full", "sigstop"):
             held = [h for h in f["held"] if h is not None]
             notes.append(f"held {sum(held)} jobs in all")
+        if f.get("filled"):
+            notes.append(f"held/may hold {', '.join(f['filled'])}")
         if f["terminated"]:
             notes.append(f"backends terminated {sum(f['terminated'])}")
         if f["errors"]:
@@ -101,18 +111,28 @@ def render(verdict: Verdict, console: Console, header: dict[str, Any]) -> None:
         "SIGKILLed",
         "exits on their own (codes)",
         "orphans after kill",
+        "slots live at end / -c",
     ):
         procs.add_column(name, justify="left" if name == "process" else "right")
+    slots = verdict.other.get("slots", {})
     for name, x in verdict.other["exits"].items():
+        live = slots.get(name)
         procs.add_row(
             name,
             str(x["starts"]),
             str(x["planned_kills"]),
             ", ".join(str(c) for c in x["unplanned_exits"]) or "-",
             str(x["orphans"]),
+            "-" if live is None else f"{live['live']}/{live['concurrency']}",
         )
     console.print(procs)
 
+    specials = verdict.other.get("specials")
+    if specials:
+        console.print(
+            "[bold]special kinds sent[/bold]: "
+            + escape(", ".join(f"{k} x{v}" for k, v in specials.items()))
+        )
     errors = verdict.other["send_errors"]
     if errors:
         console.print("[bold]sends that raised[/bold] (not counted as enqueued):")

@@ -30,7 +30,21 @@ Why it exists: each loss column needs a precise rule, written once:
   run's start and earlier than any run that started after the commit).
 - **double fires**: occurrences of ``soak-tick`` with more than one job row; **misses**:
   occurrences on its grid from the first fire to the end of the run with no fire.
-- **stuck leases**: ``running`` rows whose lease has expired, read after the settle.
+- **stuck leases**: ``running`` rows whose lease has expired, read after the workers stopped.
+- **lost results**: executions whose body returned (``end`` ``ok``) while the attempt they ran
+  in (the ``x_job_attempts`` row of that job whose worker is the process that ran it, or its
+  pool's parent, claimed before the start and ended after it) was not recorded ``done``: the
+  result was thrown away. Only a fault that cut that process off explains it (a SIGKILL or
+  SIGSTOP of it at or after the start: its result may not have been written yet), or a claim
+  the database forgot in a crash (no attempt row at all, a crash within the claim's lag, as
+  for the bound). A database outage of any length does not.
+- **unstarted charged**: attempts charged to a job (``x_job_attempts`` outcome ``lost``,
+  ``retried``, ``dead`` or ``done``; not ``handed_back``, ``snoozed`` or ``cancelled``) that
+  no execution ran in (no ``start`` of that job by that worker, or a child of it, between the
+  claim and the attempt's end): a job charged for a body that never started.
+- **running at end**: rows still ``running`` once the settle is over (the workers still up).
+- **slots lost**: for each worker, its concurrency minus the most slot probes it ran at once
+  at the end (``marks.probe``); a workload's figure is the sum over the workers that run it.
 - **recovery** per fault kind: from the fault to the first settle after it: for a worker fault,
   the first ``finished_at`` among the jobs that worker held; for a database fault, the first
   ``finished_at`` of any job after the fault began.
@@ -50,14 +64,17 @@ from typing import Any
 
 import psycopg
 
+from . import mix
 from .faults import Event
 from .fleet import Slot
 from .jobs import STEPS, TICK_S
 from .producers import Ledger, Sent
+from .settings import KINDS
 
 WORKLOADS = ("plain", "steps", "celery", "migrated", "scheduler")
 JOB_NAMES = {
     "bench.soak.jobs.plain": "plain",
+    "bench.soak.jobs.hang": "plain",
     "bench.soak.jobs.stepped": "steps",
     "bench.soak.jobs.tick": "scheduler",
     "soak.task": "celery",
@@ -71,9 +88,23 @@ LOSS_COLUMNS = (
     "double_fires",
     "misses",
     "stuck",
+    "lost_results",
+    "unstarted_charged",
+    "running_at_end",
+    "slots_lost",
 )
-PROCESS_FAULTS = ("sigkill", "sigstop")
-DB_FAULTS = ("terminate", "restart-fast", "restart-immediate")
+# the workloads each worker app runs (a worker's lost slots count against them)
+APP_WORKLOADS = {
+    "bench.soak.jobs": ("plain", "steps", "scheduler"),
+    "bench.soak.celery_tasks": ("celery", "migrated"),
+}
+PROCESS_FAULTS = ("sigkill", "sigkill-full", "sigstop")
+KILLS = ("sigkill", "sigkill-full")
+DB_FAULTS = ("terminate", "restart-fast", "restart-immediate", "restart-long")
+CRASHES = ("restart-immediate", "restart-long")  # -m immediate: the server forgets async commits
+# attempts that count against max_attempts (handed_back, snoozed, cancelled do not)
+CHARGED = ("lost", "retried", "dead", "done")
+ATTEMPT_SLACK_S = 0.01  # the clock's grain between a claim's now() and a body's time.time()
 FAULT_WINDOW_S = 2.0
 # A claim committed asynchronously is flushed within 3 x wal_writer_delay (200 ms) by
 # PostgreSQL: a crash can lose it only that soon after it. The claim came before its body
@@ -97,6 +128,10 @@ class Row:
     double_fires: int | None = None
     misses: int | None = None
     stuck: int = 0
+    lost_results: int = 0
+    unstarted_charged: int = 0
+    running_at_end: int = 0
+    slots_lost: int = 0
     executions: int = 0
     explained_reruns: int = 0
     forgotten_claims: int = 0  # of which: a claim the server lost in a crash
@@ -124,6 +159,30 @@ class Inputs:
     t_start: float
     t_end: float
     lease_s: float
+    running: list[tuple[str, str, str | None]] = field(default_factory=list)  # id, name, holder
+    concurrency: dict[str, int] = field(default_factory=dict)  # worker -> -c
+    apps: dict[str, str] = field(default_factory=dict)  # worker -> -A
+    readers: list[str] = field(default_factory=list)  # the introspector's failures on far rows
+    attempts: list[Attempt] | None = None  # None: read from the database
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One ``x_job_attempts`` row, times as epoch seconds."""
+
+    job: str
+    attempt: int
+    worker: str | None
+    claimed_at: float | None
+    finished_at: float
+    outcome: str
+    error: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's pid (``-n`` workers are ``<node>:<pid>``)."""
+        tail = (self.worker or "").rpartition(":")[2]
+        return int(tail) if tail.isdigit() else None
 
 
 def _db(dsn: str) -> dict[str, Any]:
@@ -150,7 +209,18 @@ def _db(dsn: str) -> dict[str, Any]:
             "select extract(epoch from occurrence_at), job_ids::text[] from x_scheduler_fires"
             " where task = 'soak-tick'"
         ).fetchall()
-    return {"jobs": jobs, "steps": steps, "tasks": tasks, "results": results, "fires": fires}
+        attempts = conn.execute(
+            "select job_id::text, attempt, worker, extract(epoch from claimed_at)::float8,"
+            " extract(epoch from finished_at)::float8, outcome, error from x_job_attempts"
+        ).fetchall()
+    return {
+        "jobs": jobs,
+        "steps": steps,
+        "tasks": tasks,
+        "results": results,
+        "fires": fires,
+        "attempts": [Attempt(*a) for a in attempts],
+    }
 
 
 def judge(inputs: Inputs) -> Verdict:
@@ -176,7 +246,7 @@ def judge(inputs: Inputs) -> Verdict:
     for sent in inputs.ledger.sent:
         row = rows[sent.workload]
         row.enqueued += 1
-        outcome, detail = _outcome(sent, jobs, results)
+        outcome, detail = _outcome(sent, jobs, results, inputs.readers)
         _count(row, outcome)
         if outcome in ("lost", "infra"):
             samples[f"{sent.workload} {outcome}"].append(f"{sent.ref}: {detail}")
@@ -215,6 +285,16 @@ def judge(inputs: Inputs) -> Verdict:
     # ---- executions beyond the at-least-once bound
     _bound(inputs, rows, samples)
 
+    # ---- results thrown away, attempts charged for nothing, rows left running, slots gone
+    attempts = inputs.attempts if inputs.attempts is not None else db["attempts"]
+    names = {j[0]: j[1] for j in db["jobs"]}
+    _lost_results(inputs, attempts, rows, samples)
+    _unstarted_charged(inputs, attempts, names, rows, samples)
+    _running_at_end(inputs, rows, samples)
+    slots = _slots(inputs, rows, samples)
+    if inputs.readers:
+        samples["introspector on far rows"].extend(inputs.readers)
+
     # ---- persisted steps re-run
     committed = {(run, name): float(at) for run, name, at in db["steps"]}
     for rec in inputs.records:
@@ -231,12 +311,12 @@ def judge(inputs: Inputs) -> Verdict:
         rows=rows,
         recovery=_recovery(inputs.events, finished, finished_at),
         samples=dict(samples),
-        other=_other(inputs),
+        other={**_other(inputs), "slots": slots},
     )
 
 
 def _outcome(
-    sent: Sent, jobs: dict[str, Any], results: dict[str, dict[str, Any]]
+    sent: Sent, jobs: dict[str, Any], results: dict[str, dict[str, Any]], readers: list[str]
 ) -> tuple[str, str]:
     if sent.workload in ("celery", "migrated"):
         meta = results.get(sent.ref)
@@ -249,7 +329,7 @@ def _outcome(
             return ("done", "") if ok else ("lost", f"SUCCESS with {value!r}")
         if status == "FAILURE":
             kind = value.get("exc_type") if isinstance(value, dict) else None
-            if kind == "PlannedPoison" and sent.plan == -1:
+            if kind == "PlannedPoison" and sent.plan == mix.POISON:
                 return "planned", ""
             return "infra", f"FAILURE {str(value)[:300]}"
         return "lost", f"status {status}"
@@ -262,10 +342,19 @@ def _outcome(
         if expected is not None and output != expected:
             return "lost", f"done with {output!r}"
         return "done", ""
+    error = last_error or ""
     if state == "dead":
-        if sent.plan == -1 and sent.workload == "plain" and "PlannedPoison" in (last_error or ""):
+        if sent.workload == "plain" and (
+            (sent.plan == mix.POISON and "PlannedPoison" in error)
+            or (sent.plan == mix.OVERSIZE and "UJ_OUTPUT_TOO_LARGE" in error)
+        ):
             return "planned", ""
-        return "infra", f"dead: {(last_error or '')[:300]}"
+        return "infra", f"dead: {error[:300]}"
+    if state == "cancelled" and sent.plan == mix.YEAR_10000:
+        if "UJ_JOB_CANCELLED" in error:  # by the introspector, as `jobs cancel` does
+            return "planned", ""
+        failed = [r for r in readers if r.startswith(sent.ref)]
+        return "lost", f"cancelled by hand: the introspector failed: {failed}"
     return "lost", f"state {state}"
 
 
@@ -289,7 +378,7 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
         elif rec.get("k") == "end":
             ends[rec["exec"]] = rec
     process = [e for e in inputs.events if e.fault.kind in PROCESS_FAULTS and e.pid]
-    crashes = [e for e in inputs.events if e.fault.kind == "restart-immediate"]
+    crashes = [e for e in inputs.events if e.fault.kind in CRASHES]
     long_outages = [
         e
         for e in inputs.events
@@ -303,7 +392,9 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
         row.executions += len(runs)
         for e, nxt in itertools.pairwise(runs):
             end = ends.get(e["exec"])
-            if end is not None and end["how"] in ("raised", "retry"):
+            if end is not None and end["how"] in ("raised", "retry", "oversize"):
+                continue
+            if e.get("hang"):  # blocked past its timeout on purpose (a pool child is killed)
                 continue
             window = (e["t"], nxt["t"])
             hit = [f for f in process if _cut_short(e, f, window)]
@@ -337,7 +428,7 @@ def _cut_short(e: dict[str, Any], f: Event, window: tuple[float, float]) -> bool
     if f.pid == e["pid"]:
         return window[0] <= f.t <= window[1]
     if f.pid == e["ppid"]:
-        lag = CHILD_LAG_S if f.fault.kind == "sigkill" else 0.0
+        lag = CHILD_LAG_S if f.fault.kind in KILLS else 0.0
         return window[0] - lag <= f.t <= window[1]
     return False
 
@@ -354,7 +445,7 @@ def _recovery(
     events: list[Event], finished: list[float], finished_at: dict[str, float]
 ) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for kind in ("sigkill", "sigstop", "terminate", "restart-fast", "restart-immediate"):
+    for kind in KINDS:
         mine = [e for e in events if e.fault.kind == kind]
         times: list[float] = []
         for e in mine:
@@ -378,6 +469,11 @@ def _recovery(
             "away_s": away,
             "held": [len(e.held) if e.held is not None else None for e in mine],
             "terminated": [e.terminated for e in mine] if kind == "terminate" else [],
+            "filled": [
+                f"{len(e.held or [])}/{e.extra.get('capacity')}"
+                for e in mine
+                if kind == "sigkill-full"
+            ],
         }
     return out
 
@@ -400,8 +496,130 @@ def _other(inputs: Inputs) -> dict[str, Any]:
             "unplanned_exits": [x.code for x in slot.exits if not x.planned and not x.retired],
             "orphans": sum(x.orphans for x in slot.exits if x.planned),
         }
+    specials = Counter(
+        f"{x.workload} {mix.NAMES[x.plan]}"
+        for x in inputs.ledger.sent
+        if x.plan in mix.NAMES and x.plan != mix.POISON
+    )
     return {
+        "specials": dict(sorted(specials.items())),
         "send_errors": {w: dict(c) for w, c in errors.items()},
         "gets": dict(inputs.ledger.gets),
         "exits": exits,
     }
+
+
+def _starts(
+    records: list[dict[str, Any]],
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """Each job's executions (``start`` records) and how each execution ended (by exec id)."""
+    starts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ends: dict[str, str] = {}
+    for rec in records:
+        if rec.get("k") == "start":
+            starts[rec["job"]].append(rec)
+        elif rec.get("k") == "end":
+            ends[rec["exec"]] = rec["how"]
+    return starts, ends
+
+
+def _ran_in(e: dict[str, Any], a: Attempt) -> bool:
+    """Execution ``e`` ran in attempt ``a``: by its worker (or a pool child of it), between the
+    claim and the attempt's end (an attempt row without a worker: the same attempt number)."""
+    pid = a.pid
+    if pid is not None and pid not in (e.get("pid"), e.get("ppid")):
+        return False
+    if pid is None and e.get("attempt") != a.attempt:
+        return False
+    lo = a.claimed_at if a.claimed_at is not None else float("-inf")
+    return bool(lo - ATTEMPT_SLACK_S <= e["t"] <= a.finished_at + ATTEMPT_SLACK_S)
+
+
+def _lost_results(
+    inputs: Inputs, attempts: list[Attempt], rows: dict[str, Row], samples: dict[str, list[str]]
+) -> None:
+    starts, ends = _starts(inputs.records)
+    by_job: dict[str, list[Attempt]] = defaultdict(list)
+    for a in attempts:
+        by_job[a.job].append(a)
+    kills = [e for e in inputs.events if e.fault.kind in PROCESS_FAULTS and e.pid]
+    crashes = [e for e in inputs.events if e.fault.kind in CRASHES and e.t]
+    for job, runs in starts.items():
+        row = rows.get(runs[0]["w"])
+        if row is None:
+            continue
+        for e in runs:
+            if ends.get(e["exec"]) != "ok":
+                continue
+            mine = [a for a in by_job.get(job, []) if _ran_in(e, a)]
+            if any(a.outcome == "done" for a in mine):
+                continue
+            until = max((a.finished_at for a in mine), default=float("inf"))
+            if any(
+                f.pid in (e["pid"], e["ppid"]) and e["t"] - CHILD_LAG_S <= f.t <= until
+                for f in kills
+            ):
+                continue  # its process was killed or frozen before the result was written
+            if not mine and any(
+                e["t"] - PREFETCH_WAIT_S <= f.t <= e["t"] + CLAIM_LAG_S for f in crashes
+            ):
+                continue  # a claim the crash forgot: its outcome had no row to land on
+            row.lost_results += 1
+            samples.setdefault(f"{row.workload} lost results", []).append(
+                f"job {job}: returned by pid {e['pid']} (started {e['t']:.2f}, attempt "
+                f"{e.get('attempt')}); its attempt: "
+                + (", ".join(f"{a.outcome} {a.error or ''}".strip() for a in mine) or "no row")
+                + "; faults after its start: "
+                + ", ".join(f"{f.fault.kind}@{f.t:.2f}" for f in inputs.events if f.t >= e["t"])[
+                    :200
+                ]
+            )
+
+
+def _unstarted_charged(
+    inputs: Inputs,
+    attempts: list[Attempt],
+    names: dict[str, str],
+    rows: dict[str, Row],
+    samples: dict[str, list[str]],
+) -> None:
+    starts, _ends = _starts(inputs.records)
+    for a in attempts:
+        workload = JOB_NAMES.get(names.get(a.job, ""))
+        if workload is None or a.outcome not in CHARGED:
+            continue
+        if any(_ran_in(e, a) for e in starts.get(a.job, [])):
+            continue
+        rows[workload].unstarted_charged += 1
+        samples.setdefault(f"{workload} unstarted charged", []).append(
+            f"job {a.job}: attempt {a.attempt} {a.outcome} ({(a.error or '')[:120]}) held by "
+            f"{a.worker} from {a.claimed_at} to {a.finished_at:.2f}; no body started in it"
+        )
+
+
+def _running_at_end(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) -> None:
+    for job, name, holder in inputs.running:
+        workload = JOB_NAMES.get(name, "plain")
+        rows[workload].running_at_end += 1
+        samples.setdefault("running at end", []).append(f"{job} ({name}) held by {holder}")
+
+
+def _slots(
+    inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]
+) -> dict[str, dict[str, int]]:
+    """Per worker: its concurrency and the most probes it ran at once (its live slots)."""
+    seen: dict[str, int] = {}
+    for rec in inputs.records:
+        if rec.get("k") == "probe":
+            seen[rec["worker"]] = max(seen.get(rec["worker"], 0), int(rec["seen"]))
+    out = {}
+    for worker, c in inputs.concurrency.items():
+        live = seen.get(worker, 0)
+        out[worker] = {"concurrency": c, "live": live}
+        lost = max(0, c - live)
+        if not lost:
+            continue
+        samples.setdefault("slots lost", []).append(f"{worker}: {live} of {c} slots ran at once")
+        for workload in APP_WORKLOADS.get(inputs.apps.get(worker, ""), ()):
+            rows[workload].slots_lost += lost
+    return out

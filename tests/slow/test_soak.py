@@ -2,9 +2,14 @@
 
 Why it exists: a soak anyone can run is the project's evidence that faults lose nothing, and its
 small version runs with the suite. The small run is a real one: its own Postgres cluster (restarted ``-m fast`` and
-``-m immediate``, backends terminated), real worker processes (SIGKILLed, SIGSTOPped), two
-schedulers, ``migrate --follow`` on Redis db 8, every fault kind once on a seeded plan, and a
-settle deadline far above what a loaded machine needs. It asserts zeros in every loss column.
+``-m immediate``, once for longer than the lease, backends terminated), real worker processes
+(SIGKILLed, once with every slot and prefetched place full, SIGSTOPped), two schedulers,
+``migrate --follow`` on Redis db 8, every fault kind once on a seeded plan, every special kind
+of job (an oversize result, hung bodies with retries, an exception that cannot be shown,
+instants at the edges of the range and rows set by hand to ``-infinity``, 1 BC and year 10000),
+and a settle deadline far above what a loaded machine needs. It asserts zeros in every loss
+column: among them no finished result thrown away, no attempt charged for a body that never
+started, no row left running and no worker slot lost.
 The rules themselves (the seeded plan, the at-least-once bound) are checked on made-up records
 first, so a soak that reports zeros is known to be able to report something else.
 """
@@ -27,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = redis_url(8)  # the soak's ``migrate --follow`` source: this run's own Redis
 sys.path.insert(0, str(ROOT))  # bench is not an installed package
 
+from bench.soak import mix  # noqa: E402
 from bench.soak.settings import KINDS  # noqa: E402
 from bench.soak.verdict import LOSS_COLUMNS  # noqa: E402
 
@@ -72,4 +78,11 @@ def test_a_small_soak_loses_nothing(tmp_path: Path) -> None:
     for kind in KINDS:
         assert figures["recovery"][kind]["count"] >= 1, kind
         assert not figures["recovery"][kind]["errors"], kind
+    for fault in figures["faults"]:
+        if fault["kind"] == "sigkill-full":  # the worker held all it may before the kill
+            assert fault["extra"]["full"], fault
+    sent = figures["other"]["specials"]
+    for workload, kinds in mix.SPECIALS.items():
+        for kind in kinds:
+            assert sent.get(f"{workload} {mix.NAMES[kind]}"), (workload, kind, sent)
     assert done.returncode == 0

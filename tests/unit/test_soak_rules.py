@@ -1,6 +1,8 @@
-"""The chaos soak's rules (``bench.soak``), checked on made-up records: the seeded plan and the
-at-least-once bound, so a soak that reports zeros is known to be able to report something else.
-The real run is ``tests/slow/test_soak.py``.
+"""The chaos soak's rules (``bench.soak``), checked on made-up records: the seeded plan, the
+workloads' special kinds, the at-least-once bound and the columns for results thrown away,
+attempts charged for bodies that never started, rows left running and slots lost, so a soak
+that reports zeros is known to be able to report something else. The real run is
+``tests/slow/test_soak.py``.
 """
 
 from __future__ import annotations
@@ -11,11 +13,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench is not an installed package
 
+from bench.soak import mix  # noqa: E402
 from bench.soak.faults import Event  # noqa: E402
 from bench.soak.plan import Fault, plan  # noqa: E402
-from bench.soak.producers import Ledger  # noqa: E402
+from bench.soak.producers import Ledger, Producer, Sent  # noqa: E402
 from bench.soak.settings import KINDS, SoakSettings  # noqa: E402
-from bench.soak.verdict import WORKLOADS, Inputs, Row, _bound  # noqa: E402
+from bench.soak.verdict import (  # noqa: E402
+    LOSS_COLUMNS,
+    WORKLOADS,
+    Attempt,
+    Inputs,
+    Row,
+    _bound,
+    _lost_results,
+    _outcome,
+    _running_at_end,
+    _slots,
+    _unstarted_charged,
+)
 
 
 def test_the_plan_is_seeded_and_has_every_kind_often_enough() -> None:
@@ -26,7 +41,24 @@ def test_the_plan_is_seeded_and_has_every_kind_often_enough() -> None:
     for kind in KINDS:
         assert sum(f.kind == kind for f in first) >= settings.min_each
     assert all(settings.warmup_s <= f.at_s <= settings.duration_s - settings.tail_s for f in first)
-    assert {f.kind for f in plan(SoakSettings.small(), 4)} == set(KINDS)
+    small = SoakSettings.small()
+    assert {f.kind for f in plan(small, 4)} == set(KINDS)
+    # an outage longer than the lease, in both profiles
+    for settings_ in (settings, small):
+        longs = [f for f in plan(settings_, 4) if f.kind == "restart-long"]
+        assert longs and all(f.hold_s > settings_.lease_s for f in longs)
+
+
+def test_the_smallest_run_sends_every_special_kind() -> None:
+    small = SoakSettings.small()
+    for workload, kinds in mix.SPECIALS.items():
+        rate = getattr(small.rates, workload)
+        producer = Producer(
+            workload, rate, small.seed, lambda *a: "", mix.fail_plan, Ledger(), (20, 400)
+        )
+        # the items a producer sends in the first half of the small run
+        drawn = {producer.draw(i)[0] for i in range(int(rate * small.duration_s / 2))}
+        assert set(kinds) <= drawn, workload
 
 
 def _start(
@@ -38,8 +70,12 @@ def _start(
     }  # fmt: skip
 
 
-def _inputs(records: list[dict[str, object]], events: list[Event]) -> Inputs:
-    return Inputs("", records, Ledger(), events, [], 0.0, 100.0, lease_s=10.0)
+def _end(job: str, exec_id: str, how: str, t: float) -> dict[str, object]:
+    return {"k": "end", "job": job, "exec": exec_id, "how": how, "t": t}
+
+
+def _inputs(records: list[dict[str, object]], events: list[Event], **more: object) -> Inputs:
+    return Inputs("", records, Ledger(), events, [], 0.0, 100.0, lease_s=10.0, **more)  # type: ignore[arg-type]
 
 
 def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
@@ -89,3 +125,90 @@ def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
     rows = {w: Row(w) for w in WORKLOADS}
     _bound(_inputs(records, [kill, restart, crash]), rows, {})
     assert rows["plain"].beyond_bound == 4
+
+
+def test_the_edge_columns_count_results_thrown_away_unstarted_charges_running_rows_and_slots() -> (
+    None
+):
+    long_outage = Event(Fault(0, "restart-long", 0, 8, 0), t=20.0, away_s=8.0)
+    kill = Event(Fault(0, "sigkill-full", 0, 0, 0), t=50.0, pid=111)
+    records = [
+        # r1: returned, its attempt recorded done
+        _start("r1", 10.0, 222, "r1a"),
+        _end("r1", "r1a", "ok", 10.5),
+        # r2: returned during an outage longer than the lease; the attempt it ran in was
+        # rescued as lost (its result thrown away) and a second run made the job done
+        _start("r2", 19.0, 222, "r2a"),
+        _end("r2", "r2a", "ok", 21.0),
+        _start("r2", 33.5, 333, "r2b", deliveries=2),
+        _end("r2", "r2b", "ok", 34.0),
+        # r3: returned by 111 just before it was SIGKILLed: nothing written, explained
+        _start("r3", 48.5, 111, "r3a"),
+        _end("r3", "r3a", "ok", 49.5),
+        # r4: returned by a pool child of 111 just before 111 was SIGKILLed: explained
+        _start("r4", 48.6, 444, "r4a", ppid=111),
+        _end("r4", "r4a", "ok", 49.6),
+        # r5, r6: prefetched by 111, never started; r5 was charged, r6 handed back uncounted
+        # the slot probes at the end: jobs-threads ran 3 bodies at once of its 4
+        {"k": "probe", "worker": "jobs-threads", "seen": 3},
+        {"k": "probe", "worker": "jobs-threads", "seen": 1},
+        {"k": "probe", "worker": "jobs-procs", "seen": 2},
+        {"k": "probe", "worker": "celery-threads", "seen": 4},
+    ]
+    attempts = [
+        Attempt("r1", 1, "jobs-threads@soak:222", 9.9, 11.0, "done"),
+        Attempt("r2", 1, "jobs-threads@soak:222", 18.9, 33.0, "lost", "UJ_WORKER_LOST"),
+        Attempt("r2", 2, "jobs-threads@soak:333", 33.1, 34.5, "done"),
+        Attempt("r3", 1, "jobs-threads@soak:111", 48.0, 60.0, "lost", "UJ_WORKER_LOST"),
+        Attempt("r4", 1, "jobs-procs@soak:111", 48.0, 60.0, "lost", "UJ_WORKER_LOST"),
+        Attempt("r5", 1, "jobs-threads@soak:111", 48.0, 60.0, "lost", "UJ_WORKER_LOST"),
+        Attempt("r6", 1, "jobs-threads@soak:111", 48.0, 60.0, "handed_back"),
+    ]
+    names = {f"r{i}": "bench.soak.jobs.plain" for i in range(1, 7)}
+    jobs_app, celery_app = "bench.soak.jobs", "bench.soak.celery_tasks"
+    inputs = _inputs(
+        records,
+        [long_outage, kill],
+        running=[("r7", "soak.task", "celery-threads@soak:555")],
+        concurrency={"jobs-threads": 4, "jobs-procs": 2, "celery-threads": 4},
+        apps={"jobs-threads": jobs_app, "jobs-procs": jobs_app, "celery-threads": celery_app},
+        attempts=attempts,
+    )
+    rows = {w: Row(w) for w in WORKLOADS}
+    samples: dict[str, list[str]] = {}
+    _lost_results(inputs, attempts, rows, samples)
+    _unstarted_charged(inputs, attempts, names, rows, samples)
+    _running_at_end(inputs, rows, samples)
+    slots = _slots(inputs, rows, samples)
+    assert rows["plain"].lost_results == 1 and "job r2" in samples["plain lost results"][0]
+    assert rows["plain"].unstarted_charged == 1
+    assert "job r5" in samples["plain unstarted charged"][0]
+    assert rows["celery"].running_at_end == 1 and rows["plain"].running_at_end == 0
+    assert slots["jobs-threads"] == {"concurrency": 4, "live": 3}
+    # a worker's lost slot counts against every workload it runs
+    assert [rows[w].slots_lost for w in WORKLOADS] == [1, 1, 0, 0, 1]
+    for column in ("lost_results", "unstarted_charged", "running_at_end", "slots_lost"):
+        assert column in LOSS_COLUMNS
+
+    # without the kill, r3's and r4's results were thrown away too (a pool child's own pid
+    # is not its worker's: its parent's is)
+    rows = {w: Row(w) for w in WORKLOADS}
+    _lost_results(_inputs(records, [long_outage]), attempts, rows, {})
+    assert rows["plain"].lost_results == 3
+
+
+def test_planned_ends_of_the_special_kinds() -> None:
+    def job(state: str, error: str | None) -> dict[str, tuple[object, ...]]:
+        return {"j": ("j", "bench.soak.jobs.plain", state, None, error)}
+
+    def sent(plan_: int) -> Sent:
+        return Sent("plain", "j", plan_, 0.0)
+
+    too_large = "UJ_OUTPUT_TOO_LARGE: the result of job ... is over the limit"
+    assert _outcome(sent(mix.OVERSIZE), job("dead", too_large), {}, [])[0] == "planned"
+    assert _outcome(sent(0), job("dead", too_large), {}, [])[0] == "infra"
+    cancelled = "UJ_JOB_CANCELLED: a year-10000 row, cancelled by the soak"
+    assert _outcome(sent(mix.YEAR_10000), job("cancelled", cancelled), {}, [])[0] == "planned"
+    # cancelled by hand because the introspector failed on it: counted
+    failed = ["j: DataError: timestamp out of range"]
+    assert _outcome(sent(mix.YEAR_10000), job("cancelled", None), {}, failed)[0] == "lost"
