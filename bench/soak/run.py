@@ -10,8 +10,9 @@ watermark has passed the end of the run (so every occurrence up to it was decide
 ``migrate`` once its Redis queue and processing lists are empty, and the wait ends when no job
 row is ready, running, sleeping or waiting. Then the rows still ``running`` are noted, and each
 worker's live slots are probed (``marks.probe``: as many probes as its concurrency, on its own
-queue), before the workers are stopped. Only then is anything counted. Whatever happens, every process is killed, the Redis keys of the run are
-deleted and the cluster is removed (its logs and the workers' are kept when the run fails).
+queue), before the workers are stopped. Only then is anything counted. Whatever happens, every
+process is killed, the Redis keys of the run are deleted and the cluster is removed (its logs
+and the workers' are kept when the run fails).
 
 What it is not: the rules (``verdict``) or the plan (``plan``).
 """
@@ -56,6 +57,7 @@ from .verdict import Inputs, Verdict, judge
 
 READY_TIMEOUT_S = 120.0
 UPGRADE_TIMEOUT_S = 120
+READER_TRIES = 3  # the introspector on the year-10000 rows, right after the faults stop
 PROBE_TIMEOUT_S = 40.0  # every worker's probes done (a lost slot makes them wait PROBE_WAIT_S)
 BURST_WORK_MS = (1500, 2500)  # sigkill-full: the slots stay full until the kill
 JOBS_APP = "bench.soak.jobs"
@@ -390,25 +392,40 @@ class Soak:
 
         far = [x for x in ledger.sent if x.plan == mix.YEAR_10000]
         introspector = Introspector(dsn)
+
+        def tried(action: Any) -> Any:
+            """The server was just started again: a connection may fail once or twice."""
+            for attempt in range(READER_TRIES):
+                try:
+                    return action()
+                except Exception:
+                    if attempt == READER_TRIES - 1:
+                        raise
+                    time.sleep(1.0)
+            return None
+
         try:
-            introspector.stats()
+            tried(introspector.stats)
         except Exception as exc:
             self.readers.append(f"jobs stats: {type(exc).__name__}: {exc}")
         for sent in far:
             job_id = uuid.UUID(sent.ref)
             try:
-                shown = introspector.get(job_id)
+                shown = tried(lambda: introspector.get(job_id))  # noqa: B023 - called at once
                 if "10000" not in str(shown.run_at):
                     self.readers.append(f"{job_id}: shown with run_at {shown.run_at!s}")
                 introspector.cancel(job_id, reason="a year-10000 row, cancelled by the soak")
             except Exception as exc:
                 self.readers.append(f"{job_id}: {type(exc).__name__}: {exc}")
-                with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(
-                        "update x_jobs set state = 'cancelled', finished_at = now()"
-                        " where id = %s and state = 'ready'",
-                        (job_id,),
-                    )
+                try:
+                    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+                        conn.execute(
+                            "update x_jobs set state = 'cancelled', finished_at = now()"
+                            " where id = %s and state = 'ready'",
+                            (job_id,),
+                        )
+                except psycopg.Error as again:
+                    self.readers.append(f"{job_id}: not cancelled by hand either: {again}")
 
     def _running(self, dsn: str) -> list[tuple[str, str, str | None]]:
         """The rows still ``running`` once the settle is over: id, name, holder."""
