@@ -48,6 +48,7 @@ class InFlight:
     definition: JobDefinition[Any, Any]
     signal: AttemptSignal = field(default_factory=AttemptSignal)
     future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
+    armed: bool = False  # its start is recorded in the database (start_marks.py): it may run
     started: bool = False  # a body thread took it (thread runtime)
     dropped: bool = False  # taken back before it started: a body thread must skip it
     started_at: float | None = None  # wall clock, when a body thread took it (the attempts command)
@@ -177,6 +178,12 @@ class InFlightTable:
                 for e in self._entries.values()
                 if e.settled and e.deadline is not None and e.deadline <= before
             ]
+
+    def free_slots(self, slots: int, slotted: Callable[[InFlight], bool]) -> int:
+        """Body slots (of ``slots``) that no held attempt runs in or waits for: an attempt
+        held whose body takes a slot (``slotted``) runs, waits for a slot, or hangs in one."""
+        with self.lock:
+            return max(0, slots - sum(1 for e in self._entries.values() if slotted(e)))
 
     def held_leases(self) -> list[tuple[UUID, UUID]]:
         """(job id, lease token) of every attempt whose outcome is not decided yet."""

@@ -36,6 +36,7 @@ from ujobs_bridge._internal.worker.body_threads import BodyThreads
 from ujobs_bridge._internal.worker.child import TimeLimits
 from ujobs_bridge._internal.worker.children import ProcessRuntime
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
+from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
@@ -104,10 +105,12 @@ class ThreadRuntime:
         finished: Finished,
         steps: StepWrites,
         stopping: threading.Event,
+        marks: StartMarks,
     ) -> None:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
+        self.marks = marks
         self._lock = threading.Lock()
         self._threads: BodyThreads[InFlight] = BodyThreads(size, self._run)
 
@@ -146,7 +149,7 @@ class ThreadRuntime:
                 return
             entry.started = True
             entry.started_at = time.time()
-        if entry.signal.aborted:
+        if entry.signal.aborted or not self.marks.begin(entry):
             self.finished(entry, BodyResult())
             return
         timeout = entry.definition.timeout_s
@@ -160,9 +163,10 @@ class ThreadRuntime:
 class LoopRuntime:
     """``async def`` bodies as tasks on one event loop thread; a stopped body is cancelled."""
 
-    def __init__(self, finished: Finished, steps: StepWrites) -> None:
+    def __init__(self, finished: Finished, steps: StepWrites, marks: StartMarks) -> None:
         self.finished = finished
         self.steps = steps
+        self.marks = marks
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ujobs-async", daemon=True
@@ -189,6 +193,13 @@ class LoopRuntime:
 
     async def _run(self, entry: InFlight) -> None:
         try:
+            if self.marks.must_wait(entry):
+                begun = await asyncio.to_thread(self.marks.begin, entry)
+            else:
+                begun = self.marks.begin(entry)
+            if not begun:
+                self.finished(entry, BodyResult())  # its lease was gone, or it was stopped
+                return
             entry.started_at = time.time()
             runner = self.steps.runner(entry)
             result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
@@ -214,6 +225,7 @@ class Runtimes:
         finished: Finished,
         steps: StepWrites,
         stopping: threading.Event,
+        marks: StartMarks,
         app_spec: str | None,
         dsn: str,
         node: str = "",
@@ -233,6 +245,7 @@ class Runtimes:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
+        self.marks = marks
         self.app_spec = app_spec
         self.dsn = dsn
         self.processes: ProcessRuntime | None = None
@@ -253,14 +266,17 @@ class Runtimes:
                 node=self.node,
                 settings=self.task_settings,
                 stopping=self.stopping,
+                marks=self.marks,
                 limits=self.limits,
                 max_tasks_per_child=self.max_tasks_per_child,
                 max_memory_per_child_kib=self.max_memory_per_child_kib,
             )
             return
-        self.threads = ThreadRuntime(self.size, self.finished, self.steps, self.stopping)
+        self.threads = ThreadRuntime(
+            self.size, self.finished, self.steps, self.stopping, self.marks
+        )
         if any(d.is_async for d in self.registry.values()):
-            self.loop = LoopRuntime(self.finished, self.steps)
+            self.loop = LoopRuntime(self.finished, self.steps, self.marks)
 
     def _of(self, entry: InFlight) -> Runtime:
         if self.processes is not None:
@@ -273,6 +289,11 @@ class Runtimes:
 
     def submit(self, entry: InFlight) -> None:
         self._of(entry).submit(entry)
+
+    def slotted(self, entry: InFlight) -> bool:
+        """Whether ``entry``'s body takes one of the ``size`` body slots (a thread or a pool
+        child); an ``async def`` body on the event loop does not."""
+        return self.processes is not None or not entry.definition.is_async
 
     def unstart(self, entry: InFlight) -> bool:
         return self._of(entry).unstart(entry)
