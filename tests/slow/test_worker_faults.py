@@ -392,6 +392,43 @@ def test_a_job_that_kills_its_worker_every_time_dead_letters_after_max_attempts(
     ]
 
 
+def test_a_prefetched_job_that_kills_its_worker_every_time_still_dead_letters(
+    client: Client, ledger: Db, workers: Any, queue: str
+) -> None:
+    """The same job held in a worker's prefetch (``-c 1``, behind a running body): its first
+    start is recorded with the next outcome write, so the kill may come first and cost it
+    nothing; from its second delivery on its start is recorded before it runs. It dead-letters
+    after its two attempts, having run two or three times."""
+    fault_jobs.blocking.configure(client=client, queue=queue, priority=1).enqueue(
+        "ahead", gate="g-ahead"
+    )
+    ref = fault_jobs.kills_its_worker.configure(client=client, queue=queue).enqueue("boom")
+    first = workers("-c", "1")
+    wait_for(lambda: effects(ledger, "start", "ahead"), what="the job ahead to start")
+    wait_for(lambda: row(ledger, ref.id)["state"] == "running", what="the killer prefetched")
+    open_gate(ledger, "g-ahead")
+    killed = [first]
+    wait_for(lambda: first.proc.poll() is not None, timeout=30, what="the first kill")
+    for _ in range(4):
+        if row(ledger, ref.id)["state"] == "dead":
+            break
+        wait_for(lambda: lease_ran_out(ledger, ref.id), timeout=10, what="the lease to run out")
+        proc = workers("-c", "1")
+        wait_for(
+            lambda p=proc: p.proc.poll() is not None or row(ledger, ref.id)["state"] == "dead",
+            timeout=30,
+            what="the worker to die or the job to dead-letter",
+        )
+        if proc.proc.poll() is not None:
+            killed.append(proc)
+    r = row(ledger, ref.id)
+    assert (r["state"], r["attempt"]) == ("dead", 2)
+    assert "UJ_WORKER_LOST" in (r["last_error"] or "")
+    runs = effects(ledger, "start", "boom")
+    assert 2 <= len(runs) <= 3 and len(runs) == len(killed)
+    assert [e["attempt"] for e in runs][-2:] == [1, 2]  # the last two runs were charged
+
+
 def test_an_outcome_survives_its_claim_connection_being_killed(
     dsn: str, client: Client, db: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

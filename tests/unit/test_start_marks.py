@@ -3,9 +3,10 @@
 Why it exists: the process-level proof is ``test_worker_faults.py`` (a SIGKILLed worker is charged
 only for the bodies it started); these pin the rules it rests on, without a database: a start the
 claim recorded needs nothing more, a first delivery's start is queued for the claim loop (and
-dropped when its outcome goes in the same write), a redelivery's start is recorded before its body
-runs (concurrent ones share one statement), a start refused because the lease is gone stops the
-job, and a start that cannot be written waits until the attempt is stopped.
+dropped when its outcome goes in the same write), a redelivery's start (or that of a job whose
+lease could not be renewed) is recorded before its body runs (concurrent ones share one
+statement), a start refused because the lease is gone stops the job, and a start that cannot be
+written waits until the attempt is stopped.
 """
 
 from __future__ import annotations
@@ -116,6 +117,18 @@ def test_redeliveries_record_their_start_first_and_concurrent_ones_share_a_state
         lease(h) for h in held
     )
     assert len(writes.batches) <= 3 and marks.statements == len(writes.batches)
+
+
+def test_a_job_whose_lease_could_not_be_renewed_starts_only_once_its_start_is_recorded() -> None:
+    """The worker lost touch for about a lease: another worker may have rescued the job, so
+    even a first delivery waits for its start to be recorded (which needs its lease)."""
+    writes = Writes()
+    marks = StartMarks(writes)
+    held = entry()
+    held.doubtful = True
+    assert marks.must_wait(held)
+    assert marks.begin(held) and held.armed
+    assert writes.batches == [[lease(held)]] and not marks
 
 
 def test_a_start_refused_because_the_lease_is_gone_stops_the_job() -> None:

@@ -49,6 +49,7 @@ class InFlight:
     signal: AttemptSignal = field(default_factory=AttemptSignal)
     future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
     armed: bool = False  # its start is recorded in the database (start_marks.py): it may run
+    doubtful: bool = False  # its lease could not be renewed: its start is recorded before it runs
     started: bool = False  # a body thread took it (thread runtime)
     dropped: bool = False  # taken back before it started: a body thread must skip it
     started_at: float | None = None  # wall clock, when a body thread took it (the attempts command)

@@ -13,9 +13,10 @@ recorded in one of three ways, each chosen so that a recorded start is a real on
   round trip of its own), or alone once the oldest waited ``ack_interval``; a start whose job's
   outcome goes in the same write is not written at all (the settle removes the lease). A worker
   killed in those few milliseconds is not charged for the bodies it started meanwhile;
-- a job delivered before (``deliveries`` above 1: rescued, retried, snoozed, handed back) has
-  its start recorded before its body is given the job (``record``: a group commit on the claim
-  connection, asynchronously committed). So a body that kills its worker every time gets at most
+- a job delivered before (``deliveries`` above 1: rescued, retried, snoozed, handed back), or
+  one whose lease the worker could not renew for about its length (it may have been rescued
+  meanwhile), has its start recorded before its body is given the job (``record``: a group
+  commit on the claim connection, asynchronously committed). So a body that kills its worker every time gets at most
   its first run uncharged (if it was prefetched), and from its second delivery on each run costs
   an attempt: it still dead-letters.
 
@@ -82,8 +83,10 @@ class StartMarks:
     # ------------------------------------------------------------------ the runtimes' side
 
     def must_wait(self, entry: InFlight) -> bool:
-        """Whether ``begin`` would wait for the database (a redelivery not yet recorded)."""
-        return not entry.armed and entry.claimed.deliveries > 1
+        """Whether ``begin`` would wait for the database: a redelivery, or a job whose lease
+        the worker could not renew for about its length (``InFlight.doubtful``: it starts only
+        if its lease is still there), not yet recorded."""
+        return not entry.armed and (entry.claimed.deliveries > 1 or entry.doubtful)
 
     def begin(self, entry: InFlight) -> bool:
         """``entry``'s body is about to start: True if it may, False if it must not (its lease
@@ -93,7 +96,7 @@ class StartMarks:
         database."""
         if entry.armed:  # the claim recorded it
             return True
-        if entry.claimed.deliveries > 1:
+        if self.must_wait(entry):
             return self.record(entry)
         with self._lock:
             first = not self._pending

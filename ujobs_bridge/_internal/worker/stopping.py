@@ -51,21 +51,23 @@ class Stopper:
         or, with ``state`` None, could not renew it for about a lease: the worker may be cut off
         (then another worker may rescue the job) or the database down (then nobody can, and
         the lease holds until a lease after its return). The body is stopped all the same, but
-        what it ends with is written, fenced by the lease's token; a job whose start is not
-        recorded yet is kept (it starts once its start can be recorded: only while its lease is
-        still there)."""
+        what it ends with is written, fenced by the lease's token; a job whose body has not
+        started is kept, to start only once its start is recorded (``start_marks.py``), which
+        needs its lease to be still there."""
         entry = self.table.get(job_id)
         if entry is None:
             return
         if state is None:
-            if entry.armed:
-                self.abort(
-                    entry,
-                    ErrorCode.LEASE_LOST,
-                    "the worker could not renew the lease for about its length (cut off from "
-                    "the database, or the database down); another worker may own the job",
-                    certain=False,
-                )
+            if not entry.armed:
+                entry.doubtful = True  # it starts only once its start is recorded
+                return
+            self.abort(
+                entry,
+                ErrorCode.LEASE_LOST,
+                "the worker could not renew the lease for about its length (cut off from the "
+                "database, or the database down); another worker may own the job",
+                certain=False,
+            )
             return
         if state is JobState.CANCELLED:
             self.abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")
