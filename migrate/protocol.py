@@ -31,11 +31,10 @@ from celery_compat.sending.message_row import (
     depth_problem,
     encode_input,
     parse_instant,
-    storable_instant,
 )
 from migrate.appinfo import AppInfo
 from migrate.decoding import MALFORMED, NOT_JSON_SAFE, UNKNOWN_TASK, Envelope, Poison
-from ujobs_bridge.ext.jobs import new_job_id
+from ujobs_bridge.ext.jobs import new_job_id, storable_instant
 
 REDIS_MAX_PRIORITY = 9
 # Transport plumbing, not task headers: dropped from the row.

@@ -22,7 +22,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import psycopg
@@ -31,6 +31,7 @@ from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge._internal.ids import new_job_id
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.instants import instant_option
 from ujobs_bridge._internal.jobs.payload import encode_input
 from ujobs_bridge._internal.jobs.retry import (
     DEFAULT_BACKOFF_BASE_S,
@@ -40,7 +41,7 @@ from ujobs_bridge._internal.jobs.retry import (
 )
 from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.errors import ConfigError, ErrorCode
-from ujobs_bridge.records import JobRef
+from ujobs_bridge.records import ClaimedJob, JobRef
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -122,7 +123,7 @@ def _options(
                 hint="pass an aware datetime",
                 code=ErrorCode.JOB_OPTION_INVALID,
             )
-        expires_at = expires
+        expires_at = instant_option("expires", expires)
     elif expires is not None:
         expires_in = validation.seconds("expires", expires, maximum=validation.MAX_DELAY_S)
     if idempotency_key is not None:
@@ -136,7 +137,7 @@ def _options(
         delay_s=validation.seconds("delay", delay, allow_zero=True, maximum=validation.MAX_DELAY_S)
         if delay is not None
         else 0.0,
-        run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        run_at=instant_option("run_at", run_at) if run_at is not None else None,
         idempotency_key=idempotency_key,
         priority=_priority(priority) if priority is not None else None,
         queue=validation.queue_name(queue) if queue is not None else None,
@@ -246,7 +247,12 @@ class JobDefinition(Generic[P, R]):
         retry: RetryPolicy,
         timeout_s: float | None,
         expires_s: float | None,
+        on_time_limit: Callable[[ClaimedJob, float], BaseException] | None = None,
     ) -> None:
+        """``on_time_limit``: under ``--pool processes``, what the attempt failed with when the
+        pool killed its child at a hard time limit the body announced (``ujobs_bridge.ext.worker
+        .pool_time_limits``), called in the worker process with the claimed job and the limit in
+        seconds; without it such an attempt fails with ``UJ_JOB_TIMEOUT``."""
         self.fn = fn
         self.name = validation.job_name(name)
         self.queue = validation.queue_name(queue)
@@ -254,6 +260,7 @@ class JobDefinition(Generic[P, R]):
         self.retry = retry
         self.timeout_s = timeout_s
         self.expires_s = expires_s
+        self.on_time_limit = on_time_limit
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
@@ -311,6 +318,7 @@ class JobDefinition(Generic[P, R]):
             retry=retry,
             timeout_s=changes.pop("timeout_s", self.timeout_s),
             expires_s=changes.pop("expires_s", self.expires_s),
+            on_time_limit=changes.pop("on_time_limit", self.on_time_limit),
         )
         if changes:
             raise ConfigError(

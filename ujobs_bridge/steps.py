@@ -33,6 +33,7 @@ from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
+from ujobs_bridge._internal.jobs.instants import instant_option
 from ujobs_bridge._internal.jobs.payload import dumps
 from ujobs_bridge._internal.jobs.validation import NAME_PATTERN
 from ujobs_bridge.errors import (
@@ -217,7 +218,9 @@ class StepRunner:
     # ---------------------------------------------------------------- sleep
 
     def sleep(self, name: str, duration: float | timedelta) -> None:
-        seconds = validation.seconds("sleep duration", duration, allow_zero=True)
+        seconds = validation.seconds(
+            "sleep duration", duration, allow_zero=True, maximum=validation.MAX_DELAY_S
+        )
         self._suspend_until(name, None, seconds)
 
     def sleep_until(self, name: str, instant: datetime) -> None:
@@ -226,7 +229,7 @@ class StepRunner:
                 f"sleep_until({name!r}) got a naive datetime",
                 hint="pass an aware datetime, e.g. with tzinfo=UTC",
             )
-        self._suspend_until(name, instant, None)
+        self._suspend_until(name, instant_option(f"sleep_until({name!r})", instant), None)
 
     def _suspend_until(self, name: str, instant: datetime | None, seconds: float | None) -> None:
         ordinal, recorded = self._begin(name)
@@ -277,7 +280,11 @@ class StepRunner:
             raise ConfigError(
                 f"event key {key!r} is not allowed", hint="pass a non-empty string key"
             )
-        timeout_s = validation.seconds("event timeout", timeout) if timeout is not None else None
+        timeout_s = (
+            validation.seconds("event timeout", timeout, maximum=validation.MAX_DELAY_S)
+            if timeout is not None
+            else None
+        )
         ordinal, recorded = self._begin(name)
         if recorded is not None and recorded.status == "completed":
             return self._event_outcome(name, recorded.output)

@@ -17,6 +17,10 @@ Celery itself. What is ours:
   message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
   (including a retry sent after its task id was revoked) REVOKED.
 
+A task's result is held to the worker's ``--max-result-bytes`` (as a job's result is): one over
+it is never written, and the task reads FAILURE with ``EncodeError`` naming
+``UJ_OUTPUT_TOO_LARGE``.
+
 What it is not: the sender or the executor. Results are JSON only (``result_serializer='json'``).
 """
 
@@ -40,6 +44,7 @@ from celery.exceptions import (
 )
 from celery.result import GroupResult, allow_join_result
 from celery.utils.functional import _regen
+from kombu.exceptions import EncodeError
 
 from celery_compat.backend.listener import ResultListener
 from celery_compat.backend.outage import stored
@@ -47,6 +52,12 @@ from celery_compat.db import message_jobs, result_store
 from celery_compat.sending import group_sends
 from ujobs_bridge.client import Client
 from ujobs_bridge.ext.database import listen_dsn
+from ujobs_bridge.ext.jobs import (
+    DEFAULT_MAX_RESULT_BYTES,
+    current_job,
+    result_size,
+    result_too_large,
+)
 
 SAFETY_RECHECK_S = 2.0
 logger = logging.getLogger(__name__)
@@ -60,6 +71,30 @@ def _poll_s(interval: Any) -> float:
 def bytes_to_str(value: Any) -> str:
     """Celery hands keys and values as bytes or str; the store speaks text."""
     return value.decode("utf-8") if isinstance(value, bytes | bytearray) else str(value)
+
+
+def _result_limit() -> int:
+    """The running worker's ``--max-result-bytes`` (from the job the task runs in)."""
+    try:
+        return current_job().max_result_bytes
+    except RuntimeError:  # not in a job body: a result stored by hand
+        return DEFAULT_MAX_RESULT_BYTES
+
+
+def _refuse_oversize(key: Any, value: Any) -> None:
+    """A task result over the worker's limit is not written: ``EncodeError`` (Celery's error for
+    a result it cannot store), which the tracer records as the task's FAILURE instead, so
+    ``.get()`` raises it with the code and the limit. Checked on the encoded meta, before any
+    statement is built."""
+    limit = _result_limit()
+    if isinstance(value, bytes | bytearray):
+        size = len(value) if len(value) > limit else None
+    else:
+        size = result_size(str(value), limit)
+    if size is not None:
+        task_id = bytes_to_str(key).rpartition("celery-task-meta-")[2]
+        error = result_too_large(f"the result of task {task_id}", size, limit)
+        raise EncodeError(error.render())
 
 
 class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
@@ -118,6 +153,8 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         if not getattr(self._local, "storing", False):  # a group's result: a plain write
             self.set(key, value)
             return
+        if state != states.FAILURE:  # the failure (of an oversize result too) is always stored
+            _refuse_oversize(key, value)
         # A task result: the statement itself refuses to replace a stored SUCCESS. Celery's
         # guard in _store_result reads first, so two runs of one task id (a replayed message
         # whose re-send already ran) could otherwise write RETRY over SUCCESS in between.

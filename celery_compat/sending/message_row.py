@@ -26,7 +26,7 @@ import json.encoder
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -34,7 +34,7 @@ from kombu.exceptions import EncodeError
 from kombu.utils import json as kombu_json
 
 from ujobs_bridge.errors import ErrorCode, PayloadError
-from ujobs_bridge.ext.jobs import new_job_id
+from ujobs_bridge.ext.jobs import RANGE_TEXT, instant_after, new_job_id, storable_instant
 from ujobs_bridge.ext.observe import current_traceparent
 
 PRIORITY_MIN, PRIORITY_MAX = 0, 255
@@ -52,10 +52,6 @@ ID_HEADERS = (
 # Levels of list/dict nesting a header or property value may have: the engine's limit for a
 # job's input, so a worker can always read the row back (deeper ends in RecursionError there).
 MAX_HEADER_DEPTH = 64
-# eta/expires: instants the engine reads back in any session time zone (Postgres offsets reach
-# +/-15:59), so a day inside Python's datetime range on either side.
-EARLIEST_INSTANT = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
-LATEST_INSTANT = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 
 
 def nesting_depth(value: Any, stop: int) -> int:
@@ -137,9 +133,35 @@ _HINTS = {
     ),
     "instant": (
         ErrorCode.JOB_OPTION_INVALID,
-        "give eta/expires within years 1..9999 in UTC (countdown/expires in seconds work too)",
+        f"give eta/expires within years 1..9999 once in UTC ({RANGE_TEXT}); countdown/expires "
+        "in seconds must land there too",
     ),
 }
+
+
+def check_send_times(options: dict[str, Any], now: datetime) -> None:
+    """The sender's check of ``apply_async``'s ``eta``/``countdown``/``expires`` options before
+    Celery turns them into headers (``countdown`` and ``expires`` in seconds are added to ``now``
+    there, where an instant past year 9999 is an ``OverflowError``): a ``PayloadError`` (code
+    and hint) for one a row cannot hold, as ``check_limits`` gives for the headers."""
+    try:
+        countdown = options.get("countdown")
+        if countdown:  # Celery's test: a countdown of 0 leaves the eta as given
+            instant_after(now, float(countdown), "countdown")
+        else:
+            eta = parse_instant(options.get("eta"))
+            if eta is not None:
+                storable_instant(eta, "eta")
+        expires = options.get("expires")
+        if isinstance(expires, int | float) and not isinstance(expires, bool):
+            instant_after(now, float(expires), "expires")
+        else:
+            instant = parse_instant(expires)
+            if instant is not None:
+                storable_instant(instant, "expires")
+    except (TypeError, ValueError, OverflowError) as exc:
+        code, hint = _HINTS["instant"]
+        raise PayloadError(f"apply_async: {exc}", hint=hint, code=code) from None
 
 
 def check_limits(headers: dict[str, Any], properties: dict[str, Any]) -> None:
@@ -148,21 +170,6 @@ def check_limits(headers: dict[str, Any], properties: dict[str, Any]) -> None:
     if problem is not None:
         code, hint = _HINTS[problem.what]
         raise PayloadError(f"task {headers.get('task')!r}: {problem.text}", hint=hint, code=code)
-
-
-def storable_instant(value: datetime, what: str) -> datetime:
-    """``value`` (aware) when the engine can read it back as a row's time; ``ValueError``
-    otherwise (a year-10000 or BC instant once in UTC, which the engine's claim cannot read)."""
-    try:
-        utc = value.astimezone(UTC)
-    except OverflowError:
-        utc = None
-    if utc is None or not EARLIEST_INSTANT <= utc <= LATEST_INSTANT:
-        raise ValueError(
-            f"{what} {value.isoformat()} is outside the instants a row can hold "
-            f"({EARLIEST_INSTANT:%Y-%m-%d} .. {LATEST_INSTANT:%Y-%m-%d} UTC)"
-        )
-    return value
 
 
 # kombu's JSON (it registers datetime, UUID, Decimal, bytes); typed here because kombu is not.

@@ -10,7 +10,9 @@ decides it, and recorded as it records it (``worker_request.py``): expiry (REVOK
 ``task_revoked(expired=True)``); a revoke that arrived after the claim but before the body
 (REVOKED, ``task_revoked``; ``revoked_ids.py``); the hard time limit (FAILURE
 ``TimeLimitExceeded``, ``on_failure``, errbacks, ``task_failure``) and ``terminate`` (REVOKED,
-``task_revoked``, no ``task_failure``), both as for a killed child (``interrupts.py``);
+``task_revoked``, no ``task_failure``), both as for a killed child (``interrupts.py``; in a
+``-P prefork`` child the pool signals the soft limit and kills the child at the hard one, and
+the worker records the FAILURE: ``killed_at_time_limit``, as Celery's main process does);
 ``Reject``; ``result.get()`` refused inside a body (``join_guard.py``); and a task's own retry
 message is sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never
 overwritten. Under ``-E`` each of those moments also sends Celery's task event
@@ -31,6 +33,7 @@ what Celery's ``Request`` records (``worker_request.py``), or the ``result.get()
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 from typing import Any
 
 from celery import states
@@ -44,7 +47,7 @@ from celery_compat.events import task_events
 from celery_compat.sending.message_row import from_input, is_celery_input
 from celery_compat.sending.send_keys import running_body
 from celery_compat.worker import rate_limit, revoked_ids, stamp_revokes
-from celery_compat.worker.interrupts import INTERRUPTER, BodyKilled
+from celery_compat.worker.interrupts import INTERRUPTER, SOFT, BodyKilled
 from celery_compat.worker.join_guard import joins_will_block
 from celery_compat.worker.request import (
     announce_received,
@@ -57,7 +60,8 @@ from celery_compat.worker.request import (
     time_limits,
 )
 from ujobs_bridge.ext.jobs import Cancel, Discard, JobDefinition, RetryPolicy, Snooze, current_job
-from ujobs_bridge.ext.worker import fault
+from ujobs_bridge.ext.worker import fault, limits_kept_by_pool, pool_time_limits
+from ujobs_bridge.records import ClaimedJob
 
 
 def task_registry(app: Any) -> Any:
@@ -117,8 +121,12 @@ def run_message(
         task_events.received(events, message)
         task_events.started(events, message.task_id)
     soft, hard = time_limits(task, message.headers, limits)
+    by_pool = limits_kept_by_pool()  # a prefork child: signalled and killed as by billiard
     watched = INTERRUPTER.watch(
-        ctx.signal, soft, hard, should_terminate=lambda: _terminates(app, message.task_id)
+        ctx.signal,
+        None if by_pool else soft,
+        None if by_pool else hard,
+        should_terminate=lambda: _terminates(app, message.task_id),
     )
     traced: Any = None
     rejection: Reject | None = None
@@ -127,15 +135,16 @@ def run_message(
         try:
             with joins_will_block():
                 try:
-                    traced = trace_task(
-                        task,
-                        message.task_id,
-                        message.args,
-                        message.kwargs,
-                        request,
-                        app=app,
-                        hostname=hostname(),
-                    )
+                    with pool_time_limits(soft, hard, SOFT) if by_pool else nullcontext():
+                        traced = trace_task(
+                            task,
+                            message.task_id,
+                            message.args,
+                            message.kwargs,
+                            request,
+                            app=app,
+                            hostname=hostname(),
+                        )
                 finally:
                     INTERRUPTER.unwatch(watched)
         except BodyKilled:
@@ -178,6 +187,29 @@ def run_message(
         raise Snooze(0)
     announce_rejected(task, message, request, rejection)
     raise Discard(f"rejected: {rejection.reason!r}")
+
+
+def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: float) -> Exception:
+    """A prefork child killed at the task's hard time limit: what Celery's main process does
+    (``Request.on_timeout``: FAILURE ``TimeLimitExceeded``, ``on_failure``, errbacks,
+    ``task_failure``, the task-failed event), here in the worker; the row goes ``dead``."""
+    app.set_current()
+    message = from_input(claimed.input, queue=claimed.queue, job_id=claimed.id)
+    task = task_registry(app)[name]
+    request = request_for(message, claimed.deliveries > 1)
+    limit_text = announce_time_limit(task, message, request, limit_s)
+    events = task_events.node(task)
+    if events:
+        task_events.failed(events, message.task_id, TimeLimitExceeded(limit_s), limit_text)
+    return CeleryTaskFailed(limit_text)
+
+
+def _on_time_limit(app: Any, name: str) -> Any:
+    def failed(claimed: ClaimedJob, limit_s: float) -> Exception:
+        with outage_handed_back(name):  # a FAILURE store that met an outage: handed back
+            return killed_at_time_limit(app, name, claimed, limit_s)
+
+    return failed
 
 
 def _runner(app: Any, name: str) -> Any:
@@ -224,6 +256,7 @@ def jobs_for_app(app: Any) -> list[JobDefinition[Any, Any]]:
                 retry=policy,
                 timeout_s=None,
                 expires_s=None,
+                on_time_limit=_on_time_limit(app, name),
             )
         )
     return out

@@ -8,9 +8,12 @@ bodies run in worker threads, so one watcher thread per process checks the runni
 hard limit or when the job was cancelled under it a ``BodyKilled`` the body cannot swallow with
 ``except Exception`` (Celery kills the process there).
 
-What it is not: a process killer. An exception raised this way lands when the thread next runs
-Python bytecode: a body blocked inside one long C call (a socket read without a timeout) is
-interrupted when that call returns. Give such calls their own timeouts.
+What it is not: a process killer, nor what a ``-P prefork`` child uses for its limits (there the
+pool signals the child's main thread at the soft limit and kills the child at the hard one, as
+billiard does: ``ujobs_bridge.ext.worker.pool_time_limits``; only a cancel is watched here). An
+exception raised this way lands when the thread next runs Python bytecode: a body thread blocked
+inside one long call (``time.sleep``, a socket read without a timeout) is interrupted when that
+call returns. Give such calls their own timeouts, or run the task under ``-P prefork``.
 """
 
 from __future__ import annotations

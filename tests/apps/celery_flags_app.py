@@ -7,6 +7,7 @@ ran in, hold memory, wait on a file (a gate the test opens), or meet the time li
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -78,3 +79,32 @@ def stubborn() -> str:
 @app.task(name="flags.tick")
 def tick() -> str:
     return "tock"
+
+
+@app.task(name="flags.blocked_hard", time_limit=2)
+def blocked_hard(seconds: float) -> str:
+    """Blocks in one ``time.sleep`` far past its hard limit."""
+    time.sleep(seconds)
+    return "slept"
+
+
+@app.task(name="flags.blocked_soft", soft_time_limit=1, time_limit=30)
+def blocked_soft(seconds: float, where: str) -> dict[str, Any]:
+    """Blocks in one ``time.sleep`` (``where="sleep"``) or one socket read that nothing answers
+    (``"socket"``) past its soft limit, and says whether and when the limit reached it."""
+    began = time.monotonic()
+    left, right = socket.socketpair()
+    try:
+        if where == "socket":
+            left.settimeout(seconds)
+            left.recv(1)
+        else:
+            time.sleep(seconds)
+    except SoftTimeLimitExceeded:
+        return {"caught": True, "after_s": time.monotonic() - began, "pid": os.getpid()}
+    except TimeoutError:
+        pass
+    finally:
+        left.close()
+        right.close()
+    return {"caught": False, "after_s": time.monotonic() - began, "pid": os.getpid()}

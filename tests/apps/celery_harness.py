@@ -68,12 +68,15 @@ def worker(
     clock: Clock | None = None,
     concurrency: int = 4,
     start: bool = True,
+    max_result_bytes: int | None = None,
 ) -> Iterator[Worker]:
-    """A bridge worker thread running ``app``'s tasks (started unless ``start=False``: tick it)."""
+    """A bridge worker thread running ``app``'s tasks (started unless ``start=False``: tick it);
+    ``max_result_bytes``: its ``--max-result-bytes`` (default: the worker's)."""
+    limit = {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
     w = Worker(
         dsn,
         loading.build(jobs_for_app(app)),
-        WorkerConfig(queues=queues, concurrency=concurrency, poll_s=0.05, lease_s=5),
+        WorkerConfig(queues=queues, concurrency=concurrency, poll_s=0.05, lease_s=5, **limit),
         clock=clock or SystemClock(),
         channels=(revoked_ids.channel(),),
     )

@@ -1,5 +1,6 @@
 """Jobs that wedge a worker if it lets them: bodies that hang past their timeout ignoring every
-signal, raise ``SystemExit`` / ``KeyboardInterrupt``, or kill their own pool child.
+signal (on a socket, or in ``time.sleep``), raise ``SystemExit`` / ``KeyboardInterrupt``, kill
+their own pool child, or return a result of hundreds of megabytes.
 
 Why it exists: ``test_worker_wedges.py`` runs them in real worker subprocesses and asserts that
 the worker goes on. Every body records its progress in the effect
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 from apps.fault_jobs import _db, hold, record
@@ -84,3 +86,20 @@ def spins_in_c(key: str) -> int:
     of this process runs until it returns)."""
     record(key, "start")
     return sum(range(10**13))
+
+
+@job(queue="wedges", timeout=2, max_attempts=2, priority=10)
+def sleeps(key: str, seconds: float) -> str:
+    """Record 'start', then block in ``time.sleep`` without ever looking at the attempt's signal
+    (every attempt: a retry hangs too)."""
+    record(key, "start")
+    time.sleep(seconds)
+    record(key, "end")
+    return key
+
+
+@job(queue="wedges", max_attempts=1, priority=10)
+def big(key: str, megabytes: float) -> str:
+    """Record 'start', then return a string of ``megabytes`` MiB (its JSON is 2 bytes longer)."""
+    record(key, "start")
+    return "x" * int(megabytes * 1024 * 1024)

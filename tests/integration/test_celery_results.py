@@ -15,6 +15,7 @@ import pytest
 from celery import chord, states, uuid
 from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded, TimeoutError
 from celery.result import AsyncResult
+from kombu.exceptions import EncodeError
 
 from apps import celery_tasks as t
 from apps.celery_harness import (
@@ -73,6 +74,21 @@ def test_a_failure_raises_on_get_or_is_returned_with_propagate_false(app: Any, d
     row = jobs(dsn, t.fail.name)[0]
     assert row["state"] == "dead" and "ValueError: bad input" in row["last_error"]
     assert t.RAN["fail"] == 1  # Celery does not retry a failure it was not told to retry
+
+
+def test_a_result_over_the_workers_limit_fails_the_task_with_a_clear_error(
+    app: Any, dsn: str
+) -> None:
+    with worker(app, dsn, max_result_bytes=20_000):
+        small = t.identity.delay("x" * 1000)
+        big = t.identity.delay("x" * 50_000)
+        assert small.get(timeout=10) == "x" * 1000
+        with pytest.raises(EncodeError, match="UJ_OUTPUT_TOO_LARGE") as raised:
+            big.get(timeout=10)
+    assert "20,000 bytes" in str(raised.value) and "--max-result-bytes" in str(raised.value)
+    assert big.state == states.FAILURE
+    [row] = [j for j in jobs(dsn, t.identity.name) if j["state"] == "dead"]
+    assert "UJ_OUTPUT_TOO_LARGE" in row["last_error"]
 
 
 def test_unknown_id_is_pending_and_forget_drops_a_result(app: Any, dsn: str) -> None:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +163,38 @@ def test_time_limits_are_defaults_for_tasks_in_the_worker_and_its_pool_children(
     assert pool_of(node)["timeouts"] == [1.0, 3.0]
     assert fa.whoami.delay().get(timeout=60)["retries"] == 0  # the pool still runs tasks
     assert worker.term() == 0
+
+
+@pytest.mark.parametrize("kind", ["bridge", "celery"])
+def test_time_limit_kills_a_prefork_child_blocked_in_sleep_at_the_limit(
+    start: Any, kind: str
+) -> None:
+    """Celery's prefork pool kills the child at ``time_limit`` whatever it does; the task fails
+    with ``TimeLimitExceeded`` and the pool goes on with a fresh child."""
+    start(kind, "-P", "prefork", "-c", "1", "-Q", "flags")
+    began = time.monotonic()
+    with pytest.raises(TimeLimitExceeded) as failed:
+        fa.blocked_hard.delay(30).get(timeout=60)
+    took = time.monotonic() - began
+    assert 1.5 < took < 10, took  # at about 2 s, not after the 30 s sleep
+    assert "2.0" in repr(failed.value)
+    assert fa.whoami.delay().get(timeout=60)["retries"] == 0  # a fresh child runs the next
+
+
+@pytest.mark.parametrize("where", ["sleep", "socket"])
+def test_soft_time_limit_reaches_a_prefork_body_blocked_in_sleep_or_a_socket_read(
+    start: Any, where: str
+) -> None:
+    """Billiard signals the child's main thread at ``soft_time_limit``: a body blocked in
+    ``time.sleep`` or a socket read gets ``SoftTimeLimitExceeded`` there and may catch it."""
+    worker = start("celery", "-P", "prefork", "-c", "1", "-Q", "flags")
+    began = time.monotonic()
+    seen = fa.blocked_soft.delay(12, where).get(timeout=60)
+    took = time.monotonic() - began
+    assert seen["caught"], seen
+    assert 0.8 < seen["after_s"] < 6, seen  # at about 1 s, not after the 12 s block
+    assert took < 10, took
+    assert seen["pid"] != worker.pid  # in a pool child
 
 
 def test_time_limit_is_the_timeout_of_jobs_that_declare_none(

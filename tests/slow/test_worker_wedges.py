@@ -166,42 +166,169 @@ def test_a_worker_loop_that_dies_ends_the_process_non_zero_after_handing_back(
     open_gate(ledger, "later")
 
 
+# ---------------------------------------------------------------- large results
+
+MB = 1024 * 1024
+
+
+def rss(pid: int) -> int:
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def test_an_oversize_result_fails_alone_at_once_and_the_worker_gives_its_memory_back(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    """A body returning a 300 MB string beside 20 quick jobs on ``-c 2`` (lease 2 s): over the
+    default limit (64 MB), it fails ``UJ_OUTPUT_TOO_LARGE`` without its statement being built;
+    the quick jobs are done on their first attempt, nothing is rescued, and the worker's resident
+    memory comes back down."""
+    worker = workers("-c", "2")
+    wait_for(lambda: "ready:" in worker.output(), timeout=30, what="the worker to start")
+    before = rss(worker.pid)
+    big = wedge_jobs.big.configure(client=client, queue=queue).enqueue("big", 300)
+    quick = wedge_jobs.quick.configure(queue=queue)
+    ids = [r.id for r in client.enqueue_many([quick.call(f"q{i}") for i in range(20)])]
+    wait_for(lambda: row(ledger, big.id)["state"] == "dead", timeout=30, what="the big result")
+    wait_for(lambda: states(ledger, ids) == {"done": 20}, timeout=30, what="the quick jobs")
+    r = row(ledger, big.id)
+    assert r["output"] is None and r["attempt"] == 1
+    assert "UJ_OUTPUT_TOO_LARGE" in r["last_error"] and "--max-result-bytes" in r["last_error"]
+    assert [(row(ledger, i)["attempt"], row(ledger, i)["last_error"]) for i in ids] == [
+        (1, None)
+    ] * 20
+    assert "rescued" not in worker.output() and "fenced" not in worker.output()
+    wait_for(
+        lambda: rss(worker.pid) < before + 40 * MB,
+        timeout=15,
+        what=f"the worker's memory to come back (from {before // MB} MB)",
+    )
+    assert worker.proc.poll() is None
+
+
+def test_results_under_the_limit_are_written_while_leases_renew_and_the_limit_is_a_flag(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    """Two 60 MB results (under a raised limit) written beside quick jobs on a 2 s lease: the
+    renewals do not wait behind the writes, so no quick job is rescued;
+    ``--max-result-bytes`` sets the limit (a 150 MB result over it fails alone), and the memory comes back."""
+    worker = workers("-c", "2", "--max-result-bytes", str(100 * MB))
+    wait_for(lambda: "ready:" in worker.output(), timeout=30, what="the worker to start")
+    before = rss(worker.pid)
+    make = wedge_jobs.big.configure(queue=queue)
+    bigs = [r.id for r in client.enqueue_many([make.call(f"b{i}", 60) for i in range(2)])]
+    over = wedge_jobs.big.configure(client=client, queue=queue).enqueue("over", 150)
+    quick = wedge_jobs.quick.configure(queue=queue)
+    ids = [r.id for r in client.enqueue_many([quick.call(f"q{i}") for i in range(20)])]
+    wait_for(lambda: states(ledger, bigs) == {"done": 2}, timeout=60, what="the big results")
+    wait_for(lambda: states(ledger, ids) == {"done": 20}, timeout=30, what="the quick jobs")
+    wait_for(lambda: row(ledger, over.id)["state"] == "dead", timeout=30, what="the over-limit")
+    assert "UJ_OUTPUT_TOO_LARGE" in row(ledger, over.id)["last_error"]
+    sizes = ledger.execute(
+        "select length(output #>> '{}') from x_jobs where id = any(%s)", (bigs,)
+    ).fetchall()
+    assert sizes == [(60 * MB,)] * 2
+    assert [(row(ledger, i)["attempt"], row(ledger, i)["last_error"]) for i in ids] == [
+        (1, None)
+    ] * 20
+    assert "rescued" not in worker.output() and "fenced" not in worker.output()
+    wait_for(
+        lambda: rss(worker.pid) < before + 40 * MB,
+        timeout=15,
+        what=f"the worker's memory to come back (from {before // MB} MB)",
+    )
+
+
 # ---------------------------------------------------------------- fault 6: hung bodies
 
 
-def test_hung_bodies_release_the_jobs_claimed_behind_them(
+def test_hung_bodies_give_their_slots_to_new_threads_that_run_the_jobs_behind_them(
     client: Client, ledger: Any, workers: Any, queue: str
 ) -> None:
-    """The issue's case: 4 bodies hung past their timeout (ignoring every signal) on a worker
-    with 4 slots, 40 quick jobs claimed behind them: a healthy second worker runs the 40."""
+    """4 bodies hung past their timeout (ignoring every signal) on a worker with 4 slots, 40
+    quick jobs claimed behind them: each hung body's thread is abandoned to a new thread, so the
+    same worker runs the 40 on their first attempt; once the bodies return, their threads end."""
     hang = wedge_jobs.hangs.configure(queue=queue)  # priority 10: claimed and started first
     hung = [r.id for r in client.enqueue_many([hang.call(f"h{i}", gate="hung") for i in range(4)])]
     quick = wedge_jobs.quick.configure(queue=queue)
     ids = [r.id for r in client.enqueue_many([quick.call(f"q{i}") for i in range(40)])]
-    stuck = workers("-c", "4")
-    wait_for(
-        lambda: len(effects(ledger, "start")) == 4, timeout=30, what="the 4 hung bodies to start"
-    )
-    healthy = workers("-c", "4")
+    worker = workers("-c", "4")
     try:
         wait_for(lambda: states(ledger, ids) == {"done": 40}, timeout=60, what="the 40 quick jobs")
-        assert {r["output"]["pid"] for r in map(lambda i: row(ledger, i), ids)} == {healthy.pid}
-        assert {row(ledger, i)["attempt"] for i in ids} == {1}  # handed back uncounted
+        assert {r["output"]["pid"] for r in map(lambda i: row(ledger, i), ids)} == {worker.pid}
+        assert {row(ledger, i)["attempt"] for i in ids} == {1}
         for job_id in hung:  # the timed-out attempts were written, their leases not kept
             r = row(ledger, job_id)
             assert (r["state"], r["attempt"], r["lease_token"]) == ("dead", 1, None)
             assert "UJ_JOB_TIMEOUT" in r["last_error"]
-        wait_for(
-            lambda: "ujobs.worker.hung" in stuck.output(), timeout=10, what="a hung-body warning"
-        )
+            assert f"ujobs.worker.hung: job {job_id}" in worker.output()
+        assert worker.output().count("a new thread takes its slot") == 4
     finally:
         open_gate(ledger, "hung")
-    later = wedge_jobs.quick.configure(queue=queue)
-    more = [r.id for r in client.enqueue_many([later.call(f"l{i}") for i in range(8)])]
+    wait_for(
+        lambda: worker.output().count("ujobs.worker.hung_returned") == 4,
+        timeout=30,
+        what="the abandoned threads to end as their bodies return",
+    )
+    more = [r.id for r in client.enqueue_many([quick.call(f"l{i}") for i in range(8)])]
     wait_for(
         lambda: states(ledger, more) == {"done": 8}, timeout=30, what="jobs after the bodies return"
     )
-    assert stuck.proc.poll() is None and healthy.proc.poll() is None
+    assert worker.proc.poll() is None
+
+
+def test_hung_sleeping_bodies_and_their_retries_lose_no_slot_on_two_workers(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    """4 bodies (timeout 2 s, 2 attempts) blocked in ``time.sleep``, never looking at their
+    signal, and 40 quick jobs on two workers ``-c 4``: each hung body's thread is abandoned and a
+    new thread takes its slot, so the retries hang no slot for good and every quick job runs."""
+    sleep = wedge_jobs.sleeps.configure(queue=queue)
+    hung = [r.id for r in client.enqueue_many([sleep.call(f"s{i}", 120) for i in range(4)])]
+    quick = wedge_jobs.quick.configure(queue=queue)
+    ids = [r.id for r in client.enqueue_many([quick.call(f"q{i}") for i in range(40)])]
+    first, second = workers("-c", "4"), workers("-c", "4")
+    wait_for(lambda: states(ledger, ids) == {"done": 40}, timeout=45, what="the 40 quick jobs")
+    assert {row(ledger, i)["attempt"] for i in ids} == {1}
+    wait_for(  # both attempts of each timed out, were written, and logged as hung
+        lambda: states(ledger, hung) == {"dead": 4}, timeout=30, what="the hung jobs' 2 attempts"
+    )
+    for job_id in hung:
+        r = row(ledger, job_id)
+        assert (r["attempt"], r["lease_token"]) == (2, None) and "UJ_JOB_TIMEOUT" in r["last_error"]
+    logs = lambda: first.output() + second.output()  # noqa: E731
+    wait_for(
+        lambda: all(f"ujobs.worker.hung: job {h}" in logs() for h in hung),
+        timeout=10,
+        what="a hung warning naming each job",
+    )
+    more = [r.id for r in client.enqueue_many([quick.call(f"m{i}") for i in range(8)])]
+    wait_for(lambda: states(ledger, more) == {"done": 8}, timeout=30, what="later quick jobs")
+    assert first.proc.poll() is None and second.proc.poll() is None
+
+
+def test_a_worker_whose_every_slot_hangs_past_the_cap_hands_back_and_exits_70(
+    client: Client, ledger: Any, workers: Any, queue: str
+) -> None:
+    """``-c 2 --max-hung-threads 1``: two bodies hang at once; the first one's thread is
+    abandoned, the second is past the cap: the worker hands back what it holds uncounted and
+    exits 70 for its supervisor, naming each hung job."""
+    sleep = wedge_jobs.sleeps.configure(queue=queue)
+    hung = [r.id for r in client.enqueue_many([sleep.call(f"s{i}", 120) for i in range(2)])]
+    held = wedge_jobs.held.configure(queue=queue)
+    ids = [r.id for r in client.enqueue_many([held.call(f"h{i}", "never") for i in range(6)])]
+    worker = workers("-c", "2", "--max-hung-threads", "1")
+    assert worker.wait(timeout=30) == 70, worker.output()
+    output = worker.output()
+    for job_id in hung:
+        assert f"ujobs.worker.hung: job {job_id}" in output
+        # its first attempt failed at the timeout; a retry claimed since went back uncounted
+        r = row(ledger, job_id)
+        assert (r["state"], r["attempt"], r["lease_token"]) == ("ready", 1, None)
+    assert output.count("[UJ_JOB_TIMEOUT]") == 2
+    for job_id in ids:  # the rest went back uncounted
+        r = row(ledger, job_id)
+        assert (r["state"], r["attempt"], r["lease_token"]) == ("ready", 0, None), r
+    assert "UJ_WORKER_FAILED" in output
 
 
 def test_a_process_pool_hard_time_limit_kills_and_replaces_the_child(

@@ -7,6 +7,7 @@ real pools are resized by real workers in ``test_worker_pool_flags.py``."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -82,8 +83,11 @@ def test_hung_bodies_are_not_work_to_grow_for() -> None:
     worker, clock = Held(1, 4), Clock()
     auto = scaler(worker, clock)
     worker.jobs = 3
-    worker.hung_bodies = [object(), object()]
+    worker.hung_bodies = [SimpleNamespace(abandoned=False), SimpleNamespace(abandoned=False)]
     assert auto.tick() == 0 and auto.qty == 1
+    worker.jobs = 1  # one's thread was abandoned: it holds no slot and is no longer counted
+    worker.hung_bodies = [SimpleNamespace(abandoned=False), SimpleNamespace(abandoned=True)]
+    assert auto.qty == 0
 
 
 def test_update_moves_the_range_and_the_pool_inside_it_at_once() -> None:

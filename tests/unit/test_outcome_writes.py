@@ -2,8 +2,9 @@
 
 Why it exists: the process-level proof is ``test_outages.py``; these pin the two rules it rests
 on, without a database: a batch never grows past its bounds (but always takes one outcome, however
-large), and a refused outcome is stored sanitized (NUL escaped, lone surrogates escaped, error text
-truncated) or failed with a code that says why.
+large; a large one being written is known, for the heartbeat), and a refused outcome is stored
+sanitized (NUL escaped, lone surrogates escaped, error text truncated) or failed with a code
+that says why.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import uuid
 
 import psycopg
 
-from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+from ujobs_bridge._internal.worker.outcome_batch import LARGE_WRITE, OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import ERROR_LIMIT, refused, sanitized
 from ujobs_bridge.records import JobState, Settlement
 
@@ -41,6 +42,20 @@ def test_pending_outcomes_keep_their_leases_for_the_heartbeat() -> None:
     owed = done('"x"')
     batch.add(owed)
     assert batch.leases() == [(owed.id, owed.token)]
+
+
+def test_a_large_batch_being_written_is_seen_until_it_is_written_or_kept_again() -> None:
+    batch = OutcomeBatch(threshold=1, interval_s=0, max_bytes=LARGE_WRITE)
+    large, small = done('"' + "x" * LARGE_WRITE + '"'), done('"x"')
+    batch.add(large)
+    batch.add(small)
+    taken = batch.take_due(force=True)
+    assert taken == [large] and batch.writing_large()  # the heartbeat renews elsewhere
+    assert batch.leases() == [(small.id, small.token)]  # its rows are locked by the write
+    batch.restore(taken)  # the write failed: kept, renewed again
+    assert not batch.writing_large() and len(batch.leases()) == 2
+    batch.written(batch.take_due(force=True), {large.id})
+    assert not batch.writing_large() and batch.counts.done == 1
 
 
 def test_a_refused_outcome_is_sanitized_nul_and_surrogates_escaped_error_truncated() -> None:

@@ -1,5 +1,7 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
-explicit outcomes, retry policies, job ids and name validation.
+explicit outcomes, retry policies, job ids, name validation, the limit on a result's size and
+the one range of instants a row may hold (``storable_instant``: what the Celery sender and
+``migrate`` check ``eta``/``expires`` against).
 
 What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported at the root).
 """
@@ -8,12 +10,28 @@ from __future__ import annotations
 
 from ujobs_bridge._internal.ids import new_job_id, new_job_ids
 from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext, current_job, node_name
+from ujobs_bridge._internal.jobs.instants import (
+    EARLIEST_INSTANT,
+    LATEST_INSTANT,
+    RANGE_TEXT,
+    instant_after,
+    storable_instant,
+)
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.payload import (
+    DEFAULT_MAX_RESULT_BYTES,
+    result_size,
+    result_too_large,
+)
 from ujobs_bridge._internal.jobs.retry import RetryPolicy
 from ujobs_bridge._internal.jobs.validation import queue_name
 from ujobs_bridge.job import EnqueueRequest, JobDefinition
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "EARLIEST_INSTANT",
+    "LATEST_INSTANT",
+    "RANGE_TEXT",
     "AttemptSignal",
     "Cancel",
     "Discard",
@@ -23,8 +41,12 @@ __all__ = [
     "RetryPolicy",
     "Snooze",
     "current_job",
+    "instant_after",
     "new_job_id",
     "new_job_ids",
     "node_name",
     "queue_name",
+    "result_size",
+    "result_too_large",
+    "storable_instant",
 ]

@@ -25,6 +25,7 @@ from ujobs_bridge._internal.cli.options import (
 from ujobs_bridge._internal.cli.worker_serve import WorkerFlags, serve
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.observe.logs import LogFormat
 from ujobs_bridge._internal.worker.config import (
     DEFAULT_CONCURRENCY,
@@ -186,6 +187,22 @@ def _queues(value: str | None) -> tuple[str, ...] | None:
     "SoftTimeLimitExceeded is raised in the body. Celery apps only.",
 )
 @click.option(
+    "--max-result-bytes",
+    type=int,
+    default=DEFAULT_MAX_RESULT_BYTES,
+    show_default=True,
+    help="Largest result (its JSON, in bytes) a job or Celery task may return; a larger one "
+    "fails its job (UJ_OUTPUT_TOO_LARGE) without being stored.",
+)
+@click.option(
+    "--max-hung-threads",
+    type=int,
+    default=None,
+    help="Thread bodies hung past their timeout whose threads are abandoned (each slot goes to "
+    "a new thread); one more and the worker hands back its jobs and exits 70. Default: twice "
+    "the concurrency.",
+)
+@click.option(
     "--autoscale",
     default=None,
     metavar="MAX,MIN",
@@ -228,6 +245,8 @@ def worker(
     max_memory_per_child: int | None,
     time_limit: float | None,
     soft_time_limit: float | None,
+    max_result_bytes: int,
+    max_hung_threads: int | None,
     autoscale: str | None,
     beat: bool,
     dsn: str | None,
@@ -260,6 +279,8 @@ def worker(
             soft_time_limit=soft_time_limit,
             max_tasks_per_child=max_tasks_per_child,
             max_memory_per_child=max_memory_per_child,
+            max_result_bytes=max_result_bytes,
+            max_hung_threads=max_hung_threads,
             autoscale=flags.autoscale(autoscale) if autoscale is not None else None,
             autoscale_keepalive_s=flags.autoscale_keepalive(),
             beat=beat,

@@ -34,6 +34,7 @@ from ujobs_bridge._internal.cli.options import database
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.config.loading import LoadedApp
 from ujobs_bridge._internal.config.schema_access import ensure_schema
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.observe import health, metrics
 from ujobs_bridge._internal.observe.logs import LogFormat
 from ujobs_bridge._internal.observe.metrics_http import MetricsServer
@@ -52,7 +53,9 @@ from ujobs_bridge.errors import ConfigError, ErrorCode
 
 log = logging.getLogger("ujobs.worker")
 
-EXIT_FAILED = 70  # EX_SOFTWARE: a loop of the worker died; it handed back what it held
+EXIT_FAILED = (
+    70  # EX_SOFTWARE: a loop died or its bodies hung past the cap; it handed back what it held
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class WorkerFlags:
     soft_time_limit: float | None = None
     max_tasks_per_child: int | None = None
     max_memory_per_child: int | None = None  # KiB
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    max_hung_threads: int | None = None  # None: twice the concurrency
     autoscale: tuple[int, int] | None = None  # (max, min)
     autoscale_keepalive_s: float = DEFAULT_AUTOSCALE_KEEPALIVE_S
     beat: bool = False
@@ -113,6 +118,8 @@ class WorkerFlags:
             soft_time_limit_s=self.soft_time_limit,
             autoscale=self.autoscale,
             autoscale_keepalive_s=self.autoscale_keepalive_s,
+            max_result_bytes=self.max_result_bytes,
+            max_hung_threads=self.max_hung_threads,
         )
 
 

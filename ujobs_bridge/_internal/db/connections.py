@@ -38,6 +38,10 @@ one test before a batch is split to isolate a bad item; ``Backoff`` paces the re
 and a round trip only when the server already said something (a connection the server closed
 is readable at once: its goodbye, then end of file).
 
+Instants Python cannot hold (``-infinity``, BC, past year 9999) in a row written by other means
+are read as a ``FarInstant`` that shows the stored text (``far_instants.py``), on every connection,
+so one such row fails no claim and no page.
+
 What it is not: an owner. The loop or client that asks for a connection owns and closes it.
 """
 
@@ -57,6 +61,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from ujobs_bridge._internal.db.far_instants import tolerate_far_instants
 from ujobs_bridge.errors import ConfigError, ErrorCode
 
 log = logging.getLogger("ujobs.db")
@@ -307,7 +312,9 @@ def retrying(
 
 def connect(dsn: str, role: Role) -> Conn:
     """A new connection under ``role``'s policy."""
-    return psycopg.connect(dsn, **role.kwargs())
+    conn = psycopg.connect(dsn, **role.kwargs())
+    tolerate_far_instants(conn)
+    return conn
 
 
 def pool(
@@ -326,6 +333,7 @@ def pool(
         open=True,
         name=name or role.application_name,
         check=check,
+        configure=tolerate_far_instants,
         max_idle=pool_idle_s(),
     )
 

@@ -21,6 +21,7 @@ from uuid import UUID
 import psycopg
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
 
 
@@ -61,6 +62,9 @@ class JobContext:
     clock: Clock = SYSTEM_CLOCK
     database: Callable[[], AbstractContextManager[psycopg.Connection[Any]]] | None = None
     deliveries: int = 1
+    # the worker's --max-result-bytes: a result store running in the body (a Celery app's
+    # result backend) holds a result to the same limit as the job's own
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     @property
     def redelivered(self) -> bool:

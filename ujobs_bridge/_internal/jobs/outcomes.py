@@ -23,7 +23,9 @@ class Snooze(Outcome):
     """Run again after ``delay``; the attempt is not counted."""
 
     def __init__(self, delay: float | timedelta) -> None:
-        self.delay_s = validation.seconds("snooze delay", delay, allow_zero=True)
+        self.delay_s = validation.seconds(
+            "snooze delay", delay, allow_zero=True, maximum=validation.MAX_DELAY_S
+        )
         super().__init__(f"snoozed for {self.delay_s}s")
 
 

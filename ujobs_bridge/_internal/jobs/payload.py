@@ -12,6 +12,11 @@ surrogate (PostgreSQL text and jsonb hold neither), a dict key that is not a str
 would come back as ``{"1": 2}``), nesting deeper than ``MAX_DEPTH`` levels, a value that
 contains itself.
 
+A job's result is bounded in bytes where it is encoded (``result_size``, ``result_too_large``):
+over the worker's limit (``--max-result-bytes``, default ``DEFAULT_MAX_RESULT_BYTES``) it is
+refused before any statement is built, so one oversize result can neither hold the worker's
+connection (and the lease renewals queued behind it) nor keep hundreds of megabytes alive.
+
 What it is not: a schema validator for job arguments.
 """
 
@@ -24,6 +29,10 @@ from typing import Any
 from ujobs_bridge.errors import ErrorCode, PayloadError
 
 MAX_DEPTH = 64  # levels of list/dict nesting a job input may have
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024  # a result's JSON, UTF-8 encoded
+# A result is stored in a jsonb column, whose strings hold at most 255 MB; the outcome batch
+# carries the result inside a document of its own, so the limit cannot be set above this.
+MAX_RESULT_BYTES_CEILING = 200 * 1024 * 1024
 
 _HINT = (
     "pass only str, int, float, bool, None, list and dict (with str keys); "
@@ -40,6 +49,32 @@ def dumps(value: Any, *, what: str) -> str:
         return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{what} is not JSON-serialisable: {exc}", hint=_HINT) from exc
+
+
+def result_size(text: str, limit: int) -> int | None:
+    """The size in bytes of the JSON ``text`` when it is over ``limit``, else ``None``; cheap for
+    the common small result (a length check; the text is encoded only when it is not ASCII and
+    could be over)."""
+    chars = len(text)
+    if chars > limit:
+        return chars  # at least that many bytes
+    if chars * 4 <= limit or text.isascii():
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size if size > limit else None
+
+
+def result_too_large(what: str, size: int, limit: int) -> PayloadError:
+    """The error of a result over the limit (``UJ_OUTPUT_TOO_LARGE``): never stored, never
+    retried (the same body would return it again)."""
+    return PayloadError(
+        f"{what} is {size:,} bytes of JSON, over the worker's limit of {limit:,} bytes "
+        "(--max-result-bytes); it was not stored",
+        hint="return a reference instead (store the data in a table or an object store and "
+        "return its key), or raise the limit with `worker --max-result-bytes N` "
+        f"(at most {MAX_RESULT_BYTES_CEILING:,})",
+        code=ErrorCode.OUTPUT_TOO_LARGE,
+    )
 
 
 def encode_input(args: tuple[Any, ...], kwargs: dict[str, Any], *, job_name: str) -> str:

@@ -35,7 +35,13 @@ from ujobs_bridge._internal.jobs import context
 from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext
 from ujobs_bridge._internal.jobs.error_text import FormattedError, describe, error_text
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Outcome, Snooze
-from ujobs_bridge._internal.jobs.payload import decode_input, dumps
+from ujobs_bridge._internal.jobs.payload import (
+    DEFAULT_MAX_RESULT_BYTES,
+    decode_input,
+    dumps,
+    result_size,
+    result_too_large,
+)
 from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.errors import (
     AttemptAborted,
@@ -113,7 +119,10 @@ def died_settlement(
 
 
 def context_for(
-    claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None = None
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> JobContext:
     """The ``current_job()`` of this attempt; with a step runner it also has the clock and the
     jobs-database connection of the steps."""
@@ -126,6 +135,7 @@ def context_for(
             claimed.max_attempts,
             signal,
             deliveries=claimed.deliveries,
+            max_result_bytes=max_result_bytes,
         )
     return JobContext(
         id=claimed.id,
@@ -137,12 +147,15 @@ def context_for(
         clock=runner.clock,
         database=runner.connection,
         deliveries=claimed.deliveries,
+        max_result_bytes=max_result_bytes,
     )
 
 
 @contextmanager
-def _bound(claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None) -> Iterator[None]:
-    token = context.bind(context_for(claimed, signal, runner))
+def _bound(
+    claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None, limit: int
+) -> Iterator[None]:
+    token = context.bind(context_for(claimed, signal, runner, limit))
     step_token = steps.bind(runner)
     try:
         yield
@@ -156,10 +169,19 @@ def _failed(error: BaseException | None) -> bool:
     return error is not None and not isinstance(error, Outcome | StepSuspended)
 
 
-def _returned(value: Any, name: str) -> BodyResult:
+def _returned(value: Any, name: str, limit: int) -> BodyResult:
+    """The body's return value as its result: its JSON, or ``UJ_OUTPUT_TOO_LARGE`` when that is
+    over ``limit`` bytes (the error is returned, not raised: no traceback keeps the text, or
+    the value, alive; the caller's references go when it returns)."""
     if isinstance(value, Outcome):  # an outcome may be returned as well as raised
         return BodyResult(error=value)
-    return BodyResult(output_json=dumps(value, what=f"the result of job {name!r}"))
+    what = f"the result of job {name!r}"
+    text = dumps(value, what=what)
+    size = result_size(text, limit)
+    if size is None:
+        return BodyResult(output_json=text)
+    del text
+    return BodyResult(error=result_too_large(what, size, limit))
 
 
 def run_body(
@@ -167,18 +189,25 @@ def run_body(
     claimed: ClaimedJob,
     signal: AttemptSignal,
     runner: StepRunner | None = None,
+    *,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> BodyResult:
     """Run the body in the calling thread with its context (and its steps) bound. An ``async
-    def`` body runs on a fresh event loop (in a helper thread if this thread already runs one)."""
+    def`` body runs on a fresh event loop (in a helper thread if this thread already runs one).
+    A result over ``max_result_bytes`` of JSON fails the attempt (``UJ_OUTPUT_TOO_LARGE``)."""
+    limit = max_result_bytes
     if definition.is_async:
-        return _on_fresh_loop(run_body_async(definition, claimed, signal, runner))
-    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
+        return _on_fresh_loop(
+            run_body_async(definition, claimed, signal, runner, max_result_bytes=limit)
+        )
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner, limit):
         try:
             args, kwargs = decode_input(claimed.input)
             value = definition.fn(*args, **kwargs)
             if inspect.iscoroutine(value):  # a sync wrapper around an async body
                 value = _on_fresh_loop(value)
-            result = _returned(value, claimed.name)
+            result = _returned(value, claimed.name, limit)
+            del value  # a large result's memory goes back now, not when the thread runs again
         except BaseException as exc:  # the decision table sorts every kind
             result = BodyResult(error=exc)
         record(result.error, _failed(result.error))
@@ -190,16 +219,21 @@ async def run_body_async(
     claimed: ClaimedJob,
     signal: AttemptSignal,
     runner: StepRunner | None = None,
+    *,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> BodyResult:
     """Run an ``async def`` body on the running loop, with its context and steps bound and its
     ``timeout=`` applied (a timeout aborts the signal and fails the attempt)."""
     timeout = definition.timeout_s
-    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner):
+    limit = max_result_bytes
+    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner, limit):
         try:
             if timeout is None:
-                result = await _awaited(definition, claimed, signal)
+                result = await _awaited(definition, claimed, signal, limit)
             else:
-                result = await asyncio.wait_for(_awaited(definition, claimed, signal), timeout)
+                result = await asyncio.wait_for(
+                    _awaited(definition, claimed, signal, limit), timeout
+                )
         except TimeoutError:
             signal.abort(ErrorCode.JOB_TIMEOUT, f"the attempt ran past its {timeout}s timeout")
             result = BodyResult(
@@ -212,14 +246,14 @@ async def run_body_async(
 
 
 async def _awaited(
-    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal
+    definition: JobDefinition[Any, Any], claimed: ClaimedJob, signal: AttemptSignal, limit: int
 ) -> BodyResult:
     """The body's own ending, caught here so a ``TimeoutError`` it raises is not taken for its
     timeout."""
     try:
         args, kwargs = decode_input(claimed.input)
         awaitable: Awaitable[Any] = definition.fn(*args, **kwargs)
-        return _returned(await awaitable, claimed.name)
+        return _returned(await awaitable, claimed.name, limit)
     except asyncio.CancelledError:
         if signal.aborted:
             assert signal.code is not None

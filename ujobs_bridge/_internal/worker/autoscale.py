@@ -58,8 +58,10 @@ class Autoscaler(Service):
 
     @property
     def qty(self) -> int:
-        """Jobs the worker holds, hung bodies left out (they hold a slot, not work)."""
-        return max(0, self.worker.in_flight() - len(self.worker.hung()))
+        """Jobs the worker holds, hung bodies left out (they hold a slot, not work; one whose
+        thread was abandoned holds neither, and ``in_flight`` leaves it out already)."""
+        holding = [h for h in self.worker.hung() if not h.abandoned]
+        return max(0, self.worker.in_flight() - len(holding))
 
     def info(self) -> dict[str, int]:
         """The range, the pool's size now and the jobs it holds (the ``stats`` command's

@@ -43,6 +43,8 @@ from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
+from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
@@ -84,6 +86,7 @@ def child_main(
     except BaseException as exc:  # the parent reports it, for the job it wanted to run here
         conn.send(("init_failed", error_text(exc)))
         return
+    pool_limits.attach(conn)  # the time limits of its bodies are the pool's from now on
     conn.send(("ready",))
     while True:
         try:
@@ -188,12 +191,17 @@ def _connection() -> AbstractContextManager[Conn]:
 _commits = GroupCommit(_connection)  # the child's step results (steps gathered by an async body)
 
 
-def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Reply:
+def child_run(
+    claimed: ClaimedJob,
+    settings: TaskSettings | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+) -> Reply:
     """Run one claimed job's body here through the attempt core, with the same
     ``current_job()`` and ``step`` a thread body gets (its signal never fires: a cancel is fenced
     when the child answers), and answer with a plain reply. ``settings``: the parent's task
     settings changed by remote control (``rate_limit``, ``time_limit``), applied to this child's
-    app before the body when they differ from the last ones applied."""
+    app before the body when they differ from the last ones applied. ``max_result_bytes``: the
+    worker's limit, checked here, so an oversize result never crosses the pipe."""
     if settings != _settings[0] and _app:
         _app[0].apply_task_settings(settings or {})
         _settings[0] = settings
@@ -206,7 +214,7 @@ def child_run(claimed: ClaimedJob, settings: TaskSettings | None = None) -> Repl
         commits=_commits,
         fresh=claimed.deliveries == 1,
     )
-    result = run_body(definition, claimed, runner.signal, runner)
+    result = run_body(definition, claimed, runner.signal, runner, max_result_bytes=max_result_bytes)
     return _reply(definition, result)
 
 

@@ -6,8 +6,9 @@ Why it exists: ``concurrent.futures.ProcessPoolExecutor`` breaks as a whole when
 child. Here each child has its own pipe and its own keeper, so the parent knows which attempt
 each child runs: a child that dies (the OOM killer's SIGKILL, a crash in C code) fails only its
 own attempt (counted and retried like any failure, ``UJ_WORKER_LOST``) and is replaced; a body
-past its timeout (a hard time limit, as Celery's ``time_limit``), cancelled, or whose lease was
-lost has its child killed and replaced. A child is also replaced, after its body returned and
+past its timeout, cancelled, or whose lease was lost has its child killed and replaced. A body
+that announced time limits (a Celery task's ``soft_time_limit``/``time_limit``) is signalled at
+the soft one and its child killed at the hard one by its keeper (``pool_limits.py``). A child is also replaced, after its body returned and
 before it takes another, once it ran ``max_tasks_per_child`` bodies or its resident memory
 exceeds ``max_memory_per_child_kib`` (Celery's recycling; the job is not charged: its attempt
 was already settled). The pool grows and shrinks while it runs (``resize``: pool_grow /
@@ -36,6 +37,8 @@ from typing import Any
 
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.error_text import error_text
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
+from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
@@ -117,6 +120,31 @@ class Keeper:
         process.join(5)
         raise ChildLost(self.describe_end(process))
 
+    def answer(self, process: BaseProcess, conn: Connection) -> Any:
+        """The child's answer to the body it runs (as ``receive``). On the way, the body's
+        limits noted by the child are kept: ``SIGUSR1`` at the soft one, and at the hard one the
+        child is killed and ``HardLimitPassed`` raised (``pool_limits.py``)."""
+        watch = pool_limits.Watch()
+        while True:
+            watch.due(time.monotonic(), process.pid, self.kill)
+            at = watch.next_at()
+            timeout = None if at is None else max(0.0, at - time.monotonic())
+            ready = wait([conn, process.sentinel], timeout)
+            if not ready:
+                continue  # a limit is due
+            if conn in ready:
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    message = None
+                if pool_limits.is_note(message):
+                    watch.note(message, time.monotonic())
+                    continue
+                if message is not None:
+                    return message
+            process.join(5)
+            raise ChildLost(self.describe_end(process))
+
     @staticmethod
     def describe_end(process: BaseProcess) -> str:
         code = process.exitcode
@@ -168,8 +196,10 @@ class ProcessRuntime:
         limits: TimeLimits = (None, None),
         max_tasks_per_child: int | None = None,
         max_memory_per_child_kib: int | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
+        self.max_result_bytes = max_result_bytes  # sent with each body: the child checks it
         self.stopping = stopping
         self.marks = marks
         self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
@@ -228,6 +258,9 @@ class ProcessRuntime:
             keeper = next((k for k in self._keepers if k.current is entry), None)
         if keeper is not None:
             keeper.kill()
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return None  # a hung body's child is killed at its timeout (``interrupt``)
 
     def shutdown(self) -> None:
         """Idle children exit after their hooks; busy ones (their attempts were handed back)
@@ -307,10 +340,15 @@ class ProcessRuntime:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
-            conn.send((entry.claimed, self.settings or None))
-            reply, keeper.resident_kib = keeper.receive(process, conn)
+            conn.send((entry.claimed, self.settings or None, self.max_result_bytes))
+            reply, keeper.resident_kib = keeper.answer(process, conn)
             keeper.ran += 1
             return body_result_from_child(reply)
+        except pool_limits.HardLimitPassed as passed:
+            keeper.discard()
+            if entry.signal.aborted:  # stopped for another reason first: the signal says why
+                return BodyResult()
+            return _hard_limit_result(entry, passed)
         except ChildLost as exc:
             keeper.discard()
             if entry.signal.aborted:  # we killed it: the signal says why
@@ -324,3 +362,22 @@ class ProcessRuntime:
                 ErrorCode.WORKER_LOST.value,
             )
             return BodyResult(error=AttemptAborted(ErrorCode.WORKER_LOST, reason))
+
+
+def _hard_limit_result(entry: InFlight, passed: pool_limits.HardLimitPassed) -> BodyResult:
+    """The attempt of a body whose child was killed at its hard time limit: what the job's
+    definition says the kill means (``on_time_limit``: a Celery task's FAILURE), else a failed
+    attempt (``UJ_JOB_TIMEOUT``, retried per the job's policy)."""
+    log.warning(
+        "ujobs.worker.time_limit: job %s (%s): %s",
+        entry.claimed.id,
+        entry.claimed.name,
+        passed,
+    )
+    hook = entry.definition.on_time_limit
+    if hook is None:
+        return BodyResult(error=AttemptAborted(ErrorCode.JOB_TIMEOUT, str(passed)))
+    try:
+        return BodyResult(error=hook(entry.claimed, passed.limit_s))
+    except BaseException as exc:  # e.g. the database was away: the decision table sorts it
+        return BodyResult(error=exc)

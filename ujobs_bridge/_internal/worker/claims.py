@@ -5,7 +5,9 @@ connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queu
 queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
 round trip and one commit (with the starts of prefetched bodies, ``start_marks.py``), and
 rescue expired leases (not before the database has been up again for a lease: see
-``job_rescue``) and expire stale jobs. The connection is
+``job_rescue``) and expire stale jobs. After writing a large batch it closes the connection, so
+the worker's memory comes back (libpq keeps a buffer as large as the largest statement a
+connection sent). The connection is
 the worker's one working connection: the heartbeat and the node's presence share it
 (``shared``; each of them, like each method here, holds it through ``using()`` for its
 statements). Claims commit without waiting for the WAL flush: a session setting on a direct
@@ -43,7 +45,7 @@ from ujobs_bridge._internal.db.connections import (
 from ujobs_bridge._internal.observe import metrics
 from ujobs_bridge._internal.worker import fleet
 from ujobs_bridge._internal.worker.config import WorkerConfig
-from ujobs_bridge._internal.worker.outcome_batch import WorkerCounts
+from ujobs_bridge._internal.worker.outcome_batch import WorkerCounts, size_of
 from ujobs_bridge.errors import ErrorCode
 from ujobs_bridge.records import ClaimedJob, Settlement
 
@@ -72,6 +74,10 @@ SWEEP_LIMIT = 1000
 # vacuums about once per that many claims of all N together. It reads the count every this
 # many claims. At 1,000 claims/s or less autovacuum (naptime 1 s) comes about as often.
 CLAIM_VACUUM_EVERY = 1000
+# A written batch this large (``outcome_batch.size_of``) closes the claim connection afterwards,
+# so the memory its statement took is given back (``Claims._let_go_if_large``); one reconnect
+# costs far less than writing that much.
+LARGE_STATEMENT = 8 * 1024 * 1024
 
 
 def age(seconds: float) -> str:
@@ -200,7 +206,9 @@ class Claims:
             with conn.transaction():
                 if not self.config.async_acks:
                     session.outcomes_commit_durable(conn)
-                return leases_db.job_settle(conn, batch, self.clock.sql_now(), starts=starts)
+                matched = leases_db.job_settle(conn, batch, self.clock.sql_now(), starts=starts)
+        self._let_go_if_large(batch)
+        return matched
 
     def write_then_claim(
         self, batch: list[Settlement], want: int, *, start: int = 0, starts: Sequence[Lease] = ()
@@ -219,7 +227,15 @@ class Claims:
             if len(rows) < want and len(self.queues) > 1:
                 begun = sum(1 for r in rows if r.started)
                 rows += self.claim(want - len(rows), start=start - begun, skip=queue)
+        self._let_go_if_large(batch)
         return matched, rows
+
+    def _let_go_if_large(self, batch: list[Settlement]) -> None:
+        """After a written batch of ``LARGE_STATEMENT`` bytes or more, close the connection (the
+        next statement opens a fresh one): libpq keeps its output buffer as large as the largest
+        statement it sent, for as long as the connection lives."""
+        if sum(size_of(s) for s in batch) >= LARGE_STATEMENT:
+            self._conn.reset()
 
     def sweep(self, *, force: bool = False) -> None:
         """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s`` (alone;

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_BYTES_CEILING
 from ujobs_bridge.errors import ConfigError
 
 POOLS = ("threads", "processes")
@@ -65,6 +66,13 @@ class WorkerConfig:
     # while jobs wait, shrinks back after ``autoscale_keepalive_s`` with fewer jobs than slots.
     autoscale: tuple[int, int] | None = None
     autoscale_keepalive_s: float = DEFAULT_AUTOSCALE_KEEPALIVE_S
+    # A job's result (its JSON, in bytes) over this fails the job (UJ_OUTPUT_TOO_LARGE) before
+    # any statement is built; a Celery task's result too (its result backend reads it).
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    # Thread bodies hung past their timeout: each one's slot goes to a new thread while fewer
+    # than this many abandoned threads still run (None: twice the concurrency); one more and
+    # the worker hands back what it holds and exits 70 (a supervisor restarts it).
+    max_hung_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None:
@@ -95,6 +103,13 @@ class WorkerConfig:
             raise ConfigError(
                 f"heartbeat every {beat}s cannot keep a {lease}s lease",
                 hint="set the heartbeat interval below half the lease (the default is lease / 3)",
+            )
+        validation.positive_int(
+            "--max-result-bytes", self.max_result_bytes, maximum=MAX_RESULT_BYTES_CEILING
+        )
+        if self.max_hung_threads is not None:
+            validation.positive_int(
+                "--max-hung-threads", self.max_hung_threads, minimum=0, maximum=MAX_CONCURRENCY
             )
         validation.seconds("poll interval", self.poll_s)
         validation.seconds("sweep interval", self.sweep_s)
@@ -148,6 +163,13 @@ class WorkerConfig:
         if self.heartbeat_s is None:
             return self.lease_s / 3
         return validation.seconds("heartbeat interval", self.heartbeat_s)
+
+    @property
+    def hung_threads_cap(self) -> int:
+        """How many abandoned body threads (hung past their timeout) the worker keeps running."""
+        if self.max_hung_threads is None:
+            return 2 * self.concurrency
+        return self.max_hung_threads
 
     @property
     def capacity(self) -> int:

@@ -109,8 +109,8 @@ def held(state: ControlState, *, started: bool) -> list[InFlight]:
 
 
 def hung_info(state: ControlState, entry: InFlight) -> dict[str, Any]:
-    """For a hung body (still running past its timeout; its attempt already failed and its slot
-    stays lost until it returns): ``hung``, ``overdue_s`` (seconds past its deadline) and
+    """For a hung body (still running past its timeout; its attempt already failed, and its
+    thread was abandoned to a new one): ``hung``, ``overdue_s`` (seconds past its deadline) and
     ``timeout_s``; ``{}`` for any other attempt."""
     for h in state.worker.hung():
         if h.job_id == entry.claimed.id:

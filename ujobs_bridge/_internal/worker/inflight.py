@@ -11,6 +11,11 @@ and the metrics of a settled attempt are observers: one that raises is logged, n
 settle. ``report_died`` is how a runtime reports an attempt whose thread met an error of our
 own (its attempt fails and is retried per policy, the thread serves on).
 
+Attempts are keyed by (job id, lease token): the same job can be held twice, its earlier attempt
+settled (timed out, its lease lost) while its body still runs, and a retry claimed again by this
+worker; each is released by its own body. An attempt whose hung body's thread was abandoned
+(``abandon``) holds no slot any more (``len``), and is listed as hung until its body returns.
+
 What it is not: the decision of what the outcome is (``attempt.py``), or the writer of outcomes
 (``outcome_batch.py`` batches them, the claim loop writes them).
 """
@@ -56,6 +61,7 @@ class InFlight:
     deadline: float | None = None  # monotonic; thread and process bodies (the loop times its own)
     settled: bool = False  # its outcome is decided (and queued, unless there is none to write)
     reported_hung: bool = False  # logged as a body running past its timeout
+    abandoned: bool = False  # hung, its thread abandoned: it holds no slot (``InFlightTable``)
     claimed_at: float = 0.0  # monotonic, for the attempt duration metric
 
 
@@ -100,22 +106,25 @@ class HungAttempt:
     attempt: int
     timeout_s: float
     overdue_s: float  # seconds since its deadline
+    abandoned: bool = False  # its thread was given up: a new one serves its slot
 
 
 class InFlightTable:
-    """The attempts a worker holds, keyed by job id; settled outcomes go to ``outcomes``."""
+    """The attempts a worker holds, keyed by (job id, lease token); settled outcomes go to
+    ``outcomes``."""
 
     def __init__(self, outcomes: OutcomeBatch, wake: threading.Event) -> None:
         self.outcomes = outcomes
         self.wake = wake  # set whenever a slot frees or an outcome is queued
         self.lock = threading.Lock()
-        self._entries: dict[UUID, InFlight] = {}
+        self._entries: dict[tuple[UUID, UUID], InFlight] = {}
+        self._abandoned = 0  # entries whose hung body's thread was abandoned
 
     def add(self, rows: list[tuple[ClaimedJob, JobDefinition[Any, Any]]]) -> list[InFlight]:
         entries = [InFlight(claimed, definition) for claimed, definition in rows]
         with self.lock:
             for entry in entries:
-                self._entries[entry.claimed.id] = entry
+                self._entries[_key(entry)] = entry
         for entry in entries:
             entry.claimed_at = time.monotonic()
             try:
@@ -136,8 +145,8 @@ class InFlightTable:
                 entry.settled = True
                 if settlement is not None:
                     self.outcomes.add(settlement)
-            if release:
-                self._entries.pop(entry.claimed.id, None)
+            if release and self._entries.pop(_key(entry), None) is not None and entry.abandoned:
+                self._abandoned -= 1
         if first or release:
             self.wake.set()
         if first:
@@ -149,11 +158,23 @@ class InFlightTable:
                 _observer_failed(entry, exc)
         return first
 
-    def get(self, job_id: UUID) -> InFlight | None:
+    def abandon(self, entry: InFlight) -> None:
+        """The settled ``entry``'s hung body no longer holds a slot (a new thread took it); it
+        stays listed as hung until its body returns and releases it."""
         with self.lock:
-            return self._entries.get(job_id)
+            if not entry.abandoned and _key(entry) in self._entries:
+                entry.abandoned = True
+                self._abandoned += 1
+        self.wake.set()
+
+    def get(self, job_id: UUID) -> InFlight | None:
+        """The attempt of ``job_id`` this worker holds: the unsettled one if there are two."""
+        with self.lock:
+            found = [e for e in self._entries.values() if e.claimed.id == job_id]
+        return next((e for e in found if not e.settled), found[0] if found else None)
 
     def entries(self) -> list[InFlight]:
+        """Every attempt held, oldest first (abandoned hung bodies too)."""
         with self.lock:
             return list(self._entries.values())
 
@@ -170,21 +191,27 @@ class InFlightTable:
                 if e.deadline is not None and now >= e.deadline and not e.settled
             ]
 
-    def hung(self, before: float) -> list[InFlight]:
+    def hung(self, before: float, *, abandoned: bool = True) -> list[InFlight]:
         """Attempts already settled whose body still runs although its deadline (monotonic)
-        passed before ``before``: bodies running past their timeout."""
+        passed before ``before``: bodies running past their timeout (without ``abandoned``,
+        only those that still hold a slot)."""
         with self.lock:
             return [
                 e
                 for e in self._entries.values()
-                if e.settled and e.deadline is not None and e.deadline <= before
+                if e.settled
+                and e.deadline is not None
+                and e.deadline <= before
+                and (abandoned or not e.abandoned)
             ]
 
     def free_slots(self, slots: int, slotted: Callable[[InFlight], bool]) -> int:
         """Body slots (of ``slots``) that no held attempt runs in or waits for: an attempt
-        held whose body takes a slot (``slotted``) runs, waits for a slot, or hangs in one."""
+        held whose body takes a slot (``slotted``) runs, waits for a slot, or hangs in one
+        (unless its thread was abandoned: a new thread took its slot)."""
         with self.lock:
-            return max(0, slots - sum(1 for e in self._entries.values() if slotted(e)))
+            busy = sum(1 for e in self._entries.values() if slotted(e) and not e.abandoned)
+        return max(0, slots - busy)
 
     def held_leases(self) -> list[tuple[UUID, UUID]]:
         """(job id, lease token) of every attempt whose outcome is not decided yet."""
@@ -197,7 +224,7 @@ class InFlightTable:
 
     def holds_any(self, ids: set[UUID]) -> bool:
         with self.lock:
-            return not ids.isdisjoint(self._entries.keys())
+            return any(e.claimed.id in ids and not e.abandoned for e in self._entries.values())
 
     def timed(self) -> bool:
         """True if some held attempt has a deadline to watch."""
@@ -205,5 +232,10 @@ class InFlightTable:
             return any(e.deadline is not None for e in self._entries.values())
 
     def __len__(self) -> int:
+        """Attempts that hold a slot (running or waiting for one)."""
         with self.lock:
-            return len(self._entries)
+            return len(self._entries) - self._abandoned
+
+
+def _key(entry: InFlight) -> tuple[UUID, UUID]:
+    return (entry.claimed.id, entry.claimed.lease_token)

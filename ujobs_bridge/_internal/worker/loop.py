@@ -13,8 +13,9 @@ periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.p
 the floor (and the only wake-up behind PgBouncer without a ``listen_dsn``).
 
 Its connections (the budget, README "Connections"): ONE working connection shared by the claim
-loop, the heartbeat and the presence, ONE for LISTEN, and a step-write pool that opens on the
-first ``step.run`` and gives idle connections back.
+loop, the heartbeat and the presence, ONE for LISTEN, a step-write pool that opens on the
+first ``step.run`` and gives idle connections back, and the heartbeat's spare, open only while a
+long outcome write holds the working connection (``heartbeat.py``).
 
 ``Worker`` composes its collaborators: the in-flight table (``inflight.py``, the only place an
 attempt is settled), the runtimes, the stopper (``stopping.py``: cancels, lost leases, timeouts,
@@ -31,8 +32,9 @@ it holds uncounted (``UJ_WORKER_FAILED``), stops, and sets ``failed``, on which 
 worker`` exits non-zero so a supervisor restarts it. No lost slot either: a body's thread, task or
 keeper that meets an error of our own (or of an observer: tracing, logs, metrics) between the
 claim and the settle fails that attempt (``UJ_WORKER_LOST``, retried per policy) and serves on
-(``inflight.report_died``). ``hung()`` lists bodies running past their
-timeout.
+(``inflight.report_died``); a thread body hung past its timeout gives its slot to a new thread,
+and past ``--max-hung-threads`` abandoned threads the worker fails as above (``stopping.py``).
+``hung()`` lists bodies running past their timeout.
 
 What it is not: the claim loop's pass (``claim_loop.py``), the decision table for one attempt
 (``attempt.py``) or the CLI (``cli/worker.py``).
@@ -53,7 +55,12 @@ from typing import Any
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import nodes
-from ujobs_bridge._internal.db.connections import Role, detect_transaction_pooler, listen_dsn
+from ujobs_bridge._internal.db.connections import (
+    Reconnecting,
+    Role,
+    detect_transaction_pooler,
+    listen_dsn,
+)
 from ujobs_bridge._internal.jobs import context, validation
 from ujobs_bridge._internal.worker.attempt import BodyResult, died_settlement, settle
 from ujobs_bridge._internal.worker.autoscale import Autoscaler
@@ -67,7 +74,7 @@ from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
 from ujobs_bridge._internal.worker.presence import Presence, default_node_name
-from ujobs_bridge._internal.worker.runtimes import LoopRuntime, Runtimes, StepWrites
+from ujobs_bridge._internal.worker.runtimes import Runtimes, StepWrites
 from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge._internal.worker.stopping import Stopper
@@ -160,8 +167,15 @@ class Worker:
             limits=(self.config.time_limit_s, self.config.soft_time_limit_s),
             max_tasks_per_child=self.config.max_tasks_per_child,
             max_memory_per_child_kib=self.config.max_memory_per_child_kib,
+            max_result_bytes=self.config.max_result_bytes,
         )
-        self.stopper = Stopper(self.table, self.runtimes)
+        self.stopper = Stopper(
+            self.table,
+            self.runtimes,
+            cap=lambda: self.config.hung_threads_cap,
+            abandoned=lambda: self.runtimes.abandoned,
+            on_overwhelmed=lambda reason: self._fail(f"its bodies hung past the cap: {reason}"),
+        )
         self.claims = Claims(
             dsn,
             worker_id=self.id,
@@ -178,6 +192,8 @@ class Worker:
             interval_s=self.config.heartbeat_interval_s,
             held=lambda: self.table.held_leases() + self.outcomes.leases(),
             on_lost=self.stopper.lease_lost,
+            spare=Reconnecting(dsn, Role(f"worker:{self.id}:renew")),
+            writing_large=self.outcomes.writing_large,
         )
         self.presence = Presence(
             self.claims.shared,
@@ -291,11 +307,16 @@ class Worker:
         self._wake.set()
 
     def _loop_died(self, loop: str, exc: BaseException) -> None:
-        """A loop of this worker died: hand back what the worker holds and stop (on a thread of
-        its own: the dying loop's thread may be one that ``stop()`` joins)."""
+        """A loop of this worker died: hand back what the worker holds and stop."""
+        self._fail(f"the {loop} loop died: {exc!r}")
+
+    def _fail(self, failure: str) -> None:
+        """The worker cannot go on (a loop died, or bodies hung past the cap): hand back what it
+        holds and stop (on a thread of its own: the caller's thread may be one that ``stop()``
+        joins); ``failed`` is set once it has stopped."""
         if self.failure is not None or self.stopped.is_set():
             return
-        self.failure = f"the {loop} loop died: {exc!r}"
+        self.failure = failure
         log.critical(
             "ujobs.worker.failed: %s; handing back %d job(s) uncounted and stopping (%s)",
             self.failure,
@@ -347,7 +368,7 @@ class Worker:
             runtimes = self.runtimes
             first_async = any(d.is_async for d in registry.values()) and runtimes.loop is None
             if first_async and runtimes.threads is not None:  # opened without an event loop
-                runtimes.loop = LoopRuntime(runtimes.finished, runtimes.steps, runtimes.marks)
+                runtimes.loop = runtimes.event_loop()
             self.registry = runtimes.registry = registry
             self.queues, self.names = chosen, tuple(sorted(registry))
             self.claims.queues, self.claims.names = self.queues, self.names

@@ -8,7 +8,10 @@ outcome whose write failed is kept and written again (a repeat is fenced if the 
 A batch is bounded by count and by bytes (``max_items``, ``max_bytes``), so a backlog built up
 during an outage, or a few large results, never becomes one document too big to store; the
 leases of outcomes not written yet are still renewed by the heartbeat (``leases()``), so a
-finished job is not rescued from under its result.
+finished job is not rescued from under its result (those of a batch being written are not: its
+statement locks their rows, and a renewal would wait for its commit). The heartbeat also learns
+when a large batch is being written (``writing_large()``), and renews on a connection of its
+own rather than wait for the write.
 
 What it is not: the decision of what the outcome is (``attempt.py``).
 """
@@ -28,6 +31,7 @@ log = logging.getLogger("ujobs.worker")
 MAX_ITEMS = 1000
 MAX_BYTES = 32 * 1024 * 1024
 ITEM_OVERHEAD = 160  # id, token, state and the rest of one item of the batch document
+LARGE_WRITE = 1024 * 1024  # a batch this large is written too slowly for a renewal to wait
 
 
 def size_of(s: Settlement) -> int:
@@ -63,6 +67,9 @@ class OutcomeBatch:
         self.counts = WorkerCounts()
         self._lock = threading.Lock()
         self._pending: list[Settlement] = []
+        # taken by ``take_due`` and not yet written or restored, by (job id, token)
+        self._writing: dict[tuple[UUID, UUID], Settlement] = {}
+        self._writing_bytes = 0
         self._since = 0.0
         self._cut = False
 
@@ -81,9 +88,21 @@ class OutcomeBatch:
             return self._cut and bool(self._pending)
 
     def leases(self) -> list[tuple[UUID, UUID]]:
-        """(job id, lease token) of each outcome not written yet."""
+        """(job id, lease token) of each outcome waiting to be written."""
         with self._lock:
             return [(s.id, s.token) for s in self._pending]
+
+    def writing_large(self) -> bool:
+        """True while a batch of ``LARGE_WRITE`` bytes or more is being written."""
+        return self._writing_bytes >= LARGE_WRITE
+
+    def _done_writing(self, batch: list[Settlement]) -> None:
+        for s in batch:
+            taken = self._writing.pop((s.id, s.token), None)
+            if taken is not None:
+                self._writing_bytes -= size_of(taken)
+        if not self._writing:
+            self._writing_bytes = 0
 
     def take_due(self, *, force: bool = False, idle: bool = False) -> list[Settlement]:
         """The batch to write now (at most ``max_items`` outcomes and about ``max_bytes``, but
@@ -101,21 +120,29 @@ class OutcomeBatch:
                 return []
             taken, size = 0, 0
             for s in self._pending:
-                size += size_of(s)
-                if taken and (taken >= self.max_items or size > self.max_bytes):
+                more = size_of(s)
+                if taken and (taken >= self.max_items or size + more > self.max_bytes):
                     break
-                taken += 1
+                taken, size = taken + 1, size + more
             batch, self._pending = self._pending[:taken], self._pending[taken:]
             self._cut = bool(self._pending)
+            for s in batch:
+                self._writing[(s.id, s.token)] = s
+            self._writing_bytes += size
             return batch
 
     def restore(self, batch: list[Settlement]) -> None:
         """Keep outcomes whose write failed, ahead of newer ones."""
         if batch:
             with self._lock:
+                self._done_writing(batch)
                 self._pending = batch + self._pending
 
     def written(self, batch: list[Settlement], matched: set[UUID]) -> None:
+        """``batch`` is written (a repaired item counts for the one it replaces: same job and
+        token); ``matched``: the ids whose lease still held."""
+        with self._lock:
+            self._done_writing(batch)
         counts = self.counts
         for s in batch:
             if s.id not in matched:

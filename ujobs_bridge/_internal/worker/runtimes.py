@@ -18,6 +18,8 @@ attempt is settled (``inflight.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import threading
 import time
@@ -31,6 +33,7 @@ from ujobs_bridge._internal.db.connections import Conn, Pool, Role
 from ujobs_bridge._internal.db.steps import Lease
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
+from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.worker.attempt import BodyResult, run_body, run_body_async
 from ujobs_bridge._internal.worker.body_threads import BodyThreads
 from ujobs_bridge._internal.worker.child import TimeLimits
@@ -40,6 +43,8 @@ from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
+
+log = logging.getLogger("ujobs.worker")
 
 
 class Runtime(Protocol):
@@ -51,6 +56,11 @@ class Runtime(Protocol):
 
     def interrupt(self, entry: InFlight) -> None:
         """Stop a running body if this runtime can (its signal is already aborted)."""
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        """Give the slot of a hung body (past its timeout, still running) to a new thread: True
+        if done; False if not, ``cap`` abandoned threads running already; None if this runtime
+        does not (it stops its bodies itself) or the body has returned."""
 
     def shutdown(self) -> None:
         """Release the runtime; does not wait for bodies still running."""
@@ -106,11 +116,14 @@ class ThreadRuntime:
         steps: StepWrites,
         stopping: threading.Event,
         marks: StartMarks,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
         self.marks = marks
+        self.max_result_bytes = max_result_bytes
         self._lock = threading.Lock()
         self._threads: BodyThreads[InFlight] = BodyThreads(size, self._run)
 
@@ -127,6 +140,14 @@ class ThreadRuntime:
     def interrupt(self, entry: InFlight) -> None:
         pass  # a thread cannot be interrupted safely: the body polls its signal
 
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return self._threads.abandon(entry, cap)
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned body threads still running their hung body."""
+        return self._threads.abandoned
+
     def shutdown(self) -> None:
         self._threads.shutdown()
 
@@ -141,6 +162,14 @@ class ThreadRuntime:
             self._attempt(entry)
         except BaseException as exc:
             report_died(self.finished, entry, "the body thread", exc)
+        if entry.abandoned:
+            with contextlib.suppress(Exception):  # a logging filter that raises
+                log.info(
+                    "ujobs.worker.hung_returned: job %s (%s): its hung body returned; its "
+                    "abandoned thread ends",
+                    entry.claimed.id,
+                    entry.claimed.name,
+                )
 
     def _attempt(self, entry: InFlight) -> None:
         with self._lock:
@@ -155,7 +184,13 @@ class ThreadRuntime:
         timeout = entry.definition.timeout_s
         if timeout is not None:
             entry.deadline = time.monotonic() + timeout
-        result = run_body(entry.definition, entry.claimed, entry.signal, self.steps.runner(entry))
+        result = run_body(
+            entry.definition,
+            entry.claimed,
+            entry.signal,
+            self.steps.runner(entry),
+            max_result_bytes=self.max_result_bytes,
+        )
         fault("attempt.before_settle")
         self.finished(entry, result)
 
@@ -163,10 +198,18 @@ class ThreadRuntime:
 class LoopRuntime:
     """``async def`` bodies as tasks on one event loop thread; a stopped body is cancelled."""
 
-    def __init__(self, finished: Finished, steps: StepWrites, marks: StartMarks) -> None:
+    def __init__(
+        self,
+        finished: Finished,
+        steps: StepWrites,
+        marks: StartMarks,
+        *,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
         self.finished = finished
         self.steps = steps
         self.marks = marks
+        self.max_result_bytes = max_result_bytes
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ujobs-async", daemon=True
@@ -185,6 +228,9 @@ class LoopRuntime:
         if entry.future is not None:
             entry.future.cancel()
 
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return None  # a task is cancelled at its timeout; it holds no thread of its own
+
     def shutdown(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
@@ -202,7 +248,13 @@ class LoopRuntime:
                 return
             entry.started_at = time.time()
             runner = self.steps.runner(entry)
-            result = await run_body_async(entry.definition, entry.claimed, entry.signal, runner)
+            result = await run_body_async(
+                entry.definition,
+                entry.claimed,
+                entry.signal,
+                runner,
+                max_result_bytes=self.max_result_bytes,
+            )
             fault("attempt.before_settle")
             self.finished(entry, result)
         except asyncio.CancelledError:
@@ -233,8 +285,10 @@ class Runtimes:
         limits: TimeLimits = (None, None),
         max_tasks_per_child: int | None = None,
         max_memory_per_child_kib: int | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.node = node
+        self.max_result_bytes = max_result_bytes
         self.limits = limits
         self.max_tasks_per_child = max_tasks_per_child
         self.max_memory_per_child_kib = max_memory_per_child_kib
@@ -270,13 +324,26 @@ class Runtimes:
                 limits=self.limits,
                 max_tasks_per_child=self.max_tasks_per_child,
                 max_memory_per_child_kib=self.max_memory_per_child_kib,
+                max_result_bytes=self.max_result_bytes,
             )
             return
         self.threads = ThreadRuntime(
-            self.size, self.finished, self.steps, self.stopping, self.marks
+            self.size,
+            self.finished,
+            self.steps,
+            self.stopping,
+            self.marks,
+            max_result_bytes=self.max_result_bytes,
         )
         if any(d.is_async for d in self.registry.values()):
-            self.loop = LoopRuntime(self.finished, self.steps, self.marks)
+            self.loop = self.event_loop()
+
+    def event_loop(self) -> LoopRuntime:
+        """A new event-loop runtime for ``async def`` bodies (``open``, or a ``reload`` that
+        brings the first one)."""
+        return LoopRuntime(
+            self.finished, self.steps, self.marks, max_result_bytes=self.max_result_bytes
+        )
 
     def _of(self, entry: InFlight) -> Runtime:
         if self.processes is not None:
@@ -300,6 +367,14 @@ class Runtimes:
 
     def interrupt(self, entry: InFlight) -> None:
         self._of(entry).interrupt(entry)
+
+    def abandon(self, entry: InFlight, cap: int) -> bool | None:
+        return self._of(entry).abandon(entry, cap)
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned body threads still running their hung body."""
+        return self.threads.abandoned if self.threads is not None else 0
 
     def resize(self, size: int) -> None:
         """Run ``size`` bodies at once: body threads or pool children are added now, or retire

@@ -8,10 +8,17 @@ uncounted; a timeout fails the attempt). Each path then settles through the in-f
 ``settle_once``, so a body that finishes at the same moment cannot write a second outcome.
 
 A body still running past its timeout is *hung*: its attempt is failed at once (its lease is no
-longer renewed), a WARNING names it, and its slot counts as lost until it returns: the worker
-holds at most ``healthy slots x prefetch`` jobs, so the jobs claimed behind hung bodies are handed
-back uncounted (``UJ_WORKER_HUNG``) for a healthy worker to run, and none are claimed while every
-slot hangs. A process-pool runtime kills a hung body's child instead (a hard time limit).
+longer renewed), and ``HUNG_GRACE_S`` later a WARNING ``ujobs.worker.hung`` names it. A thread
+body cannot be stopped, so its thread is abandoned: a new thread takes its slot at once, and the
+old one ends when its body returns. At most ``cap`` abandoned threads run at once (the worker's
+``--max-hung-threads``, default twice its concurrency); one more hung body and the worker fails
+(``on_overwhelmed``): it hands back everything it holds uncounted and exits 70, for its
+supervisor to start a fresh process (the hung threads die with the old one). A process-pool
+runtime kills a hung body's child instead (a hard time limit). A hung body whose slot is not
+given to a new thread (a child not dead yet) counts as lost until it returns: the worker holds
+at most ``healthy slots x prefetch`` jobs, so the jobs claimed behind it are handed back
+uncounted (``UJ_WORKER_HUNG``) for a healthy worker to run, and none are claimed while every
+slot hangs.
 
 What it is not: the claim loop (``loop.py``), the outcome table (``attempt.py``) or the place
 "exactly once" is enforced (``inflight.py``).
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from uuid import UUID
 
 from ujobs_bridge._internal.worker.attempt import BodyResult, settle
@@ -37,9 +45,22 @@ HUNG_GRACE_S = 1.0  # a body that has not returned this long after its timeout i
 class Stopper:
     """Stops the attempts of one in-flight table that run on one runtime."""
 
-    def __init__(self, table: InFlightTable, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        table: InFlightTable,
+        runtime: Runtime,
+        *,
+        cap: Callable[[], int] = lambda: 0,
+        abandoned: Callable[[], int] = lambda: 0,
+        on_overwhelmed: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        """``cap``: how many abandoned threads may run at once; ``abandoned``: how many do;
+        ``on_overwhelmed``: called (with the reason) when a hung body is past the cap."""
         self.table = table
         self.runtime = runtime
+        self.cap = cap
+        self.abandoned = abandoned
+        self.on_overwhelmed = on_overwhelmed
 
     def abort(self, entry: InFlight, code: ErrorCode, reason: str, *, certain: bool = True) -> None:
         """Signal the body (the first reason wins) and interrupt it if its runtime can."""
@@ -96,7 +117,8 @@ class Stopper:
     def check_deadlines(self) -> None:
         """Fail every attempt past its timeout; its body keeps its slot until it returns (a
         process pool kills its child). A body that has not returned ``HUNG_GRACE_S`` later is
-        logged, once, as hung."""
+        hung: logged once, and its thread abandoned to a new one (or, past the cap, the worker
+        fails)."""
         now = time.monotonic()
         for entry in self.table.late(now):
             timeout = entry.definition.timeout_s
@@ -104,19 +126,46 @@ class Stopper:
             self.abort(entry, ErrorCode.JOB_TIMEOUT, reason)
             error = AttemptAborted(ErrorCode.JOB_TIMEOUT, reason)
             self._settle(entry, BodyResult(error=error), release=False)
-        for entry in self.table.hung(now - HUNG_GRACE_S):
-            if entry.reported_hung:
-                continue
-            entry.reported_hung = True
+        for entry in self.table.hung(now - HUNG_GRACE_S, abandoned=False):
+            if not entry.reported_hung:
+                entry.reported_hung = True
+                self._hung(entry)
+
+    def _hung(self, entry: InFlight) -> None:
+        """``entry``'s body hangs past its timeout: give its slot to a new thread, or fail the
+        worker if ``cap`` abandoned threads already run; always say so, naming the job."""
+        claimed = entry.claimed
+        what = (
+            f"job {claimed.id} ({claimed.name}, attempt {claimed.attempt}) ran past its "
+            f"{entry.definition.timeout_s}s timeout and its body has not returned; the attempt "
+            f"failed ({ErrorCode.JOB_TIMEOUT.value})"
+        )
+        cap = self.cap()
+        replaced = self.runtime.abandon(entry, cap)
+        if replaced:
+            self.table.abandon(entry)
             log.warning(
-                "ujobs.worker.hung: job %s (%s, attempt %d) ran past its %ss timeout and its body "
-                "has not returned; the attempt failed (%s), its slot stays lost until it returns",
-                entry.claimed.id,
-                entry.claimed.name,
-                entry.claimed.attempt,
-                entry.definition.timeout_s,
-                ErrorCode.JOB_TIMEOUT.value,
+                "ujobs.worker.hung: %s; its thread is abandoned and a new thread takes its slot "
+                "(%d abandoned thread(s) running, at most %d: --max-hung-threads)",
+                what,
+                self.abandoned(),
+                cap,
             )
+        elif replaced is None:
+            log.warning("ujobs.worker.hung: %s; its slot stays lost until it returns", what)
+        else:
+            reason = (
+                f"{cap} abandoned thread(s) of hung bodies still run (--max-hung-threads {cap}) "
+                f"and one more body hangs (job {claimed.id}, {claimed.name})"
+            )
+            log.error(
+                "ujobs.worker.hung: %s; %d abandoned thread(s) already run, the cap "
+                "(--max-hung-threads): the worker hands back what it holds and exits (%s)",
+                what,
+                self.abandoned(),
+                ErrorCode.WORKER_HUNG.value,
+            )
+            self.on_overwhelmed(reason)
 
     def hung(self) -> list[HungAttempt]:
         """The bodies running past their timeout, longest overdue first."""
@@ -129,16 +178,17 @@ class Stopper:
                 e.claimed.attempt,
                 e.definition.timeout_s or 0.0,
                 now - (e.deadline or now),
+                e.abandoned,
             )
             for e in self.table.hung(now - HUNG_GRACE_S)
         ]
         return sorted(found, key=lambda h: -h.overdue_s)
 
     def capacity(self, concurrency: int, prefetch: int) -> tuple[int, int]:
-        """How many jobs the worker may hold now, and how many it holds, hung bodies left out:
-        ``(concurrency - hung) x prefetch``. Unstarted jobs beyond it (the newest first) are
+        """How many jobs the worker may hold now, and how many it holds, hung bodies that still
+        hold a slot left out (an abandoned one holds none): ``(concurrency - hung) x prefetch``. Unstarted jobs beyond it (the newest first) are
         handed back uncounted: behind hung bodies they could not start in time."""
-        hung = len(self.table.hung(time.monotonic() - HUNG_GRACE_S))
+        hung = len(self.table.hung(time.monotonic() - HUNG_GRACE_S, abandoned=False))
         capacity = max(0, concurrency - hung) * prefetch
         held = len(self.table) - hung
         if held <= capacity or not hung:  # a shrunk pool runs what it holds, just slower
@@ -197,7 +247,7 @@ class Stopper:
         reason = (
             "the worker is shutting down"
             if code is ErrorCode.WORKER_DRAINING
-            else "the worker is stopping after one of its loops failed"
+            else "the worker is stopping after a failure (a loop died, or bodies hung past the cap)"
         )
         for entry in self.table.unsettled():
             self.abort(entry, code, reason)

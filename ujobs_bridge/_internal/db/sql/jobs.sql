@@ -457,9 +457,13 @@ select queue, state, count(*) as jobs, min(run_at) as oldest_run_at
 -- seconds, grouped by (queue, name). Only the head of each queue in claim order is read (at most
 -- `scan` rows per queue, on x_job_claimable's claim index, migration 0019): nothing claims such
 -- a job, so as the jobs around it are claimed it moves to the head of its priority band and is
--- seen.
+-- seen. An age is counted from year 1 at the earliest: a run_at of -infinity or BC (written by
+-- hand) is the age Python reads such an instant as (db/far_instants.py), and subtracting an
+-- infinite timestamp would fail the statement. job_stranded counts ages the same way.
 select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
-       extract(epoch from coalesce(%(now)s, now()) - min(h.run_at))::float8 as oldest_s
+       extract(epoch from coalesce(%(now)s, now())
+                          - greatest(min(h.run_at), timestamptz '0001-01-01 00:00:00+00'))::float8
+           as oldest_s
   from unnest(%(queues)s::text[]) as q(queue)
  cross join lateral (
      select name, run_at from x_job_claimable
@@ -477,7 +481,9 @@ select q.queue, h.name, count(*) as jobs, min(h.run_at) as oldest_run_at,
 -- not claimed, per queue, state and name: what `jobs stats` reports as waiting longer than it should.
 -- The due rows of x_job_claimable (migration 0019), each job's state read by primary key.
 select c.queue, j.state, c.name, count(*) as jobs, min(c.run_at) as oldest_run_at,
-       extract(epoch from coalesce(%(now)s, now()) - min(c.run_at))::float8 as oldest_s
+       extract(epoch from coalesce(%(now)s, now())
+                          - greatest(min(c.run_at), timestamptz '0001-01-01 00:00:00+00'))::float8
+           as oldest_s
   from x_job_claimable as c
   join x_jobs as j on j.id = c.id
  where c.run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
