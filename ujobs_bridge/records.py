@@ -46,7 +46,10 @@ class ClaimedJob:
     ``undecodable``: the stored input could not be decoded (nested past the recursion limit):
     the worker fails this row alone, with the reason, without running it.
     ``traceparent`` is the enqueuer's W3C trace context; ``due_at`` the ``run_at`` it was
-    claimed at (pick-up latency is the claim's time minus it)."""
+    claimed at (pick-up latency is the claim's time minus it). ``started``: the claim recorded
+    that its body starts at once (a free slot takes it); a row claimed ahead of a free slot (the
+    prefetch) has its start recorded when a slot takes it, so a worker that dies is charged an
+    attempt only for the bodies it started."""
 
     id: UUID
     name: str
@@ -60,6 +63,7 @@ class ClaimedJob:
     traceparent: str | None = None
     due_at: datetime | None = None
     undecodable: str | None = None  # why ``input`` could not be decoded (it is then empty)
+    started: bool = False  # the claim recorded its start: a free body slot takes it at once
 
 
 @dataclass(frozen=True, slots=True)

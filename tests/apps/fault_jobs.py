@@ -55,6 +55,16 @@ def blocking(key: str, gate: str | None = None, first_attempt_only: bool = False
     return {"key": key, "pid": os.getpid(), "attempt": ctx.attempt}
 
 
+@job(queue="faults", max_attempts=1, backoff=0, jitter=False)
+def once(key: str, gate: str) -> dict[str, Any]:
+    """One attempt only: record 'start', wait at ``gate``, record 'end'."""
+    ctx = current_job()
+    record(key, "start")
+    hold(gate)
+    record(key, "end")
+    return {"key": key, "pid": os.getpid(), "attempt": ctx.attempt}
+
+
 @job(queue="faults", max_attempts=2, backoff=0, jitter=False)
 def kills_its_worker(key: str) -> None:
     """Record 'start', then SIGKILL the worker process running it, on every attempt."""

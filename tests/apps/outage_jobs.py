@@ -8,6 +8,7 @@ event: ``<event>-<key>-<attempt>-<pid>``) and wait for a gate file ``gate-<key>`
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,17 @@ def finish(key: str) -> dict[str, Any]:
     """Start, wait at the gate, end: one attempt only, so a result lost is a job dead."""
     mark("start", key)
     hold(key)
+    mark("end", key)
+    return {"key": key, "pid": os.getpid()}
+
+
+@job(queue="outage", max_attempts=1)
+def quick(key: str) -> dict[str, Any]:
+    """Start, wait at the gate every ``quick`` body shares (``gate-go``), run 0.25 s, end:
+    one attempt only."""
+    mark("start", key)
+    hold("go")
+    time.sleep(0.25)
     mark("end", key)
     return {"key": key, "pid": os.getpid()}
 

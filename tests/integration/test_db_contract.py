@@ -32,6 +32,7 @@ from ujobs_bridge._internal.db import steering as steering_db
 from ujobs_bridge._internal.db import steps as steps_db
 from ujobs_bridge._internal.db import testing as testing_db
 from ujobs_bridge._internal.db import unclaimed as unclaimed_db
+from ujobs_bridge._internal.db.far_instants import FarInstant, tolerate_far_instants
 from ujobs_bridge._internal.db.steps import Lease, StepResult
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.records import JobState, Settlement
@@ -920,3 +921,32 @@ def test_a_pooler_met_undeclared_turns_session_state_off_once_and_says_the_fix()
     assert lines[-2:] == ["False True False True", "False 5"]  # forgotten: prepared again
     detected = [line for line in lines if "pgbouncer_detected" in line]
     assert len(detected) == 1 and "--pgbouncer" in detected[0], lines
+
+
+def test_far_instants_load_as_the_nearest_datetime_that_says_what_was_stored(dsn: str) -> None:
+    """``tolerate_far_instants``: a value Python cannot hold loads (text and binary) as the end
+    of Python's range that is nearest, printing as the server's text; others load unchanged."""
+    statement = (
+        "select '-infinity'::timestamptz, 'infinity'::timestamptz,"
+        " '0001-12-31 10:00:00+00 BC'::timestamptz, '10000-01-01 11:59:00+00'::timestamptz,"
+        " '2026-12-05 12:00:00+00'::timestamptz, 'infinity'::timestamp"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("set timezone = 'UTC'")
+        with pytest.raises(psycopg.DataError):
+            conn.execute(statement).fetchone()  # psycopg's own loaders refuse them
+        tolerate_far_instants(conn)
+        for binary in (False, True):
+            row = conn.cursor(binary=binary).execute(statement).fetchone()
+            assert row is not None
+            early, late, bc, y10k, plain, naive = row
+            assert all(isinstance(v, FarInstant) for v in (early, late, bc, y10k, naive))
+            assert (early.plain(), bc.plain()) == (datetime.min.replace(tzinfo=UTC),) * 2
+            assert (late.plain(), y10k.plain()) == (datetime.max.replace(tzinfo=UTC),) * 2
+            assert naive.tzinfo is None and naive.late
+            assert (str(early), late.isoformat()) == ("-infinity", "infinity")
+            assert not isinstance(plain, FarInstant)
+            assert plain == datetime(2026, 12, 5, 12, tzinfo=UTC)
+            assert sorted([late, plain, early]) == [early, plain, late]
+            if not binary:
+                assert str(y10k) == "10000-01-01 11:59:00+00"

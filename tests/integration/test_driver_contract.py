@@ -37,7 +37,10 @@ def claim(
     *,
     lease_s: float = 30.0,
     token: uuid.UUID | None = None,
+    start: int | None = None,
 ) -> list[Any]:
+    """``start``: how many of the rows start at once (default: all, as a worker with that many
+    free slots)."""
     return leases_db.job_claim(
         conn,
         leases_db.ClaimParams(
@@ -48,8 +51,23 @@ def claim(
             lease_s=lease_s,
             worker="test",
             now=None,
+            start=start,
         ),
     )
+
+
+def expire_lease(conn: psycopg.Connection[Any], job_id: Any) -> None:
+    conn.execute(
+        "update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s", (job_id,)
+    )
+
+
+def lease_rows(conn: psycopg.Connection[Any]) -> dict[Any, tuple[bool, float | None]]:
+    """job id: (its start recorded, its recorded lease length), for every lease row."""
+    rows = conn.execute(
+        "select job_id, started_at is not null, lease_s from x_job_leases"
+    ).fetchall()
+    return {r[0]: (r[1], r[2]) for r in rows}
 
 
 def test_claim_takes_at_most_limit_rows_counts_the_attempt_and_sets_a_lease(
@@ -130,6 +148,93 @@ def test_a_live_lease_is_not_rescued_and_heartbeat_extends_it(client: Client, db
         (ref.id,),
     ).fetchone()
     assert row == (True,)
+
+
+def test_a_claim_records_the_start_of_its_first_rows_and_job_start_the_rest(
+    client: Client, db: Any
+) -> None:
+    """The claim marks the first ``start`` rows in claim order as started (and says so); the
+    worker records the others' starts with ``job_start`` when slots free up. A lease a cancel
+    ended is not marked: that job must not start."""
+    low = basic_jobs.add.configure(client=client, priority=0).enqueue(1, 1)
+    high = basic_jobs.add.configure(client=client, priority=5).enqueue(2, 2)
+    third = basic_jobs.add.configure(client=client, priority=0).enqueue(3, 3)
+    got = {j.id: j for j in claim(db, 3, lease_s=7, start=1)}
+    assert [i for i, j in got.items() if j.started] == [high.id]
+    assert lease_rows(db) == {high.id: (True, 7.0), low.id: (False, 7.0), third.id: (False, 7.0)}
+    assert steering_db.job_cancel(db, third.id, "UJ_JOB_CANCELLED: test")
+    leases = [(i, got[i].lease_token) for i in (low.id, third.id)]
+    assert leases_db.job_start(db, leases) == {low.id}
+    assert leases_db.job_start(db, []) == set()
+    assert lease_rows(db) == {high.id: (True, 7.0), low.id: (True, 7.0)}
+
+
+def test_rescue_hands_back_uncounted_a_job_whose_body_never_started(
+    client: Client, db: Any
+) -> None:
+    """A worker died holding a prefetched job it never started: the rescue gives it back
+    ``ready`` with its attempt uncounted (history: ``handed_back``); a started one on its last
+    attempt is dead."""
+    waiting = basic_jobs.add.configure(client=client).enqueue(1, 1)
+    (claimed,) = claim(db, 1, start=0)
+    running = basic_jobs.add.configure(client=client).enqueue(2, 2)
+    claim(db, 1)
+    db.execute("update x_jobs set max_attempts = 1")
+    expire_lease(db, waiting.id)
+    expire_lease(db, running.id)
+    found = leases_db.job_rescue_jobs(
+        db,
+        limit=10,
+        error="UJ_WORKER_LOST: lost",
+        unstarted_error="UJ_WORKER_LOST: unstarted",
+        now=None,
+    )
+    assert sorted(found, key=lambda r: r.started) == [
+        leases_db.Rescued(waiting.id, JobState.READY, False),
+        leases_db.Rescued(running.id, JobState.DEAD, True),
+    ]
+    rows = db.execute(
+        "select id, state, attempt, last_error from x_jobs where id = any(%s)",
+        ([waiting.id, running.id],),
+    ).fetchall()
+    assert sorted(rows, key=lambda r: r[1]) == [
+        (running.id, "dead", 1, "UJ_WORKER_LOST: lost"),
+        (waiting.id, "ready", 0, "UJ_WORKER_LOST: unstarted"),
+    ]
+    history = db.execute(
+        "select job_id, token, attempt, outcome from x_job_attempts where job_id = %s",
+        (waiting.id,),
+    ).fetchall()
+    assert history == [(waiting.id, claimed.lease_token, 1, "handed_back")]
+    assert lease_rows(db) == {}
+
+
+def test_no_lease_is_rescued_before_the_database_was_up_for_its_length(
+    client: Client, db: Any
+) -> None:
+    """A lease runs out in the database's uptime only: one whose recorded length is longer than
+    the server has been up is not rescued, however long ago it expired; the same lease with a
+    length the uptime covers is. A lease row without a length (a worker from before 0022) is
+    judged as started, and waits the rescuer's lease."""
+    up_since, now = leases_db.outage_grace(db)
+    started = db.execute("select pg_postmaster_start_time()").fetchone()
+    assert started is not None and started[0] <= up_since <= now
+    uptime = (now - up_since).total_seconds()
+    ref = basic_jobs.add.configure(client=client).enqueue(1, 1)
+    claim(db, 1, lease_s=uptime + 3600, start=0)
+    db.execute("update x_jobs set max_attempts = 1")
+    expire_lease(db, ref.id)
+    assert leases_db.job_rescue(db, limit=10, error="x", now=None) == []
+    db.execute("update x_job_leases set lease_s = null")  # as a worker before 0022 wrote it
+    assert (
+        leases_db.job_rescue_jobs(
+            db, limit=10, error="x", unstarted_error="y", now=None, lease_s=uptime + 3600
+        )
+        == []
+    )
+    assert leases_db.job_rescue_jobs(
+        db, limit=10, error="x", unstarted_error="y", now=None, lease_s=1
+    ) == [leases_db.Rescued(ref.id, JobState.DEAD, True)]
 
 
 def test_a_handed_back_attempt_is_not_counted(client: Client, db: Any) -> None:

@@ -28,6 +28,7 @@ from worker_proc import WorkerProc
 from apps import celery_outage, outage_jobs
 from conftest import wait_for
 from ujobs_bridge import connect
+from ujobs_bridge._internal.db import leases as leases_db
 from ujobs_bridge.testing import PrivateCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -151,6 +152,52 @@ def test_results_finished_during_an_outage_are_written_when_the_database_is_back
     assert worker.proc.poll() is None
     worker.term()
     assert worker.wait(timeout=30) == 0
+
+
+def test_an_outage_twice_the_lease_loses_no_result_and_runs_nothing_twice(
+    private_cluster: PrivateCluster, outage_dsn: str, marks: Path, workers: Any
+) -> None:
+    """Two workers (``-c 8 --lease 6``) hold 160 one-attempt jobs, sixteen of them running, when
+    the server crashes for 12 s; every body runs to its end during the outage. The first rescue
+    sweep after the restart (run here, before the two are back: the worker that reconnects
+    first) takes nothing: no lease has had its 6 s of the database being up again. The two come
+    back within that time and write every result: all done, each body ran once."""
+    keys = [f"q{i:03d}" for i in range(160)]
+    with connect(outage_dsn, upgrade=False) as client:
+        call = outage_jobs.quick.configure(queue="outage")
+        ids = [ref.id for ref in client.enqueue_many([call.call(k) for k in keys])]
+    pair = [workers(APP, "outage", "-c", "8", "--lease", "6") for _ in range(2)]
+    wait_for(lambda: len(marked(marks, "start")) == 16, timeout=60, what="sixteen bodies to start")
+    wait_for(lambda: states(outage_dsn, ids) == {"running"}, timeout=60, what="every job claimed")
+    with psycopg.connect(outage_dsn, autocommit=True) as conn:
+        conn.execute("checkpoint")  # every claim on disk: the crash forgets none of them
+
+    private_cluster.stop("immediate")
+    down = time.monotonic()
+    open_gates(marks, ["go"])
+    wait_for(lambda: len(marked(marks, "end")) == 160, timeout=60, what="every body to end")
+    for worker in pair:
+        worker.pause()  # neither is back before the first sweep below
+    wait_for(lambda: time.monotonic() > down + 12, timeout=30, what="a 12 s outage")
+    private_cluster.start()
+    with psycopg.connect(outage_dsn, autocommit=True) as conn:
+        rescued = leases_db.job_rescue(conn, limit=1000, error="UJ_WORKER_LOST: test", now=None)
+    for worker in pair:
+        worker.resume()
+
+    wait_for(
+        lambda: states(outage_dsn, ids) <= {"done", "dead", "ready"} and states(outage_dsn, ids),
+        timeout=60,
+        what="every outcome written",
+    )
+    found = by_id(outage_dsn, ids)
+    assert {(r["state"], r["attempt"]) for r in found} == {("done", 1)}
+    starts = marked(marks, "start")
+    assert len(starts) == 160  # each body ran once
+    ran_by = {name.split("-")[1]: int(name.split("-")[3]) for name in starts}
+    assert [r["output"]["pid"] for r in found] == [ran_by[k] for k in keys]
+    assert all("fenced" not in w.output() for w in pair)
+    assert rescued == []
 
 
 def test_a_worker_stopped_during_an_outage_writes_its_results_before_it_exits(

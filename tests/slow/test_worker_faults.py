@@ -147,6 +147,58 @@ def test_sigkill_mid_job_is_rescued_after_its_lease_and_completes_exactly_once(
     assert [(e["attempt"], e["pid"]) for e in effects(ledger, "end")] == [(2, second.pid)]
 
 
+def test_sigkill_charges_an_attempt_only_to_the_jobs_whose_body_had_started(
+    client: Client, ledger: Db, workers: Any, queue: str
+) -> None:
+    """A worker ``-c 4`` holds 40 one-attempt jobs (its prefetch), four of them running, when it
+    is SIGKILLed: the four whose body had started are rescued dead (``UJ_WORKER_LOST``, their
+    only attempt spent); the 36 it never started come back uncounted, and another worker runs
+    each of them once, on its first attempt."""
+    call = fault_jobs.once.configure(queue=queue)
+    refs = client.enqueue_many([call.call(f"k{i:02d}", gate="later") for i in range(40)])
+    ids = [ref.id for ref in refs]
+    first = workers("-c", "4")
+    wait_for(lambda: len(effects(ledger, "start")) == 4, what="four bodies to start")
+    wait_for(
+        lambda: (
+            ledger.execute(
+                "select count(*) from x_jobs where id = any(%s) and state = 'running'", (ids,)
+            ).fetchone()
+            == (40,)
+        ),
+        what="all 40 jobs claimed",
+    )
+    first.kill()
+    started = {e["job_id"] for e in effects(ledger, "start")}
+    wait_for(
+        lambda: all(lease_ran_out(ledger, i) for i in ids), timeout=15, what="the leases to run out"
+    )
+    open_gate(ledger, "later")
+    second = workers("-c", "4")
+    wait_for(
+        lambda: (
+            ledger.execute(
+                "select count(*) from x_jobs where id = any(%s) and state in ('done', 'dead')",
+                (ids,),
+            ).fetchone()
+            == (40,)
+        ),
+        timeout=60,
+        what="every job to end",
+    )
+    for job_id in ids:
+        r = row(ledger, job_id)
+        if job_id in started:
+            assert (r["state"], r["attempt"]) == ("dead", 1), r
+            assert "UJ_WORKER_LOST" in (r["last_error"] or "")
+        else:
+            assert (r["state"], r["attempt"]) == ("done", 1), r
+            assert r["output"]["pid"] == second.pid
+    runs = [(e["job_id"], e["pid"]) for e in effects(ledger, "start")]
+    assert len(runs) == 40 and len({j for j, _ in runs}) == 40  # each body started once
+    assert {j for j, pid in runs if pid == first.pid} == started
+
+
 def test_a_worker_paused_past_its_lease_cannot_overwrite_the_rescuers_result(
     client: Client, ledger: Db, workers: Any, queue: str
 ) -> None:
@@ -338,6 +390,43 @@ def test_a_job_that_kills_its_worker_every_time_dead_letters_after_max_attempts(
         (1, killed[0].pid),
         (2, killed[1].pid),
     ]
+
+
+def test_a_prefetched_job_that_kills_its_worker_every_time_still_dead_letters(
+    client: Client, ledger: Db, workers: Any, queue: str
+) -> None:
+    """The same job held in a worker's prefetch (``-c 1``, behind a running body): its first
+    start is recorded with the next outcome write, so the kill may come first and cost it
+    nothing; from its second delivery on its start is recorded before it runs. It dead-letters
+    after its two attempts, having run two or three times."""
+    fault_jobs.blocking.configure(client=client, queue=queue, priority=1).enqueue(
+        "ahead", gate="g-ahead"
+    )
+    ref = fault_jobs.kills_its_worker.configure(client=client, queue=queue).enqueue("boom")
+    first = workers("-c", "1")
+    wait_for(lambda: effects(ledger, "start", "ahead"), what="the job ahead to start")
+    wait_for(lambda: row(ledger, ref.id)["state"] == "running", what="the killer prefetched")
+    open_gate(ledger, "g-ahead")
+    killed = [first]
+    wait_for(lambda: first.proc.poll() is not None, timeout=30, what="the first kill")
+    for _ in range(4):
+        if row(ledger, ref.id)["state"] == "dead":
+            break
+        wait_for(lambda: lease_ran_out(ledger, ref.id), timeout=10, what="the lease to run out")
+        proc = workers("-c", "1")
+        wait_for(
+            lambda p=proc: p.proc.poll() is not None or row(ledger, ref.id)["state"] == "dead",
+            timeout=30,
+            what="the worker to die or the job to dead-letter",
+        )
+        if proc.proc.poll() is not None:
+            killed.append(proc)
+    r = row(ledger, ref.id)
+    assert (r["state"], r["attempt"]) == ("dead", 2)
+    assert "UJ_WORKER_LOST" in (r["last_error"] or "")
+    runs = effects(ledger, "start", "boom")
+    assert 2 <= len(runs) <= 3 and len(runs) == len(killed)
+    assert [e["attempt"] for e in runs][-2:] == [1, 2]  # the last two runs were charged
 
 
 def test_an_outcome_survives_its_claim_connection_being_killed(

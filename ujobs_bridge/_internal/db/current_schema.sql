@@ -1,5 +1,5 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0021_queue_waiters) leave, as pg_dump prints it (no owners, no grants).
+-- through 0022_lease_starts) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
@@ -125,6 +125,15 @@ begin
 end
 $$;
 
+-- Name: x_server_up_since(); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_server_up_since() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+        select coalesce(
+            (select max(backend_start) from pg_stat_activity where backend_type = 'walwriter'),
+            pg_postmaster_start_time())
+    $$;
+
 -- Name: x_control_replies; Type: TABLE; Schema: public
 CREATE TABLE public.x_control_replies (
     request_id uuid NOT NULL,
@@ -221,7 +230,9 @@ CREATE TABLE public.x_job_leases (
     token uuid NOT NULL,
     worker text,
     claimed_at timestamp with time zone,
-    attempt integer
+    attempt integer,
+    started_at timestamp with time zone,
+    lease_s double precision
 )
 WITH (autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0', autovacuum_vacuum_insert_threshold='1000', autovacuum_vacuum_cost_delay='0');
 

@@ -40,7 +40,9 @@ OUTAGE_HANDBACKS = 20
 class ClaimParams:
     """One claim: up to ``limit`` due jobs of ``queue`` named in ``names``, each leased to
     ``worker`` under ``token`` for ``lease_s`` seconds of the database clock. ``now`` is the
-    injected clock's instant (``None``: the database's)."""
+    injected clock's instant (``None``: the database's). The first ``start`` rows in claim order
+    (``None``: all of them) are recorded as started (the worker hands them to free body slots
+    at once) and come back with ``started`` set; the others wait for ``job_start``."""
 
     queue: str
     names: Sequence[str]
@@ -49,6 +51,7 @@ class ClaimParams:
     lease_s: float
     worker: str
     now: datetime | None = None
+    start: int | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class ClaimParams:
             "lease_s": self.lease_s,
             "worker": self.worker,
             "now": self.now,
+            "start": self.limit if self.start is None else self.start,
         }
 
 
@@ -87,7 +91,7 @@ def _claim_cursor(conn: Conn) -> psycopg.Cursor[Any]:
 def _claimed(row: Sequence[Any]) -> ClaimedJob:
     """A claim statement's row (``job_claim``'s RETURNING order) as a ``ClaimedJob``, by name:
     ``undecodable`` is not a column, so the row cannot be spread positionally."""
-    ident, name, queue, data, attempt, max_attempts, token, expired, deliveries, tp, due = row
+    ident, name, queue, data, attempt, max_attempts, token, expired, deliveries, tp, due, go = row
     claimed = ClaimedJob(
         id=ident,
         name=name,
@@ -100,6 +104,7 @@ def _claimed(row: Sequence[Any]) -> ClaimedJob:
         deliveries=deliveries,
         traceparent=tp,
         due_at=due,
+        started=bool(go),
     )
     if isinstance(claimed.input, _Undecodable):
         return replace(claimed, input={}, undecodable=claimed.input.reason)
@@ -119,8 +124,8 @@ def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
     connection's session setting (``claims_commit_async``) would leak to other clients."""
     with conn.pipeline(), conn.transaction():
         conn.execute(q("tx_claims_async"))
-        claimed = conn.execute(q("job_claim"), claim.params())
-    return [ClaimedJob(*row) for row in claimed.fetchall()]
+        claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
+    return [_claimed(row) for row in claimed.fetchall()]
 
 
 def job_settle_then_claim(
@@ -129,12 +134,16 @@ def job_settle_then_claim(
     claim: ClaimParams,
     *,
     durable: bool,
+    starts: Sequence[tuple[UUID, UUID]] = (),
 ) -> tuple[set[UUID], list[ClaimedJob]]:
     """Write outcomes and claim the next batch in ONE transaction sent as ONE pipeline: a single
-    round trip and a single commit per worker cycle."""
+    round trip and a single commit per worker cycle. ``starts``: (job id, lease token) of bodies
+    that started since the last write, recorded in the same transaction (``job_start``)."""
     with conn.pipeline(), conn.transaction():
         if durable:
             conn.execute(q("tx_outcomes_durable"))
+        if starts:
+            conn.execute(q("job_start"), _start_params(starts))
         settled = conn.execute(q("job_settle"), _settle_params(settlements, claim.now))
         claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
     matched = {row[0] for row in settled.fetchall()}
@@ -161,12 +170,43 @@ def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> d
     return {"batch": batch, "now": now, "outage_cap": OUTAGE_HANDBACKS}
 
 
-def job_settle(conn: Conn, settlements: Sequence[Settlement], now: datetime | None) -> set[UUID]:
-    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing)."""
+def job_settle(
+    conn: Conn,
+    settlements: Sequence[Settlement],
+    now: datetime | None,
+    *,
+    starts: Sequence[tuple[UUID, UUID]] = (),
+) -> set[UUID]:
+    """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing).
+    ``starts``: as ``job_settle_then_claim``'s, recorded first (run it in a transaction)."""
+    if starts:
+        conn.execute(q("job_start"), _start_params(starts))
     if not settlements:
         return set()
     rows = conn.execute(q("job_settle"), _settle_params(settlements, now)).fetchall()
     return {row[0] for row in rows}
+
+
+def _start_params(leases: Sequence[tuple[UUID, UUID]]) -> dict[str, Any]:
+    return {"ids": [i for i, _ in leases], "tokens": [t for _, t in leases]}
+
+
+def job_start(
+    conn: Conn, leases: Sequence[tuple[UUID, UUID]], *, pooled: bool = False
+) -> set[UUID]:
+    """Record that the bodies of these (job id, lease token) start now; returns the ids whose
+    lease is still there (only those may start). ``pooled``: in a transaction of its own whose
+    commit does not wait for the WAL flush (``set local``, as ``job_claim_async``), for a
+    connection without the claim connection's session setting."""
+    if not leases:
+        return set()
+    params = _start_params(leases)
+    if not pooled:
+        return {row[0] for row in conn.execute(q("job_start"), params).fetchall()}
+    with conn.pipeline(), conn.transaction():
+        conn.execute(q("tx_claims_async"))
+        started = conn.execute(q("job_start"), params)
+    return {row[0] for row in started.fetchall()}
 
 
 def job_heartbeat(conn: Conn, leases: Sequence[tuple[UUID, UUID]], lease_s: float) -> set[UUID]:
@@ -182,11 +222,54 @@ def job_states(conn: Conn, ids: Sequence[UUID]) -> dict[UUID, tuple[JobState, UU
     return {row[0]: (JobState(row[1]), row[2]) for row in rows}
 
 
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """A job the rescue took back: where it went, and whether its body had started (an
+    unstarted one is handed back uncounted)."""
+
+    id: UUID
+    state: JobState
+    started: bool
+
+
+def job_rescue_jobs(
+    conn: Conn,
+    *,
+    limit: int,
+    error: str,
+    unstarted_error: str,
+    now: datetime | None,
+    lease_s: float | None = None,
+) -> list[Rescued]:
+    """Take back up to ``limit`` jobs whose lease ran out (in the database's uptime: see the
+    statement). ``error`` is written to the jobs charged an attempt, ``unstarted_error`` to those
+    whose body never started; ``lease_s`` is how long a lease of a worker from before migration
+    0022 (which did not record its length) waits after a restart."""
+    params = {
+        "limit": limit,
+        "error": error,
+        "unstarted_error": unstarted_error,
+        "now": now,
+        "lease_s": lease_s or 0.0,
+    }
+    rows = conn.execute(q("job_rescue"), params).fetchall()
+    return [Rescued(row[0], JobState(row[1]), bool(row[2])) for row in rows]
+
+
 def job_rescue(
     conn: Conn, *, limit: int, error: str, now: datetime | None
 ) -> list[tuple[UUID, JobState]]:
-    rows = conn.execute(q("job_rescue"), {"limit": limit, "error": error, "now": now}).fetchall()
-    return [(row[0], JobState(row[1])) for row in rows]
+    """``job_rescue_jobs`` as (id, state), one error for both kinds."""
+    found = job_rescue_jobs(conn, limit=limit, error=error, unstarted_error=error, now=now)
+    return [(r.id, r.state) for r in found]
+
+
+def outage_grace(conn: Conn) -> tuple[datetime, datetime]:
+    """(since when the server has been up, the database's now): no lease is rescued before it
+    has had its length of that uptime."""
+    row = conn.execute(q("job_outage_grace")).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def job_expire(conn: Conn, *, limit: int, error: str, now: datetime | None) -> list[UUID]:

@@ -71,6 +71,7 @@ def job_claim_by_id(conn: Conn, claim: ClaimById) -> ClaimedJob | None:
         "lease_s": claim.lease_s,
         "worker": claim.worker,
         "now": claim.now,
+        "start": 1,  # it runs at once: its start is recorded with the claim
     }
     row = conn.execute(q("testing_job_claim"), params).fetchone()
     return None if row is None else _claimed(row)

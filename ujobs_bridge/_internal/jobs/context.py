@@ -27,18 +27,22 @@ from ujobs_bridge.errors import AttemptAborted, ErrorCode
 
 @dataclass(slots=True)
 class AttemptSignal:
-    """Set once, by whoever stops the attempt first; the reason of the first setter wins."""
+    """Set once, by whoever stops the attempt first; the reason of the first setter wins.
+    ``certain`` is False for a lease the worker could not renew for a lease's length (cut off,
+    or the database down): it may still hold it, so whatever the body ends with is written,
+    fenced by its token, instead of being dropped."""
 
     event: threading.Event = field(default_factory=threading.Event)
     code: ErrorCode | None = None
     reason: str = ""
+    certain: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def abort(self, code: ErrorCode, reason: str) -> bool:
+    def abort(self, code: ErrorCode, reason: str, *, certain: bool = True) -> bool:
         with self._lock:
             if self.event.is_set():
                 return False
-            self.code, self.reason = code, reason
+            self.code, self.reason, self.certain = code, reason, certain
             self.event.set()
             return True
 

@@ -321,7 +321,23 @@ def settle(
     signal: AttemptSignal,
 ) -> Settlement | None:
     """Where the row goes after this attempt; ``None`` means there is nothing to write."""
-    if signal.aborted and signal.code in (ErrorCode.LEASE_LOST, ErrorCode.JOB_CANCELLED):
+    if signal.aborted and signal.code is ErrorCode.LEASE_LOST and not signal.certain:
+        # The worker could not renew the lease, so it stopped the body; the lease may still be
+        # its own (the database was down): a body that stopped is handed back uncounted, one
+        # that returned or failed anyway is written as it ended. Fenced either way.
+        error = result.error
+        stopped = (error is None and result.output_json is None) or (
+            isinstance(error, AttemptAborted) and error.code is ErrorCode.LEASE_LOST
+        )
+        if stopped:
+            return Settlement(
+                claimed.id,
+                claimed.lease_token,
+                state=JobState.READY,
+                error=f"{ErrorCode.LEASE_LOST.value}: {signal.reason}",
+                uncount=1,
+            )
+    elif signal.aborted and signal.code in (ErrorCode.LEASE_LOST, ErrorCode.JOB_CANCELLED):
         return None  # the row is no longer ours: a write would be fenced anyway
     if signal.aborted and signal.code in HANDED_BACK:
         return Settlement(

@@ -42,6 +42,7 @@ from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
+from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.errors import AttemptAborted, ErrorCode
 
@@ -189,6 +190,7 @@ class ProcessRuntime:
         app_spec: str | None,
         dsn: str,
         stopping: threading.Event,
+        marks: StartMarks,
         node: str = "",
         settings: TaskSettings | None = None,
         limits: TimeLimits = (None, None),
@@ -199,6 +201,7 @@ class ProcessRuntime:
         self.finished = finished
         self.max_result_bytes = max_result_bytes  # sent with each body: the child checks it
         self.stopping = stopping
+        self.marks = marks
         self.settings: TaskSettings = {} if settings is None else settings  # sent with each body
         self.app_spec, self.dsn, self.node, self.limits = app_spec, dsn, node, limits
         self.max_tasks_per_child = max_tasks_per_child
@@ -331,8 +334,8 @@ class ProcessRuntime:
             log.error("ujobs.worker.child_start: %s", exc)
 
     def _run(self, keeper: Keeper, entry: InFlight) -> BodyResult:
-        if entry.signal.aborted:
-            return BodyResult()
+        if entry.signal.aborted or not self.marks.begin(entry):
+            return BodyResult()  # stopped, or its lease was gone, before it started
         try:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 import psycopg
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ujobs_bridge._internal.worker.claims import Claims
     from ujobs_bridge._internal.worker.inflight import InFlightTable
     from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
+    from ujobs_bridge._internal.worker.start_marks import StartMarks
     from ujobs_bridge._internal.worker.stopping import Stopper
     from ujobs_bridge.records import Settlement
 
@@ -66,6 +68,8 @@ class ClaimLoop(Service):
         autoscaler: Autoscaler | None,
         take_due: Callable[[], list[Settlement]],
         dispatch: Callable[[list[ClaimedJob]], object],
+        free_slots: Callable[[], int],
+        starts: StartMarks,
         jobs_lock: threading.Lock,
         wake: threading.Event,
         worker_stopping: threading.Event,
@@ -73,12 +77,16 @@ class ClaimLoop(Service):
     ) -> None:
         """The worker's collaborators (``loop.Worker`` composes this loop): ``take_due``, its
         outcomes due now; ``dispatch``, starts claimed rows on a runtime (under ``jobs_lock``,
-        which guards the registry a pass claims with); ``wake``, set to end a wait;
+        which guards the registry a pass claims with); ``free_slots``, how many body slots are
+        free for a claim's rows to start in at once (the claim records their starts);
+        ``starts``, the starts of prefetched bodies to record (with the next outcome write, or
+        alone once the oldest waited ``ack_interval``); ``wake``, set to end a wait;
         ``worker_stopping``, set once the worker stops claiming; ``listening``, the listener's.
         The configuration read is the claims' (``resize`` replaces both at once)."""
         self.claims, self.table, self.outcomes = claims, table, outcomes
         self.stopper, self.autoscaler = stopper, autoscaler
         self.take_due, self.dispatch, self.jobs_lock = take_due, dispatch, jobs_lock
+        self.free_slots, self.starts = free_slots, starts
         self.wake, self.worker_stopping, self.listening = wake, worker_stopping, listening
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
         self.empties = 0  # claims in a row that found nothing
@@ -108,7 +116,7 @@ class ClaimLoop(Service):
         if self.short and self._mark_waiting():
             return  # marked just now: claim once more before waiting (see _mark_waiting)
         wait = self.claims.config.poll_s
-        if self.outcomes:
+        if self.outcomes or self.starts:
             wait = min(wait, self.claims.config.ack_interval_s)
         if self.table.timed():
             wait = min(wait, 0.05)
@@ -167,18 +175,31 @@ class ClaimLoop(Service):
         if want and time.monotonic() < self.quiet_until:
             want = 0  # paused after empty claims (fleet.py): claimed when the pause ends
             self.deferred = True
+        starts = self.starts.take(  # with the outcomes, or alone once due
+            interval_s=self.claims.config.ack_interval_s,
+            force=bool(batch),
+            settled=[s.id for s in batch],
+        )
         if not batch and not want:
+            if starts:
+                self._record_starts(starts)
             return False
         rows: list[ClaimedJob] = []
+        start = self.free_slots() if want else 0  # claimed rows that start at once
         with self.jobs_lock:  # what a pass claims, it runs with the same registry
             try:
                 if batch and want:
-                    matched, rows = self.claims.write_then_claim(batch, want)
+                    matched, rows = self.claims.write_then_claim(
+                        batch, want, start=start, starts=starts
+                    )
                 elif batch:
-                    matched = self.claims.write(batch)
+                    matched = self.claims.write(batch, starts)
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
-                    matched, rows = set(), self.claims.claim(want)
+                    if starts:
+                        self.claims.start(starts)
+                    matched, rows = set(), self.claims.claim(want, start=start)
             except Exception as exc:  # whatever failed, the outcomes are kept
+                self.starts.restore(starts)
                 if not batch or connection_state(exc):
                     self.outcomes.restore(batch)
                     raise
@@ -196,6 +217,14 @@ class ClaimLoop(Service):
         if rows:
             self.claims.tidy(len(rows))
         return (want > 0 and len(rows) == want) or self.outcomes.more()
+
+    def _record_starts(self, starts: list[tuple[UUID, UUID]]) -> None:
+        """Record the starts of bodies that began (a failed write keeps them for the next)."""
+        try:
+            self.claims.start(starts)
+        except Exception:
+            self.starts.restore(starts)
+            raise
 
     def _claimed(self, rows: int) -> None:
         """After a claim: an empty one pauses the next in a fleet (``fleet.empty_pause``)."""

@@ -3,9 +3,11 @@
 Why it exists: the claim loop (``loop.py``) decides WHEN to claim and write; this says HOW, on one
 connection (``ujobs:worker:<id>``, reopened after an error): claim queue by queue in turn so no
 queue starves another, write a batch of outcomes (durable unless ``async_acks``), or both in one
-round trip and one commit, and rescue expired leases and expire stale jobs. After writing a
-large batch it closes the connection, so the worker's memory comes back (libpq keeps a buffer
-as large as the largest statement a connection sent). The connection is
+round trip and one commit (with the starts of prefetched bodies, ``start_marks.py``), and
+rescue expired leases (not before the database has been up again for a lease: see
+``job_rescue``) and expire stale jobs. After writing a large batch it closes the connection, so
+the worker's memory comes back (libpq keeps a buffer as large as the largest statement a
+connection sent). The connection is
 the worker's one working connection: the heartbeat and the node's presence share it
 (``shared``; each of them, like each method here, holds it through ``using()`` for its
 statements). Claims commit without waiting for the WAL flush: a session setting on a direct
@@ -23,7 +25,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -48,8 +51,14 @@ from ujobs_bridge.records import ClaimedJob, Settlement
 
 log = logging.getLogger("ujobs.worker")
 
+Lease = tuple[UUID, UUID]  # (job id, lease token)
+
 RESCUE_ERROR = (
     f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off); rescued"
+)
+UNSTARTED_ERROR = (
+    f"{ErrorCode.WORKER_LOST.value}: the lease ran out (worker killed, paused or cut off) before "
+    "the job's body started; handed back uncounted"
 )
 EXPIRE_ERROR = f"{ErrorCode.JOB_EXPIRED.value}: the job expired before it ran"
 UNREGISTERED_ERROR = (
@@ -109,6 +118,7 @@ class Claims:
         self._claimed_since_vacuum = 0
         self._vacuum_after = CLAIM_VACUUM_EVERY  # claims before the next look at the table
         self._may_vacuum: tuple[psycopg.Connection[Any], bool] | None = None  # (conn, allowed)
+        self._grace_seen: datetime | None = None  # the server start the sweep last reported
 
     @property
     def _pooled(self) -> bool:
@@ -148,7 +158,9 @@ class Claims:
         self._queue_turn += 1
         return queue
 
-    def _claim(self, queue: str, limit: int, token: uuid.UUID) -> leases_db.ClaimParams:
+    def _claim(
+        self, queue: str, limit: int, token: uuid.UUID, start: int = 0
+    ) -> leases_db.ClaimParams:
         return leases_db.ClaimParams(
             queue=queue,
             names=self.names,
@@ -157,11 +169,13 @@ class Claims:
             lease_s=self.config.lease_s,
             worker=self.worker_id,
             now=self.clock.sql_now(),
+            start=max(0, start),
         )
 
-    def claim(self, limit: int, *, skip: str | None = None) -> list[ClaimedJob]:
+    def claim(self, limit: int, *, start: int = 0, skip: str | None = None) -> list[ClaimedJob]:
         """Claim up to ``limit`` rows, queue by queue in turn (one indexed statement each); the
-        starting queue rotates so no queue starves another."""
+        starting queue rotates so no queue starves another. The first ``start`` rows are
+        recorded as started (``ClaimedJob.started``: free body slots take them at once)."""
         rows: list[ClaimedJob] = []
         token = uuid.uuid4()
         with self._conn.using():
@@ -171,36 +185,48 @@ class Claims:
                 queue = self._next_queue()
                 if queue == skip:
                     continue
+                begun = sum(1 for r in rows if r.started)
                 rows += self._claim_on(
-                    self.connection(), self._claim(queue, limit - len(rows), token)
+                    self.connection(),
+                    self._claim(queue, limit - len(rows), token, start - begun),
                 )
         return rows
 
-    def write(self, batch: list[Settlement]) -> set[UUID]:
-        """Write a batch of outcomes in one transaction; returns the ids whose lease matched."""
+    def start(self, leases: list[Lease]) -> set[UUID]:
+        """Record that the bodies of these (job id, token) start now (committed asynchronously,
+        as claims are); returns the ids whose lease is still there."""
+        with self._conn.using():
+            return leases_db.job_start(self.connection(), leases, pooled=self._pooled)
+
+    def write(self, batch: list[Settlement], starts: Sequence[Lease] = ()) -> set[UUID]:
+        """Write a batch of outcomes in one transaction (with ``starts``: bodies that started,
+        ``start_marks.py``); returns the ids whose lease matched."""
         with self._conn.using():
             conn = self.connection()
             with conn.transaction():
                 if not self.config.async_acks:
                     session.outcomes_commit_durable(conn)
-                matched = leases_db.job_settle(conn, batch, self.clock.sql_now())
+                matched = leases_db.job_settle(conn, batch, self.clock.sql_now(), starts=starts)
         self._let_go_if_large(batch)
         return matched
 
     def write_then_claim(
-        self, batch: list[Settlement], want: int
+        self, batch: list[Settlement], want: int, *, start: int = 0, starts: Sequence[Lease] = ()
     ) -> tuple[set[UUID], list[ClaimedJob]]:
-        """One round trip, one commit: the outcomes durable, the claims with them."""
+        """One round trip, one commit: the outcomes durable (with ``starts``, as ``write``),
+        the claims with them."""
         queue = self._next_queue()
         with self._conn.using():
             matched, rows = leases_db.job_settle_then_claim(
                 self.connection(),
                 batch,
-                self._claim(queue, want, uuid.uuid4()),
+                self._claim(queue, want, uuid.uuid4(), start),
                 durable=not self.config.async_acks,
+                starts=starts,
             )
             if len(rows) < want and len(self.queues) > 1:
-                rows += self.claim(want - len(rows), skip=queue)
+                begun = sum(1 for r in rows if r.started)
+                rows += self.claim(want - len(rows), start=start - begun, skip=queue)
         self._let_go_if_large(batch)
         return matched, rows
 
@@ -221,18 +247,47 @@ class Claims:
         self._sweeps.ran(now)
         with self._conn.using():
             conn = self.connection()
-            rescued = leases_db.job_rescue(
-                conn, limit=SWEEP_LIMIT, error=RESCUE_ERROR, now=self.clock.sql_now()
+            self._report_grace(conn)
+            rescued = leases_db.job_rescue_jobs(
+                conn,
+                limit=SWEEP_LIMIT,
+                error=RESCUE_ERROR,
+                unstarted_error=UNSTARTED_ERROR,
+                now=self.clock.sql_now(),
+                lease_s=self.config.lease_s,
             )
             if rescued:
+                unstarted = sum(1 for r in rescued if not r.started)
                 self.counts.rescued += len(rescued)
                 metrics.LEASE_RESCUES.inc(len(rescued))
-                log.info("ujobs.worker.rescued: %d", len(rescued))
+                log.info(
+                    "ujobs.worker.rescued: %d (%d never started: handed back uncounted)",
+                    len(rescued),
+                    unstarted,
+                )
             leases_db.job_expire(
                 conn, limit=SWEEP_LIMIT, error=EXPIRE_ERROR, now=self.clock.sql_now()
             )
             self._dead_unregistered(conn)
             self._report_unregistered(conn, now)
+
+    def _report_grace(self, conn: psycopg.Connection[Any]) -> None:
+        """Once per start of the server, while it is recent: say until when the leases that ran
+        out while it was down are held (no lease is rescued before it has had its length of
+        uptime again), so an operator reading the log knows why nothing was rescued yet."""
+        up_since, db_now = leases_db.outage_grace(conn)
+        if up_since == self._grace_seen:
+            return
+        self._grace_seen = up_since
+        held_until = up_since.timestamp() + self.config.lease_s
+        if db_now.timestamp() < held_until:
+            log.info(
+                "ujobs.worker.outage_grace: the database is up since %s; a lease that ran out "
+                "is rescued only once the database has been up for that lease's length (%gs "
+                "for this worker's), so its worker can come back and write what it kept",
+                up_since.isoformat(timespec="seconds"),
+                self.config.lease_s,
+            )
 
     def tidy(self, claimed: int) -> None:
         """After ``claimed`` jobs were claimed (outside any transaction): once this worker has

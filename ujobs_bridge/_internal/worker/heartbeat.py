@@ -13,7 +13,9 @@ however slow, never lets the leases of the jobs behind it run out. One statement
 held lease at once; a lease that no longer matches (cancelled, or taken over after this process was
 paused) is reported so the body is stopped. If renewals keep failing, the worker stops trusting
 its leases at ``last good renewal start + lease - margin`` even without reaching the database
-(any failure of a renewal counts, not only a database error).
+(any failure of a renewal counts, not only a database error): it cannot tell a database that is
+down (no lease runs out then, nor within a lease of its return) from being cut off, so the
+stopper signals the bodies and still writes, fenced, what they end with.
 
 A ``Service`` (``service.py``): ``stop()`` waits for a renewal in flight; the shared connection
 is closed by its owner (the claim loop's ``Claims``), the spare when the heartbeat stops.

@@ -53,6 +53,8 @@ class InFlight:
     definition: JobDefinition[Any, Any]
     signal: AttemptSignal = field(default_factory=AttemptSignal)
     future: Future[Any] | None = None  # event-loop and process bodies; thread bodies: `started`
+    armed: bool = False  # its start is recorded in the database (start_marks.py): it may run
+    doubtful: bool = False  # its lease could not be renewed: its start is recorded before it runs
     started: bool = False  # a body thread took it (thread runtime)
     dropped: bool = False  # taken back before it started: a body thread must skip it
     started_at: float | None = None  # wall clock, when a body thread took it (the attempts command)
@@ -202,6 +204,14 @@ class InFlightTable:
                 and e.deadline <= before
                 and (abandoned or not e.abandoned)
             ]
+
+    def free_slots(self, slots: int, slotted: Callable[[InFlight], bool]) -> int:
+        """Body slots (of ``slots``) that no held attempt runs in or waits for: an attempt
+        held whose body takes a slot (``slotted``) runs, waits for a slot, or hangs in one
+        (unless its thread was abandoned: a new thread took its slot)."""
+        with self.lock:
+            busy = sum(1 for e in self._entries.values() if slotted(e) and not e.abandoned)
+        return max(0, slots - busy)
 
     def held_leases(self) -> list[tuple[UUID, UUID]]:
         """(job id, lease token) of every attempt whose outcome is not decided yet."""

@@ -2,7 +2,9 @@
 
 Why it exists: this is where the durability promises are kept. One statement claims up to N ready
 rows (``FOR UPDATE SKIP LOCKED``), counting the attempt and setting a lease (token + expiry on the
-database clock). Bodies run on a runtime (``runtimes.py``: body threads, an event loop for
+database clock); the attempt is charged only if its body starts: every start is recorded on the
+lease (``start_marks.py``), and the rescue of a dead worker's jobs hands back uncounted those it
+never started. Bodies run on a runtime (``runtimes.py``: body threads, an event loop for
 ``async def`` jobs, or a process pool), each through the one attempt core (``attempt.py``).
 Outcomes are written back in batches by one statement that carries each attempt's token, so a
 write from an attempt that lost its lease changes nothing. Leases are renewed by the heartbeat
@@ -73,6 +75,7 @@ from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
 from ujobs_bridge._internal.worker.presence import Presence, default_node_name
 from ujobs_bridge._internal.worker.runtimes import Runtimes, StepWrites
+from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge._internal.worker.stopping import Stopper
 from ujobs_bridge.errors import ConfigError, ErrorCode
@@ -145,18 +148,18 @@ class Worker:
         self._lifecycle = threading.Lock()
         self._jobs = threading.Lock()  # registry, names, queues: swapped by reload() between claims
         self.table = InFlightTable(self.outcomes, self._wake)
+        steps = StepWrites(
+            dsn, Role(f"worker:{self.id}:steps"), clock=clock, max_size=self.config.concurrency + 1
+        )
+        self.marks = StartMarks(lambda leases: self.claims.start(leases), wake=self._wake.set)
         self.runtimes = Runtimes(
             pool=self.config.pool,
             size=self.config.concurrency,
             registry=self.registry,
             finished=self._finished,
-            steps=StepWrites(
-                dsn,
-                Role(f"worker:{self.id}:steps"),
-                clock=clock,
-                max_size=self.config.concurrency + 1,
-            ),
+            steps=steps,
             stopping=self._stopping,
+            marks=self.marks,
             app_spec=app_spec,
             dsn=dsn,
             node=self.node,
@@ -225,6 +228,8 @@ class Worker:
             autoscaler=self.autoscaler,
             take_due=self._take_due,
             dispatch=self._start,
+            free_slots=self._free_slots,
+            starts=self.marks,
             jobs_lock=self._jobs,
             wake=self._wake,
             worker_stopping=self._stopping,
@@ -382,7 +387,7 @@ class Worker:
         self.runtimes.open()
         self.claims.sweep(force=True)
         with self._jobs:
-            claimed = self._start(self.claims.claim(self.config.capacity))
+            claimed = self._start(self.claims.claim(self.config.capacity, start=self._free_slots()))
         deadline = time.monotonic() + timeout_s
         ids = {e.claimed.id for e in claimed}
         while time.monotonic() < deadline:
@@ -451,9 +456,13 @@ class Worker:
     # ------------------------------------------------------------------ claim and dispatch
 
     def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
+        """Take claimed rows in and give them to their runtime: first the ones whose start the
+        claim recorded (free slots take them at once), then the rest (a slot takes each later,
+        recording its start first: ``start_marks.py``). Returns the attempts that run or wait."""
+        rows = sorted(rows, key=lambda r: not r.started)
         entries = self.table.add([(claimed, self.registry[claimed.name]) for claimed in rows])
         self.counts.claimed += len(rows)
-        started: list[InFlight] = []
+        kept: list[InFlight] = []
         for entry in entries:
             if entry.claimed.undecodable is not None:
                 self.stopper.refuse_undecodable(entry)
@@ -468,9 +477,14 @@ class Worker:
                 )
                 self.table.settle_once(entry, expired, release=True)
                 continue
+            entry.armed = entry.claimed.started
             self.runtimes.submit(entry)
-            started.append(entry)
-        return started
+            kept.append(entry)
+        return kept
+
+    def _free_slots(self) -> int:
+        """Body slots that no attempt runs in or waits for: the claim starts that many rows."""
+        return self.table.free_slots(self.runtimes.size, self.runtimes.slotted)
 
     def _finished(self, entry: InFlight, result: BodyResult) -> None:
         """A body returned (called on its runtime's thread): settle the attempt unless a

@@ -39,6 +39,7 @@ from ujobs_bridge._internal.worker.body_threads import BodyThreads
 from ujobs_bridge._internal.worker.child import TimeLimits
 from ujobs_bridge._internal.worker.children import ProcessRuntime
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
+from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.steps import StepRunner
@@ -114,12 +115,14 @@ class ThreadRuntime:
         finished: Finished,
         steps: StepWrites,
         stopping: threading.Event,
+        marks: StartMarks,
         *,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
+        self.marks = marks
         self.max_result_bytes = max_result_bytes
         self._lock = threading.Lock()
         self._threads: BodyThreads[InFlight] = BodyThreads(size, self._run)
@@ -175,7 +178,7 @@ class ThreadRuntime:
                 return
             entry.started = True
             entry.started_at = time.time()
-        if entry.signal.aborted:
+        if entry.signal.aborted or not self.marks.begin(entry):
             self.finished(entry, BodyResult())
             return
         timeout = entry.definition.timeout_s
@@ -199,11 +202,13 @@ class LoopRuntime:
         self,
         finished: Finished,
         steps: StepWrites,
+        marks: StartMarks,
         *,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.finished = finished
         self.steps = steps
+        self.marks = marks
         self.max_result_bytes = max_result_bytes
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -234,6 +239,13 @@ class LoopRuntime:
 
     async def _run(self, entry: InFlight) -> None:
         try:
+            if self.marks.must_wait(entry):
+                begun = await asyncio.to_thread(self.marks.begin, entry)
+            else:
+                begun = self.marks.begin(entry)
+            if not begun:
+                self.finished(entry, BodyResult())  # its lease was gone, or it was stopped
+                return
             entry.started_at = time.time()
             runner = self.steps.runner(entry)
             result = await run_body_async(
@@ -265,6 +277,7 @@ class Runtimes:
         finished: Finished,
         steps: StepWrites,
         stopping: threading.Event,
+        marks: StartMarks,
         app_spec: str | None,
         dsn: str,
         node: str = "",
@@ -286,6 +299,7 @@ class Runtimes:
         self.finished = finished
         self.steps = steps
         self.stopping = stopping
+        self.marks = marks
         self.app_spec = app_spec
         self.dsn = dsn
         self.processes: ProcessRuntime | None = None
@@ -306,6 +320,7 @@ class Runtimes:
                 node=self.node,
                 settings=self.task_settings,
                 stopping=self.stopping,
+                marks=self.marks,
                 limits=self.limits,
                 max_tasks_per_child=self.max_tasks_per_child,
                 max_memory_per_child_kib=self.max_memory_per_child_kib,
@@ -317,6 +332,7 @@ class Runtimes:
             self.finished,
             self.steps,
             self.stopping,
+            self.marks,
             max_result_bytes=self.max_result_bytes,
         )
         if any(d.is_async for d in self.registry.values()):
@@ -325,7 +341,9 @@ class Runtimes:
     def event_loop(self) -> LoopRuntime:
         """A new event-loop runtime for ``async def`` bodies (``open``, or a ``reload`` that
         brings the first one)."""
-        return LoopRuntime(self.finished, self.steps, max_result_bytes=self.max_result_bytes)
+        return LoopRuntime(
+            self.finished, self.steps, self.marks, max_result_bytes=self.max_result_bytes
+        )
 
     def _of(self, entry: InFlight) -> Runtime:
         if self.processes is not None:
@@ -338,6 +356,11 @@ class Runtimes:
 
     def submit(self, entry: InFlight) -> None:
         self._of(entry).submit(entry)
+
+    def slotted(self, entry: InFlight) -> bool:
+        """Whether ``entry``'s body takes one of the ``size`` body slots (a thread or a pool
+        child); an ``async def`` body on the event loop does not."""
+        return self.processes is not None or not entry.definition.is_async
 
     def unstart(self, entry: InFlight) -> bool:
         return self._of(entry).unstart(entry)

@@ -62,15 +62,33 @@ class Stopper:
         self.abandoned = abandoned
         self.on_overwhelmed = on_overwhelmed
 
-    def abort(self, entry: InFlight, code: ErrorCode, reason: str) -> None:
+    def abort(self, entry: InFlight, code: ErrorCode, reason: str, *, certain: bool = True) -> None:
         """Signal the body (the first reason wins) and interrupt it if its runtime can."""
-        entry.signal.abort(code, reason)
+        entry.signal.abort(code, reason, certain=certain)
         self.runtime.interrupt(entry)
 
     def lease_lost(self, job_id: UUID, state: JobState | None) -> None:
-        """The heartbeat found the lease gone: cancelled, or another worker may own the job."""
+        """The heartbeat found the lease gone (cancelled, or another worker may own the job),
+        or, with ``state`` None, could not renew it for about a lease: the worker may be cut off
+        (then another worker may rescue the job) or the database down (then nobody can, and
+        the lease holds until a lease after its return). The body is stopped all the same, but
+        what it ends with is written, fenced by the lease's token; a job whose body has not
+        started is kept, to start only once its start is recorded (``start_marks.py``), which
+        needs its lease to be still there."""
         entry = self.table.get(job_id)
         if entry is None:
+            return
+        if state is None:
+            if not entry.armed:
+                entry.doubtful = True  # it starts only once its start is recorded
+                return
+            self.abort(
+                entry,
+                ErrorCode.LEASE_LOST,
+                "the worker could not renew the lease for about its length (cut off from the "
+                "database, or the database down); another worker may own the job",
+                certain=False,
+            )
             return
         if state is JobState.CANCELLED:
             self.abort(entry, ErrorCode.JOB_CANCELLED, "the job was cancelled")

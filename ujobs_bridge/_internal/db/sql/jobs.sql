@@ -49,6 +49,10 @@ select id from x_jobs where live_key = %(idempotency_key)s
 -- their jobs, both with SKIP LOCKED: a statement that changes a job's claimability locks the job
 -- first and its x_job_claimable row second (the trigger), so the claim never waits on either and
 -- cannot deadlock with it. The claim's update leaves `claimable`, so the trigger deletes the rows.
+-- The first %(start)s rows in claim order are the ones the worker hands to free body slots at
+-- once: their lease rows record that start (`started_at`, 0022) and they come back `started`;
+-- the rest wait in the worker (its prefetch) until `job_start` records theirs. The lease row
+-- also records the lease's length (`lease_s`), which a rescue after a restart waits for.
 with head as materialized (
     select id from x_job_claimable
      where queue = %(queue)s
@@ -71,12 +75,18 @@ with head as materialized (
      where j.id = picked.id
     returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-              j.deliveries, j.traceparent, j.run_at,
+              j.deliveries, j.traceparent, j.run_at, j.priority,
               greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
                   as wait_s
+), ordered as materialized (
+    select id, lease_token, attempt,
+           row_number() over (order by priority desc, run_at, id) <= %(start)s as started
+      from claimed
 ), leased as (
-    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
-    select id, lease_token, %(worker)s, now(), attempt from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt, started_at, lease_s)
+    select id, lease_token, %(worker)s, now(), attempt,
+           case when started then now() end, %(lease_s)s
+      from ordered
 ), timed as (
     insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
     select date_trunc('minute', now()), queue, pg_backend_pid(), count(*), sum(wait_s),
@@ -88,9 +98,22 @@ with head as materialized (
                   wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
                   wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
-select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
-       traceparent, run_at
-  from claimed
+select c.id, c.name, c.queue, c.input, c.attempt, c.max_attempts, c.lease_token, c.expired,
+       c.deliveries, c.traceparent, c.run_at, o.started
+  from claimed as c
+  join ordered as o on o.id = c.id
+
+-- job_start --
+-- The claim loop hands prefetched jobs to body slots as they free up: first their lease rows
+-- record the start (`started_at`, 0022), then the bodies are given the jobs, so a worker that
+-- dies is charged an attempt for what it started and for nothing else. Answers the jobs whose
+-- lease is still there (a cancel or a rescue deletes it): only those may start. One statement
+-- for all the jobs a pass hands over; no index changes (a HOT update of the lease row).
+update x_job_leases as l
+   set started_at = now()
+  from unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) as u (id, token)
+ where l.job_id = u.id and l.token = u.token
+returning l.job_id
 
 -- job_settle --
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
@@ -173,37 +196,51 @@ select id, state, lease_token from x_jobs where id = any(%(ids)s::uuid[])
 -- job_rescue --
 -- Running jobs whose lease ran out, found through x_job_leases (the leases claims granted; see
 -- migration 0012), judged on x_jobs itself (state, token, lease_expires_at). Leases whose job no
--- longer runs under that token (a cancel ended it) are deleted on the way.
+-- longer runs under that token (a cancel ended it) are deleted on the way. A lease runs out in
+-- the database's uptime only (0022): none is rescued before the server has been up again for
+-- the lease's length (x_server_up_since: after a restart, a crash or a failover), so a worker
+-- that comes back from an outage within that time renews its leases and writes the outcomes it
+-- kept. A job whose body never started (no `started_at`: prefetched by a worker that died) is
+-- handed back uncounted; the others are charged the attempt, dead once their attempts are
+-- spent. A lease row of a worker from before 0022 (no `lease_s`) counts as started and waits
+-- %(lease_s)s (the rescuer's lease).
 with stale as (
     delete from x_job_leases as l
      where not exists (select 1 from x_jobs as j
                         where j.id = l.job_id and j.lease_token = l.token
                           and j.state = 'running')
 ), lost as materialized (
-    select j.id, j.lease_token, j.attempt, l.worker, l.claimed_at from x_job_leases as l
+    select j.id, j.lease_token, j.attempt, l.worker, l.claimed_at,
+           (l.started_at is not null or l.lease_s is null) as started
+      from x_job_leases as l
       join x_jobs as j on j.id = l.job_id and j.lease_token = l.token
      where j.state = 'running' and j.lease_expires_at < now()
+       and x_server_up_since() + make_interval(secs => coalesce(l.lease_s, %(lease_s)s)) < now()
      order by j.lease_expires_at
      limit %(limit)s
      for update of j skip locked
 ), rescued as (
     update x_jobs as j
-       set state = case when j.attempt >= j.max_attempts then 'dead' else 'ready' end,
-           last_error = %(error)s,
+       set state = case when lost.started and j.attempt >= j.max_attempts then 'dead'
+                        else 'ready' end,
+           attempt = j.attempt - case when lost.started then 0 else 1 end,
+           last_error = case when lost.started then %(error)s else %(unstarted_error)s end,
            lease_token = null, lease_expires_at = null, claimed_by = null,
            run_at = coalesce(%(now)s, now()),
            updated_at = now(),
-           finished_at = case when j.attempt >= j.max_attempts then now() else null end
+           finished_at = case when lost.started and j.attempt >= j.max_attempts then now()
+                              else null end
       from lost
      where j.id = lost.id
-    returning j.id, j.state, j.queue
+    returning j.id, j.state, j.queue, lost.started
 ), released as (
     delete from x_job_leases as l using lost where l.job_id = lost.id and l.token = lost.lease_token
 ), attempted as (
     insert into x_job_attempts
         (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select lost.id, lost.lease_token, lost.attempt, lost.worker, lost.claimed_at, now(), 'lost',
-           %(error)s
+    select lost.id, lost.lease_token, lost.attempt, lost.worker, lost.claimed_at, now(),
+           case when lost.started then 'lost' else 'handed_back' end,
+           case when lost.started then %(error)s else %(unstarted_error)s end
       from lost
     on conflict do nothing
 ), counted as (
@@ -214,7 +251,12 @@ with stale as (
      group by queue
     on conflict (minute, queue, backend) do update set dead = c.dead + excluded.dead
 )
-select id, state from rescued
+select id, state, started from rescued
+
+-- job_outage_grace --
+-- Since when the server has been up (x_server_up_since, 0022) and the database's now: the
+-- sweep logs, once per restart, until when the leases that ran out while it was down are held.
+select x_server_up_since(), now()
 
 -- job_expire --
 -- The candidates come from x_job_claimable (migration 0019: the claimable jobs only), not a scan

@@ -43,8 +43,9 @@ $$
 
 -- testing_job_claim --
 -- ONE job, by id, claimed with exactly the columns job_claim sets (state, attempt counted,
--- deliveries, lease token and expiry, claimed_by, the x_job_leases row with its worker and
--- time, the pick-up latency counts), whatever its queue,
+-- deliveries, lease token and expiry, claimed_by, the x_job_leases row with its worker, time,
+-- lease length and start (``perform`` passes start 1: it runs at once), the pick-up latency
+-- counts), whatever its queue,
 -- priority or run_at:
 -- ``perform`` runs the job it just inserted, not whichever job is first in line.
 with picked as materialized (
@@ -62,12 +63,18 @@ with picked as materialized (
      where j.id = picked.id
     returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
               (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-              j.deliveries, j.traceparent, j.run_at,
+              j.deliveries, j.traceparent, j.run_at, j.priority,
               greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
                   as wait_s
+), ordered as materialized (
+    select id, lease_token, attempt,
+           row_number() over (order by priority desc, run_at, id) <= %(start)s as started
+      from claimed
 ), leased as (
-    insert into x_job_leases (job_id, token, worker, claimed_at, attempt)
-    select id, lease_token, %(worker)s, now(), attempt from claimed
+    insert into x_job_leases (job_id, token, worker, claimed_at, attempt, started_at, lease_s)
+    select id, lease_token, %(worker)s, now(), attempt,
+           case when started then now() end, %(lease_s)s
+      from ordered
 ), timed as (
     insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
     select date_trunc('minute', now()), queue, pg_backend_pid(), count(*), sum(wait_s),
@@ -79,9 +86,10 @@ with picked as materialized (
                   wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
                   wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
-select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
-       traceparent, run_at
-  from claimed
+select c.id, c.name, c.queue, c.input, c.attempt, c.max_attempts, c.lease_token, c.expired,
+       c.deliveries, c.traceparent, c.run_at, o.started
+  from claimed as c
+  join ordered as o on o.id = c.id
 
 -- testing_jobs_due --
 -- How many jobs a worker of these queues and job names could claim now (job_claim's filter).
