@@ -17,7 +17,8 @@ Why it exists: each loss column needs a precise rule, written once:
   cut it short: a SIGKILL or SIGSTOP of the process that ran it (its pid, or its pool's
   parent) between the start of ei and the start of e(i+1) (a SIGKILL of the parent up to
   ``CHILD_LAG_S`` before the start: a pool child may start a body it was handed before it
-  notices its parent died), a database outage longer than
+  notices its parent died; a SIGSTOP that ended up to ``CHILD_LAG_S`` before the start: a body
+  handed over before the freeze starts on the thaw), a database outage longer than
   the lease in that window, or a claim the database forgot: e(i+1) was claimed with a
   delivery number no higher than ei's (``deliveries`` is counted by every claim and never
   given back) and a crash (``restart -m immediate``) came at most ``CLAIM_LAG_S`` after ei
@@ -35,9 +36,9 @@ Why it exists: each loss column needs a precise rule, written once:
   in (the ``x_job_attempts`` row of that job whose worker is the process that ran it, or its
   pool's parent, claimed before the start and ended after it) was not recorded ``done``: the
   result was thrown away. Only a fault that cut that process off explains it (a SIGKILL or
-  SIGSTOP of it at or after the start: its result may not have been written yet), or a claim
-  the database forgot in a crash (no attempt row at all, a crash within the claim's lag, as
-  for the bound). A database outage of any length does not.
+  SIGSTOP of it after the start, or just before it as for the bound: its result may not have
+  been written yet), or a claim the database forgot in a crash (no attempt row at all, a crash
+  within the claim's lag, as for the bound). A database outage of any length does not.
 - **unstarted charged**: attempts charged to a job (``x_job_attempts`` outcome ``lost``,
   ``retried``, ``dead`` or ``done``; not ``handed_back``, ``snoozed`` or ``cancelled``) that
   no execution ran in (no ``start`` of that job by that worker, or a child of it, between the
@@ -422,15 +423,19 @@ def _bound(inputs: Inputs, rows: dict[str, Row], samples: dict[str, list[str]]) 
 
 
 def _cut_short(e: dict[str, Any], f: Event, window: tuple[float, float]) -> bool:
-    """A signal to the process that ran ``e`` in its window; for a pool child, a SIGKILL of its
-    parent up to ``CHILD_LAG_S`` before the start counts too: the child may start a body it
-    was handed before it notices that its parent is gone."""
-    if f.pid == e["pid"]:
-        return window[0] <= f.t <= window[1]
-    if f.pid == e["ppid"]:
-        lag = CHILD_LAG_S if f.fault.kind in KILLS else 0.0
-        return window[0] - lag <= f.t <= window[1]
-    return False
+    """A signal to the process that ran ``e`` (or to its pool's parent) in its window. Two
+    signals before the start count too: a SIGKILL of a pool child's parent up to
+    ``CHILD_LAG_S`` before it (the child may start a body it was handed before it notices that
+    its parent is gone), and a SIGSTOP that ended up to ``CHILD_LAG_S`` before it (a body handed
+    over before the freeze starts on the thaw, though the lease ran out meanwhile)."""
+    if f.pid not in (e["pid"], e["ppid"]):
+        return False
+    lo = window[0]
+    if f.fault.kind == "sigstop":
+        lo -= (f.away_s if f.away_s is not None else f.fault.hold_s) + CHILD_LAG_S
+    elif f.pid == e["ppid"] and f.fault.kind in KILLS:
+        lo -= CHILD_LAG_S
+    return lo <= f.t <= window[1]
 
 
 def _claim_forgotten(e: dict[str, Any], nxt: dict[str, Any]) -> bool:
@@ -555,10 +560,7 @@ def _lost_results(
             if any(a.outcome == "done" for a in mine):
                 continue
             until = max((a.finished_at for a in mine), default=float("inf"))
-            if any(
-                f.pid in (e["pid"], e["ppid"]) and e["t"] - CHILD_LAG_S <= f.t <= until
-                for f in kills
-            ):
+            if any(_cut_short(e, f, (e["t"], until)) for f in kills):
                 continue  # its process was killed or frozen before the result was written
             if not mine and any(
                 e["t"] - PREFETCH_WAIT_S <= f.t <= e["t"] + CLAIM_LAG_S for f in crashes

@@ -82,6 +82,7 @@ def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
     kill = Event(Fault(0, "sigkill", 0, 0, 0), t=15.0, pid=111)
     restart = Event(Fault(0, "restart-fast", 0, 1, 0), t=35.0, away_s=2.0)
     crash = Event(Fault(0, "restart-immediate", 0, 1, 0), t=60.1, away_s=2.0)
+    freeze = Event(Fault(0, "sigstop", 0, 5, 0), t=20.0, pid=555, away_s=5.0)
     records = [
         # a: run by 111, which was SIGKILLed, then again elsewhere: explained
         _start("a", 10.0, 111, "a1"),
@@ -111,20 +112,28 @@ def test_the_bound_counts_only_reruns_no_fault_or_plan_explains() -> None:
         # i: the same, but long after the kill (a child of a new parent): beyond the bound
         _start("i", 25.0, 445, "i1", ppid=111),
         _start("i", 30.0, 222, "i2", deliveries=2),
+        # j: handed to a pool child of 555 before 555 was frozen, started on the thaw (its
+        # lease ran out meanwhile), then run again elsewhere: explained
+        _start("j", 25.5, 556, "j1", ppid=555),
+        _start("j", 27.0, 222, "j2", deliveries=2),
     ]
     rows = {w: Row(w) for w in WORKLOADS}
     samples: dict[str, list[str]] = {}
-    _bound(_inputs(records, [kill, restart, crash]), rows, samples)
-    assert rows["plain"].executions == 18
-    assert rows["plain"].explained_reruns == 3
+    _bound(_inputs(records, [kill, restart, crash, freeze]), rows, samples)
+    assert rows["plain"].executions == 20
+    assert rows["plain"].explained_reruns == 4
     assert rows["plain"].forgotten_claims == 1
     assert rows["plain"].beyond_bound == 5
     assert len(samples["plain beyond bound"]) == 5
     # an outage longer than the lease explains c
     restart.away_s = 12.0
     rows = {w: Row(w) for w in WORKLOADS}
-    _bound(_inputs(records, [kill, restart, crash]), rows, {})
+    _bound(_inputs(records, [kill, restart, crash, freeze]), rows, {})
     assert rows["plain"].beyond_bound == 4
+    # without the freeze, j is beyond the bound
+    rows = {w: Row(w) for w in WORKLOADS}
+    _bound(_inputs(records, [kill, restart, crash]), rows, {})
+    assert rows["plain"].beyond_bound == 5
 
 
 def test_the_edge_columns_count_results_thrown_away_unstarted_charges_running_rows_and_slots() -> (
