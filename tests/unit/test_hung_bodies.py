@@ -43,8 +43,11 @@ def test_an_abandoned_thread_gives_its_slot_to_a_new_one_and_ends_when_its_body_
     ran: list[str] = []
     done = threading.Semaphore(0)
 
+    hanging = threading.Event()
+
     def run(item: str) -> None:
         if item.startswith("hang"):
+            hanging.set()
             release.wait(30)
         ran.append(f"{item}@{threading.current_thread().name}")
         done.release()
@@ -52,6 +55,7 @@ def test_an_abandoned_thread_gives_its_slot_to_a_new_one_and_ends_when_its_body_
     pool: BodyThreads[str] = BodyThreads(1, run)
     pool.submit("hang-1")
     pool.submit("quick")
+    assert hanging.wait(10)
     assert not done.acquire(timeout=0.2)  # the one thread hangs: "quick" waits behind it
     assert pool.abandon("hang-1", cap=1) is True
     assert done.acquire(timeout=5) and ran == ["quick@ujobs-body-1"]  # a new thread ran it

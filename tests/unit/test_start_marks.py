@@ -11,13 +11,13 @@ written waits until the attempt is stopped.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from typing import Any
 from uuid import UUID
 
 import psycopg
-import pytest
 
 from ujobs_bridge import job
 from ujobs_bridge._internal.worker.inflight import InFlight
@@ -140,9 +140,32 @@ def test_a_start_refused_because_the_lease_is_gone_stops_the_job() -> None:
     assert not held.armed and held.signal.code is ErrorCode.LEASE_LOST
 
 
-def test_a_start_the_database_cannot_take_waits_until_the_attempt_is_stopped(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+class Lines(logging.Handler):
+    """The messages a logger emitted, whatever propagation another test left it with."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_start_the_database_cannot_take_waits_until_the_attempt_is_stopped() -> None:
+    logger = logging.getLogger("ujobs.worker")
+    lines = Lines()
+    logger.addHandler(lines)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        _start_waits_until_stopped()
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert any("start_waits" in line for line in lines.lines), lines.lines
+
+
+def _start_waits_until_stopped() -> None:
     writes = Writes()
     writes.fail = psycopg.OperationalError("connection refused")
     marks = StartMarks(writes)
@@ -155,4 +178,3 @@ def test_a_start_the_database_cannot_take_waits_until_the_attempt_is_stopped(
     held.signal.abort(ErrorCode.WORKER_DRAINING, "the worker is shutting down")
     waiting.join(10)
     assert outcome == [False] and not held.armed
-    assert "start_waits" in caplog.text
