@@ -4,8 +4,12 @@ Why it exists: Celery's tracer stores a task's result after its body returned; a
 raises (a pooled connection the server closed in a restart, "the database system is starting
 up") makes the tracer record FAILURE, and the row would go ``dead``, though the task succeeded.
 So each statement of the result backend runs through ``stored``: on a checked connection (the
-pool never hands out a dead one), an infrastructure error retried with backoff for as long as
-the attempt keeps its lease (``RESULT_RETRY_S`` at most). If the database stays away longer,
+pool never hands out a dead one), an infrastructure error retried with backoff. Inside a task
+the write waits out an outage of up to ``TASK_OUTAGE_S`` (a lease cannot run out while the
+database is down, so the finished task keeps its result): it stops early only when the attempt
+is stopped for certain (its lease taken, the job cancelled, the worker shutting down), not when
+the worker merely could not renew the lease while the database was away. Outside a task (a
+producer reading a result) it retries for ``RESULT_RETRY_S``. If the database stays away longer,
 the outage is remembered for this thread, and ``raise_if_outage`` (called by the executor after
 the tracer) hands the attempt back uncounted instead of failing the task: it runs again once
 the database is back (at least once, as Celery's ``acks_late``).
@@ -28,17 +32,29 @@ from ujobs_bridge.ext.database import retrying, transient
 from ujobs_bridge.ext.jobs import current_job
 
 T = TypeVar("T")
-RESULT_RETRY_S = 60.0
+RESULT_RETRY_S = 60.0  # outside a task
+TASK_OUTAGE_S = 900.0  # inside a task: the longest outage a finished task's result waits out
 
 _SEEN = threading.local()
 
 
-def _attempt_stopped() -> bool:
-    """True inside a body whose attempt was stopped (its lease lost): stop retrying."""
+def _in_task() -> bool:
     try:
-        return current_job().signal.aborted
+        current_job()
     except RuntimeError:  # not in a job body (a producer reading a result)
         return False
+    return True
+
+
+def _attempt_stopped() -> bool:
+    """True inside a body whose attempt was stopped for certain (its lease taken, the job
+    cancelled, the worker draining): stop retrying. A lease the worker could not renew while
+    the database was away is not certain: the write keeps trying, fenced later by its token."""
+    try:
+        signal = current_job().signal
+    except RuntimeError:
+        return False
+    return signal.aborted and signal.certain
 
 
 def stored(client: Client, op: Callable[[psycopg.Connection[Any]], T], *, again: bool = True) -> T:
@@ -52,7 +68,8 @@ def stored(client: Client, op: Callable[[psycopg.Connection[Any]], T], *, again:
     try:
         if not again:
             return once()
-        return retrying(once, within_s=RESULT_RETRY_S, gave_up=_attempt_stopped)
+        within_s = TASK_OUTAGE_S if _in_task() else RESULT_RETRY_S
+        return retrying(once, within_s=within_s, gave_up=_attempt_stopped)
     except psycopg.Error as exc:
         if transient(exc):
             _SEEN.outage = exc

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 from celery_compat import Celery
@@ -16,7 +17,7 @@ app.conf.task_default_queue = "couts"
 @app.task
 def gated(key: str, x: int) -> int:
     marks = Path(os.environ["UJOBS_TEST_MARKS"])
-    (marks / f"start-{key}-{os.getpid()}").touch()
+    (marks / f"start-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}").touch()  # one per run
     while not (marks / f"gate-{key}").exists():
         current_job().wait(0.05)
     return x * 2
