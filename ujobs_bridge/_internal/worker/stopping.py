@@ -63,9 +63,13 @@ class Stopper:
         self.on_overwhelmed = on_overwhelmed
 
     def abort(self, entry: InFlight, code: ErrorCode, reason: str, *, certain: bool = True) -> None:
-        """Signal the body (the first reason wins) and interrupt it if its runtime can."""
+        """Signal the body (the first reason wins) and interrupt it if its runtime can. An
+        uncertain stop (a lease the worker could not renew while the database may be down) is
+        only signalled: the body may have returned and be writing its result (a pool child
+        storing a Celery result through the outage), and killing it would throw that away."""
         entry.signal.abort(code, reason, certain=certain)
-        self.runtime.interrupt(entry)
+        if certain:
+            self.runtime.interrupt(entry)
 
     def lease_lost(self, job_id: UUID, state: JobState | None) -> None:
         """The heartbeat found the lease gone (cancelled, or another worker may own the job),
