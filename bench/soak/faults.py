@@ -42,7 +42,7 @@ from .plan import Fault
 
 CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
-FULL_WAIT_S = 8.0  # sigkill-full: how long the worker may take to fill up
+FULL_WAIT_S = 25.0  # sigkill-full: how long the worker may take to fill up (a loaded machine)
 UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
 FULL_EXTRA = 2  # sigkill-full: jobs sent beyond what the worker may hold
 
