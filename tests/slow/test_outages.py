@@ -364,17 +364,7 @@ def test_celery_tasks_in_flight_through_a_restart_read_success(
         after = celery_outage.gated.delay("after", 5)
         open_gates(marks, ["after"])
         assert after.get(timeout=60) == 10
-        with psycopg.connect(outage_dsn, autocommit=True) as conn:
-            wait_for(
-                lambda: (
-                    conn.execute("select array_agg(distinct state) from x_jobs").fetchone()
-                    == (["done"],)
-                ),
-                timeout=30,
-                what="every task's row done",
-            )
-            attempts = conn.execute("select max(attempt) from x_jobs").fetchone()
-        assert attempts == (1,)
+        assert every_row_done_at_its_first_attempt(outage_dsn)
         assert len(marked(marks, "start")) == 5
         assert worker.proc.poll() is None
     finally:
@@ -417,20 +407,24 @@ def test_celery_results_finished_during_an_outage_longer_than_the_lease_are_kept
         finally:
             private_cluster.start()
         assert [r.get(timeout=90) for r in results] == [0, 2, 4, 6]
-        with psycopg.connect(outage_dsn, autocommit=True) as conn:
-            wait_for(
-                lambda: (
-                    conn.execute("select array_agg(distinct state) from x_jobs").fetchone()
-                    == (["done"],)
-                ),
-                timeout=30,
-                what="every task's row done",
-            )
-            attempts = conn.execute("select max(attempt) from x_jobs").fetchone()
-        assert attempts == (1,)
+        assert every_row_done_at_its_first_attempt(outage_dsn)
         assert len(marked(marks, "start")) == 4  # nothing ran twice
         assert worker.proc.poll() is None
     finally:
         app.use_ujobs_client(None)
         app.backend.close()
         client.close()
+
+
+def every_row_done_at_its_first_attempt(dsn: str) -> bool:
+    """Waits until every job row is ``done``; True if none needed a second attempt."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wait_for(
+            lambda: (
+                conn.execute("select array_agg(distinct state) from x_jobs").fetchone()
+                == (["done"],)
+            ),
+            timeout=30,
+            what="every task's row done",
+        )
+        return conn.execute("select max(attempt) from x_jobs").fetchone() == (1,)
