@@ -193,15 +193,7 @@ def test_an_oversize_result_fails_alone_at_once_and_the_worker_gives_its_memory_
     r = row(ledger, big.id)
     assert r["output"] is None and r["attempt"] == 1
     assert "UJ_OUTPUT_TOO_LARGE" in r["last_error"] and "--max-result-bytes" in r["last_error"]
-    assert [(row(ledger, i)["attempt"], row(ledger, i)["last_error"]) for i in ids] == [
-        (1, None)
-    ] * 20
-    assert "rescued" not in worker.output() and "fenced" not in worker.output()
-    wait_for(
-        lambda: rss(worker.pid) < before + 40 * MB,
-        timeout=15,
-        what=f"the worker's memory to come back (from {before // MB} MB)",
-    )
+    quick_jobs_untouched_and_memory_back(ledger, worker, ids, before)
     assert worker.proc.poll() is None
 
 
@@ -227,15 +219,7 @@ def test_results_under_the_limit_are_written_while_leases_renew_and_the_limit_is
         "select length(output #>> '{}') from x_jobs where id = any(%s)", (bigs,)
     ).fetchall()
     assert sizes == [(60 * MB,)] * 2
-    assert [(row(ledger, i)["attempt"], row(ledger, i)["last_error"]) for i in ids] == [
-        (1, None)
-    ] * 20
-    assert "rescued" not in worker.output() and "fenced" not in worker.output()
-    wait_for(
-        lambda: rss(worker.pid) < before + 40 * MB,
-        timeout=15,
-        what=f"the worker's memory to come back (from {before // MB} MB)",
-    )
+    quick_jobs_untouched_and_memory_back(ledger, worker, ids, before)
 
 
 # ---------------------------------------------------------------- fault 6: hung bodies
@@ -390,3 +374,19 @@ def test_hung_bodies_are_listed_for_inspect_until_they_return(
     finally:
         open_gate(ledger, "seen")
         worker.stop(timeout_s=2)
+
+
+def quick_jobs_untouched_and_memory_back(
+    ledger: Any, worker: Any, ids: list[Any], before: int
+) -> None:
+    """Every quick job done at its first attempt with no error, nothing rescued or fenced in the
+    worker's log, and its resident memory back within 40 MB of ``before``."""
+    assert [(row(ledger, i)["attempt"], row(ledger, i)["last_error"]) for i in ids] == [
+        (1, None)
+    ] * len(ids)
+    assert "rescued" not in worker.output() and "fenced" not in worker.output()
+    wait_for(
+        lambda: rss(worker.pid) < before + 40 * MB,
+        timeout=15,
+        what=f"the worker's memory to come back (from {before // MB} MB)",
+    )
