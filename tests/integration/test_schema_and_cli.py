@@ -149,3 +149,25 @@ def test_passwords_never_appear_in_printed_dsns(dsn: str) -> None:
         result = cli(*args)
         assert result.returncode != 0
         assert secret not in result.stdout + result.stderr
+
+
+def test_db_upgrade_and_status_take_the_app_whose_database_they_act_on(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ujobs-bridge db upgrade -A proj` upgrades the database the app's workers use (its
+    ujobs_database_url), not $UJOBS_DATABASE_URL or the embedded one: the docs' quickstart."""
+    from click.testing import CliRunner
+
+    from apps import celery_flags_app
+    from ujobs_bridge._internal.cli import cli as main
+
+    monkeypatch.setattr(celery_flags_app.app.conf, "ujobs_database_url", fresh_db)
+    monkeypatch.delenv("UJOBS_DATABASE_URL", raising=False)
+    runner = CliRunner()
+    up = runner.invoke(main, ["db", "upgrade", "-A", "apps.celery_flags_app"])
+    assert up.exit_code == 0, up.output
+    assert "applied 0001_initial" in up.output
+    assert schema.check(fresh_db) == []
+    status = runner.invoke(main, ["db", "status", "-A", "apps.celery_flags_app", "--json"])
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["pending"] == []

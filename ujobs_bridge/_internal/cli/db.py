@@ -15,7 +15,9 @@ import click
 from rich.table import Table
 
 from ujobs_bridge._internal.cli.options import (
+    APP,
     CLI_ROLE,
+    app_database,
     database,
     dsn_option,
     json_option,
@@ -31,10 +33,12 @@ def db() -> None:
 
 
 @db.command()
+@APP
 @dsn_option
-def upgrade(dsn: str | None) -> None:
-    """Apply every pending migration of every part (safe to run from several processes at once)."""
-    resolved = database(dsn)
+def upgrade(app_spec: str | None, dsn: str | None) -> None:
+    """Apply every pending migration of every part (safe to run from several processes at once).
+    With -A, on that app's database (its ujobs_database_url), the one its workers will use."""
+    resolved = app_database(app_spec, dsn)
     taken = schema.upgrade_steps(resolved.dsn)
     for step in taken:
         m = step.migration
@@ -52,11 +56,12 @@ def upgrade(dsn: str | None) -> None:
 
 @db.command()
 @click.argument("role")
+@APP
 @dsn_option
-def grant(role: str, dsn: str | None) -> None:
+def grant(role: str, app_spec: str | None, dsn: str | None) -> None:
     """Give ROLE what the runtime needs (row privileges on the x_ tables; no DDL); run as the
     schema owner after `db upgrade`, and again after an upgrade that adds tables."""
-    resolved = database(dsn)
+    resolved = app_database(app_spec, dsn)
     granted = schema.grant(resolved.dsn, role)
     click.echo(
         f"granted {role} connect, schema usage and row privileges on {len(granted)} relations"
@@ -64,11 +69,12 @@ def grant(role: str, dsn: str | None) -> None:
 
 
 @db.command()
+@APP
 @dsn_option
 @json_option
-def status(dsn: str | None, as_json: bool) -> None:
+def status(app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     """Show each part's applied and pending migrations."""
-    resolved = database(dsn, quiet=as_json)
+    resolved = app_database(app_spec, dsn, quiet=as_json)
     with connections.connect(resolved.dsn, CLI_ROLE) as conn:
         done = schema.applied(conn)
         pending = schema.pending_steps(conn)
