@@ -13,7 +13,7 @@ the client, the worker and the scheduler. What ``job.py`` defines is bound at on
 also a submodule name, and importing that submodule would replace a lazily bound function with
 the module. The retention job (``purge``, ``PurgeTarget``, ``register_targets``) is bound at once
 too. Everything else lives in ``ujobs_bridge._internal``; the packages built on the engine use
-``ujobs_bridge.ext``.
+``ujobs_bridge.ext``. ``__version__`` is the installed package's version (``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -158,6 +158,11 @@ _HOMES: dict[str, str] = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # single-sourced: pyproject.toml's version, from the metadata
+        # import cost: the metadata is read only when the version is asked for
+        from importlib.metadata import version
+
+        return version("ujobs-bridge")
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

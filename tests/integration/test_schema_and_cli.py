@@ -11,9 +11,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
-from apps import basic_jobs
+from apps import basic_jobs, celery_flags_app
 from conftest import ADMIN_DSN, _dsn_for
+from ujobs_bridge._internal.cli import cli as main
 from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge.client import Client
@@ -156,11 +158,6 @@ def test_db_upgrade_and_status_take_the_app_whose_database_they_act_on(
 ) -> None:
     """`ujobs-bridge db upgrade -A proj` upgrades the database the app's workers use (its
     ujobs_database_url), not $UJOBS_DATABASE_URL or the embedded one: the docs' quickstart."""
-    from click.testing import CliRunner
-
-    from apps import celery_flags_app
-    from ujobs_bridge._internal.cli import cli as main
-
     monkeypatch.setattr(celery_flags_app.app.conf, "ujobs_database_url", fresh_db)
     monkeypatch.delenv("UJOBS_DATABASE_URL", raising=False)
     runner = CliRunner()
