@@ -1,7 +1,7 @@
 """``python -m bench``: measure ujobs-bridge, Celery (Redis, RabbitMQ) and the raw Postgres ceiling.
 
 Why it exists: one command, one run, every figure and every target, so that a claim in the
-README can always be re-checked on the machine at hand::
+docs can always be re-checked on the machine at hand::
 
     python -m bench                                   # N=20,000, 3 rounds, all systems
     python -m bench --only celery-redis,raw --rounds 1 --jobs 5000

@@ -3,7 +3,7 @@ the retention purge running, and what that leaves in ``x_jobs``.
 
 Why it exists: a queue table that bloats gets slower the longer it runs, which no short drain
 shows. The procedure, on a server of the bench's own (``private_pg``: autovacuum is a server
-setting, and the settings are those the README recommends unless ``BENCH_LEAN_PG`` says
+setting, and the settings are those the docs recommend unless ``BENCH_LEAN_PG`` says
 otherwise):
 
 - a producer thread sends ``client.enqueue_many`` batches of ``BATCH`` no-op jobs, keeping at
@@ -48,7 +48,7 @@ RETENTION_S = 5.0
 PURGE_EVERY_S = 1.0
 POLL_S = 0.25
 SEGMENTS = 10
-# What the README's "Table health" section recommends for the server (per-table settings come
+# What the docs' "Table health" page recommends for the server (per-table settings come
 # with the schema, migration 0012).
 RECOMMENDED: dict[str, str] = {"autovacuum_naptime": "1s"}
 CLAIM_INDEX = "x_job_claimable_claim_idx"  # on the claim table (migration 0019)

@@ -4,7 +4,7 @@ Why it exists: table health (dead tuples, index sizes, throughput over a million
 autovacuum, which is a server setting, not a database one, and the shared server may run with
 it off or tuned for tests. The lean-table cell therefore starts a throw-away cluster
 (``initdb`` + ``pg_ctl`` from the system's Postgres, on a free loopback port, its socket and data
-in a temporary directory) with the settings the README recommends, or with others given in
+in a temporary directory) with the settings the docs recommend (docs/explanation/table-health.md), or with others given in
 ``BENCH_LEAN_PG`` (``name=value,name=value``), and removes it afterwards. As root, the server
 runs as the ``postgres`` system user (Postgres refuses to run as root).
 

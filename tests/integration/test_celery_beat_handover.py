@@ -2,7 +2,7 @@
 scheduler -A`` beside it, then beat stopped: each occurrence is one message, and none is missing.
 
 Why it exists: the cutover promises "no gap, no double fire" when the bridge scheduler takes
-over beat (README, "Beat"). ``celery beat -S celery_compat.beat.scheduler:BeatScheduler`` runs Celery's beat
+over beat (docs/how-to/beat-handover.md). ``celery beat -S celery_compat.beat.scheduler:BeatScheduler`` runs Celery's beat
 with ``BeatScheduler`` (plain ``celery beat`` on a celery_compat app is the bridge scheduler), which sends
 each occurrence under the id the bridge scheduler uses (``occurrence_task_id``), on the same
 anchored 1-second grid, so the Celery ledger keeps one message per occurrence while both run.

@@ -1,7 +1,7 @@
 """Durable steps inside a celery_compat task body: persisted before they return, replayed on a
 re-run of the same message instead of running the side effect again.
 
-Why it exists: the README promises that a Celery task can use ``step.run``/``step.sleep``; a task
+Why it exists: the docs promise (docs/how-to/steps.md) that a Celery task can use ``step.run``/``step.sleep``; a task
 that suspends (``step.sleep``) leaves its worker slot and, when it wakes, is re-run from the top
 with its completed steps replayed. This pins that on a real worker and real Postgres.
 

@@ -2,14 +2,14 @@
 rest and under load, read from ``pg_stat_activity``, for real subprocesses.
 
 Why it exists: fifty workers against a server with ``max_connections = 100`` only fit if each
-holds few. The README's "Connections" table states the numbers; this file measures them and
+holds few. The docs' connection budget (docs/how-to/pgbouncer.md) states the bounds; this file measures them and
 fails when a change makes a process hold more. A process's connections are found by their
 client ports: the sockets its process group (the process and its pool children) holds towards
 the server, matched to ``pg_stat_activity.client_port``; ``application_name`` then says what
 each is for. Pools are told to give idle connections back after half a second
 (``UJOBS_POOL_IDLE_S``) so "after the load" is reached within the test.
 
-The numbers (asserted below, documented in the README):
+The numbers (asserted below, documented in docs/how-to/pgbouncer.md):
 
 - worker (threads or processes pool, plain ``@job`` or celery_compat app): 2 at rest (the
   working connection shared by the claim loop, heartbeat and presence; the LISTEN connection);
@@ -159,7 +159,7 @@ def at_rest(db: Db, pgid: int) -> Counter[str]:
 
 
 def report(what: str, breakdown: Counter[str], peak: int | None = None) -> None:
-    """Print a measured figure (``pytest -s`` shows them; the README table quotes them)."""
+    """Print a measured figure (``pytest -s`` shows them; the docs state their bounds)."""
     extra = f", peak under load {peak}" if peak is not None else ""
     print(f"[budget] {what}: {sum(breakdown.values())} {dict(sorted(breakdown.items()))}{extra}")
 

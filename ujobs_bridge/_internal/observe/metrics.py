@@ -9,7 +9,7 @@ time instead (``metrics_db.py``), once, by the dashboard.
 
 Every series lives in ``REGISTRY`` (not prometheus_client's global one), so a test or an
 embedding application decides what is exposed. Label values are job and queue names the
-operator declared, never input data. The README lists each series with sample queries.
+operator declared, never input data. docs/how-to/metrics.md lists each series with sample queries.
 
 What it is not: an exporter of the job rows, or a tracing system (``tracing.py``).
 """

@@ -12,7 +12,7 @@ write from an attempt that lost its lease changes nothing. Leases are renewed by
 periodic sweep any worker runs; LISTEN/NOTIFY wakes an idle worker (``listener.py``), polling is
 the floor (and the only wake-up behind PgBouncer without a ``listen_dsn``).
 
-Its connections (the budget, README "Connections"): ONE working connection shared by the claim
+Its connections (the budget: docs/how-to/pgbouncer.md): ONE working connection shared by the claim
 loop, the heartbeat and the presence, ONE for LISTEN, a step-write pool that opens on the
 first ``step.run`` and gives idle connections back, and the heartbeat's spare, open only while a
 long outcome write holds the working connection (``heartbeat.py``).
