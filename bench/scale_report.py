@@ -2,7 +2,7 @@
 
 Why it exists: the cell yields one point per (layout, process count), six figures each; read
 as the generic cell table that is 72 rows. Here they are one row per point, in the order the
-README shows them, plus the issue's two targets: throughput at the largest count not below the
+report shows them, plus the issue's two targets: throughput at the largest count not below the
 1-process figure (per layout; spawn -> N-th done, and beside it the same from all workers up),
 and no error or lost job at any count.
 
@@ -71,7 +71,7 @@ def table(results: Results) -> Table | None:
 
 
 def markdown(results: Results) -> str:
-    """The same table as Markdown, for the README."""
+    """The same table as Markdown, for the docs."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(_row(p)) + " |" for p in points(results)]
     return "\n".join(lines) + "\n"
