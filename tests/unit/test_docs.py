@@ -4,7 +4,8 @@ entry the code has: every command of the CLI (its synopsis; mkdocs-click renders
 the commands themselves), every environment variable the packages read, every Celery app setting
 celery_compat reads, every ``WorkerConfig`` field and every ``UJ_*`` error code with a hint. Each
 completeness check is shown failing when an entry is removed from its page. The README stays a
-front door: short, its Python snippets valid, its links pointing at files that exist.
+front door: short, its links pointing at files that exist; every Python snippet of the README
+and the docs parses (the README's first quickstart also runs: ``test_readme_snippets.py``).
 
 Needs no service: the build runs once per session (the one subprocess here); the rest reads files
 and walks the click commands and the source's syntax trees."""
@@ -258,11 +259,15 @@ def test_the_readme_is_a_short_front_door_whose_links_resolve() -> None:
     assert broken == []
 
 
-def test_the_readme_python_snippets_are_valid_python() -> None:
+def test_the_python_snippets_of_the_readme_and_the_docs_are_valid_python() -> None:
     snippets = readme_blocks("python")
     assert len(snippets) >= 4
+    for path in sorted(DOCS.rglob("*.md")):
+        found = re.findall(r"^```python\n(.*?)^```", path.read_text(), re.M | re.S)
+        snippets += [f"# {path.relative_to(ROOT)}\n{block}" for block in found]
+    assert len(snippets) >= 20
     for snippet in snippets:
-        ast.parse(snippet)
+        ast.parse(snippet)  # a SyntaxError names the page (its first line) and the line
 
 
 def test_the_version_is_single_sourced() -> None:
