@@ -335,7 +335,12 @@ def _drain(
     from migrate.runner import DrainLoop
 
     source, broker_url, reopen = broker
-    resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
+    resolved = database(
+        dsn,
+        quiet=as_json,
+        config_dsn=loading.resolve(app_spec).database_url(),
+        app_spec=app_spec,
+    )
     ensure_schema(resolved)
     stop = threading.Event()
 

@@ -149,3 +149,44 @@ def test_passwords_never_appear_in_printed_dsns(dsn: str) -> None:
         result = cli(*args)
         assert result.returncode != 0
         assert secret not in result.stdout + result.stderr
+
+
+def run_cli(*args: str) -> Any:
+    """The command line in this process (``ujobs-bridge ...``), its output and exit code."""
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli as command_line
+
+    return CliRunner().invoke(command_line, list(args))
+
+
+def test_db_commands_take_the_apps_database_and_hints_name_the_exact_command(
+    fresh_db: str, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-A`` on every ``db`` command: the app's ``ujobs_database_url`` wins over
+    ``$UJOBS_DATABASE_URL`` as for ``worker``, and each schema hint prints the command that
+    upgrades the database that failed, so following it fixes that database."""
+    from apps import celery_cli_worker
+
+    spec = "apps.celery_cli_worker"
+    monkeypatch.setattr(celery_cli_worker.app.conf, "ujobs_database_url", fresh_db)
+    monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)  # another database, already upgraded
+
+    status = run_cli("db", "status", "-A", spec)
+    assert status.exit_code == 0, status.output
+    assert f"database: {mask_dsn(fresh_db)} (the -A app's ujobs_database_url)" in status.output
+    assert f"pending: run `ujobs-bridge db upgrade -A {spec}`" in status.output
+    listed = run_cli("jobs", "ls", "-A", spec)
+    assert listed.exit_code == 1
+    assert f"hint: run `ujobs-bridge db upgrade -A {spec}`" in listed.output
+    health = run_cli("health", "-A", spec, "--json")
+    assert f"run `ujobs-bridge db upgrade -A {spec}`" in health.output
+    by_dsn = run_cli("jobs", "ls", "--dsn", fresh_db)
+    assert f"hint: run `ujobs-bridge db upgrade --dsn '{mask_dsn(fresh_db)}'`" in by_dsn.output
+
+    up = run_cli("db", "upgrade", "-A", spec)  # the command the hints print
+    assert up.exit_code == 0, up.output
+    assert "applied 0001_" in up.output
+    assert schema.check(fresh_db) == []
+    assert run_cli("jobs", "ls", "-A", spec).exit_code == 0
+    assert "schema is up to date" in run_cli("db", "upgrade", "-A", spec).output

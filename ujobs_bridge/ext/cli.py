@@ -38,6 +38,7 @@ from ujobs_bridge._internal.cli.worker_flags import (
 )
 from ujobs_bridge._internal.cli.worker_serve import WorkerFlags
 from ujobs_bridge._internal.cli.worker_serve import serve as serve_worker
+from ujobs_bridge._internal.observe.logs import say
 
 __all__ = [
     "CLI_ROLE",
@@ -64,6 +65,7 @@ __all__ = [
     "print_json",
     "refusal",
     "remove_pidfile",
+    "say",
     "serve_scheduler",
     "serve_worker",
     "setup_logging",

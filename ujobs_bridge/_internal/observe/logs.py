@@ -6,7 +6,10 @@ join on (job id, name, attempt, the Celery task id where there is one, the W3C t
 and a person reading a terminal needs the same facts in one sentence. Every long-running
 command (worker, scheduler, outbox relay, ``migrate --follow``, dashboard) calls ``setup`` with
 its ``--loglevel`` and ``--log-format``; code that logs about a job passes ``job_fields(...)``
-as ``extra=`` so both formats carry them.
+as ``extra=`` so both formats carry them. A command's own status lines (``database: ...``,
+``worker ... ready``, ``worker: shutting down``, ``worker stopped: ...``) go through ``say``:
+plain text for people, and under ``--log-format json`` one JSON object like every log line (as
+do Python's warnings), so a log shipper reading stderr never meets a line it cannot parse.
 
 What it is not: a logging framework. It configures the standard library's root logger and
 formats records; it never decides what to log.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -103,6 +107,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+class _Chosen:
+    """The format ``setup`` chose last (``say`` follows it)."""
+
+    format: LogFormat = "text"
+
+
+def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli") -> None:
+    """A command's status line on stderr, whatever the log level: ``text`` as it is, or under
+    ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``)."""
+    if _Chosen.format == "json":
+        record = logging.makeLogRecord(
+            {"name": logger, "levelname": level, "levelno": logging.getLevelName(level)}
+        )
+        record.msg = text
+        text = JsonFormatter().format(record)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def formatter(fmt: LogFormat) -> logging.Formatter:
     """JSON lines, or the classic one-line text (a job's traceback is in JSON's ``error``, and
     in text only at DEBUG, as its own line: ``worker/job_log.py``)."""
@@ -119,3 +142,5 @@ def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None)
     )
     handler.setFormatter(formatter(fmt))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    _Chosen.format = fmt
+    logging.captureWarnings(fmt == "json")  # a warning is a log line too (py.warnings)
