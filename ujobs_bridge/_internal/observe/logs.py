@@ -17,6 +17,7 @@ formats records; it never decides what to log.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -113,17 +114,48 @@ class _Chosen:
     format: LogFormat = "text"
 
 
-def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli") -> None:
+def json_chosen() -> bool:
+    """Did ``setup`` choose JSON lines?"""
+    return _Chosen.format == "json"
+
+
+def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli", **fields: Any) -> None:
     """A command's status line on stderr, whatever the log level: ``text`` as it is, or under
-    ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``)."""
+    ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``, then
+    ``fields``, which the text form leaves out)."""
     if _Chosen.format == "json":
         record = logging.makeLogRecord(
-            {"name": logger, "levelname": level, "levelno": logging.getLevelName(level)}
+            {"name": logger, "levelname": level, "levelno": logging.getLevelName(level), **fields}
         )
         record.msg = text
         text = JsonFormatter().format(record)
     sys.stderr.write(text + "\n")
     sys.stderr.flush()
+
+
+class SaidLines(io.StringIO):
+    """A text stream whose every line is ``say``-ed: what a command prints with a console
+    (rich) becomes one JSON object per line under ``--log-format json``."""
+
+    def __init__(self, logger: str = "ujobs_bridge.cli") -> None:
+        super().__init__()
+        self.logger = logger
+        self._pending = ""
+
+    def write(self, text: str, /) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            if line.strip():
+                say(line.rstrip(), logger=self.logger)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending.strip():
+            say(self._pending.rstrip(), logger=self.logger)
+        self._pending = ""
+
+    def isatty(self) -> bool:
+        return False
 
 
 def formatter(fmt: LogFormat) -> logging.Formatter:
