@@ -48,7 +48,7 @@ def test_a_failing_plain_job_logs_its_retry_and_dead_letter_as_json_lines(
     ref = always_fails.configure(client=client, traceparent=traceparent).enqueue()
     proc = CliProc(
         ["worker", "-A", "apps.basic_jobs", "--poll", "0.2", "--log-format", "json",
-         "--loglevel", "DEBUG", "--dsn", dsn],
+         "--loglevel", "DEBUG", "--pool", "processes", "-c", "1", "--dsn", dsn],
         tmp_path / "worker.log",
     )  # fmt: skip
     procs.append(proc)
@@ -59,6 +59,10 @@ def test_a_failing_plain_job_logs_its_retry_and_dead_letter_as_json_lines(
     said = [str(line["message"]) for line in lines if line["logger"] == "ujobs_bridge.cli"]
     assert [m.split(" ")[0] for m in said] == ["database:", "worker", "worker:", "worker"]
     assert " ready: " in said[1] and "shutting down" in said[2] and "stopped:" in said[3]
+    # the body's own line, logged in the pool child, is JSON too
+    assert [line["message"] for line in lines if line["logger"] == "apps.basic_jobs"] == [
+        "always_fails: about to fail"
+    ] * 2
     mine = [line for line in lines if line.get("job_id") == str(ref.id)]
     by_outcome = {line["outcome"]: line for line in mine}
     retry, dead = by_outcome["retried"], by_outcome["dead"]

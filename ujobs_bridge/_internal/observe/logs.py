@@ -109,9 +109,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Chosen:
-    """The format ``setup`` chose last (``say`` follows it)."""
+    """What ``setup`` chose last (``say`` follows its format; a pool child repeats it)."""
 
     format: LogFormat = "text"
+    setup: tuple[int | str, LogFormat, str | None] | None = None
+
+
+def chosen() -> tuple[int | str, LogFormat, str | None] | None:
+    """``setup``'s arguments in this process, if it was called: a spawned pool child passes them
+    to ``setup`` so its lines (a body's log, a warning) are in the worker's format."""
+    return _Chosen.setup
 
 
 def json_chosen() -> bool:
@@ -175,4 +182,5 @@ def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None)
     handler.setFormatter(formatter(fmt))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     _Chosen.format = fmt
+    _Chosen.setup = (level, fmt, logfile)
     logging.captureWarnings(fmt == "json")  # a warning is a log line too (py.warnings)
