@@ -39,6 +39,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery.utils import debug as celery_debug
 from celery.utils.functional import maybe_list
 from celery.utils.serialization import jsonify
 from celery.utils.time import rate
@@ -449,15 +450,11 @@ def commands(app: Any) -> dict[str, Handler]:
         return None  # Celery's worker without gossip: no reply value
 
     def memsample(state: ControlState, **_: Any) -> Any:
-        from celery.utils.debug import sample_mem
-
-        return sample_mem()
+        return celery_debug.sample_mem()
 
     def memdump(state: ControlState, samples: Any = 10, **_: Any) -> Any:
-        from celery.utils import debug
-
         out = io.StringIO()
-        debug.memdump(file=out)
+        celery_debug.memdump(file=out)
         return out.getvalue()
 
     def revoke_by_stamped_headers(
