@@ -446,6 +446,13 @@ def commands(app: Any) -> dict[str, Handler]:
         log.info("sync with %s", from_node)
         return {"revoked": revoked_ids.REVOKED.ids(), "clock": app.clock.forward()}
 
+    def pool_restart(state: ControlState, **_: Any) -> Any:
+        # Flower's "restart pool" button: Celery's refusal when restarts are off; the bridge
+        # worker has no in-place reload, so it is always refused, with the way to do it
+        return nok(
+            "ValueError('Pool restarts not enabled'): restart the bridge worker to load new code"
+        )
+
     def election(state: ControlState, **_: Any) -> Any:
         return None  # Celery's worker without gossip: no reply value
 
@@ -537,6 +544,7 @@ def commands(app: Any) -> dict[str, Handler]:
         "terminate": terminate,
         "hello": hello,
         "election": election,
+        "pool_restart": pool_restart,
         "memsample": memsample,
         "memdump": memdump,
         # Celery's older names, still in its panel
