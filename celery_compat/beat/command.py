@@ -21,7 +21,7 @@ What it is not: the scheduler (``ujobs_bridge._internal.scheduling``) or the bea
 
 from __future__ import annotations
 
-import sys
+import os
 from typing import Any
 
 import click
@@ -110,16 +110,18 @@ class Beat:
 
             CeleryBeat(app=app, **self.kwargs).run()
             return
-        flags.setup_logging(self.loglevel, self.logfile)
+        # Celery's CLI has no --log-format: the bridge's environment variable sets it
+        json_logs = os.environ.get("UJOBS_LOG_FORMAT") == "json"
+        flags.setup_logging(self.loglevel, self.logfile, "json" if json_logs else "text")
         try:
             flags.write_pidfile(self.pidfile)
         except (ConfigError, OSError) as exc:
             message = exc.render() if isinstance(exc, ConfigError) else str(exc)
             raise click.UsageError(message) from exc
         try:
-            sys.stderr.write(
+            flags.say(
                 "celery beat on the bridge: the ujobs-bridge scheduler (leader-elected, "
-                "occurrences in Postgres)\n"
+                "occurrences in Postgres)"
             )
             app.loader.import_default_modules()
             ctx = click.get_current_context(silent=True)

@@ -14,12 +14,11 @@ code). ``ping()`` answers only for live workers, and only Celery workers answer:
 ``@job`` functions alone has no Celery set, so it is neither asked nor waited for.
 ``purge()`` cancels the app's ready messages in Postgres and returns how many.
 
-A revoke is written to ``x_celery_revoked`` and applied to the task's job rows: a job that has
-not started is cancelled and never runs, a message sent later for the same id is born
-cancelled, a message a worker already claimed is dropped by that worker before its body starts
-(the revoke is NOTIFYed with its insert, ``revoked_ids.py``), and ``terminate=True`` cancels a
-running job, whose worker interrupts the body (``execution.py``) and records REVOKED. With
-``reply=True`` the live workers acknowledge it as Celery's do.
+A revoke (``revoke``, and Celery's raw ``broadcast('revoke'|'terminate')`` that ``celery
+control revoke|terminate`` sends) is made durable here, before any worker is asked
+(``revoking.py``: recorded, the task's rows cancelled, REVOKED stored), so it holds with no
+worker alive; with ``reply=True`` the live workers acknowledge it as Celery's do (they find it
+recorded and only reply).
 
 What it is not: the workers' side (``worker_control.py`` and the engine's panel).
 """
@@ -30,16 +29,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from celery import states
 from celery.app.control import Control
-from celery.exceptions import TaskRevokedError
 from celery.utils.functional import maybe_list
 from kombu.matcher import match
 from kombu.utils import json as kombu_json
 
+from celery_compat.control import revoking
 from celery_compat.control.names import COMMAND_SET, celery_node
 from celery_compat.control.names import command as set_command
-from celery_compat.db import message_jobs, revocations
+from celery_compat.db import message_jobs
 from ujobs_bridge.ext import control as remote
 
 log = logging.getLogger("celery_compat.control")
@@ -48,8 +46,7 @@ _dumps: Callable[[Any], str] = kombu_json.dumps
 _loads: Callable[[str], Any] = kombu_json.loads
 _match: Callable[..., bool] = match  # kombu's matcher takes str (its hints say bytes)
 
-LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
-REVOCABLE_STATES = (states.PENDING, states.RECEIVED, states.RETRY, states.REJECTED)
+REVOKING = ("revoke", "terminate")  # Celery's commands that revoke by task id
 
 
 class BridgeControl(Control):  # type: ignore[misc]
@@ -57,42 +54,16 @@ class BridgeControl(Control):  # type: ignore[misc]
         self,
         task_id: Any,
         destination: Any = None,
-        terminate: bool = False,
-        signal: str = "SIGTERM",
+        terminate: Any = False,
+        signal: Any = "SIGTERM",
         **kwargs: Any,
     ) -> list[dict[str, Any]] | None:
         ids = [str(t) for t in maybe_list(task_id) or []]
-        backend = self.app.backend
-        with self.app.ujobs_client.pool.connection() as conn:
-            for tid in ids:
-                revocations.revoke(conn, tid, terminate=terminate)
-                running = False
-                for job_id, state, _error, _at in message_jobs.jobs_of_task(conn, tid):
-                    if state in LIVE_NOT_RUNNING:
-                        remote.job_cancel(conn, job_id, "UJ_JOB_CANCELLED: revoked")
-                    elif state == "running":
-                        running = True
-                        if terminate:
-                            # The worker drops it if its body has not started yet, and
-                            # interrupts the body if it has (execution._terminates), then
-                            # stores REVOKED. Without terminate the row stays as it is: a
-                            # started body finishes, as in Celery, and a claimed one whose
-                            # body has not started is dropped by its worker, which stores
-                            # REVOKED (revoked_ids.py, execution.run_message).
-                            remote.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({signal})")
-                if not running:
-                    self._mark_revoked(backend, tid)
         if kwargs.get("reply"):  # Celery: one reply per live worker that handled the broadcast
             arguments = {"task_id": ids, "terminate": terminate, "signal": signal}
             return self.broadcast("revoke", arguments, destination=destination, **kwargs)
+        revoking.revoke_tasks(self.app, ids, terminate=terminate, signal=signal)
         return None
-
-    def _mark_revoked(self, backend: Any, task_id: str) -> None:
-        """Store REVOKED as Celery 5.7's worker does: only over a state no worker owns yet (a
-        result, or STARTED/a custom state set by a running task, is left alone)."""
-        meta = backend.get_task_meta(task_id, cache=False)
-        if meta.get("status") in REVOCABLE_STATES:
-            backend.store_result(task_id, TaskRevokedError("revoked"), states.REVOKED)
 
     def purge(self, connection: Any = None) -> int:
         """Cancel the app's ready messages in Postgres (every queue it consumes or routes to),
@@ -128,6 +99,13 @@ class BridgeControl(Control):  # type: ignore[misc]
         if destination is not None and not isinstance(destination, list | tuple):
             raise ValueError(f"destination must be a list/tuple not {type(destination)}")
         arguments = dict(arguments or {}, **extra_kwargs)
+        if command in REVOKING:  # Celery's CLI sends these raw: the revoke is made durable here
+            revoking.revoke_tasks(
+                self.app,
+                maybe_list(arguments.get("task_id")) or [],
+                terminate=command == "terminate" or arguments.get("terminate"),
+                signal=arguments.get("signal"),
+            )
         with self.app.ujobs_client.pool.connection() as conn:
             if pattern and matcher:
                 live = [n for n in remote.nodes_live(conn, None) if celery_node(n.info)]

@@ -20,23 +20,33 @@ runs: ``rate_limit.py``, ``execution.py``) is answered here with the app. A hand
 or a command the set lacks, answers ``{"error": repr(exc)}``, as Celery's mailbox does. Replies
 are encoded with kombu's JSON, as Celery's mailbox does.
 
-What it is not: the caller's side (``app_control.py``) or the durable revoke (also
-``app_control.py``: the worker's ``revoke`` only acknowledges it, as Celery's reply does).
+``revoke``/``terminate`` make the revoke durable (``revoking.py``) unless it is recorded
+already (the sender was a bridge app's ``app.control``, or another worker heard it first), so a
+revoke from Celery's CLI or Flower over the broker is as real as one from ``app.control``.
+``hello`` (a Celery worker's Mingle step as it starts beside this one) is answered as Celery's
+worker answers it; a command the set lacks is answered with Celery's error reply but logged at
+DEBUG, since Celery workers and Flower on a shared pidbox send commands of their own.
+
+What it is not: the caller's side (``app_control.py``) or the durable revoke itself
+(``revoking.py``).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from celery.utils import debug as celery_debug
 from celery.utils.functional import maybe_list
 from celery.utils.serialization import jsonify
 from celery.utils.time import rate
 from kombu.utils import json as kombu_json
 from kombu.utils.encoding import safe_repr
 
+from celery_compat.control import revoking
 from celery_compat.control.names import COMMAND_SET
 from celery_compat.db import scheduled as scheduled_db
 from celery_compat.sending.message_row import from_input, is_celery_input
@@ -68,9 +78,14 @@ def nok(value: Any) -> dict[str, Any]:
 
 
 def failed(name: str, exc: Exception) -> dict[str, Any]:
-    """A command that raised (``KeyError(name)``: one Celery's set lacks), as Celery's mailbox
-    answers it: the exception's repr, logged."""
-    log.error("pidbox command error: %r", exc, exc_info=not isinstance(exc, KeyError))
+    """A command that raised, as Celery's mailbox answers it: the exception's repr, logged. A
+    command this worker does not have (``KeyError(name)``: a newer Celery's, a tool's own) is
+    answered the same way but logged at DEBUG: Celery workers and Flower beside the bridge
+    send commands on the shared pidbox, and that is no error of this worker."""
+    if isinstance(exc, KeyError):
+        log.debug("pidbox command not known here: %s", name)
+    else:
+        log.error("pidbox command error: %r", exc, exc_info=True)
     return nok(repr(exc))
 
 
@@ -397,9 +412,57 @@ def commands(app: Any) -> dict[str, Handler]:
     def report(state: ControlState, **_: Any) -> Any:
         return ok(app.bugreport())
 
-    def revoke(state: ControlState, task_id: Any = None, **_: Any) -> Any:
-        # The revoke itself is durable and already applied (control.py); this is Celery's reply.
-        return ok(f"tasks {set(maybe_list(task_id) or [])} flagged as revoked")
+    def revoke(
+        state: ControlState,
+        task_id: Any = None,
+        terminate: Any = False,
+        signal: Any = None,
+        **_: Any,
+    ) -> Any:
+        # Made durable here when no one has yet (Celery's CLI or Flower over the broker, a plain
+        # Celery app): one read per id when the sender (app.control) or another worker did.
+        ids = {str(t) for t in maybe_list(task_id) or []}
+        held = {_task_id(e) for e in state.worker.table.entries() if not e.settled}
+        revoking.revoke_tasks(
+            app, sorted(ids), terminate=terminate, signal=signal, skip_recorded=True
+        )
+        if terminate:  # Celery: the ids this worker held and terminates
+            hit = sorted(ids & held)
+            for tid in hit:
+                log.info("Terminating %s (%s)", tid, revoking.signal_name(signal))
+            return ok(f"terminate: {', '.join(hit)}" if hit else "terminate: tasks unknown")
+        log.info("Tasks flagged as revoked: %s", ", ".join(sorted(ids)))
+        return ok(f"tasks {ids} flagged as revoked")
+
+    def terminate(state: ControlState, signal: Any = None, task_id: Any = None, **_: Any) -> Any:
+        return revoke(state, task_id, terminate=True, signal=signal)
+
+    def hello(state: ControlState, from_node: Any = None, revoked: Any = None, **_: Any) -> Any:
+        # A Celery worker starting beside this one (its Mingle step) asks for the revoked ids;
+        # answered as Celery 5.7's worker does. The ids it sends are its in-memory ones, which
+        # its own revoke already handled: not recorded here.
+        if from_node == state.node:
+            return None
+        log.info("sync with %s", from_node)
+        return {"revoked": revoked_ids.REVOKED.ids(), "clock": app.clock.forward()}
+
+    def pool_restart(state: ControlState, **_: Any) -> Any:
+        # Flower's "restart pool" button: Celery's refusal when restarts are off; the bridge
+        # worker has no in-place reload, so it is always refused, with the way to do it
+        return nok(
+            "ValueError('Pool restarts not enabled'): restart the bridge worker to load new code"
+        )
+
+    def election(state: ControlState, **_: Any) -> Any:
+        return None  # Celery's worker without gossip: no reply value
+
+    def memsample(state: ControlState, **_: Any) -> Any:
+        return celery_debug.sample_mem()
+
+    def memdump(state: ControlState, samples: Any = 10, **_: Any) -> Any:
+        out = io.StringIO()
+        celery_debug.memdump(file=out)
+        return out.getvalue()
 
     def revoke_by_stamped_headers(
         state: ControlState,
@@ -478,6 +541,19 @@ def commands(app: Any) -> dict[str, Handler]:
         "conf": conf,
         "report": report,
         "revoke": revoke,
+        "terminate": terminate,
+        "hello": hello,
+        "election": election,
+        "pool_restart": pool_restart,
+        "memsample": memsample,
+        "memdump": memdump,
+        # Celery's older names, still in its panel
+        "dump_active": active,
+        "dump_reserved": reserved,
+        "dump_schedule": scheduled,
+        "dump_revoked": revoked,
+        "dump_tasks": registered,
+        "dump_conf": conf,
         "revoke_by_stamped_headers": revoke_by_stamped_headers,
         "rate_limit": rate_limit,
         "time_limit": time_limit,

@@ -17,7 +17,6 @@ What it is not: Celery's ``WorkController``: no consumer, no broker connection, 
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import click
@@ -190,7 +189,5 @@ class Worker:
         flags.setup_logging(self.flags.loglevel, self.flags.logfile, self.flags.log_format)
         app.loader.import_default_modules()
         spec = _app_spec()
-        sys.stderr.write(
-            f"celery worker on the bridge: {self.hostname} (tasks run from Postgres)\n"
-        )
+        flags.say(f"celery worker on the bridge: {self.hostname} (tasks run from Postgres)")
         serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import signal
 import socket
 import threading
@@ -37,6 +38,7 @@ from ujobs_bridge.ext import loaders as loading
 from ujobs_bridge.ext import observe
 from ujobs_bridge.ext.cli import (
     CLI_ROLE,
+    SaidLines,
     console,
     database,
     dsn_option,
@@ -45,6 +47,7 @@ from ujobs_bridge.ext.cli import (
     metrics_options,
     pgbouncer_option,
     print_json,
+    say,
 )
 from ujobs_bridge.ext.database import ensure_schema
 from ujobs_bridge.ext.jobs import queue_name
@@ -239,9 +242,9 @@ def run_drain(
     from migrate.report import Stats, print_report
     from migrate.runner import SourceOptions, broker_kind, dry_run, masked, open_source
 
-    err = console(stderr=True)
-    if follow:  # a line per batch (migrate.drain) while it runs
+    if follow or log_format == "json":  # a line per batch (migrate.drain) while it runs
         observe.setup_logs("INFO", log_format)
+    err = notes_console(log_format)
     exporter = None
     readiness = Readiness()
     if metrics_port is not None:  # ujobs_migrate_messages_total (migrate.metrics) as it drains
@@ -307,10 +310,25 @@ def run_drain(
         source.close()
         if exporter is not None:
             exporter.stop()
-    if as_json:
+    if log_format == "json":  # the report as one line too: a log shipper reads every line
+        if as_json:
+            click.echo(json.dumps(stats.as_json(), default=str, ensure_ascii=False))
+        else:
+            say("migrate report", logger="migrate", report=stats.as_json())
+    elif as_json:
         print_json(stats.as_json())
     else:
         print_report(console(), stats)
+
+
+def notes_console(log_format: str) -> Console:
+    """Where the drain's notes go: stderr for people, or (``--log-format json``) one JSON object
+    per line, like the log lines beside them."""
+    if log_format != "json":
+        return console(stderr=True)
+    return Console(
+        file=SaidLines("migrate"), width=100_000, no_color=True, highlight=False, soft_wrap=True
+    )
 
 
 def _drain(
@@ -335,7 +353,12 @@ def _drain(
     from migrate.runner import DrainLoop
 
     source, broker_url, reopen = broker
-    resolved = database(dsn, quiet=as_json, config_dsn=loading.resolve(app_spec).database_url())
+    resolved = database(
+        dsn,
+        quiet=as_json,
+        config_dsn=loading.resolve(app_spec).database_url(),
+        app_spec=app_spec,
+    )
     ensure_schema(resolved)
     stop = threading.Event()
 

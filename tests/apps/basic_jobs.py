@@ -4,6 +4,7 @@ assert how often a body really ran."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import Counter
 from typing import Any
@@ -41,6 +42,7 @@ def flaky(key: str) -> str:
 @job(queue="basic", max_attempts=2, backoff=0, jitter=False)
 def always_fails() -> None:
     CALLS["always_fails"] += 1
+    logging.getLogger("apps.basic_jobs").warning("always_fails: about to fail")
     raise Transient("this job never works")
 
 

@@ -1,11 +1,12 @@
 """A celery_compat app in a cutover: its ``broker_url`` names a Redis broker (db 3 of the test
 kit's Redis by default, ``EVENTS_APP_BROKER`` to change it), so the bridge worker's ``-E`` events
-are published there as well as stored in Postgres. Tasks that succeed, fail, retry once and are rejected, for the
-event tests (``tests/test_celery_events*.py``)."""
+are published there as well as stored in Postgres. Tasks that succeed, fail, retry once, are
+rejected and nap until revoked, for the event tests (``tests/test_celery_events*.py``)."""
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from celery.exceptions import Reject
@@ -42,6 +43,15 @@ def flaky(self: Any) -> str:
 @app.task
 def refuse() -> None:
     raise Reject("not for us", requeue=False)
+
+
+@app.task
+def nap(seconds: float) -> str:
+    """Runs ``seconds`` unless interrupted (a revoke with ``terminate``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "woke up"
 
 
 @app.task(ignore_result=True)

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from conftest import ADMIN_DSN, TESTS_DIR, _dsn_for, wait_for
 from ujobs_bridge import connect
+from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import connections, schema
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.testing import redis_url
@@ -102,7 +103,8 @@ def test_runtime_paths_never_run_ddl_and_name_the_fix(roles: Roles) -> None:
     with pytest.raises(SchemaError) as missing:
         connect(roles.app_dsn)
     assert missing.value.code == ErrorCode.SCHEMA_OUTDATED
-    assert "ujobs-bridge db upgrade` as the schema owner" in missing.value.render()
+    command = f"ujobs-bridge db upgrade --dsn '{mask_dsn(roles.app_dsn)}'"
+    assert f"run `{command}` as the schema owner" in missing.value.render()
     worker = cli("worker", "-A", "apps.basic_jobs", "-Q", "basic", "--dsn", roles.app_dsn)
     assert worker.returncode != 0
     assert "as the schema owner" in worker.stdout + worker.stderr

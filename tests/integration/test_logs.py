@@ -29,11 +29,13 @@ def procs() -> Iterator[list[CliProc]]:
 
 
 def _json_lines(text: str) -> list[dict[str, object]]:
-    """Every line of the log that is JSON (the command's own plain status lines are not)."""
+    """Every line of the output (stdout and stderr), each one JSON object: the command's own
+    status lines too, so a log shipper never meets a line it cannot parse."""
     out = []
     for line in text.splitlines():
-        if line.startswith("{"):
-            out.append(json.loads(line))  # a line that starts like JSON must BE JSON
+        parsed = json.loads(line)
+        assert isinstance(parsed, dict), line
+        out.append(parsed)
     return out
 
 
@@ -46,7 +48,7 @@ def test_a_failing_plain_job_logs_its_retry_and_dead_letter_as_json_lines(
     ref = always_fails.configure(client=client, traceparent=traceparent).enqueue()
     proc = CliProc(
         ["worker", "-A", "apps.basic_jobs", "--poll", "0.2", "--log-format", "json",
-         "--loglevel", "DEBUG", "--dsn", dsn],
+         "--loglevel", "DEBUG", "--pool", "processes", "-c", "1", "--dsn", dsn],
         tmp_path / "worker.log",
     )  # fmt: skip
     procs.append(proc)
@@ -54,6 +56,13 @@ def test_a_failing_plain_job_logs_its_retry_and_dead_letter_as_json_lines(
     proc.term()
     assert proc.wait(timeout=30) == 0, proc.output()
     lines = _json_lines(proc.output())
+    said = [str(line["message"]) for line in lines if line["logger"] == "ujobs_bridge.cli"]
+    assert [m.split(" ")[0] for m in said] == ["database:", "worker", "worker:", "worker"]
+    assert " ready: " in said[1] and "shutting down" in said[2] and "stopped:" in said[3]
+    # the body's own line, logged in the pool child, is JSON too
+    assert [line["message"] for line in lines if line["logger"] == "apps.basic_jobs"] == [
+        "always_fails: about to fail"
+    ] * 2
     mine = [line for line in lines if line.get("job_id") == str(ref.id)]
     by_outcome = {line["outcome"]: line for line in mine}
     retry, dead = by_outcome["retried"], by_outcome["dead"]

@@ -174,3 +174,45 @@ def test_accept_pickle_decodes_pickle_bodies_and_says_what_it_trusts(qdsn: str, 
     )
     (row,) = ms.rows(qdsn)
     assert (row["task_id"], body_of(row)["args"]) == (pickled, [1, 2])
+
+
+@pytest.fixture
+def logging_restored() -> Iterator[None]:
+    """The command sets up the process's logging (JSON lines on CliRunner's stream): put back
+    what the test process had."""
+    import logging
+
+    from ujobs_bridge._internal.observe import logs
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
+    logs._Chosen.format = "text"
+
+
+def test_with_log_format_json_every_line_the_drain_prints_is_one_json_object(
+    qdsn: str, queue: str, logging_restored: None
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    with ms.producer(ms.REDIS_URL, queue) as p:
+        p.add.delay(1, 2)
+    args = ["migrate", "-A", "apps.migrate_proj", "--broker", ms.REDIS_URL, "-Q", queue]
+    result = CliRunner().invoke(
+        cli, [*args, "--log-format", "json", "--dsn", qdsn], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (result.stdout + result.stderr).splitlines()]
+    assert all(isinstance(line, dict) and "message" in line for line in lines), lines
+    said = [str(line["message"]) for line in lines]
+    assert any(m.startswith("database: ") for m in said)
+    assert any(m.startswith("draining ") for m in said)
+    (report,) = [line["report"] for line in lines if line["message"] == "migrate report"]
+    assert (report["taken"], report["moved"]) == (1, 1)

@@ -11,11 +11,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
-from apps import basic_jobs, celery_flags_app
+from apps import basic_jobs
 from conftest import ADMIN_DSN, _dsn_for
-from ujobs_bridge._internal.cli import cli as main
 from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge.client import Client
@@ -153,18 +151,42 @@ def test_passwords_never_appear_in_printed_dsns(dsn: str) -> None:
         assert secret not in result.stdout + result.stderr
 
 
-def test_db_upgrade_and_status_take_the_app_whose_database_they_act_on(
-    fresh_db: str, monkeypatch: pytest.MonkeyPatch
+def run_cli(*args: str) -> Any:
+    """The command line in this process (``ujobs-bridge ...``), its output and exit code."""
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli as command_line
+
+    return CliRunner().invoke(command_line, list(args))
+
+
+def test_db_commands_take_the_apps_database_and_hints_name_the_exact_command(
+    fresh_db: str, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`ujobs-bridge db upgrade -A proj` upgrades the database the app's workers use (its
-    ujobs_database_url), not $UJOBS_DATABASE_URL or the embedded one: the docs' quickstart."""
-    monkeypatch.setattr(celery_flags_app.app.conf, "ujobs_database_url", fresh_db)
-    monkeypatch.delenv("UJOBS_DATABASE_URL", raising=False)
-    runner = CliRunner()
-    up = runner.invoke(main, ["db", "upgrade", "-A", "apps.celery_flags_app"])
-    assert up.exit_code == 0, up.output
-    assert "applied 0001_initial" in up.output
-    assert schema.check(fresh_db) == []
-    status = runner.invoke(main, ["db", "status", "-A", "apps.celery_flags_app", "--json"])
+    """``-A`` on every ``db`` command: the app's ``ujobs_database_url`` wins over
+    ``$UJOBS_DATABASE_URL`` as for ``worker``, and each schema hint prints the command that
+    upgrades the database that failed, so following it fixes that database."""
+    from apps import celery_cli_worker
+
+    spec = "apps.celery_cli_worker"
+    monkeypatch.setattr(celery_cli_worker.app.conf, "ujobs_database_url", fresh_db)
+    monkeypatch.setenv("UJOBS_DATABASE_URL", dsn)  # another database, already upgraded
+
+    status = run_cli("db", "status", "-A", spec)
     assert status.exit_code == 0, status.output
-    assert json.loads(status.stdout)["pending"] == []
+    assert f"database: {mask_dsn(fresh_db)} (the -A app's ujobs_database_url)" in status.output
+    assert f"pending: run `ujobs-bridge db upgrade -A {spec}`" in status.output
+    listed = run_cli("jobs", "ls", "-A", spec)
+    assert listed.exit_code == 1
+    assert f"hint: run `ujobs-bridge db upgrade -A {spec}`" in listed.output
+    health = run_cli("health", "-A", spec, "--json")
+    assert f"run `ujobs-bridge db upgrade -A {spec}`" in health.output
+    by_dsn = run_cli("jobs", "ls", "--dsn", fresh_db)
+    assert f"hint: run `ujobs-bridge db upgrade --dsn '{mask_dsn(fresh_db)}'`" in by_dsn.output
+
+    up = run_cli("db", "upgrade", "-A", spec)  # the command the hints print
+    assert up.exit_code == 0, up.output
+    assert "applied 0001_" in up.output
+    assert schema.check(fresh_db) == []
+    assert run_cli("jobs", "ls", "-A", spec).exit_code == 0
+    assert "schema is up to date" in run_cli("db", "upgrade", "-A", spec).output

@@ -7,7 +7,9 @@ back once the broker is. Real Redis (db 15: this branch's), real Flower, real wo
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 import celery
 import pytest
 import redis
+from celery.exceptions import TaskRevokedError
 from tcp_cut import TcpCut
 from test_celery_events_flower import Flower
 from worker_proc import TESTS_DIR, WorkerProc
@@ -57,6 +60,38 @@ def _worker(dsn: str, log: Path, name: str, broker: str = BROKER) -> WorkerProc:
         os.environ.pop("EVENTS_APP_BROKER", None)
 
 
+class CeleryBeside:
+    """A real ``celery worker`` of a plain Celery app on the same broker (its own queue)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self._out = log.open("w")
+        env = {**os.environ, "BESIDE_TEST_BROKER": BROKER}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "apps.celery_beside_worker", "worker",
+             "-P", "solo", "-n", f"beside@{HOST}", "-l", "INFO", "--without-gossip"],
+            stdout=self._out, stderr=subprocess.STDOUT, env=env, cwd=TESTS_DIR,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        wait_for(lambda: " ready." in self.output(), timeout=60, what="the Celery worker ready")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._out.close()
+
+
 def celery_broker(*args: str) -> subprocess.CompletedProcess[str]:
     """The real ``celery`` console script on the broker alone (no app, as an operator runs it)."""
     return subprocess.run(
@@ -84,6 +119,7 @@ def test_flower_shows_the_bridge_workers_stats_and_its_buttons_act(
 ) -> None:
     node = f"fc1@{HOST}"
     worker = _worker(dsn, tmp_path / "w.log", "fc1")
+    beside: CeleryBeside | None = None
     try:
 
         def listed() -> dict[str, Any] | None:
@@ -91,6 +127,8 @@ def test_flower_shows_the_bridge_workers_stats_and_its_buttons_act(
             return info if {"stats", "registered", "active_queues"} <= set(info) else None
 
         info = wait_for(listed, timeout=60, what="Flower to list the bridge worker with stats")
+        # a real Celery worker starts beside it (ready below): its Mingle step asks for `hello`
+        beside = CeleryBeside(tmp_path / "beside.log")
         assert isinstance(info, dict)
         stats = info["stats"]
         assert stats["pid"] == worker.pid and stats["pool"]["max-concurrency"] == 2
@@ -119,16 +157,52 @@ def test_flower_shows_the_bridge_workers_stats_and_its_buttons_act(
         assert shown.returncode == 0, shown.stderr
         assert f"->  {node}: OK" in shown.stdout and '"max-concurrency": 3' in shown.stdout
 
+        with bound(ev.app, dsn):
+            inspect = ev.app.control.inspect(destination=[node], timeout=5)
+            # Flower's "revoke" button (terminate=false): recorded, listed, never run
+            later = ev.add.apply_async((1, 1), countdown=3600)
+            status, body = flower.post(f"/api/task/revoke/{later.id}", {"terminate": "false"})
+            assert (status, body) == (200, {"message": f"Revoked '{later.id}'"})
+            wait_for(
+                lambda: later.id in (inspect.revoked() or {}).get(node, []),
+                what="inspect revoked to list the task Flower revoked",
+            )
+            assert later.state == "REVOKED"
+
+            # Flower's "terminate" button: the running task stops and reads REVOKED
+            napping = ev.nap.delay(120)
+            wait_for(
+                lambda: napping.id in {a["id"] for a in (inspect.active() or {}).get(node, [])},
+                what="the nap to run",
+            )
+            form = {"terminate": "true", "signal": "SIGKILL"}
+            status, body = flower.post(f"/api/task/revoke/{napping.id}", form)
+            assert (status, body) == (200, {"message": f"Revoked '{napping.id}'"})
+            with pytest.raises(TaskRevokedError):
+                napping.get(timeout=30)
+            assert napping.id in inspect.revoked()[node]
+
+        # a real Celery worker starting beside it: its Mingle `hello` is answered, no ERROR
+        assert beside is not None
+        beside.wait_ready()
+        assert "mingle: sync with 1 nodes" in beside.output(), beside.output()
+
         # Flower's "shut down" button: the worker drains and exits as on SIGTERM
         status, body = flower.post(f"/api/worker/shutdown/{node}")
         assert (status, body) == (200, {"message": "Shutting down!"})
         assert worker.wait(timeout=60) == 0
         assert "celery_compat.control.broker_listening" in worker.output()
+        assert "pidbox command error" not in worker.output()
+        assert [line for line in worker.output().splitlines() if " ERROR " in line] == []
     except BaseException:
         print(worker.output())
+        if beside is not None:
+            print(beside.output())
         raise
     finally:
         worker.close()
+        if beside is not None:
+            beside.close()
 
 
 def _broker_pong(node: str) -> bool:

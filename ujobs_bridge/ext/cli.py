@@ -38,9 +38,11 @@ from ujobs_bridge._internal.cli.worker_flags import (
 )
 from ujobs_bridge._internal.cli.worker_serve import WorkerFlags
 from ujobs_bridge._internal.cli.worker_serve import serve as serve_worker
+from ujobs_bridge._internal.observe.logs import SaidLines, json_chosen, say
 
 __all__ = [
     "CLI_ROLE",
+    "SaidLines",
     "WorkerFlags",
     "app_database",
     "app_option",
@@ -53,6 +55,7 @@ __all__ = [
     "demo_figures_table",
     "demo_footnote",
     "dsn_option",
+    "json_chosen",
     "json_option",
     "live_in_queue",
     "log_format_option",
@@ -64,6 +67,7 @@ __all__ = [
     "print_json",
     "refusal",
     "remove_pidfile",
+    "say",
     "serve_scheduler",
     "serve_worker",
     "setup_logging",

@@ -16,13 +16,14 @@ What it is not: business logic. Commands parse flags, call the engine and print.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import psycopg
 
 from ujobs_bridge._internal.config import plugins
-from ujobs_bridge._internal.config.dsn import mask_dsn
+from ujobs_bridge._internal.config.dsn import RESOLVED_KEY, ResolvedDatabase, mask_dsn
+from ujobs_bridge._internal.observe import logs
 from ujobs_bridge.errors import DatabaseUnavailableError, SchemaError, UjobsError
 
 # Each command's module is imported only when that command runs (or --help lists them): a
@@ -133,33 +134,40 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UjobsError as exc:
-            click.echo(f"error: {exc.render()}", err=True)
-            sys.exit(1)
+            _fail(exc.render())
         except ImportError as exc:
             command = ctx.invoked_subcommand
             if command is None or command in ENGINE_COMMANDS:
                 raise
             # a contributed command's dependency is missing (found only when it runs)
-            click.echo(
-                f"error: the `{command}` command is unavailable: {exc}\n"
-                f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'",
-                err=True,
+            _fail(
+                f"the `{command}` command is unavailable: {exc}\n"
+                f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'"
             )
-            sys.exit(1)
         except psycopg.errors.UndefinedTable as exc:
+            resolved = ctx.meta.get(RESOLVED_KEY)
+            command = (
+                resolved.upgrade_command
+                if isinstance(resolved, ResolvedDatabase)
+                else "ujobs-bridge db upgrade --dsn <this database>"
+            )
             schema_error = SchemaError(
                 f"the database has no ujobs-bridge schema, or an old one ({exc.diag.message_primary})",
-                hint="run `ujobs-bridge db upgrade` against it",
+                hint=f"run `{command}`",
             )
-            click.echo(f"error: {schema_error.render()}", err=True)
-            sys.exit(1)
+            _fail(schema_error.render())
         except psycopg.OperationalError as exc:
             error = DatabaseUnavailableError(
                 f"the database could not be reached: {mask_dsn(str(exc)).strip()}",
                 hint="check that Postgres is running and the DSN (--dsn / UJOBS_DATABASE_URL) is right",
             )
-            click.echo(f"error: {error.render()}", err=True)
-            sys.exit(1)
+            _fail(error.render())
+
+
+def _fail(text: str) -> NoReturn:
+    """``error: ...`` on stderr (one JSON object under ``--log-format json``), exit 1."""
+    logs.say(f"error: {text}", level="ERROR")
+    sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -106,5 +106,5 @@ def dashboard(
     app = create_app(config)
     where = f"http://{address}:{port}{config.url_prefix}/"
     mode = " (read-only)" if read_only else ""
-    click.echo(f"dashboard ready: {where}{mode}", err=True)
+    logs.say(f"dashboard ready: {where}{mode}")
     uvicorn.run(app, host=address, port=port, log_config=None, access_log=False)

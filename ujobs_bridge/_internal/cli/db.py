@@ -4,7 +4,10 @@ Why it exists: the schema is versioned and forward-only; the schema owner upgrad
 in a deploy step and grants the application role what the runtime uses. Long-running commands
 only check it (read-only), except on the embedded database or with ``UJOBS_AUTO_UPGRADE=1``. The
 schema has parts (the engine's, then each installed package's: ``db/schema.py``); every command
-here covers them all and names the part of each migration.
+here covers them all and names the part of each migration. Each takes ``-A`` as the other
+commands do: the app's own database (its ``ujobs_database_url``) is the one it acts on, below
+``--dsn`` and above ``$UJOBS_DATABASE_URL``, so the command a schema hint prints
+(``db upgrade -A app``) upgrades the database that failed.
 
 What it is not: the migration runner (``db/schema.py``).
 """
@@ -18,7 +21,6 @@ from ujobs_bridge._internal.cli.options import (
     APP,
     CLI_ROLE,
     app_database,
-    database,
     dsn_option,
     json_option,
     print_json,
@@ -138,7 +140,7 @@ def status(app_spec: str | None, dsn: str | None, as_json: bool) -> None:
     for name, at in parts.items():
         click.echo(f"{name}: at {at['version']:04d} of {at['latest']:04d}, {at['pending']} pending")
     if pending:
-        click.echo(f"{len(pending)} pending: run `ujobs-bridge db upgrade`")
+        click.echo(f"{len(pending)} pending: run `{resolved.upgrade_command}`")
 
 
 @db.command("schema")
@@ -150,12 +152,15 @@ def status(app_spec: str | None, dsn: str | None, as_json: bool) -> None:
 )
 @click.option("--write", is_flag=True, help="Write each part's db/current_schema.sql.")
 @click.option("--check", is_flag=True, help="Exit 1 if a part's file is not what it should be.")
+@APP
 @dsn_option
-def schema_command(parts: tuple[str, ...], write: bool, check: bool, dsn: str | None) -> None:
+def schema_command(
+    parts: tuple[str, ...], write: bool, check: bool, app_spec: str | None, dsn: str | None
+) -> None:
     """Each part's current tables, indexes and functions as its migrations leave them (pg_dump
     of a scratch database this role creates on the --dsn server, then drops); with --write,
     regenerate the db/current_schema.sql files; with --check, compare them."""
-    resolved = database(dsn)
+    resolved = app_database(app_spec, dsn)
     generated = dump.generate(resolved.dsn, parts or None)
     stale = [p for p in generated if p.stale()]
     for p in generated:

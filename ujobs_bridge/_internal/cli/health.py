@@ -55,8 +55,12 @@ def health(
             validation.seconds("--max-age", max_age_s, allow_zero=True)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
+    resolved = app_database(app_spec, dsn, quiet=as_json)
     report = check(
-        app_database(app_spec, dsn, quiet=as_json).dsn, queues=queues, max_age_s=max_age_s
+        resolved.dsn,
+        queues=queues,
+        max_age_s=max_age_s,
+        upgrade_command=resolved.upgrade_command,
     )
     if as_json:
         print_json(report.as_json())

@@ -18,9 +18,16 @@ from typing import Any, TypeVar
 import click
 
 from ujobs_bridge._internal.config import loading
-from ujobs_bridge._internal.config.dsn import ResolvedDatabase, check_dsn, mask_dsn, resolve
+from ujobs_bridge._internal.config.dsn import (
+    RESOLVED_KEY,
+    ResolvedDatabase,
+    check_dsn,
+    mask_dsn,
+    resolve,
+)
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.connections import Role
+from ujobs_bridge._internal.observe import logs
 from ujobs_bridge.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,7 +115,7 @@ def app_database(app_spec: str | None, dsn: str | None, *, quiet: bool = False) 
         config_dsn = app.database_url()
         if config_dsn is None and type(app) is loading.LoadedApp and not app.jobs():
             raise click.UsageError(loading.not_found(app_spec, app.target, "app or jobs").render())
-    return database(dsn, quiet=quiet, config_dsn=config_dsn)
+    return database(dsn, quiet=quiet, config_dsn=config_dsn, app_spec=app_spec)
 
 
 def log_format_option(fn: F) -> F:
@@ -145,23 +152,39 @@ def json_option(fn: F) -> F:
 
 
 def database(
-    dsn: str | None, *, quiet: bool = False, config_dsn: str | None = None
+    dsn: str | None,
+    *,
+    quiet: bool = False,
+    config_dsn: str | None = None,
+    app_spec: str | None = None,
 ) -> ResolvedDatabase:
     """The command's database: ``--dsn``, else the ``-A`` app's own URL (``config_dsn``: what the
-    app itself connects to, so its sends and the command agree), else ``$UJOBS_DATABASE_URL``,
-    else the embedded Postgres."""
+    app itself connects to, so its sends and the command agree; ``app_spec``: that app's ``-A``,
+    for the hints), else ``$UJOBS_DATABASE_URL``, else the embedded Postgres. Kept in the click
+    context (``resolved_database``) for the error hints of the command line."""
     if not dsn and config_dsn:
         check_dsn(config_dsn, "-A app's ujobs_database_url")
         resolved = ResolvedDatabase(
             config_dsn,
             "config",
             f"database: {mask_dsn(config_dsn)} (the -A app's ujobs_database_url)",
+            app_spec,
         )
     else:
         resolved = resolve(dsn, config_dsn=config_dsn)
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.meta[RESOLVED_KEY] = resolved
     if not quiet:
-        click.echo(resolved.note, err=True)
+        logs.say(resolved.note)
     return resolved
+
+
+def resolved_database() -> ResolvedDatabase | None:
+    """The database this command resolved (``database``), if it got that far."""
+    context = click.get_current_context(silent=True)
+    found = None if context is None else context.meta.get(RESOLVED_KEY)
+    return found if isinstance(found, ResolvedDatabase) else None
 
 
 def print_json(value: Any) -> None:

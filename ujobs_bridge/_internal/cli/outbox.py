@@ -91,8 +91,8 @@ def relay(
     signal.signal(signal.SIGINT, on_signal)
     runner.start()
     where = "the jobs database" if not runner.cross_database else mask_dsn(runner.source_dsn)
-    click.echo(f"outbox relay ready: reading {where}", err=True)
+    logs.say(f"outbox relay ready: reading {where}")
     while not stop.wait(0.5):
         pass
     runner.stop()
-    click.echo(f"outbox relay stopped: published={runner.published}", err=True)
+    logs.say(f"outbox relay stopped: published={runner.published}")

@@ -154,7 +154,11 @@ def serve(
     """Run the scheduler (and the relay) for ``app`` until SIGTERM/SIGINT. Shared by
     ``ujobs-bridge scheduler`` and ``celery beat`` on a celery_compat app."""
     tasks = load_tasks(app, with_purge=purge)
-    resolved = database(dsn, config_dsn=app.database_url() if app is not None else None)
+    resolved = database(
+        dsn,
+        config_dsn=app.database_url() if app is not None else None,
+        app_spec=app.spec if app is not None else None,
+    )
     if app is not None:
         app.bind(resolved.dsn)
     ensure_schema(resolved)
@@ -194,8 +198,8 @@ def serve(
             metrics.REGISTRY, port=metrics_port, address=metrics_address, ready=ready
         )
         exporter.start()
-        click.echo(f"metrics: http://{metrics_address}:{exporter.port}/metrics", err=True)
-    click.echo(f"scheduler {runner.holder} ready: {len(tasks)} task(s)", err=True)
+        logs.say(f"metrics: http://{metrics_address}:{exporter.port}/metrics")
+    logs.say(f"scheduler {runner.holder} ready: {len(tasks)} task(s)")
     while not stop.wait(0.5):
         pass
     if relay is not None:
@@ -204,10 +208,9 @@ def serve(
     if exporter is not None:
         exporter.stop()
     c = runner.counts
-    click.echo(
+    logs.say(
         f"scheduler stopped: rounds={c.rounds} fired={c.fired} jobs={c.jobs} "
-        f"beat_sends={c.sends} catch_ups={c.catch_ups} duplicates={c.duplicates}",
-        err=True,
+        f"beat_sends={c.sends} catch_ups={c.catch_ups} duplicates={c.duplicates}"
     )
 
 

@@ -35,7 +35,7 @@ from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.config.loading import LoadedApp
 from ujobs_bridge._internal.config.schema_access import ensure_schema
 from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
-from ujobs_bridge._internal.observe import health, metrics
+from ujobs_bridge._internal.observe import health, logs, metrics
 from ujobs_bridge._internal.observe.logs import LogFormat
 from ujobs_bridge._internal.observe.metrics_http import MetricsServer
 from ujobs_bridge._internal.scheduling.scheduler import Scheduler
@@ -139,7 +139,7 @@ def _serve_metrics(asked: WorkerFlags, runner: Worker, dsn: str) -> MetricsServe
         metrics.REGISTRY, port=asked.metrics_port, address=asked.metrics_address, ready=ready
     )
     exporter.start()
-    click.echo(f"metrics: http://{asked.metrics_address}:{exporter.port}/metrics", err=True)
+    logs.say(f"metrics: http://{asked.metrics_address}:{exporter.port}/metrics")
     return exporter
 
 
@@ -233,7 +233,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     except (ConfigError, OSError) as exc:
         message = exc.render() if isinstance(exc, ConfigError) else str(exc)
         raise click.UsageError(message) from exc
-    resolved = database(asked.dsn, config_dsn=app.database_url())
+    resolved = database(asked.dsn, config_dsn=app.database_url(), app_spec=app_spec)
     ensure_schema(resolved)
     app.bind(resolved.dsn)
     beat = embedded_scheduler(app, resolved.dsn) if asked.beat else None
@@ -280,10 +280,9 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         else f"concurrency={config.concurrency}"
     )
     extra = f" beat={len(beat.tasks)} task(s)" if beat is not None else ""
-    click.echo(
+    logs.say(
         f"worker {runner.id} ready:{node_part} queues={','.join(runner.queues)} jobs={len(jobs)} "
-        f"{size} prefetch={config.prefetch_multiplier} pool={config.pool}{extra}",
-        err=True,
+        f"{size} prefetch={config.prefetch_multiplier} pool={config.pool}{extra}"
     )
     app.on_worker_ready(runner)
     while not stop_requested.wait(0.5) and not runner.failed.is_set():
@@ -291,13 +290,13 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
             break
     if runner.failure is not None:
         runner.failed.wait()  # the worker hands back what it holds, then stops
-        click.echo(
+        logs.say(
             f"worker: {runner.failure}; handed back what it held, exiting {EXIT_FAILED} "
             f"({ErrorCode.WORKER_FAILED.value})",
-            err=True,
+            level="ERROR",
         )
     else:
-        click.echo("worker: shutting down (signal again to hand back at once)", err=True)
+        logs.say("worker: shutting down (signal again to hand back at once)")
     if beat is not None:
         beat.stop()  # its round in flight ends, then the lease is given back (another leads)
     runner.stop(timeout_s=0 if hurry.is_set() else None)
@@ -305,9 +304,8 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
         exporter.stop()
     app.on_worker_shutdown(runner)
     c = runner.counts
-    click.echo(
-        f"worker stopped: done={c.done} retried={c.retried} dead={c.dead} handed_back={c.handed_back} fenced={c.fenced}",
-        err=True,
+    logs.say(
+        f"worker stopped: done={c.done} retried={c.retried} dead={c.dead} handed_back={c.handed_back} fenced={c.fenced}"
     )
     flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()

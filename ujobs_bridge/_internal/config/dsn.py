@@ -123,10 +123,28 @@ class ResolvedDatabase:
     dsn: str
     source: str  # "flag", "env", "config" or "embedded"
     note: str  # the one line a command prints about it
+    app_spec: str | None = None  # the -A app whose ujobs_database_url this is ("config")
 
     @property
     def masked(self) -> str:
         return mask_dsn(self.dsn)
+
+    @property
+    def upgrade_command(self) -> str:
+        """The command that upgrades THIS database: ``-A app`` when the app named it, else
+        ``--dsn`` with the DSN (its password masked)."""
+        if self.source == "config" and self.app_spec:
+            return f"ujobs-bridge db upgrade -A {self.app_spec}"
+        return upgrade_command_for(self.dsn)
+
+
+# where a command line keeps the database it resolved (click's context meta), for its hints
+RESOLVED_KEY = "ujobs_bridge.resolved_database"
+
+
+def upgrade_command_for(dsn: str) -> str:
+    """``ujobs-bridge db upgrade --dsn '<dsn>'``, the password masked (put it back to run it)."""
+    return f"ujobs-bridge db upgrade --dsn '{mask_dsn(dsn)}'"
 
 
 def resolve(

@@ -41,5 +41,6 @@ def ensure_schema(
         return []
     if auto_upgrade(database, upgrade):
         return schema.upgrade(database.dsn)
-    schema.require_current(database.dsn)  # raises with the hint, naming the first missing one
+    # raises with the hint, naming the first missing one and the command for this database
+    schema.require_current(database.dsn, database.upgrade_command)
     return []

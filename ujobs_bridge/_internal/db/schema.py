@@ -40,6 +40,7 @@ import psycopg
 from psycopg import sql
 
 from ujobs_bridge._internal.config import plugins
+from ujobs_bridge._internal.config.dsn import mask_dsn, upgrade_command_for
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.errors import ErrorCode, SchemaError
@@ -349,13 +350,16 @@ def check(dsn: str) -> list[Migration]:
         return [step.migration for step in pending_steps(conn)]
 
 
-def require_current(dsn: str) -> None:
-    """Refuse to run against a schema that is missing migrations (read-only: never DDL)."""
+def require_current(dsn: str, upgrade_command: str | None = None) -> None:
+    """Refuse to run against a schema that is missing migrations (read-only: never DDL). The
+    hint names the command that upgrades this database (``upgrade_command``, else ``--dsn``)."""
     missing = check(dsn)
     if missing:
+        command = upgrade_command or upgrade_command_for(dsn)
         raise SchemaError(
-            f"the database is missing {len(missing)} migration(s), first {missing[0].label}",
-            hint="run `ujobs-bridge db upgrade` as the schema owner "
+            f"the database {mask_dsn(dsn)} is missing {len(missing)} migration(s), "
+            f"first {missing[0].label}",
+            hint=f"run `{command}` as the schema owner "
             "(or set UJOBS_AUTO_UPGRADE=1 to let this process apply them)",
         )
 

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
+from ujobs_bridge._internal.config.dsn import upgrade_command_for
 from ujobs_bridge._internal.db import connections, observe, schema, session
 from ujobs_bridge._internal.observe.metrics_db import live_workers
 from ujobs_bridge.errors import SchemaError
@@ -60,10 +61,13 @@ def check(
     queues: Sequence[str] = (),
     max_age_s: float | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    upgrade_command: str | None = None,
 ) -> HealthReport:
     """Every check, in order; a later check is skipped when the database is unreachable.
     ``queues``: those that must have a live worker and whose backlog age is checked (empty:
-    every queue with jobs)."""
+    every queue with jobs). ``upgrade_command``: what the schema check tells to run (default:
+    ``db upgrade --dsn`` with this DSN, masked)."""
+    upgrade_command = upgrade_command or upgrade_command_for(dsn)
     reachable = database_reachable(dsn)
     if not reachable.ok:
         return HealthReport([reachable])
@@ -71,9 +75,7 @@ def check(
     try:
         missing = schema.check(dsn)
     except psycopg.errors.UndefinedTable:
-        checks.append(
-            Check("schema", False, "no ujobs-bridge schema: run `ujobs-bridge db upgrade`")
-        )
+        checks.append(Check("schema", False, f"no ujobs-bridge schema: run `{upgrade_command}`"))
         return HealthReport(checks)
     except SchemaError as exc:  # newer than this package
         checks.append(Check("schema", False, exc.message))
@@ -84,7 +86,7 @@ def check(
             not missing,
             "current"
             if not missing
-            else f"{len(missing)} migration(s) pending: run `ujobs-bridge db upgrade`",
+            else f"{len(missing)} migration(s) pending: run `{upgrade_command}`",
         )
     )
     with connections.connect(dsn, HEALTH_ROLE) as conn:

@@ -6,7 +6,10 @@ join on (job id, name, attempt, the Celery task id where there is one, the W3C t
 and a person reading a terminal needs the same facts in one sentence. Every long-running
 command (worker, scheduler, outbox relay, ``migrate --follow``, dashboard) calls ``setup`` with
 its ``--loglevel`` and ``--log-format``; code that logs about a job passes ``job_fields(...)``
-as ``extra=`` so both formats carry them.
+as ``extra=`` so both formats carry them. A command's own status lines (``database: ...``,
+``worker ... ready``, ``worker: shutting down``, ``worker stopped: ...``) go through ``say``:
+plain text for people, and under ``--log-format json`` one JSON object like every log line (as
+do Python's warnings), so a log shipper reading stderr never meets a line it cannot parse.
 
 What it is not: a logging framework. It configures the standard library's root logger and
 formats records; it never decides what to log.
@@ -14,8 +17,10 @@ formats records; it never decides what to log.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -103,6 +108,63 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
+class _Chosen:
+    """What ``setup`` chose last (``say`` follows its format; a pool child repeats it)."""
+
+    format: LogFormat = "text"
+    setup: tuple[int | str, LogFormat, str | None] | None = None
+
+
+def chosen() -> tuple[int | str, LogFormat, str | None] | None:
+    """``setup``'s arguments in this process, if it was called: a spawned pool child passes them
+    to ``setup`` so its lines (a body's log, a warning) are in the worker's format."""
+    return _Chosen.setup
+
+
+def json_chosen() -> bool:
+    """Did ``setup`` choose JSON lines?"""
+    return _Chosen.format == "json"
+
+
+def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli", **fields: Any) -> None:
+    """A command's status line on stderr, whatever the log level: ``text`` as it is, or under
+    ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``, then
+    ``fields``, which the text form leaves out)."""
+    if _Chosen.format == "json":
+        record = logging.makeLogRecord(
+            {"name": logger, "levelname": level, "levelno": logging.getLevelName(level), **fields}
+        )
+        record.msg = text
+        text = JsonFormatter().format(record)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+class SaidLines(io.StringIO):
+    """A text stream whose every line is ``say``-ed: what a command prints with a console
+    (rich) becomes one JSON object per line under ``--log-format json``."""
+
+    def __init__(self, logger: str = "ujobs_bridge.cli") -> None:
+        super().__init__()
+        self.logger = logger
+        self._pending = ""
+
+    def write(self, text: str, /) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            if line.strip():
+                say(line.rstrip(), logger=self.logger)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending.strip():
+            say(self._pending.rstrip(), logger=self.logger)
+        self._pending = ""
+
+    def isatty(self) -> bool:
+        return False
+
+
 def formatter(fmt: LogFormat) -> logging.Formatter:
     """JSON lines, or the classic one-line text (a job's traceback is in JSON's ``error``, and
     in text only at DEBUG, as its own line: ``worker/job_log.py``)."""
@@ -119,3 +181,6 @@ def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None)
     )
     handler.setFormatter(formatter(fmt))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    _Chosen.format = fmt
+    _Chosen.setup = (level, fmt, logfile)
+    logging.captureWarnings(fmt == "json")  # a warning is a log line too (py.warnings)

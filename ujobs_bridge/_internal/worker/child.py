@@ -44,6 +44,7 @@ from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
 from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
 from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
+from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
 from ujobs_bridge._internal.worker.steering import TaskSettings
@@ -75,12 +76,16 @@ def child_main(
     node: str,
     parent_pid: int,
     limits: TimeLimits = (None, None),
+    log_setup: tuple[int | str, logs.LogFormat, str | None] | None = None,
 ) -> None:
-    """A pool child's life: die with the parent, load ``-A`` (with the worker's default time
-    ``limits``), say ready, then run one claimed job per message (``(claimed, task settings)``)
-    until told to stop (``None``) or the parent's end of the pipe closes. Each answer is
-    ``(reply, resident KiB)``: the parent recycles a child over ``--max-memory-per-child``."""
+    """A pool child's life: die with the parent, log as the parent does (``log_setup``: its
+    level, ``--log-format`` and ``-f``), load ``-A`` (with the worker's default time ``limits``),
+    say ready, then run one claimed job per message (``(claimed, task settings)``) until told to
+    stop (``None``) or the parent's end of the pipe closes. Each answer is ``(reply, resident
+    KiB)``: the parent recycles a child over ``--max-memory-per-child``."""
     _die_with_parent(parent_pid)
+    if log_setup is not None:
+        logs.setup(*log_setup)
     try:
         child_init(app_spec, dsn, node, limits)
     except BaseException as exc:  # the parent reports it, for the job it wanted to run here

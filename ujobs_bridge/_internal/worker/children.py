@@ -38,6 +38,7 @@ from typing import Any
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
+from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
 from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
@@ -92,7 +93,15 @@ class Keeper:
         ours, theirs = multiprocessing.Pipe()
         process = multiprocessing.get_context("spawn").Process(
             target=child_main,
-            args=(theirs, self.app_spec, self.dsn, self.node, os.getpid(), self.limits),
+            args=(
+                theirs,
+                self.app_spec,
+                self.dsn,
+                self.node,
+                os.getpid(),
+                self.limits,
+                logs.chosen(),
+            ),
             name=f"ujobs-child-{self.index}",
             daemon=True,
         )

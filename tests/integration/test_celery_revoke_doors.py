@@ -1,0 +1,152 @@
+"""A revoke is real whichever door it comes through: Celery's own CLI (``celery -A proj control
+revoke|terminate``, a raw ``broadcast``), ``app.control.revoke`` with any ``terminate``/``signal``
+Celery accepts (Flower sends ``terminate=0``), and a worker's pidbox hearing it from a plain
+Celery app. Each is recorded: ``inspect revoked`` lists the id on the worker, and the task never
+runs (or, terminated, stops). Celery's CLI runs in this process (its click group, unchanged)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from celery import states
+from celery.bin.celery import celery as celery_cli
+from celery.exceptions import TaskRevokedError
+from click.testing import CliRunner
+
+from apps import celery_revoke_tasks as rt
+from apps.celery_harness import (
+    bound,
+    celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
+    jobs,
+)
+from celery_compat.contrib.testing.worker import start_worker
+from conftest import wait_for
+from ujobs_bridge.ext import control as remote
+
+NODE = "doors@test"
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[Any]:
+    rt.reset()
+    with bound(rt.app, dsn):
+        yield rt.app
+    rt.GATE.set()  # never leave a body blocked
+
+
+def celery(*args: str) -> Any:
+    """Celery's own command line, in this process, on the bound test app."""
+    result = CliRunner().invoke(celery_cli, ["-A", "apps.celery_revoke_tasks", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+def revoked_on_worker(app: Any) -> list[str]:
+    replies = app.control.inspect(destination=[NODE], timeout=5).revoked() or {}
+    return list(replies.get(NODE, []))
+
+
+def revoke_row(dsn: str, task_id: str) -> tuple[bool] | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        sql = "select terminate from x_celery_revoked where task_id = %s"
+        row = conn.execute(sql, (task_id,)).fetchone()
+    return None if row is None else (bool(row[0]),)
+
+
+def test_celerys_cli_revoke_is_recorded_and_the_waiting_task_never_runs(app: Any, dsn: str) -> None:
+    with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+        first = rt.hold.delay("first")
+        assert rt.STARTED.wait(10)  # the only slot is busy: the next one waits
+        second = rt.mark.delay("second")
+        out = celery("control", "revoke", second.id, "--timeout", "5")
+        assert f"{NODE}: OK" in out.output and "flagged as revoked" in out.output
+        wait_for(lambda: second.id in revoked_on_worker(app), what="inspect revoked to list it")
+        rt.GATE.set()
+        assert first.get(timeout=10) == "first"
+        with pytest.raises(TaskRevokedError):
+            second.get(timeout=10)
+    assert rt.RAN["second"] == 0
+    assert second.state == states.REVOKED
+    assert revoke_row(dsn, second.id) == (False,)
+    assert [r["state"] for r in jobs(dsn, rt.mark.name)] == ["cancelled"]
+
+
+def test_celerys_cli_terminate_stops_the_running_task(app: Any, dsn: str) -> None:
+    with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+        running = rt.hold.delay("running")
+        assert rt.STARTED.wait(10)
+        out = celery("control", "terminate", "KILL", running.id, "--timeout", "5")
+        assert f"{NODE}: OK" in out.output, out.output
+        with pytest.raises(TaskRevokedError):
+            running.get(timeout=10)
+        assert running.id in revoked_on_worker(app)
+    assert rt.RAN["running:finished"] == 0  # interrupted, not let finish
+    assert running.state == states.REVOKED
+    assert revoke_row(dsn, running.id) == (True,)
+
+
+@pytest.mark.parametrize(
+    ("terminate", "signal", "recorded"),
+    [
+        (0, "SIGTERM", False),  # Flower's form: strtobool gives 0/1
+        (1, "SIGTERM", True),
+        (True, 9, True),
+        (True, "9", True),
+        (True, "KILL", True),
+        (False, None, False),
+    ],
+)
+def test_app_control_revoke_takes_every_terminate_and_signal_celery_accepts(
+    app: Any, dsn: str, terminate: Any, signal: Any, recorded: bool
+) -> None:
+    later = rt.mark.apply_async(("later",), countdown=3600)
+    assert app.control.revoke(later.id, terminate=terminate, signal=signal) is None
+    assert revoke_row(dsn, later.id) == (recorded,)
+    assert later.state == states.REVOKED
+    assert [r["state"] for r in jobs(dsn, rt.mark.name)] == ["cancelled"]
+
+
+def test_a_signal_celery_refuses_is_refused_before_anything_is_written(app: Any, dsn: str) -> None:
+    from celery_compat.control import revoking
+
+    later = rt.mark.apply_async(("later",), countdown=3600)
+    with pytest.raises(ValueError, match="unknown signal 'kill'"):
+        app.control.revoke(later.id, terminate=True, signal="kill")
+    assert revoke_row(dsn, later.id) is None
+    assert revoking.signal_name("TERM") == "SIGTERM" and revoking.signal_name(9) == "SIGKILL"
+
+
+def raw(dsn: str, command: str, arguments: dict[str, Any]) -> Any:
+    """``command`` as a worker's pidbox hears it from a plain Celery app or Flower over the
+    broker: the command alone, nothing recorded by the sender; the worker's reply value."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        (reply,) = remote.broadcast(
+            conn,
+            f"celery.{command}",
+            json.dumps(arguments),
+            destination=[NODE],
+            reply=True,
+            timeout=5,
+            command_set="celery",
+        )
+    return json.loads(reply.value_json)
+
+
+def test_a_revoke_the_worker_hears_first_is_recorded_by_the_worker(app: Any, dsn: str) -> None:
+    later = rt.mark.apply_async(("later",), countdown=3600)
+    with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+        args = {"task_id": [later.id], "terminate": 0, "signal": "SIGTERM"}
+        assert raw(dsn, "revoke", args) == {"ok": f"tasks { {later.id} } flagged as revoked"}
+        wait_for(lambda: later.id in revoked_on_worker(app), what="inspect revoked to list it")
+        # what a Celery worker starting beside it asks (its Mingle step), answered as Celery's
+        hello = raw(dsn, "hello", {"from_node": "celery@elsewhere", "revoked": []})
+        assert later.id in hello["revoked"] and isinstance(hello["clock"], int)
+        # a command this worker does not have: Celery's error reply (logged at DEBUG only)
+        assert raw(dsn, "no_such_command", {}) == {"error": "KeyError('no_such_command')"}
+    assert later.state == states.REVOKED
+    assert revoke_row(dsn, later.id) == (False,)
+    assert [r["state"] for r in jobs(dsn, rt.mark.name)] == ["cancelled"]
