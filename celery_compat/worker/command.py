@@ -193,4 +193,5 @@ class Worker:
         sys.stderr.write(
             f"celery worker on the bridge: {self.hostname} (tasks run from Postgres)\n"
         )
-        serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)
+        with flags.one_line_errors():  # as `ujobs-bridge worker` says it: one line, exit 1
+            serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)

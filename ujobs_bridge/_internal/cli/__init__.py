@@ -19,11 +19,9 @@ import sys
 from typing import Any
 
 import click
-import psycopg
 
+from ujobs_bridge._internal.cli.failures import one_line_errors
 from ujobs_bridge._internal.config import plugins
-from ujobs_bridge._internal.config.dsn import mask_dsn
-from ujobs_bridge.errors import DatabaseUnavailableError, SchemaError, UjobsError
 
 # Each command's module is imported only when that command runs (or --help lists them): a
 # `worker` never pays for the demo's or a plugin's imports, and a broken optional command cannot
@@ -131,10 +129,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except UjobsError as exc:
-            click.echo(f"error: {exc.render()}", err=True)
-            sys.exit(1)
+            with one_line_errors():
+                return super().invoke(ctx)
         except ImportError as exc:
             command = ctx.invoked_subcommand
             if command is None or command in ENGINE_COMMANDS:
@@ -145,20 +141,6 @@ class _Group(click.Group):
                 f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'",
                 err=True,
             )
-            sys.exit(1)
-        except psycopg.errors.UndefinedTable as exc:
-            schema_error = SchemaError(
-                f"the database has no ujobs-bridge schema, or an old one ({exc.diag.message_primary})",
-                hint="run `ujobs-bridge db upgrade` against it",
-            )
-            click.echo(f"error: {schema_error.render()}", err=True)
-            sys.exit(1)
-        except psycopg.OperationalError as exc:
-            error = DatabaseUnavailableError(
-                f"the database could not be reached: {mask_dsn(str(exc)).strip()}",
-                hint="check that Postgres is running and the DSN (--dsn / UJOBS_DATABASE_URL) is right",
-            )
-            click.echo(f"error: {error.render()}", err=True)
             sys.exit(1)
 
 

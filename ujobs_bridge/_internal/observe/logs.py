@@ -8,6 +8,9 @@ command (worker, scheduler, outbox relay, ``migrate --follow``, dashboard) calls
 its ``--loglevel`` and ``--log-format``; code that logs about a job passes ``job_fields(...)``
 as ``extra=`` so both formats carry them.
 
+Every line goes through the one redaction (``redaction.py``): a password in a message, a
+traceback or an ``extra=`` field is hidden.
+
 What it is not: a logging framework. It configures the standard library's root logger and
 formats records; it never decides what to log.
 """
@@ -19,6 +22,8 @@ import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from ujobs_bridge._internal.observe.redaction import redact, redact_message
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -87,26 +92,34 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact_message(record.getMessage()),
         }
         extras = {k: v for k, v in record.__dict__.items() if k not in _RECORD_KEYS}
         for key in JOB_KEYS:
             if key in extras:
-                out[key] = extras.pop(key)
+                out[key] = redact(extras.pop(key))
         for key, value in extras.items():
             if not key.startswith("_"):
-                out[key] = value
+                out[key] = redact(value)
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = redact_message(self.formatException(record.exc_info))
         if record.stack_info:
-            out["stack"] = self.formatStack(record.stack_info)
+            out["stack"] = redact_message(self.formatStack(record.stack_info))
         return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """The classic text line, its secrets hidden (``redaction.py``) like JSON lines'."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_message(super().format(record))
 
 
 def formatter(fmt: LogFormat) -> logging.Formatter:
     """JSON lines, or the classic one-line text (a job's traceback is in JSON's ``error``, and
-    in text only at DEBUG, as its own line: ``worker/job_log.py``)."""
-    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    in text only at DEBUG, as its own line: ``worker/job_log.py``); both with their secrets
+    hidden."""
+    return JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT)
 
 
 def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None) -> None:
