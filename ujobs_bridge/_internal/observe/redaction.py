@@ -225,13 +225,23 @@ _REPR_PAIR = re.compile(
     r"""(?P<key>(?P<q>['"])(?P<name>(?:(?!(?P=q)).)*)(?P=q)\s*:\s*)"""
     r"""(?P<value>'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^,})\]]*)"""
 )
-# In free text: key=value or key: value (an error message, a traceback, a query string); the
-# value is quoted, or runs to whitespace or a separator; an Authorization's scheme goes with it.
-_TEXT_PAIR = re.compile(
-    r"""(?P<key>(?<![\w-])(?P<name>[A-Za-z_][\w.-]*)\s*(?:=|:(?!//))\s*)"""
+# In free text: key=value or key: value (an error message, a traceback, a query string) whose
+# key names a secret; the value is quoted, or runs to whitespace or a separator; an
+# Authorization's scheme goes with it. Built with the names (``secret_key_pattern``).
+_TEXT_PAIR_FORMAT = (
+    r"""(?P<key>(?<![\w-])(?P<name>[\w.-]*(?:{names})[\w.-]*)\s*(?:=|:(?!//))\s*)"""
     r"""(?P<value>(?:(?:Bearer|Basic|Token|Digest)\s+)?"""
-    r"""(?:'(?:[^'\\\n]|\\.)*'?|"(?:[^"\\\n]|\\.)*"?|[^\s,;&'")}\]]+))"""
+    r"""(?:'(?:[^'\\\n]|\\.)*'?|"(?:[^"\\\n]|\\.)*"?|[^\s,;&'")}}\]]+))"""
 )
+_text_pair: re.Pattern[str] | None = None
+
+
+def _text_pair_pattern() -> re.Pattern[str]:
+    global _text_pair
+    names = secret_key_pattern()
+    if _text_pair is None or _text_pair.pattern.find(names.pattern) < 0:
+        _text_pair = re.compile(_TEXT_PAIR_FORMAT.format(names=names.pattern), re.IGNORECASE)
+    return _text_pair
 
 
 def _redact_json_text(text: str) -> str:
@@ -298,7 +308,7 @@ def redact_message(text: str) -> str:
         ),
         text,
     )
-    return _TEXT_PAIR.sub(_hide_pair, text)
+    return _text_pair_pattern().sub(_hide_pair, text)
 
 
 def _hide_pair(m: re.Match[str]) -> str:
