@@ -108,6 +108,11 @@ def test_a_jobs_secrets_are_hidden_on_the_dashboard_in_the_cli_and_in_json_logs(
     as_stored = runner.invoke(cli, ["jobs", "show", str(ref.id), "--json", "--show-secrets",
                                     "--dsn", dsn])  # fmt: skip
     assert "hunter2" in as_stored.stdout and "ArgPwd_1" in as_stored.stdout
+    more = runner.invoke(cli, ["jobs", "show", str(ref.id), "--json", "--dsn", dsn],
+                         env={"UJOBS_SECRET_KEYS": "note, cache"})  # fmt: skip
+    assert json.loads(more.stdout)["input"]["args"][0] | {"headers": None} == {
+        "pwd": "***", "cache": "***", "headers": None, "note": "***"
+    }  # fmt: skip
 
     # the dashboard's pages
     dash = Dashboard(dsn, tmp_path / "dash.log")

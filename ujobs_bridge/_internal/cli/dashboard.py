@@ -143,4 +143,6 @@ def dashboard(
     where = f"http://{address}:{port}{config.url_prefix}/"
     mode = " (read-only)" if read_only else ""
     click.echo(f"dashboard ready: {where}{mode}", err=True)
+    hosts = ", ".join(sorted(config.allowed_hosts))
+    click.echo(f"answers requests for the hosts {hosts} (add one: --allowed-host NAME)", err=True)
     uvicorn.run(app, host=address, port=port, log_config=None, access_log=False)

@@ -53,7 +53,7 @@ SECRET_NAMES = (
     "(?<!routing_)(?<!idempotency_)(?<!routing-)key",
 )
 _extra_names: list[str] = []
-_pattern: re.Pattern[str] | None = None
+_pattern: tuple[str, re.Pattern[str]] | None = None  # (UJOBS_SECRET_KEYS it was built with, it)
 
 
 def add_secret_keys(*names: str) -> None:
@@ -64,13 +64,15 @@ def add_secret_keys(*names: str) -> None:
 
 
 def secret_key_pattern() -> re.Pattern[str]:
-    """The pattern a key's name is matched against (built once, with ``UJOBS_SECRET_KEYS``)."""
+    """The pattern a key's name is matched against: the built-in names, ``add_secret_keys``'
+    and ``$UJOBS_SECRET_KEYS``' (rebuilt when that variable changes)."""
     global _pattern
-    if _pattern is None:
-        env = [re.escape(n.strip()) for n in os.environ.get(ENV_SECRET_KEYS, "").split(",")]
-        names = [*SECRET_NAMES, *_extra_names, *(n for n in env if n)]
-        _pattern = re.compile("|".join(names), re.IGNORECASE)
-    return _pattern
+    env = os.environ.get(ENV_SECRET_KEYS, "")
+    if _pattern is None or _pattern[0] != env:
+        extra = [re.escape(n.strip()) for n in env.split(",") if n.strip()]
+        names = [*SECRET_NAMES, *_extra_names, *extra]
+        _pattern = (env, re.compile("|".join(names), re.IGNORECASE))
+    return _pattern[1]
 
 
 def is_secret_key(name: object) -> bool:
