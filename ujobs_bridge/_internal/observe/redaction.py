@@ -176,9 +176,13 @@ def mask_dsn(dsn: str) -> str:
 
 # A URL inside text, with or without its "://": scheme, "://" (or "//", ":/"), up to whitespace,
 # a quote or a closing bracket.
-_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*(?:://|:?//|:/)[^\s'"<>\])}]+""")
+_URL = re.compile(
+    r"""(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}(?:://|:?//|:/)[^\s'"<>\])}]+"""
+)
 # Userinfo with a password before a host, without any scheme: ``user:pw@host``.
-_USERINFO = re.compile(r"""(?<![\w/:@.])(?P<user>[\w.+-]*):(?P<pw>[^\s'"<>@/:]+)@(?=[\w.\[-])""")
+_USERINFO = re.compile(
+    r"""(?<![\w/:@.+-])(?P<user>[\w.+-]{0,64}):(?P<pw>[^\s'"<>@/:]{1,256})@(?=[\w.\[-])"""
+)
 
 
 def mask_urls(text: str) -> str:
@@ -231,7 +235,7 @@ _REPR_PAIR = re.compile(
 # key names a secret; the value is quoted, or runs to whitespace or a separator; an
 # Authorization's scheme goes with it. Built with the names (``secret_key_pattern``).
 _TEXT_PAIR_FORMAT = (
-    r"""(?P<key>(?<![\w-])(?P<name>[\w.-]*(?:{names})[\w.-]*)\s*(?:=|:(?!//))\s*)"""
+    r"""(?P<key>(?<![\w.-])(?P<name>[\w.-]{{0,64}}(?:{names})[\w.-]{{0,64}})\s*(?:=|:(?!//))\s*)"""
     r"""(?P<value>(?:(?:Bearer|Basic|Token|Digest)\s+)?"""
     r"""(?:'(?:[^'\\\n]|\\.)*'?|"(?:[^"\\\n]|\\.)*"?|[^\s,;&'")}}\]]+))"""
 )
