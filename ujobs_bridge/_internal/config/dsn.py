@@ -77,12 +77,17 @@ class ResolvedDatabase:
 
 
 def resolve(
-    dsn: str | None = None, *, config_dsn: str | None = None, quiet: bool = False
+    dsn: str | None = None,
+    *,
+    config_dsn: str | None = None,
+    quiet: bool = False,
+    given_as: str = "--dsn",
 ) -> ResolvedDatabase:
-    """Pick the database by the documented order; start the embedded one only if nothing is set."""
+    """Pick the database by the documented order; start the embedded one only if nothing is set.
+    ``given_as``: what ``dsn`` is called in an error (the flag, or an API's argument)."""
     if dsn:
-        check_dsn(dsn, "--dsn")
-        return ResolvedDatabase(dsn, "flag", f"database: {mask_dsn(dsn)} (--dsn)")
+        check_dsn(dsn, given_as)
+        return ResolvedDatabase(dsn, "flag", f"database: {mask_dsn(dsn)} ({given_as})")
     env = os.environ.get(ENV_DATABASE_URL)
     if env:
         check_dsn(env, ENV_DATABASE_URL)
