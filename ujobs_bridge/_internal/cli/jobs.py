@@ -60,8 +60,8 @@ def _error(text: str | None) -> str | None:
     return None if text is None else redact_message(text)
 
 
-def _last_line(text: str | None) -> str:
-    lines = (_error(text) or "").strip().splitlines()
+def _last_line(text: str | None, show_secrets: bool = False) -> str:
+    lines = ((text if show_secrets else _error(text)) or "").strip().splitlines()
     return lines[-1] if lines else ""
 
 
@@ -91,7 +91,7 @@ def _attempt_json(a: AttemptRow, show_secrets: bool = False) -> dict[str, Any]:
     }
 
 
-def _attempts_table(attempts: list[AttemptRow]) -> Table:
+def _attempts_table(attempts: list[AttemptRow], show_secrets: bool = False) -> Table:
     """Each attempt that ended: who ran it, when, how; its error's last line (the whole
     traceback is in ``--json`` and on the dashboard's job page)."""
     out = table(
@@ -105,7 +105,7 @@ def _attempts_table(attempts: list[AttemptRow]) -> Table:
             cell(_when(a.claimed_at)),
             cell(_when(a.finished_at)),
             cell(a.outcome),
-            cell(_last_line(a.error), 120),
+            cell(_last_line(a.error, show_secrets), 120),
         )
     return out
 
@@ -223,7 +223,7 @@ def show(
     out = console()
     out.print(fields)
     if attempts:
-        out.print(_attempts_table(attempts))
+        out.print(_attempts_table(attempts, show_input))
     if steps:
         step_table = table(
             f"{len(steps)} step(s)",
@@ -234,7 +234,7 @@ def show(
             if s.completed_at is not None:
                 took = f"{(s.completed_at - s.started_at).total_seconds() * 1000:.1f} ms"
             shown = (
-                (s.error if show_input else _last_line(s.error)).strip().splitlines()[-1]
+                _last_line(s.error, show_input)
                 if s.error
                 else redact(s.output)
                 if not show_input
