@@ -10,6 +10,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ class Dashboard:
         self.port = free_port()
         self.proc = CliProc(["dashboard", "--port", str(self.port), *flags, "--dsn", dsn], log)
         self.base = f"http://127.0.0.1:{self.port}"
+        self.cookies: dict[str, str] = {}  # what a browser would send back
+        self.set_cookies: list[str] = []  # every Set-Cookie header seen, as sent
         wait_for(
             lambda: self.request("/healthz")[0] == 200 or self.proc.proc.poll() is not None,
             timeout=60,
@@ -43,21 +46,43 @@ class Dashboard:
         assert self.proc.proc.poll() is None, self.proc.output()
 
     def request(
-        self, path: str, *, data: dict[str, str] | None = None, auth: tuple[str, str] | None = None
+        self,
+        path: str,
+        *,
+        data: dict[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, str]:
+        """GET (or POST ``data``) as a browser of this dashboard would: it keeps the session
+        cookie the dashboard sets and sends its own ``Origin`` on a POST; ``headers`` (a forged
+        ``Host``, ``Origin`` or ``Cookie``) override."""
         body = urllib.parse.urlencode(data).encode() if data is not None else None
         request = urllib.request.Request(self.base + path, data=body)
         if auth is not None:
             token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
+        if self.cookies:
+            request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
+        if data is not None:
+            request.add_header("Origin", self.base)
+        for key, value in (headers or {}).items():
+            request.add_header(key, value)
         opener = urllib.request.build_opener(NoRedirect)
         try:
             with opener.open(request, timeout=10) as response:
+                self._keep_cookies(response.headers)
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
+            self._keep_cookies(exc.headers)
             return exc.code, exc.read().decode()
         except OSError:
             return 0, ""
+
+    def _keep_cookies(self, headers: Any) -> None:
+        for header in headers.get_all("Set-Cookie") or []:
+            cookie = SimpleCookie(header)
+            self.cookies.update({k: m.value for k, m in cookie.items()})
+            self.set_cookies.append(header)
 
     def close(self) -> None:
         self.proc.close()
@@ -68,7 +93,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def browser() -> Any:
+def browser(*extra_args: str) -> Any:
     if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
         pytest.skip(
             "Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
@@ -80,6 +105,8 @@ def browser() -> Any:
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1360,900",
                 "--disable-dev-shm-usage"):  # fmt: skip
+        options.add_argument(arg)
+    for arg in extra_args:
         options.add_argument(arg)
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 

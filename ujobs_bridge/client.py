@@ -113,7 +113,7 @@ def connect(
     The schema is checked read-only and a missing migration refused with the fix; ``upgrade=None``
     applies it only on the embedded database or under ``UJOBS_AUTO_UPGRADE=1``, ``True`` always,
     ``False`` skips the check (the caller vouches for the schema, as test kits do)."""
-    database = resolve(dsn)
+    database = resolve(dsn, given_as="database DSN")
     if upgrade is not False:
         ensure_schema(database, upgrade=upgrade)
     return Client(database, clock=clock, max_size=max_size)

@@ -127,6 +127,7 @@ class Beat:
             ctx = click.get_current_context(silent=True)
             spec = ctx.find_root().params.get("app") if ctx is not None else None
             name = spec if isinstance(spec, str) else app.main or ""
-            serve(CeleryApp(name, app, app), interval_s=self.interval_s)
+            with flags.one_line_errors():  # as `ujobs-bridge scheduler` says it
+                serve(CeleryApp(name, app, app), interval_s=self.interval_s)
         finally:
             flags.remove_pidfile(self.pidfile)

@@ -54,6 +54,7 @@ from celery_compat.worker import revoked_ids, stamp_revokes
 from ujobs_bridge.errors import UjobsError
 from ujobs_bridge.ext import control as engine
 from ujobs_bridge.ext.control import CommandSet, ControlState, Handler
+from ujobs_bridge.ext.observe import redact, redact_repr
 from ujobs_bridge.ext.worker import InFlight
 
 log = logging.getLogger("celery.worker.control")
@@ -113,6 +114,10 @@ def job_request_info(state: ControlState, entry: InFlight) -> dict[str, Any]:
     }
 
 
+def _shown(text: Any) -> Any:
+    return redact_repr(text) if isinstance(text, str) else text
+
+
 def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dict[str, Any]:
     """A held message as Celery's ``Request.info()``: keyed by its Celery task id."""
     claimed = entry.claimed
@@ -123,8 +128,9 @@ def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dic
     return {
         "id": message.task_id,
         "name": message.task,
-        "args": headers.get("argsrepr") if safe else message.args,
-        "kwargs": headers.get("kwargsrepr") if safe else message.kwargs,
+        # shown to operators (``inspect active``): secrets hidden, as on every surface
+        "args": _shown(headers.get("argsrepr")) if safe else redact(message.args),
+        "kwargs": _shown(headers.get("kwargsrepr")) if safe else redact(message.kwargs),
         "type": message.task,
         "hostname": state.node,
         "time_start": entry.started_at,

@@ -43,6 +43,7 @@ from celery.utils.time import utcoffset
 
 from celery_compat.db import events as events_db
 from ujobs_bridge.ext.database import Reconnecting, Role, mask_dsn
+from ujobs_bridge.ext.observe import redact_repr, redact_text
 from ujobs_bridge.ext.worker import Service
 
 log = logging.getLogger("celery_compat.events")
@@ -60,6 +61,11 @@ INTERVAL_S = 0.25
 RETRY_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
 UTCOFFSET_S = 1.0
+
+
+# Event fields that carry a task's data as text (Celery's ``args``/``kwargs`` are the reprs).
+_REPR_FIELDS = frozenset({"args", "kwargs"})
+_TEXT_FIELDS = _REPR_FIELDS | {"exception", "traceback", "result", "einfo"}
 
 
 def has_broker(app: Any) -> bool:
@@ -161,7 +167,12 @@ class EventEmitter(Service):
     # -- the hot path ------------------------------------------------------------------------------
 
     def emit(self, type_: str, hostname: str, pid: int, **fields: Any) -> dict[str, Any]:
-        """Build the event as Celery's dispatcher would send it and queue it; no I/O."""
+        """Build the event as Celery's dispatcher would send it and queue it; no I/O. Its
+        argument reprs, exception, traceback and result go out with their secrets hidden."""
+        for key in _TEXT_FIELDS.intersection(fields):
+            value = fields[key]
+            if isinstance(value, str):
+                fields[key] = redact_repr(value) if key in _REPR_FIELDS else redact_text(value)
         event: dict[str, Any] = Event(
             type_,
             hostname=hostname,

@@ -190,4 +190,5 @@ class Worker:
         app.loader.import_default_modules()
         spec = _app_spec()
         flags.say(f"celery worker on the bridge: {self.hostname} (tasks run from Postgres)")
-        serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)
+        with flags.one_line_errors():  # as `ujobs-bridge worker` says it: one line, exit 1
+            serve(CeleryApp(spec or app.main or "", app, app), spec, self.flags)

@@ -11,6 +11,7 @@ What it is not: the drain (``migrate/runner.py``) or the quarantine.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -24,13 +25,19 @@ if TYPE_CHECKING:
     from migrate.source import Source
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.%]+")
+
+
 def check_broker_url(url: str) -> None:
     """A broker URL that cannot even be parsed is refused before anything connects, with the
     URL masked and no secret in the message."""
     try:
         if "://" not in url:
             raise ValueError("it has no scheme:// part")
-        urlsplit(url).port  # noqa: B018 - raises ValueError on a port that is not a number
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        if parts.hostname and not _HOST_NAME.fullmatch(parts.hostname):
+            raise ValueError(f"the host {parts.hostname!r} is not a host name or an IP address")
     except ValueError as exc:
         raise UjobsError(
             f"the broker URL {mask_dsn(url)} is malformed: {scrub(str(exc), url)}",

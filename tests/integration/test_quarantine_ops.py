@@ -33,7 +33,7 @@ from ujobs_bridge.testing import redis_url
 pytestmark = pytest.mark.timeout(300)
 Db = psycopg.Connection[Any]
 REDIS_URL = redis_url(8)  # this module's own Redis db (of the test kit's server)
-SECRETS = ("hunter2", "tok-SECRET", "key-SECRET", "brokerpw")
+SECRETS = ("hunter2", "tok-SECRET", "key-SECRET", "brokerpw", "pwd-SECRET", "noslash-SECRET")
 
 
 @pytest.fixture
@@ -85,6 +85,7 @@ def publish_and_drain(dsn: str, queue: str) -> dict[str, int]:
         app.send_task(
             "migrate_proj.secret_thing",
             kwargs={"password": "hunter2", "token": "tok-SECRET", "api_key": "key-SECRET",
+                    "pwd": "pwd-SECRET", "dsn": "postgresql//bob:noslash-SECRET@db/x",
                     "note": "fine"},
             headers={"origin_url": "redis://:brokerpw@10.0.0.1:6379/0"},
         )  # fmt: skip
@@ -137,7 +138,14 @@ def test_quarantine_show_hides_secrets_and_raw_writes_the_stored_bytes(
     )
     args, kwargs, _ = json.loads(base64.b64decode(envelope["body"]))
     assert args == []
-    assert kwargs == {"password": "***", "token": "***", "api_key": "***", "note": "fine"}
+    assert kwargs == {
+        "password": "***",
+        "token": "***",
+        "api_key": "***",
+        "pwd": "***",
+        "dsn": "postgresql//bob:****@db/x",
+        "note": "fine",
+    }
     (stored,) = db.execute("select raw from x_migrate_quarantine where id = %s", (ids["secrets"],))
     assert data["sha256"] and len(data["raw_preview"]) > 0
     raw = cli("migrate", "quarantine", "show", entry, "--raw", "--dsn", dsn)
@@ -232,5 +240,7 @@ def test_quarantine_retry_discard_csrf_and_read_only_from_the_dashboard(
     assert ro.request(discard, data={"csrf_token": token.group(1)})[0] == 403
     assert ro.request(f"/quarantine/{secret_id}/retry", data={"csrf_token": "x"})[0] == 403
     assert entry(secret_id) == (None, None)
+    dash.cookies["ujobs_session"] = driver.get_cookie("ujobs_session")["value"]
     assert dash.request(discard, data={"csrf_token": token.group(1)})[0] == 303  # the token works
+    # (in the browser's session: the token is bound to its session cookie)
     assert entry(secret_id) == ("discarded", None)

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from ujobs_bridge import Worker, WorkerConfig
+from ujobs_bridge import Worker, WorkerConfig, job
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge.client import Client
 from ujobs_bridge.testing import run_until_idle
@@ -133,3 +133,38 @@ def test_an_async_body_runs_in_the_enqueuers_trace_too(
         if s.attributes.get("messaging.message.id") == str(ref.id)
     ]
     assert ran.context.trace_id == enqueuer.get_span_context().trace_id
+
+
+SPAN_SECRETS = ("hunter2", "s3cretpw", "Nosl4sh")
+
+
+@job(queue="traced_leaky", max_attempts=1)
+def traced_leaky() -> None:
+    raise ValueError(
+        "login failed password=hunter2 via postgresql://bob:s3cretpw@db/prod"
+        " and postgresql//bob:Nosl4sh@db/prod"
+    )
+
+
+def test_a_failed_attempts_span_carries_its_error_with_the_secrets_hidden(
+    dsn: str, client: Client, spans: InMemorySpanExporter
+) -> None:
+    ref = traced_leaky.configure(client=client).enqueue()
+    run_until_idle(
+        Worker(dsn, {traced_leaky.name: traced_leaky}, WorkerConfig(queues=("traced_leaky",)))
+    )
+    (span,) = [
+        s
+        for s in spans.get_finished_spans()
+        if s.attributes is not None and s.attributes.get("messaging.message.id") == str(ref.id)
+    ]
+    assert span.status.status_code is StatusCode.ERROR
+    (event,) = [e for e in span.events if e.name == "exception"]
+    attributes = dict(event.attributes or {})
+    assert attributes["exception.type"] == "builtins.ValueError"
+    assert "password=***" in str(attributes["exception.message"])
+    assert "postgresql//bob:****@db" in str(attributes["exception.message"])
+    assert "Traceback" in str(attributes["exception.stacktrace"])
+    shown = f"{attributes} {span.status.description}"
+    for secret in SPAN_SECRETS:
+        assert secret not in shown, secret

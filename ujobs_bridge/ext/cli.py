@@ -1,6 +1,7 @@
 """What a contributed command (entry point ``ujobs_bridge.cli``) or a replacement of Celery's
 ``worker``/``beat`` commands composes: the shared options, output, the demo's tables, the worker's
-and scheduler's serve functions and the worker flags' parsers.
+and scheduler's serve functions, the worker flags' parsers and the one-line failure every command
+prints (``one_line_errors``).
 
 What it is not: the engine's own commands.
 """
@@ -11,6 +12,7 @@ from ujobs_bridge._internal.cli.demo_tables import failure as demo_failure
 from ujobs_bridge._internal.cli.demo_tables import figures_table as demo_figures_table
 from ujobs_bridge._internal.cli.demo_tables import footnote as demo_footnote
 from ujobs_bridge._internal.cli.engine_demo import live_in_queue
+from ujobs_bridge._internal.cli.failures import one_line_errors
 from ujobs_bridge._internal.cli.options import (
     CLI_ROLE,
     app_database,
@@ -62,6 +64,7 @@ __all__ = [
     "log_level",
     "metrics_options",
     "node_name",
+    "one_line_errors",
     "pgbouncer_option",
     "pool",
     "print_json",

@@ -13,7 +13,13 @@ from ujobs_bridge._internal.observe.logs import LogFormat
 from ujobs_bridge._internal.observe.logs import setup as setup_logs
 from ujobs_bridge._internal.observe.metrics import REGISTRY
 from ujobs_bridge._internal.observe.metrics_http import MetricsServer
-from ujobs_bridge._internal.observe.redaction import redact, redact_text
+from ujobs_bridge._internal.observe.redaction import (
+    add_secret_keys,
+    redact,
+    redact_message,
+    redact_repr,
+    redact_text,
+)
 from ujobs_bridge._internal.observe.tracing import current_traceparent
 
 __all__ = [
@@ -21,9 +27,12 @@ __all__ = [
     "Introspector",
     "LogFormat",
     "MetricsServer",
+    "add_secret_keys",
     "current_traceparent",
     "database_reachable",
     "redact",
+    "redact_message",
+    "redact_repr",
     "redact_text",
     "setup_logs",
 ]

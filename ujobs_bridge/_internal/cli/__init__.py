@@ -16,15 +16,13 @@ What it is not: business logic. Commands parse flags, call the engine and print.
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
-import psycopg
 
+from ujobs_bridge._internal.cli.failures import fail, one_line_errors
 from ujobs_bridge._internal.config import plugins
-from ujobs_bridge._internal.config.dsn import RESOLVED_KEY, ResolvedDatabase, mask_dsn
-from ujobs_bridge._internal.observe import logs
-from ujobs_bridge.errors import DatabaseUnavailableError, SchemaError, UjobsError
+from ujobs_bridge._internal.config.dsn import RESOLVED_KEY, ResolvedDatabase
 
 # Each command's module is imported only when that command runs (or --help lists them): a
 # `worker` never pays for the demo's or a plugin's imports, and a broken optional command cannot
@@ -132,42 +130,23 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except UjobsError as exc:
-            _fail(exc.render())
+            with one_line_errors(lambda: _upgrade_command(ctx)):
+                return super().invoke(ctx)
         except ImportError as exc:
             command = ctx.invoked_subcommand
             if command is None or command in ENGINE_COMMANDS:
                 raise
             # a contributed command's dependency is missing (found only when it runs)
-            _fail(
+            fail(
                 f"the `{command}` command is unavailable: {exc}\n"
                 f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'"
             )
-        except psycopg.errors.UndefinedTable as exc:
-            resolved = ctx.meta.get(RESOLVED_KEY)
-            command = (
-                resolved.upgrade_command
-                if isinstance(resolved, ResolvedDatabase)
-                else "ujobs-bridge db upgrade --dsn <this database>"
-            )
-            schema_error = SchemaError(
-                f"the database has no ujobs-bridge schema, or an old one ({exc.diag.message_primary})",
-                hint=f"run `{command}`",
-            )
-            _fail(schema_error.render())
-        except psycopg.OperationalError as exc:
-            error = DatabaseUnavailableError(
-                f"the database could not be reached: {mask_dsn(str(exc)).strip()}",
-                hint="check that Postgres is running and the DSN (--dsn / UJOBS_DATABASE_URL) is right",
-            )
-            _fail(error.render())
 
 
-def _fail(text: str) -> NoReturn:
-    """``error: ...`` on stderr (one JSON object under ``--log-format json``), exit 1."""
-    logs.say(f"error: {text}", level="ERROR")
-    sys.exit(1)
+def _upgrade_command(ctx: click.Context) -> str | None:
+    """The command that upgrades the database this command resolved, once it resolved one."""
+    resolved = ctx.meta.get(RESOLVED_KEY)
+    return resolved.upgrade_command if isinstance(resolved, ResolvedDatabase) else None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

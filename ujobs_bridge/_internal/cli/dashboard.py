@@ -2,8 +2,10 @@
 
 Why it exists: Flower's habits (``--address``, ``--port``, ``--url-prefix``) on the bridge's
 database, safe by default: it binds 127.0.0.1; any other address requires ``--auth user:pass``
-or a token in ``$UJOBS_DASHBOARD_TOKEN`` (it refuses to start otherwise); ``--read-only``
-hides and refuses every action.
+or a token in ``$UJOBS_DASHBOARD_TOKEN`` (it refuses to start otherwise, and refuses a blank
+or whitespace-only token, user or password); it answers only the hosts it is bound to and the
+localhost names unless ``--allowed-host`` adds more; ``--read-only`` hides and refuses every
+action.
 
 What it is not: the app (``dashboard/app.py``).
 """
@@ -17,9 +19,10 @@ import click
 
 from ujobs_bridge._internal.cli.options import APP, app_database, dsn_option, log_format_option
 from ujobs_bridge._internal.cli.scheduler import load_tasks, resolve_app
-from ujobs_bridge._internal.dashboard.config import DashboardConfig
+from ujobs_bridge._internal.dashboard.config import DashboardConfig, default_allowed_hosts
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.observe.logs import LogFormat
+from ujobs_bridge.errors import ConfigError, ErrorCode
 
 TOKEN_ENV = "UJOBS_DASHBOARD_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 
@@ -38,12 +41,48 @@ def _prefix(value: str) -> str:
     return f"/{value}" if value else ""
 
 
+def _credentials(auth: str | None) -> tuple[str, str] | None:
+    """``--auth USER:PASS`` as a pair; a blank or whitespace-only user or password refused."""
+    if auth is None:
+        return None
+    user, sep, password = auth.partition(":")
+    if not sep or not user.strip() or not password.strip():
+        raise ConfigError(
+            "--auth takes USER:PASS, and neither may be empty or whitespace only",
+            hint="give a real user name and password (or set a token in "
+            f"${TOKEN_ENV}); a blank one would let anyone in",
+            code=ErrorCode.DASHBOARD_CREDENTIALS_INVALID,
+        )
+    return user, password
+
+
+def _token(value: str | None) -> str | None:
+    """``$UJOBS_DASHBOARD_TOKEN`` if set; set but blank or whitespace only is refused."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ConfigError(
+            f"${TOKEN_ENV} is set but blank or whitespace only",
+            hint="set it to a long random token (e.g. `openssl rand -hex 32`) or unset it",
+            code=ErrorCode.DASHBOARD_CREDENTIALS_INVALID,
+        )
+    return value
+
+
 @click.command()
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=5555, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--url-prefix", default="", help="Serve under this path (behind a proxy).")
 @click.option(
     "--auth", default=None, metavar="USER:PASS", help=f"Basic auth (or ${TOKEN_ENV}: a token)."
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name (or address) the dashboard is reached by, besides the bound address and "
+    "localhost; repeatable. Requests naming any other host are refused.",
 )
 @click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
 @click.option(
@@ -60,6 +99,7 @@ def dashboard(
     port: int,
     url_prefix: str,
     auth: str | None,
+    allowed_hosts: tuple[str, ...],
     read_only: bool,
     loglevel: str,
     log_format: LogFormat,
@@ -77,13 +117,8 @@ def dashboard(
         raise click.ClickException(
             f"the dashboard needs its extra ({exc.name}): pip install 'ujobs-bridge[dashboard]'"
         ) from exc
-    credentials = None
-    if auth is not None:
-        user, sep, password = auth.partition(":")
-        if not sep or not user or not password:
-            raise click.UsageError("--auth takes USER:PASS, both non-empty")
-        credentials = (user, password)
-    token = os.environ.get(TOKEN_ENV) or None
+    credentials = _credentials(auth)
+    token = _token(os.environ.get(TOKEN_ENV))
     if not _local(address) and credentials is None and token is None:
         raise click.UsageError(
             f"--address {address} is not local: give --auth USER:PASS or set ${TOKEN_ENV}, "
@@ -102,9 +137,12 @@ def dashboard(
         token=token,
         tasks=tasks,
         app_spec=app_spec,
+        allowed_hosts=default_allowed_hosts(address, allowed_hosts),
     )
     app = create_app(config)
     where = f"http://{address}:{port}{config.url_prefix}/"
     mode = " (read-only)" if read_only else ""
     logs.say(f"dashboard ready: {where}{mode}")
+    hosts = ", ".join(sorted(config.allowed_hosts))
+    logs.say(f"answers requests for the hosts {hosts} (add one: --allowed-host NAME)")
     uvicorn.run(app, host=address, port=port, log_config=None, access_log=False)

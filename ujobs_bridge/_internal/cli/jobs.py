@@ -33,7 +33,7 @@ from ujobs_bridge._internal.observe.introspect import (
     step_json,
     suspended_reason,
 )
-from ujobs_bridge._internal.observe.redaction import redact
+from ujobs_bridge._internal.observe.redaction import redact, redact_message
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.records import JobRecord
 
@@ -46,18 +46,28 @@ def _when(value: Any) -> str:
     return value.isoformat(timespec="seconds") if value is not None else ""
 
 
-def _record_json(record: JobRecord, show_input: bool) -> dict[str, Any]:
+def _record_json(record: JobRecord, show_secrets: bool) -> dict[str, Any]:
     out = record.as_json()
-    if not show_input:
+    if not show_secrets:
         out["input"] = redact(out["input"])
         out["output"] = redact(out["output"])
+        out["last_error"] = _error(out.get("last_error"))
     return out
+
+
+def _error(text: str | None) -> str | None:
+    """An error's text (a traceback) as shown: its secrets hidden (``redaction.py``)."""
+    return None if text is None else redact_message(text)
+
+
+def _last_line(text: str | None, show_secrets: bool = False) -> str:
+    lines = ((text if show_secrets else _error(text)) or "").strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def _table(records: list[JobRecord], title: str) -> Table:
     out = table(title, ("id", "name", "queue", "state", "attempt", "run at", "last error"))
     for r in records:
-        error = (r.last_error or "").strip().splitlines()
         out.add_row(
             cell(str(r.id)),
             cell(r.name),
@@ -65,23 +75,23 @@ def _table(records: list[JobRecord], title: str) -> Table:
             cell(r.state.value),
             cell(f"{r.attempt}/{r.max_attempts}"),
             cell(_when(r.run_at)),
-            cell(error[-1] if error else "", 80),
+            cell(_last_line(r.last_error), 80),
         )
     return out
 
 
-def _attempt_json(a: AttemptRow) -> dict[str, Any]:
+def _attempt_json(a: AttemptRow, show_secrets: bool = False) -> dict[str, Any]:
     return {
         "attempt": a.attempt,
         "worker": a.worker,
         "claimed_at": a.claimed_at.isoformat() if a.claimed_at else None,
         "finished_at": a.finished_at.isoformat(),
         "outcome": a.outcome,
-        "error": a.error,
+        "error": a.error if show_secrets else _error(a.error),
     }
 
 
-def _attempts_table(attempts: list[AttemptRow]) -> Table:
+def _attempts_table(attempts: list[AttemptRow], show_secrets: bool = False) -> Table:
     """Each attempt that ended: who ran it, when, how; its error's last line (the whole
     traceback is in ``--json`` and on the dashboard's job page)."""
     out = table(
@@ -89,14 +99,13 @@ def _attempts_table(attempts: list[AttemptRow]) -> Table:
         ("#", "worker", "claimed", "finished", "outcome", "error"),
     )
     for a in attempts:
-        error = (a.error or "").strip().splitlines()
         out.add_row(
             cell(str(a.attempt)),
             cell(a.worker or "-"),
             cell(_when(a.claimed_at)),
             cell(_when(a.finished_at)),
             cell(a.outcome),
-            cell(error[-1] if error else "", 120),
+            cell(_last_line(a.error, show_secrets), 120),
         )
     return out
 
@@ -168,9 +177,12 @@ def ls(
 @jobs.command()
 @click.argument("job_id", metavar="ID")
 @click.option(
+    "--show-secrets",
     "--show-input",
+    "show_input",
     is_flag=True,
-    help="Print inputs and outputs without redacting secret-looking keys.",
+    help="Print inputs, outputs and errors as stored, without hiding what looks secret "
+    "(passwords in URLs, secret-named keys).",
 )
 @APP
 @dsn_option
@@ -196,7 +208,7 @@ def show(
     if as_json:
         data["suspended"] = reason
         data["steps"] = [step_json(s, show_input) for s in steps]
-        data["attempts"] = [_attempt_json(a) for a in attempts]
+        data["attempts"] = [_attempt_json(a, show_input) for a in attempts]
         print_json(data)
         return
     fields = Table(title=Text(f"job {record.id}"), show_header=False)
@@ -211,7 +223,7 @@ def show(
     out = console()
     out.print(fields)
     if attempts:
-        out.print(_attempts_table(attempts))
+        out.print(_attempts_table(attempts, show_input))
     if steps:
         step_table = table(
             f"{len(steps)} step(s)",
@@ -222,7 +234,7 @@ def show(
             if s.completed_at is not None:
                 took = f"{(s.completed_at - s.started_at).total_seconds() * 1000:.1f} ms"
             shown = (
-                s.error.strip().splitlines()[-1]
+                _last_line(s.error, show_input)
                 if s.error
                 else redact(s.output)
                 if not show_input

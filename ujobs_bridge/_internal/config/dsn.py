@@ -1,5 +1,6 @@
 """Where the database is: ``--dsn``, else ``UJOBS_DATABASE_URL``, else the embedded Postgres; and
-how a DSN is printed (password masked, always).
+how a DSN is printed (password masked, always: ``observe/redaction.py`` masks it, as it hides
+every other secret).
 
 Why it exists: every command resolves the database the same way and says which one it chose in
 one line, and no code path prints a password (argv and logs are visible to other users).
@@ -13,104 +14,50 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
+from typing import Any
 
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
+from ujobs_bridge._internal.observe.redaction import MASK, mask_dsn, scrub, secrets_of
+from ujobs_bridge._internal.observe.redaction import url_shaped as _url_shaped
 from ujobs_bridge.errors import ConfigError, ErrorCode
 
 ENV_DATABASE_URL = "UJOBS_DATABASE_URL"
-MASK = "****"
-
-# A parameter whose value is a secret: libpq's password and sslpassword, a broker's password,
-# secret, token or access key (in a query string or as key=value).
-SECRET_PARAM = re.compile(r"pass|pwd|secret|token|credential|api[_-]?key|access[_-]?key", re.I)
-_KV_PARAM = re.compile(
-    r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*(?:'|$)|\S*)"
-)
+# Masking lives with every other redaction (one module); these names are the DSN's view of it.
+__all__ = ["MASK", "check_dsn", "mask_dsn", "resolve", "scrub", "secrets_of"]
 
 
-def _kv_secrets(dsn: str) -> list[str]:
-    return [
-        m.group("value") for m in _KV_PARAM.finditer(dsn) if SECRET_PARAM.search(m.group("key"))
-    ]
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.%]+")
 
 
-def _split_url(dsn: str) -> tuple[str, str | None, str, str]:
-    """``scheme://userinfo@rest?query`` cut by hand (``urlsplit`` raises on some malformed URLs):
-    the userinfo is everything up to the LAST ``@`` before the query, so a password holding
-    ``/``, ``:`` or ``#`` is still found."""
-    scheme, _, rest = dsn.partition("://")
-    body, mark, query = rest.partition("?")
-    at = body.rfind("@")
-    if at < 0:
-        return scheme, None, body, mark + query
-    return scheme, body[:at], body[at + 1 :], mark + query
-
-
-def secrets_of(dsn: str) -> list[str]:
-    """Every secret a DSN or broker URL holds, as written and percent-decoded (longest first):
-    what must never be printed, whatever the text around it."""
-    found: list[str] = []
-    if "://" in dsn:
-        _, userinfo, _, query = _split_url(dsn)
-        _, colon, password = (userinfo or "").partition(":")
-        if colon and password:
-            found.append(password)
-        for pair in query.lstrip("?").split("&"):
-            key, eq, value = pair.partition("=")
-            if eq and value and SECRET_PARAM.search(unquote(key)):
-                found.append(value)
-    else:
-        found.extend(v.strip("'") for v in _kv_secrets(dsn))
-    found += [unquote(v) for v in found]
-    return sorted({v for v in found if v}, key=len, reverse=True)
-
-
-def scrub(text: str, dsn: str) -> str:
-    """``text`` (an error message, say) with every secret of ``dsn`` replaced by ``****``."""
-    for secret in secrets_of(dsn):
-        text = text.replace(secret, MASK)
-    return text
-
-
-def mask_dsn(dsn: str) -> str:
-    """The DSN with every password-like value replaced by ``****``: the URL's password and any
-    secret query parameter, or any secret ``key=value``. Never raises, even on a malformed DSN."""
-    if "://" in dsn:
-        scheme, userinfo, hostpart, query = _split_url(dsn)
-        user, colon, password = (userinfo or "").partition(":")
-        if colon and password:
-            userinfo = f"{user}:{MASK}"
-        if query:
-            pairs = []
-            for pair in query[1:].split("&"):
-                key, eq, value = pair.partition("=")
-                secret = eq and value and SECRET_PARAM.search(unquote(key))
-                pairs.append(f"{key}={MASK}" if secret else pair)
-            query = "?" + "&".join(pairs)
-        authority = "" if userinfo is None else userinfo + "@"
-        return f"{scheme}://{authority}{hostpart}{query}"
-    return _KV_PARAM.sub(
-        lambda m: (
-            m.group("key") + m.group("eq") + MASK
-            if SECRET_PARAM.search(m.group("key"))
-            else m.group(0)
-        ),
-        dsn,
-    )
+def _bad_part(params: dict[str, Any]) -> str | None:
+    """What libpq would accept here but never connect with: a port that is not a number from 1
+    to 65535 (``5432:5432``), a host name with characters no host name has."""
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"the port {port!r} is not a number from 1 to 65535"
+    for host in str(params.get("host") or "").split(","):
+        if host and not host.startswith(("/", "@")) and not _HOST_NAME.fullmatch(host):
+            return f"the host {host!r} is not a host name, an IP address or a socket directory"
+    return None
 
 
 def check_dsn(dsn: str, what: str = "database DSN") -> str:
-    """``dsn`` if libpq can parse it, else ``UJ_DSN_INVALID`` with libpq's reason, the DSN masked
-    and no secret anywhere in the message."""
+    """``dsn`` if libpq can parse it and its hosts and ports can be ones, else
+    ``UJ_DSN_INVALID`` with the reason, the DSN masked and no secret anywhere in the message."""
+    no_slashes = _url_shaped(dsn) and "://" not in dsn
     try:
-        conninfo_to_dict(dsn)
+        params = conninfo_to_dict(dsn)
     except ProgrammingError as exc:
-        reason = scrub(str(exc).strip(), dsn)
+        reason: str | None = str(exc).strip()
+    else:
+        reason = _bad_part(params)
+    if no_slashes:
+        reason = 'it has no "://" after its scheme (postgresql://...)'
+    if reason is not None:
         raise ConfigError(
-            f"the {what} {mask_dsn(dsn)} is malformed: {reason}",
+            f"the {what} {mask_dsn(dsn)} is malformed: {scrub(reason, dsn)}",
             hint="write it as postgresql://USER:PASSWORD@HOST:PORT/DBNAME (percent-encode "
             "special characters in the password) or as key=value pairs",
             code=ErrorCode.DSN_INVALID,
@@ -148,12 +95,17 @@ def upgrade_command_for(dsn: str) -> str:
 
 
 def resolve(
-    dsn: str | None = None, *, config_dsn: str | None = None, quiet: bool = False
+    dsn: str | None = None,
+    *,
+    config_dsn: str | None = None,
+    quiet: bool = False,
+    given_as: str = "--dsn",
 ) -> ResolvedDatabase:
-    """Pick the database by the documented order; start the embedded one only if nothing is set."""
+    """Pick the database by the documented order; start the embedded one only if nothing is set.
+    ``given_as``: what ``dsn`` is called in an error (the flag, or an API's argument)."""
     if dsn:
-        check_dsn(dsn, "--dsn")
-        return ResolvedDatabase(dsn, "flag", f"database: {mask_dsn(dsn)} (--dsn)")
+        check_dsn(dsn, given_as)
+        return ResolvedDatabase(dsn, "flag", f"database: {mask_dsn(dsn)} ({given_as})")
     env = os.environ.get(ENV_DATABASE_URL)
     if env:
         check_dsn(env, ENV_DATABASE_URL)

@@ -49,15 +49,44 @@ class Guard(BaseHTTPMiddleware):
         self.site = site
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        path = request.url.path.removeprefix(self.site.config.url_prefix)
-        if path not in OPEN_PATHS and not security.authorized(self.site.config, request):
-            response: Response = PlainTextResponse(
+        config = self.site.config
+        path = request.url.path.removeprefix(config.url_prefix)
+        session = security.session_of(request)
+        minted = session is None
+        response: Response
+        if path in OPEN_PATHS:
+            response = await call_next(request)
+        elif not security.host_allowed(config, request):
+            host = request.headers.get("host", "")
+            response = PlainTextResponse(
+                f"host {host!r} is not allowed: start the dashboard with --allowed-host "
+                "NAME for each name it is reached by\n",
+                400,
+            )
+        elif request.method not in security.SAFE_METHODS and not security.same_origin(request):
+            response = PlainTextResponse(
+                "cross-origin request refused: an action must come from this dashboard's own "
+                "page (its Origin or Referer names another host, or is missing)\n",
+                403,
+            )
+        elif not security.authorized(config, request):
+            response = PlainTextResponse(
                 "credentials required\n",
                 401,
                 headers={"WWW-Authenticate": 'Basic realm="ujobs-bridge", charset="UTF-8"'},
             )
         else:
+            request.scope[security.SESSION_SCOPE_KEY] = session or security.new_session()
             response = await call_next(request)
+            if minted:
+                response.set_cookie(
+                    security.SESSION_COOKIE,
+                    request.scope[security.SESSION_SCOPE_KEY],
+                    path=config.url_prefix or "/",
+                    secure=request.url.scheme == "https",
+                    httponly=True,
+                    samesite="strict",
+                )
         for key, value in HEADERS.items():
             response.headers.setdefault(key, value)
         return response

@@ -9,17 +9,45 @@ What it is not: the parsing of flags (``cli/dashboard.py``).
 from __future__ import annotations
 
 import secrets
+import socket
 from dataclasses import dataclass, field
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.scheduling.task import PeriodicTask
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names, not a bind)
+
+
+def host_name(host_header: str) -> str:
+    """The host of a ``Host`` header, an origin's netloc or an ``--allowed-host``, without its
+    port, lower case (``[::1]:9210`` -> ``::1``)."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        return host.partition(":")[0]
+    return host
+
+
+def default_allowed_hosts(address: str, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    """The hosts a request may name: the localhost names, the bound address (for a wildcard
+    bind, this machine's host name instead), and each ``--allowed-host``."""
+    hosts = set(LOCAL_HOSTS)
+    if address.strip().lower() in WILDCARD_BINDS:
+        hosts.add(socket.gethostname().lower())
+    else:
+        hosts.add(host_name(address))
+    hosts.update(host_name(h) for h in extra if h.strip())
+    return frozenset(hosts)
 
 
 @dataclass(frozen=True)
 class DashboardConfig:
     """``credentials``: (user, password) required on every request, or None (local only).
     ``token``: accepted as the password of any user, or as ``Authorization: Bearer``.
-    ``secret``: keys the CSRF tokens (random per process unless given)."""
+    ``secret``: keys the CSRF tokens (random per process unless given).
+    ``allowed_hosts``: the host names a request's ``Host`` may carry (``*``: any)."""
 
     dsn: str
     url_prefix: str = ""
@@ -31,6 +59,7 @@ class DashboardConfig:
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     clock: Clock = SYSTEM_CLOCK
     page_size: int = 50
+    allowed_hosts: frozenset[str] = LOCAL_HOSTS
 
     @property
     def guarded(self) -> bool:

@@ -30,7 +30,7 @@ from ujobs_bridge._internal.observe.introspect import (
     parse_state,
     suspended_reason,
 )
-from ujobs_bridge._internal.observe.redaction import REDACTED, redact
+from ujobs_bridge._internal.observe.redaction import REDACTED, redact, redact_message
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.records import JobRecord
 
@@ -267,5 +267,7 @@ def _listing(request: Request, records: list[JobRecord], offset: int, size: int)
         "offset": offset,
         "next_offset": offset + size if len(records) == size else None,
         "prev_offset": max(0, offset - size) if offset else None,
-        "last_error": lambda r: (r.last_error or "").strip().splitlines()[-1:] or [""],
+        "last_error": lambda r: (
+            redact_message(r.last_error or "").strip().splitlines()[-1:] or [""]
+        ),
     }

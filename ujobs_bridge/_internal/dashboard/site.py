@@ -29,6 +29,7 @@ from ujobs_bridge._internal.dashboard.config import DashboardConfig
 from ujobs_bridge._internal.dashboard.panels import Panel
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.observe.metrics_db import DatabaseCollector
+from ujobs_bridge._internal.observe.redaction import redact_message
 
 DASHBOARD_ROLE = connections.Role("dashboard")
 TEMPLATES = Path(__file__).parent / "templates"
@@ -49,6 +50,7 @@ class DashboardSite:
         env.globals["url"] = self.url
         env.globals["nav_extra"] = [p.nav for p in panels if p.nav]
         env.globals["read_only"] = config.read_only
+        env.filters["redacted"] = lambda v: redact_message(v) if isinstance(v, str) else v
         env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
         self.templates = Jinja2Templates(env=env)
         self._pool: ConnectionPool[Any] | None = None

@@ -27,7 +27,7 @@ from ujobs_bridge._internal.db import unclaimed as unclaimed_db
 from ujobs_bridge._internal.db.nodes import NodeRecord
 from ujobs_bridge._internal.db.observe import AttemptRow
 from ujobs_bridge._internal.db.steps import StepRecord
-from ujobs_bridge._internal.observe.redaction import redact
+from ujobs_bridge._internal.observe.redaction import redact, redact_message
 from ujobs_bridge.errors import ConfigError, JobNotFoundError, JobStateError
 from ujobs_bridge.records import LIVE_STATES, JobRecord, JobState, QueueStat
 
@@ -262,4 +262,6 @@ def step_json(step: StepRecord, show_input: bool) -> dict[str, Any]:
         out[key] = value.isoformat() if hasattr(value, "isoformat") else value
     if not show_input:
         out["output"] = redact(out["output"])
+        if isinstance(out.get("error"), str):
+            out["error"] = redact_message(out["error"])
     return out

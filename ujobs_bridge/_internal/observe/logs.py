@@ -11,6 +11,9 @@ as ``extra=`` so both formats carry them. A command's own status lines (``databa
 plain text for people, and under ``--log-format json`` one JSON object like every log line (as
 do Python's warnings), so a log shipper reading stderr never meets a line it cannot parse.
 
+Every line goes through the one redaction (``redaction.py``): a password in a message, a
+traceback or an ``extra=`` field is hidden.
+
 What it is not: a logging framework. It configures the standard library's root logger and
 formats records; it never decides what to log.
 """
@@ -24,6 +27,8 @@ import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from ujobs_bridge._internal.observe.redaction import redact, redact_message
 
 LogFormat = Literal["text", "json"]
 FORMATS: tuple[LogFormat, ...] = ("text", "json")
@@ -92,19 +97,19 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact_message(record.getMessage()),
         }
         extras = {k: v for k, v in record.__dict__.items() if k not in _RECORD_KEYS}
         for key in JOB_KEYS:
             if key in extras:
-                out[key] = extras.pop(key)
+                out[key] = redact(extras.pop(key))
         for key, value in extras.items():
             if not key.startswith("_"):
-                out[key] = value
+                out[key] = redact(value)
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = redact_message(self.formatException(record.exc_info))
         if record.stack_info:
-            out["stack"] = self.formatStack(record.stack_info)
+            out["stack"] = redact_message(self.formatStack(record.stack_info))
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
@@ -129,7 +134,8 @@ def json_chosen() -> bool:
 def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli", **fields: Any) -> None:
     """A command's status line on stderr, whatever the log level: ``text`` as it is, or under
     ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``, then
-    ``fields``, which the text form leaves out)."""
+    ``fields``, which the text form leaves out). Secrets in ``text`` are hidden either way."""
+    text = redact_message(text)
     if _Chosen.format == "json":
         record = logging.makeLogRecord(
             {"name": logger, "levelname": level, "levelno": logging.getLevelName(level), **fields}
@@ -165,10 +171,18 @@ class SaidLines(io.StringIO):
         return False
 
 
+class TextFormatter(logging.Formatter):
+    """The classic text line, its secrets hidden (``redaction.py``) like JSON lines'."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_message(super().format(record))
+
+
 def formatter(fmt: LogFormat) -> logging.Formatter:
     """JSON lines, or the classic one-line text (a job's traceback is in JSON's ``error``, and
-    in text only at DEBUG, as its own line: ``worker/job_log.py``)."""
-    return JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)
+    in text only at DEBUG, as its own line: ``worker/job_log.py``); both with their secrets
+    hidden."""
+    return JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT)
 
 
 def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None) -> None:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ujobs_bridge._internal.jobs.error_text import describe, unprintable
+from ujobs_bridge._internal.jobs.error_text import describe, error_text
+from ujobs_bridge._internal.observe.redaction import redact_message
 from ujobs_bridge.records import ClaimedJob
 
 try:  # optional: the `tracing` extra
@@ -116,24 +117,23 @@ def _attributes(claimed: ClaimedJob) -> dict[str, Any]:
 
 
 def _record_error(span: Any, error: BaseException) -> None:
-    """The exception event and the ERROR status. The SDK reads the exception's text and
-    traceback, which run the body's own code: when that raises, the event names the exception
-    ``<unprintable ValueError>`` and carries no traceback."""
+    """The exception event (as the SDK's ``record_exception`` writes it: type, message,
+    stacktrace, with their secrets hidden by ``redaction.py``) and the ERROR status. Formatting
+    runs the body's own code: what cannot be formatted is named ``<unprintable ValueError>``."""
     try:
-        span.record_exception(error)
-    except BaseException:  # the exception's own __str__ / __notes__, reached by the SDK
-        try:
-            span.add_event(
-                "exception",
-                {
-                    "exception.type": f"{type(error).__module__}.{type(error).__qualname__}",
-                    "exception.message": unprintable(error),
-                },
-            )
-        except Exception as exc:
-            _failed("record the attempt's exception", exc)
+        span.add_event(
+            "exception",
+            {
+                "exception.type": f"{type(error).__module__}.{type(error).__qualname__}",
+                "exception.message": redact_message(describe(error).partition(": ")[2]),
+                "exception.stacktrace": redact_message(error_text(error)),
+                "exception.escaped": "False",
+            },
+        )
+    except Exception as exc:
+        _failed("record the attempt's exception", exc)
     try:
-        span.set_status(Status(StatusCode.ERROR, describe(error)))
+        span.set_status(Status(StatusCode.ERROR, redact_message(describe(error))))
     except Exception as exc:
         _failed("set the attempt span's status", exc)
 
