@@ -15,7 +15,10 @@ Celery itself. What is ours:
   is consumed (no GroupResult saved up front: its parts are listed as they return);
 * an id whose stored meta is not final (none, STARTED, RETRY) is answered from its job rows: a
   message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
-  (including a retry sent after its task id was revoked) REVOKED.
+  (including a retry sent after its task id was revoked) REVOKED;
+* an id Postgres knows nothing of (no result, no job row) is looked up in the app's configured
+  ``result_backend`` (``elsewhere.py``): a task kept on the old broker during the cutover and run
+  by a Celery worker reads as that backend has it.
 
 A task's result is held to the worker's ``--max-result-bytes`` (as a job's result is): one over
 it is never written, and the task reads FAILURE with ``EncodeError`` naming
@@ -46,6 +49,7 @@ from celery.result import GroupResult, allow_join_result
 from celery.utils.functional import _regen
 from kombu.exceptions import EncodeError
 
+from celery_compat.backend.elsewhere import ConfiguredBackend
 from celery_compat.backend.listener import ResultListener
 from celery_compat.backend.outage import stored
 from celery_compat.db import message_jobs, result_store
@@ -119,6 +123,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         self._local = threading.local()
         self._listener: ResultListener | None = None
         self._listener_lock = threading.Lock()
+        self._configured = ConfiguredBackend(self.app, PostgresBackend)
 
     # -- storage -------------------------------------------------------------------------------
 
@@ -327,16 +332,23 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def _get_task_meta_for(self, task_id: Any) -> dict[str, Any]:
         meta: dict[str, Any] = super()._get_task_meta_for(task_id)
+        self._local.elsewhere = False
         if meta.get("status") in states.READY_STATES or getattr(self._local, "storing", False):
             return meta
         # Not finished by the stored meta (PENDING, STARTED, RETRY): the job rows may know that
         # it never will run (revoked before its message ran, dead-lettered).
-        return self._meta_from_jobs(bytes_to_str(task_id)) or meta
+        tid = bytes_to_str(task_id)
+        rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, tid))
+        if rows:
+            return self._meta_from_jobs(tid, rows) or meta
+        if meta.get("status") != states.PENDING:
+            return meta
+        # Never went through Postgres: a task kept on the old broker (``ujobs_broker_tasks``),
+        # run by a Celery worker, has its result in the app's configured result_backend.
+        self._local.elsewhere = True
+        return self._configured.meta(tid) or meta
 
-    def _meta_from_jobs(self, task_id: str) -> dict[str, Any] | None:
-        rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, task_id))
-        if not rows:
-            return None
+    def _meta_from_jobs(self, task_id: str, rows: Any) -> dict[str, Any] | None:
         _job_id, state, last_error, updated_at = rows[0]
         if state == "dead":
             exc: BaseException = WorkerLostError(last_error or "the job was dead-lettered")
@@ -369,6 +381,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             if self._listener is not None:
                 self._listener.stop()
                 self._listener = None
+        self._configured.close()
 
     def wait_for(
         self,
@@ -395,7 +408,9 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("The operation timed out.")
-                recheck = _poll_s(interval) if listener.polling else SAFETY_RECHECK_S
+                # No NOTIFY comes for a result stored by the other system: poll it.
+                elsewhere = getattr(self._local, "elsewhere", False)
+                recheck = _poll_s(interval) if listener.polling or elsewhere else SAFETY_RECHECK_S
                 event.wait(recheck if remaining is None else min(remaining, recheck))
         finally:
             listener.unwatch([key], event)
