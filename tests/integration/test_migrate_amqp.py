@@ -1,6 +1,6 @@
 """``ujobs-bridge migrate`` on RabbitMQ, with messages published by real Celery 5: classic and
-quorum queues drained with acks sent only after commit; ``--dry-run`` leaves every message in
-place; a drainer SIGKILLed between commit and ack, restarted: each message once, the queue
+quorum queues drained with acks sent only after commit; ``--dry-run`` counts without reading,
+so every message stays in place and is not marked redelivered; a drainer SIGKILLed between commit and ack, restarted: each message once, the queue
 empty; the ``celery_delayed_*`` queues of native delayed delivery drained into the right queue,
 other queues' delayed messages left alone."""
 
@@ -102,16 +102,19 @@ def test_classic_and_quorum_queues_drain_once_each_with_acks_after_commit_and_dr
         preview = dry_run(source, ctx, Stats(dry_run=True))
     finally:
         source.close()
-    assert (preview.taken, preview.outcomes["moved"]) == (400, 400)
-    assert (ready(classic), ready(qq)) == (300, 100), "a dry run returns every message"
+    assert (preview.counted, preview.taken, preview.remaining) == ({classic: 300, qq: 100}, 0, 400)
+    assert (ready(classic), ready(qq)) == (300, 100), "a dry run leaves every message"
 
     stats = ms.drain(qdsn, ms.AMQP_URL, [classic, qq], batch=100)
 
     assert stats.outcomes["moved"] == 400 and not stats.reasons
+    assert stats.redelivered == 0, "the dry run marked nothing redelivered"
     assert Counter(ms.ledger_ids(qdsn)) == expected
     assert (ready(classic), ready(qq)) == (0, 0), "acked: nothing came back when the drainer left"
     rows = ms.rows(qdsn)
     assert Counter(row["queue"] for row in rows) == {classic: 300, qq: 100}
+    delivered = [row["input"]["properties"]["delivery_info"] for row in rows]
+    assert {d["redelivered"] for d in delivered} == {False}  # what each task will see
     delayed = [row for row in rows if row["input"]["headers"].get("x-tenant") == "a"]
     assert len(delayed) == 50 and all(row["priority"] == 5 for row in delayed)
     assert all(row["run_at"] > datetime.now(UTC) + timedelta(minutes=55) for row in delayed)
