@@ -118,8 +118,9 @@ class Celery(celery.Celery):  # type: ignore[misc]
                 with super().producer_or_acquire(None) as real:
                     options["producer"] = real
                     return super().send_task(name, args, kwargs, **options)
-        elif producer is None or isinstance(producer, BridgeProducer):
-            options["producer"] = BRIDGE_PRODUCER
+        else:  # to Postgres (``BridgeAMQP.to_broker``), even when handed a broker producer
+            if producer is None or isinstance(producer, BridgeProducer):
+                options["producer"] = BRIDGE_PRODUCER
             if "eta" in options or "countdown" in options or "expires" in options:
                 check_send_times(options, datetime.now(UTC))  # before Celery adds seconds
         return super().send_task(name, args, kwargs, **options)

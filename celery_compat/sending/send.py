@@ -184,7 +184,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             confirm_timeout: Any = None,
             **kwargs: Any,
         ) -> None:
-            if not isinstance(producer, BridgeProducer):
+            if not isinstance(producer, BridgeProducer) and amqp.to_broker(name):
                 return broker_send(  # type: ignore[no-any-return]
                     producer,
                     name,
@@ -236,11 +236,8 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 queue=qname,
                 properties=_json_properties(properties),
             )
-            amqp.insert(
-                row,
-                retry=amqp.app.conf.task_publish_retry if retry is None else bool(retry),
-                retry_policy=retry_policy,
-            )
+            retry = amqp.app.conf.task_publish_retry if retry is None else bool(retry)
+            amqp.insert(row, retry=retry, retry_policy=retry_policy)
             send_after_publish(
                 sender=name,
                 body=body,
@@ -248,7 +245,20 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 exchange=exchange_name,
                 routing_key=routing_key,
             )
-            if sent_event:  # task_send_sent_event: Celery's task-sent, queued (never blocks)
+            if sent_event and not isinstance(producer, BridgeProducer):
+                # Handed a broker producer: its task-sent event goes out on it, under the publish
+                # policy, buffered by the dispatcher if that fails, exactly as Celery does.
+                sent_event.update(queue=qname, exchange=exchange_name, routing_key=routing_key)
+                (event_dispatcher or amqp._event_dispatcher).publish(
+                    "task-sent",
+                    sent_event,
+                    producer,
+                    retry=retry,
+                    retry_policy=dict(
+                        amqp.app.conf.task_publish_retry_policy, **(retry_policy or {})
+                    ),
+                )
+            elif sent_event:  # task_send_sent_event: Celery's task-sent, queued (never blocks)
                 task_events.sent(
                     amqp.app,
                     sent_event,
@@ -259,6 +269,14 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return None
 
         return send_task_message
+
+    def to_broker(self, name: str) -> bool:
+        """True when a message handed to a broker producer goes to that broker: the task is kept
+        there (``ujobs_broker_tasks``), or the app is not a bridge app. Any other task goes to
+        Postgres whatever producer it was handed (a beat scheduler's, kombu code's), since the
+        bridge workers that run it read only Postgres."""
+        goes_to_broker = getattr(self.app, "goes_to_broker", None)
+        return goes_to_broker is None or bool(goes_to_broker(name))
 
     def queue_name(self, queue: Any, exchange: Any, routing_key: str | None) -> str:
         """The queue a message lands in, resolved like Celery's sender (name, Queue or default)."""

@@ -70,3 +70,36 @@ def test_results_of_tasks_kept_on_the_old_broker_are_read_from_its_result_backen
     assert [j["state"] for j in jobs(dsn)] == ["done"]  # only the moved task was a job row
     assert r.exists(f"celery-task-meta-{kept.id}")  # the Celery worker stored it there
     assert not r.exists(f"celery-task-meta-{moved.id}")  # the bridge never writes to Redis
+
+
+def test_a_task_handed_a_broker_producer_runs_on_postgres_and_its_sent_event_obeys_the_policy(
+    dsn: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery's ``test_task_sent_event_respects_publish_retry_limit``: a task not kept on the
+    broker goes to Postgres even when handed a producer on the broker (beat schedulers and
+    kombu code hand one), and its task-sent event goes out on that producer under
+    ``task_publish_retry_policy``: with ``max_retries`` 0 a failed event publish is not retried
+    but buffered by the dispatcher."""
+    app = two.bridge
+    monkeypatch.setitem(app.conf, "task_send_sent_event", True)
+    monkeypatch.setitem(app.conf, "task_publish_retry_policy", {"max_retries": 0})
+    refused: list[str] = []
+    with bound(app, dsn), worker(app, dsn), app.connection_for_write() as connection:
+        producer = app.amqp.Producer(connection)
+        basic_publish = producer.channel.basic_publish
+
+        def publish(*args: Any, **kwargs: Any) -> Any:
+            if kwargs["routing_key"] == "task.sent":
+                refused.append(kwargs["routing_key"])
+                raise OSError("Broker connection lost")
+            return basic_publish(*args, **kwargs)
+
+        monkeypatch.setattr(producer.channel, "basic_publish", publish)
+        result = app.send_task(two.moved_add.name, args=(1, 2), producer=producer)
+        assert result.get(timeout=30) == 3
+    buffered = app.amqp._event_dispatcher._outbound_buffer
+    assert refused == ["task.sent"]  # tried once: max_retries 0
+    assert [event["uuid"] for event, _ in buffered] == [result.id]
+    buffered.clear()
+    assert [j["state"] for j in jobs(dsn)] == ["done"]
+    assert r.llen("celery") == 0  # nothing was published to the broker's queue
