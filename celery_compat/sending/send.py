@@ -34,7 +34,7 @@ from psycopg_pool import PoolTimeout
 from celery_compat.db import message_jobs
 from celery_compat.events import task_events
 from celery_compat.sending import group_sends, publish_retry, send_keys
-from celery_compat.sending.message_row import CeleryMessage, check_limits
+from celery_compat.sending.message_row import CeleryMessage, check_limits, check_serializer
 from celery_compat.sending.queue_names import bridge_queue
 from celery_compat.sending.transaction import Held, batch_hold, current_connection, write_held
 from ujobs_bridge.ext.database import DirectStatement, Role, connect
@@ -210,6 +210,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 headers2.update(headers)
             if kwargs:
                 properties.update(kwargs)
+            check_serializer(headers2, serializer or amqp.app.conf.task_serializer)
             qname = bridge_queue(amqp.queue_name(queue, exchange, routing_key), name)
             exchange_name = exchange.name if hasattr(exchange, "name") else (exchange or "")
             routing_key = routing_key or qname
