@@ -14,8 +14,10 @@ Celery itself. What is ours:
   atomically, joined in their adder's place), and a header given as a generator is sent as it
   is consumed (no GroupResult saved up front: its parts are listed as they return);
 * an id whose stored meta is not final (none, STARTED, RETRY) is answered from its job rows: a
-  message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
-  (including a retry sent after its task id was revoked) REVOKED;
+  message dead-lettered by the engine (its workers kept dying) reads FAILURE, one whose task no
+  live worker consuming its queue had registered FAILURE ``NotRegistered`` (as Celery's worker
+  records an unknown task), a revoked one (including a retry sent after its task id was
+  revoked) REVOKED;
 * an id Postgres knows nothing of (no result, no job row) is looked up in the app's configured
   ``result_backend`` (``elsewhere.py``): a task kept on the old broker during the cutover and run
   by a Celery worker reads as that backend has it.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +44,7 @@ from celery.backends.base import KeyValueStoreBackend, _create_chord_error_with_
 from celery.exceptions import (
     ChordError,
     ImproperlyConfigured,
+    NotRegistered,
     TaskRevokedError,
     TimeoutError,
     WorkerLostError,
@@ -64,6 +68,9 @@ from ujobs_bridge.ext.jobs import (
 )
 
 SAFETY_RECHECK_S = 2.0
+# The dead row of a message no live worker consuming its queue had registered (the engine's
+# UJ_TASK_UNREGISTERED dead letter): the task name is quoted in it.
+UNREGISTERED = re.compile(r"UJ_TASK_UNREGISTERED: .*?declares task '(.*)'")
 logger = logging.getLogger(__name__)
 
 
@@ -350,8 +357,12 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def _meta_from_jobs(self, task_id: str, rows: Any) -> dict[str, Any] | None:
         _job_id, state, last_error, updated_at = rows[0]
-        if state == "dead":
-            exc: BaseException = WorkerLostError(last_error or "the job was dead-lettered")
+        unknown = UNREGISTERED.match(last_error or "") if state == "dead" else None
+        if unknown is not None:  # no live worker consuming its queue has the task: Celery's words
+            exc: BaseException = NotRegistered(unknown.group(1))
+            status = states.FAILURE
+        elif state == "dead":
+            exc = WorkerLostError(last_error or "the job was dead-lettered")
             status = states.FAILURE
         elif state == "cancelled":
             exc = TaskRevokedError(last_error or "revoked")
