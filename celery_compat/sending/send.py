@@ -352,20 +352,28 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def _send_connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection to send on: the pool's, else (the pool could not hand one out in time) a
-        connection of its own, so a send that meets an outage fails fast with the driver's
-        reason and one made as the database comes back does not wait for the pool's reconnect
-        backoff. ``_pool_lagging`` shortens the wait on the pool from then until it serves again."""
+        """A connection to send on: the pool's; else, when the pool could not hand one out in
+        time because it cannot connect (it failed to, or it is not full), a connection of its
+        own, so a send that meets an outage fails fast with the driver's reason and one made as
+        the database comes back does not wait for the pool's reconnect backoff. A pool that is
+        full and busy (a slow database, many senders) is waited for, as before: no storm of
+        extra connections. ``_pool_lagging`` shortens the first wait from an outage on until
+        the pool serves again."""
         client = self.app.ujobs_client
         pool = client.pool
         wait = POOL_WAIT_LAGGING_S if self._pool_lagging else POOL_WAIT_S
+        before = pool.get_stats()
         try:
             pooled = pool.getconn(timeout=wait)
         except PoolTimeout:
-            self._pool_lagging = True
-            with connect(client.dsn, SEND_ROLE) as own:
-                yield own
-            return
+            after = pool.get_stats()
+            failing = after.get("connections_errors", 0) != before.get("connections_errors", 0)
+            if failing or after.get("pool_size", 0) < after.get("pool_max", 1):
+                self._pool_lagging = True
+                with connect(client.dsn, SEND_ROLE) as own:
+                    yield own
+                return
+            pooled = pool.getconn()  # full and busy: its own timeout, then PoolTimeout
         self._pool_lagging = False
         try:
             yield pooled
