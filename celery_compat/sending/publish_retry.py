@@ -116,35 +116,47 @@ def unreachable(exc: BaseException) -> bool:
 def publish(
     attempt: Callable[[], T],
     *,
-    retry: bool,
-    policy: RetryPolicy,
+    retry: Callable[[], bool],
+    policy: Callable[[], RetryPolicy],
     what: str,
     pause: Callable[[float], None] = time.sleep,
 ) -> T:
-    """Run ``attempt`` (one send) under Celery's publish policy; ``pause`` sleeps (injected by
-    tests). Raises ``PublishError`` once the database stayed unreachable through the policy."""
-    intervals = policy.intervals()
+    """Run ``attempt`` (one send) under Celery's publish policy; ``retry`` and ``policy`` are
+    read only once an attempt found the database unreachable (a send that succeeds pays
+    nothing for them); ``pause`` sleeps (injected by tests). Raises ``PublishError`` once the
+    database stayed unreachable through the policy."""
+    try:
+        return attempt()
+    except Exception as first:
+        if not unreachable(first):
+            raise
+        failed: Exception = first
+    if not retry():
+        raise given_up(failed, what, 0, None) from failed
+    rules = policy()
+    intervals = rules.intervals()
     for retries in itertools.count():
+        if rules.max_retries is not None and retries >= rules.max_retries:
+            raise given_up(failed, what, retries, rules) from failed
+        interval = next(intervals)
+        log.warning(
+            "%s: the jobs database is unreachable (%s); retry %d of %s in %gs",
+            what,
+            first_line(failed),
+            retries + 1,
+            "unlimited" if rules.max_retries is None else rules.max_retries,
+            interval,
+        )
+        if rules.errback is not None:
+            rules.errback(failed, interval)
+        if interval:
+            pause(interval)
         try:
             return attempt()
-        except Exception as exc:
-            if not unreachable(exc):
+        except Exception as again:
+            if not unreachable(again):
                 raise
-            if not retry or (policy.max_retries is not None and retries >= policy.max_retries):
-                raise given_up(exc, what, retries, policy if retry else None) from exc
-            interval = next(intervals)
-            log.warning(
-                "%s: the jobs database is unreachable (%s); retry %d of %s in %gs",
-                what,
-                first_line(exc),
-                retries + 1,
-                "unlimited" if policy.max_retries is None else policy.max_retries,
-                interval,
-            )
-            if policy.errback is not None:
-                policy.errback(exc, interval)
-            if interval:
-                pause(interval)
+            failed = again
     raise AssertionError("unreachable")  # pragma: no cover - count() never ends
 
 

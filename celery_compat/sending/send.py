@@ -156,6 +156,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
     # How a publish retry sleeps (``publish_retry``); tests inject their own.
     publish_pause: Callable[[float], None] = staticmethod(time.sleep)
     _pool_lagging = False  # the pool could not hand out a connection in time lately
+    _pool_errors_seen = 0  # the pool's failed connection attempts, as last counted
 
     def _create_task_sender(self) -> Any:
         broker_send = super()._create_task_sender()
@@ -237,7 +238,6 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 queue=qname,
                 properties=_json_properties(properties),
             )
-            retry = amqp.app.conf.task_publish_retry if retry is None else bool(retry)
             amqp.insert(row, retry=retry, retry_policy=retry_policy)
             send_after_publish(
                 sender=name,
@@ -254,7 +254,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                     "task-sent",
                     sent_event,
                     producer,
-                    retry=retry,
+                    retry=amqp.publish_retries(retry),
                     retry_policy=dict(
                         amqp.app.conf.task_publish_retry_policy, **(retry_policy or {})
                     ),
@@ -293,7 +293,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         self,
         row: CeleryMessage,
         *,
-        retry: bool = True,
+        retry: bool | None = None,
         retry_policy: dict[str, Any] | None = None,
     ) -> None:
         """Write ``row`` where it belongs now: the caller's transaction, a batch or group being
@@ -322,11 +322,17 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return
         publish_retry.publish(
             lambda: self.insert_now(row, payload=payload, key=key, max_attempts=max_attempts),
-            retry=retry,
-            policy=self.retry_policy(retry_policy),
+            retry=lambda: self.publish_retries(retry),
+            policy=lambda: self.retry_policy(retry_policy),
             what=what,
             pause=self.publish_pause,
         )
+
+    def publish_retries(self, given: Any = None) -> bool:
+        """The call's ``retry``, else ``task_publish_retry`` (Celery's default: True)."""
+        if given is None:
+            return bool(conf_value(self.app.conf, "task_publish_retry", True))
+        return bool(given)
 
     def retry_policy(self, given: dict[str, Any] | None = None) -> publish_retry.RetryPolicy:
         """``task_publish_retry_policy`` with the call's ``retry_policy`` over it, as Celery merges."""
@@ -344,8 +350,8 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
 
         publish_retry.publish(
             write,
-            retry=bool(conf_value(self.app.conf, "task_publish_retry", True)),
-            policy=self.retry_policy(),
+            retry=self.publish_retries,
+            policy=self.retry_policy,
             what=f"a group of {len(held)} task(s)",
             pause=self.publish_pause,
         )
@@ -362,13 +368,13 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         client = self.app.ujobs_client
         pool = client.pool
         wait = POOL_WAIT_LAGGING_S if self._pool_lagging else POOL_WAIT_S
-        before = pool.get_stats()
         try:
             pooled = pool.getconn(timeout=wait)
         except PoolTimeout:
-            after = pool.get_stats()
-            failing = after.get("connections_errors", 0) != before.get("connections_errors", 0)
-            if failing or after.get("pool_size", 0) < after.get("pool_max", 1):
+            stats = pool.get_stats()  # read only after a timeout: a send that got one pays nothing
+            errors = stats.get("connections_errors", 0)
+            failing, self._pool_errors_seen = errors != self._pool_errors_seen, errors
+            if failing or stats.get("pool_size", 0) < stats.get("pool_max", 1):
                 self._pool_lagging = True
                 with connect(client.dsn, SEND_ROLE) as own:
                     yield own

@@ -51,7 +51,9 @@ def test_an_unreachable_database_is_retried_then_raised_as_kombus_error() -> Non
 
     policy = RetryPolicy.of(None, {"max_retries": 2, "interval_start": 1})
     with pytest.raises(kombu.exceptions.OperationalError) as raised:
-        publish(refused, retry=True, policy=policy, what="task t", pause=slept.append)
+        publish(
+            refused, retry=lambda: True, policy=lambda: policy, what="task t", pause=slept.append
+        )
     assert (len(calls), slept) == (3, [1.0, 1.0])
     assert isinstance(raised.value.__cause__, psycopg.OperationalError)
 
@@ -64,5 +66,5 @@ def test_an_error_of_the_statement_is_raised_at_once() -> None:
         raise psycopg.errors.UniqueViolation("duplicate")
 
     with pytest.raises(psycopg.errors.UniqueViolation):
-        publish(bad, retry=True, policy=RetryPolicy(), what="task t", pause=lambda s: None)
+        publish(bad, retry=lambda: True, policy=RetryPolicy, what="task t", pause=lambda s: None)
     assert calls == [1]
