@@ -18,6 +18,7 @@ import amqp
 import migrate_support as ms
 import pytest
 from cli_proc import CliProc
+from click.testing import CliRunner
 from kombu import Connection, Exchange, Queue
 from kombu.transport.native_delayed_delivery import (
     bind_queue_to_native_delayed_delivery_exchange,
@@ -30,6 +31,7 @@ from migrate.batch import Context
 from migrate.decoding import Accept
 from migrate.report import Stats
 from migrate.runner import SourceOptions, dry_run, open_source
+from ujobs_bridge._internal.cli import cli
 
 
 def _channel() -> tuple[amqp.Connection, Any]:
@@ -249,3 +251,29 @@ def test_follow_on_rabbitmq_moves_messages_published_while_it_waits_and_sigterm_
     assert (report["moved"], report["stopped_by_signal"]) == (301, True)
     assert Counter(ms.ledger_ids(qdsn)) == Counter([first, *later])
     assert ready(queue) == 0, "every delivery acked before the exit"
+
+
+def test_the_dry_run_says_it_counted_without_reading_and_reads_nothing(
+    qdsn: str, queues: list[str]
+) -> None:
+    """``migrate --dry-run`` on RabbitMQ, as an operator runs it: the ready count per queue by
+    passive declare, said to be counted and not read, in the table and in ``--json``; a drain
+    afterwards finds every message unread (``redelivered`` False)."""
+    queue = ms.unique("adry")
+    queues.append(queue)
+    with ms.producer(ms.AMQP_URL, queue) as p:
+        for i in range(5):
+            p.add.delay(i, i)
+    args = ["migrate", "-A", "apps.migrate_proj", "--broker", ms.AMQP_URL, "-Q", queue]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    as_json = runner.invoke(cli, [*args, "--dry-run", "--json", "--dsn", qdsn])
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.output[as_json.output.index("{") :])
+    assert (report["counted"], report["read"], report["taken"]) == ({queue: 5}, 0, 0)
+    assert "no message was read or sampled" in report["how"]
+    table = runner.invoke(cli, [*args, "--dry-run", "--dsn", qdsn]).output
+    assert "5 message(s) ready" in table and "passive queue.declare" in table
+    assert ready(queue) == 5
+
+    stats = ms.drain(qdsn, ms.AMQP_URL, [queue])
+    assert (stats.outcomes["moved"], stats.redelivered) == (5, 0)
