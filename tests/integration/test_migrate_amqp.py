@@ -269,7 +269,10 @@ def test_the_dry_run_says_it_counted_without_reading_and_reads_nothing(
     as_json = runner.invoke(cli, [*args, "--dry-run", "--json", "--dsn", qdsn])
     assert as_json.exit_code == 0, as_json.output
     report = json.loads(as_json.output[as_json.output.index("{") :])
-    assert (report["counted"], report["read"], report["taken"]) == ({queue: 5}, 0, 0)
+    assert (report["counted"][queue], report["read"], report["taken"]) == (5, 0, 0)
+    # ETA messages of native delayed delivery are counted per celery_delayed_* queue (unread:
+    # their destination is in the routing key); other tests may have left some there
+    assert all(q.startswith("celery_delayed_") for q in report["counted"] if q != queue)
     assert "no message was read or sampled" in report["how"]
     table = runner.invoke(cli, [*args, "--dry-run", "--dsn", qdsn]).output
     assert "5 message(s) ready" in table and "passive queue.declare" in table
