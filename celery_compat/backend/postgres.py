@@ -348,12 +348,20 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, tid))
         if rows:
             return self._meta_from_jobs(tid, rows) or meta
-        if meta.get("status") != states.PENDING:
+        if meta.get("status") != states.PENDING or not self._elsewhere([tid]):
             return meta
         # Never went through Postgres: a task kept on the old broker (``ujobs_broker_tasks``),
         # run by a Celery worker, has its result in the app's configured result_backend.
         self._local.elsewhere = True
         return self._configured.meta(tid) or meta
+
+    def _elsewhere(self, task_ids: list[str]) -> frozenset[str]:
+        """Those of ``task_ids`` that never went through Postgres (no job row in any state), when
+        the app configures a result_backend to find them in; else none (and no query)."""
+        if not task_ids or self._configured.backend() is None:
+            return frozenset()
+        here = stored(self.client, lambda conn: message_jobs.task_ids_sent_here(conn, task_ids))
+        return frozenset(task_ids) - here
 
     def _meta_from_jobs(self, task_id: str, rows: Any) -> dict[str, Any] | None:
         _job_id, state, last_error, updated_at = rows[0]
@@ -447,7 +455,11 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         keys = {bytes_to_str(self.get_key_for_task(t)): t for t in pending}
         deadline = None if timeout is None else time.monotonic() + timeout
         event = self.listener().watch(keys)
-        recheck = _poll_s(interval) if self.listener().polling else SAFETY_RECHECK_S
+        # Members kept on the old broker (no job row) are read from the configured backend,
+        # polled: no NOTIFY comes for them.
+        elsewhere = self._elsewhere(sorted(pending))
+        polled = self.listener().polling or bool(elsewhere)
+        recheck = _poll_s(interval) if polled else SAFETY_RECHECK_S
         iterations = 0
         try:
             while pending:
@@ -456,6 +468,10 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                 ready = self._mget_to_results(
                     self.mget(wanted), [keys[k] for k in wanted], READY_STATES
                 )
+                for task_id in sorted(elsewhere & pending):
+                    found = self._configured.meta(task_id)
+                    if found is not None and found.get("status") in READY_STATES:
+                        ready[task_id] = found
                 self._cache.update(ready)
                 for task_id, meta in ready.items():
                     pending.discard(bytes_to_str(task_id))

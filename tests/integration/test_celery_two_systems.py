@@ -1,7 +1,8 @@
 """Results across both systems during the cutover: a task kept on the old broker
 (``ujobs_broker_tasks``) runs on a real Celery worker and stores its result in the app's
 ``result_backend`` (Redis); ``.get()``/``.state`` on the bridge app read it there, while a task
-moved to Postgres runs on a bridge worker beside it and reads from Postgres. The application code
+moved to Postgres runs on a bridge worker beside it and reads from Postgres; a group of both
+joins. The application code
 is the same for both. Real Celery worker (Celery's own embedded ``start_worker``), real bridge
 worker, the test kit's Redis (db 12, this file's)."""
 
@@ -13,7 +14,7 @@ from typing import Any
 import celery._state
 import pytest
 import redis
-from celery import states
+from celery import group, states
 from celery.contrib.testing.worker import start_worker
 from celery.result import AsyncResult
 
@@ -66,8 +67,10 @@ def test_results_of_tasks_kept_on_the_old_broker_are_read_from_its_result_backen
         assert (later.state, later.result) == (states.SUCCESS, 5)
         assert AsyncResult(failing.id, app=two.bridge).state == states.FAILURE
         assert AsyncResult("never-sent", app=two.bridge).state == states.PENDING
+        both = group(two.kept_add.s(1, 1), two.moved_add.s(2, 2), two.kept_add.s(3, 3))
+        assert both.apply_async().get(timeout=30) == [2, 4, 6]  # a join across both systems
 
-    assert [j["state"] for j in jobs(dsn)] == ["done"]  # only the moved task was a job row
+    assert [j["state"] for j in jobs(dsn)] == ["done", "done"]  # only the moved tasks' rows
     assert r.exists(f"celery-task-meta-{kept.id}")  # the Celery worker stored it there
     assert not r.exists(f"celery-task-meta-{moved.id}")  # the bridge never writes to Redis
 
