@@ -7,7 +7,8 @@ on the bridge app and must not care where a task ran. So when Postgres knows not
 id (no stored result and no job row: it never went through Postgres), the Postgres backend asks
 the configured backend, built from ``result_backend`` exactly as Celery builds it
 (``celery.app.backends.by_url``). A result there is answered as that backend decodes it; the
-wait for one polls at ``get(interval=...)`` (no NOTIFY comes from another system).
+wait for one polls at ``get(interval=...)`` (no NOTIFY comes from another system); a group's
+join reads such members there too.
 
 The configured backend is only read, never written: results of tasks run by the bridge stay in
 Postgres. Nothing is asked when ``result_backend`` is unset, disabled, or names the bridge's own
