@@ -143,6 +143,9 @@ class CeleryApp(LoadedApp):
     def worker_pool(self) -> str | None:
         return worker_settings.pool(self.app)
 
+    def unregistered_dead_after_s(self) -> float | None:
+        return worker_settings.UNKNOWN_TASK_FAILS_AFTER_S
+
     def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
         """Celery's meaning: ``task_time_limit`` / ``task_soft_time_limit``, the defaults for
         tasks that set none (enforced in the body's process, ``interrupts.py``)."""

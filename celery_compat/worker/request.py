@@ -78,7 +78,7 @@ def request_for(message: Any, redelivered: bool) -> dict[str, Any]:
             "delivery_info": {
                 "exchange": "",
                 "routing_key": message.queue,
-                "priority": props.get("priority"),
+                "priority": message.priority,  # 0 when sent with none, as Celery's Redis gives
                 "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
             },
             "headers": {k: v for k, v in headers.items() if k not in PROTOCOL_HEADERS},

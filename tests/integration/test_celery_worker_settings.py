@@ -65,6 +65,7 @@ def test_celery_defaults_do_not_override_the_bridge_and_bad_values_are_refused(
     plain = Celery("plain_defaults")  # Celery's defaults: concurrency None (CPUs), prefetch 4
     monkeypatch.setattr(loading, "load_target", lambda spec: plain)
     assert loading.resolve("x").worker_settings() == {}  # read through the Celery loader
+    assert loading.resolve("x").unregistered_dead_after_s() == 0.0  # unknown task: FAILURE
     plain.conf.worker_prefetch_multiplier = 4  # set explicitly, even to Celery's default
     assert loading.resolve("x").worker_settings() == {"prefetch_multiplier": 4}
     plain.conf.worker_max_tasks_per_child = 50

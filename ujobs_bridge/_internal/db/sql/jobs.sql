@@ -491,18 +491,24 @@ select c.queue, j.state, c.name, count(*) as jobs, min(c.run_at) as oldest_run_a
  order by c.queue, j.state, c.name
 
 -- job_dead_unregistered --
--- Dead-letter the due jobs of one queue whose name the worker does not declare and that have been
--- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s), counted
--- in x_job_counts as the settle counts its dead letters.
+-- Dead-letter the due jobs of one queue whose name the worker does not declare, nor any other
+-- live worker node consuming that queue (its presence row lists what it registered), and that
+-- have been due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s),
+-- counted in x_job_counts as the settle counts its dead letters.
 -- Read and locked as the claim does (x_job_claimable, then the jobs, both SKIP LOCKED).
 with head as materialized (
-    select id from x_job_claimable
-     where queue = %(queue)s
-       and name <> all(%(names)s::text[])
-       and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
-     order by priority desc, run_at, id
+    select c.id from x_job_claimable as c
+     where c.queue = %(queue)s
+       and c.name <> all(%(names)s::text[])
+       and c.run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+       and not exists (
+           select from x_worker_nodes as n
+            where n.expires_at > coalesce(%(now)s, now())
+              and c.queue = any(n.queues)
+              and coalesce(n.info -> 'registered', '[]'::jsonb) ? c.name)
+     order by c.priority desc, c.run_at, c.id
      limit %(limit)s
-     for update skip locked
+     for update of c skip locked
 ), stranded as materialized (
     select j.id from x_jobs as j join head on head.id = j.id
      where j.claimable
