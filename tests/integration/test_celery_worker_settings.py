@@ -16,6 +16,10 @@ from conftest import wait_for
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge.errors import ConfigError
 
+# ujobs_bridge.ext.loaders re-exports load_target: imported before a test patches it here, or the
+# re-export would keep the patch for every later test in this process.
+from ujobs_bridge.ext import loaders as _bound_first  # noqa: F401
+
 
 @pytest.fixture
 def procs() -> Iterator[list[CliProc]]:
