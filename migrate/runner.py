@@ -111,7 +111,7 @@ def broker_kind(url: str) -> str:
 def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
     kind = broker_kind(url)
     if kind == "redis":
-        # import cost: only the named broker's transport loads (Redis's: 123 modules)
+        # import cost: only the named broker's transport loads (Redis's is a large import)
         from migrate.redis_drain import RedisSource
 
         queues = None if options.all_queues else (options.queues or list(app.queues))

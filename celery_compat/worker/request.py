@@ -195,7 +195,7 @@ def announce_received(app: Any, task: Any, message: Any, request: dict[str, Any]
     if not signals.task_received.receivers:
         return
 
-    # import cost: Celery's Request (~15 ms) loads only when task_received has receivers
+    # import cost: Celery's Request (a heavy import) loads only when task_received has receivers
     from celery.worker.request import Request
 
     body = (message.args, message.kwargs, message.embed or {})
