@@ -80,8 +80,34 @@ grant connect on database {database} to {role}
 grant usage on schema {schema} to {role}
 
 -- schema_grant_table --
--- Exactly the row privileges the runtime uses: no TRUNCATE, REFERENCES, TRIGGER or DDL.
+-- A worker's row privileges: no TRUNCATE, REFERENCES, TRIGGER or DDL.
 grant select, insert, update, delete on table {relation} to {role}
+
+-- schema_grant_table_read --
+-- A reader's and an operator's: the dashboard, the metrics and the CLI's reads.
+grant select on table {relation} to {role}
 
 -- schema_grant_sequence --
 grant usage, select on sequence {relation} to {role}
+
+-- schema_revoke_relation --
+-- Before a grant, whatever the role held on the relation goes: a grant sets exactly its duties
+-- (a role granted by an older release held delete on x_schema_version).
+revoke all on {relation} from {role}
+
+-- schema_duty_functions --
+-- The functions a duty may call: SECURITY DEFINER ones of this schema whose comment names the
+-- duties they serve ("duties: producer worker. ..." , migration 0023 of the engine).
+select p.proname,
+       string_to_array(substring(obj_description(p.oid, 'pg_proc') from '^duties:([a-z ]*)'), ' ')
+  from pg_proc as p
+ where p.pronamespace = current_schema()::regnamespace
+   and p.prosecdef
+   and p.proname like 'x\_%'
+ order by p.proname
+
+-- schema_grant_function --
+grant execute on function {function} to {role}
+
+-- schema_revoke_function --
+revoke execute on function {function} from {role}
