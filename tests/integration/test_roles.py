@@ -265,9 +265,12 @@ def test_each_duty_is_refused_everything_else(cluster: Cluster) -> None:
         assert refused(dsns[duty], "delete from x_jobs where id = %s", job_id)
         assert refused(dsns[duty], "delete from x_celery_results")
         assert refused(dsns[duty], "update x_migrate_quarantine set resolution = 'x'")
-        assert refused(dsns[duty], "select x_jobs_insert(null, array[gen_random_uuid()], "
-                       "array['n'], array['q'], null, null, null, null, null, null, null, null, "
-                       "null, null, null, null)")
+        assert refused(
+            dsns[duty],
+            "select x_jobs_insert(null, array[gen_random_uuid()], "
+            "array['n'], array['q'], null, null, null, null, null, null, null, null, "
+            "null, null, null, null)",
+        )
     assert refused(dsns["reader"], "select x_jobs_discard_matching(null, null, null, null)")
     assert not refused(dsns["operator"], "select x_jobs_discard_matching(null, null, null, null)")
     assert state_of(cluster, ref.id) == "ready"

@@ -14,7 +14,8 @@ What it is not: the migration runner (``db/schema.py``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from rich.table import Table
@@ -29,6 +30,8 @@ from ujobs_bridge._internal.cli.options import (
 )
 from ujobs_bridge._internal.cli.output import console
 from ujobs_bridge._internal.db import connections, dump, schema
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group()
@@ -58,7 +61,7 @@ def upgrade(app_spec: str | None, dsn: str | None) -> None:
         click.echo("schema is up to date")
 
 
-def _duty_option(duty: schema.Duty, does: str) -> Any:
+def _duty_option(duty: schema.Duty, does: str) -> Callable[[F], F]:
     return click.option(
         f"--{duty.value}",
         f"{duty.value}s",
@@ -105,9 +108,9 @@ def grant(
     resolved = app_database(app_spec, dsn)
     for who, wanted in duties.items():
         granted = schema.grant(resolved.dsn, who, wanted)
-        named = ", ".join(d.value for d in schema.Duty if d in granted.duties)
+        held = ", ".join(d.value for d in schema.Duty if d in granted.duties)
         click.echo(
-            f"granted {who} ({named}): connect, schema usage, row privileges on "
+            f"granted {who} ({held}): connect, schema usage, row privileges on "
             f"{len(granted.relations)} relations, {len(granted.functions)} functions"
         )
 

@@ -3,9 +3,9 @@ every dead letter a filter matches.
 
 Why it exists: an operator steers from the page they are reading. Every action is refused
 unless the request carries this server's CSRF token, and always under ``--read-only``
-(``site.action_allowed``), and refused (403, naming ``db grant --operator``) when the
-dashboard's database role lacks the operator duty; each does exactly what the CLI's action does (``db/bulk.py``), then
-redirects back (303) with what it did in the address, so a reload never repeats it.
+(``site.action_allowed``); a database role without the operator duty is refused too (403,
+naming ``db grant --operator``). Each does exactly what the CLI's action does (``db/bulk.py``),
+then redirects back (303) with what it did in the address, so a reload never repeats it.
 
 What it is not: the pages (``pages.py``).
 """

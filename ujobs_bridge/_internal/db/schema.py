@@ -448,7 +448,9 @@ def grant(dsn: str, role: str, duties: Iterable[Duty] = APPLICATION) -> Granted:
     return Granted(role, wanted, relations, functions)
 
 
-def _relation_grant(relname: str, is_sequence: bool, duties: frozenset[Duty]) -> LiteralString | None:
+def _relation_grant(
+    relname: str, is_sequence: bool, duties: frozenset[Duty]
+) -> LiteralString | None:
     """The grant statement ``duties`` need on one relation (``None``: none). Every duty reads the
     schema's record (the runtime's check) and none writes it."""
     if relname == SCHEMA_RECORD:
