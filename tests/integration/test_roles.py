@@ -136,6 +136,27 @@ def state_of(cluster: Cluster, job_id: uuid.UUID) -> str | None:
     return None if row is None else str(row[0])
 
 
+def quarantined(cluster: Cluster) -> int:
+    """A poison message as `migrate` would keep it (written by the owner: test data)."""
+    with psycopg.connect(cluster.owner_dsn) as conn:
+        row = conn.execute(
+            "insert into x_migrate_quarantine (broker, queue, reason, detail, format, raw,"
+            " sha256, size) values ('redis://broker', 'q', 'malformed', 'not json', 'redis',"
+            " 'x', 'sha', 1) returning id"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def resolution_of(cluster: Cluster, entry: int) -> str | None:
+    with psycopg.connect(cluster.owner_dsn) as conn:
+        row = conn.execute(
+            "select resolution from x_migrate_quarantine where id = %s", (entry,)
+        ).fetchone()
+    assert row is not None
+    return None if row[0] is None else str(row[0])
+
+
 def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Path) -> None:
     from apps import basic_jobs
 
@@ -173,12 +194,23 @@ def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Pat
     record = Introspector(dsns["producer"]).get(added.id)
     assert (record.state, record.output) == ("done", 5)
 
+    entry = quarantined(cluster)
+
     # The reader: every page of the read-only dashboard and /metrics; no action.
     reader = InProcessDashboard(dsns["reader"], read_only=True)
     operator = InProcessDashboard(dsns["operator"])
     reader_acting = InProcessDashboard(dsns["reader"])
     try:
-        for path in ("/", "/jobs", "/dead", f"/jobs/{added.id}", "/scheduled", "/workers"):
+        pages = (
+            "/",
+            "/jobs",
+            "/dead",
+            f"/jobs/{added.id}",
+            "/scheduled",
+            "/workers",
+            "/quarantine",
+        )
+        for path in (*pages, f"/quarantine/{entry}"):
             status, body = reader.get(path)
             assert status == 200, (path, body[:300])
         status, metrics = reader.get("/metrics")
@@ -191,6 +223,8 @@ def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Pat
         status, body = reader_acting.post(f"/jobs/{doomed[0].id}/discard", f"/jobs/{doomed[0].id}")
         assert status == 403 and "operator" in body, body
         assert state_of(cluster, doomed[0].id) == "dead"
+        status, body = reader_acting.post(f"/quarantine/{entry}/discard", f"/quarantine/{entry}")
+        assert status == 403 and "operator" in body, body
 
         # The operator discards, requeues and cancels.
         status, _ = operator.post(f"/jobs/{doomed[0].id}/discard", f"/jobs/{doomed[0].id}")
@@ -199,6 +233,8 @@ def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Pat
         assert status == 303 and state_of(cluster, doomed[1].id) == "ready"
         status, _ = operator.post(f"/jobs/{first.id}/cancel", f"/jobs/{first.id}")
         assert status == 303 and state_of(cluster, first.id) == "cancelled"
+        status, _ = operator.post(f"/quarantine/{entry}/discard", f"/quarantine/{entry}")
+        assert status == 303 and resolution_of(cluster, entry) == "discarded"
     finally:
         for dash in (reader, operator, reader_acting):
             dash.close()
@@ -272,6 +308,7 @@ def test_each_duty_is_refused_everything_else(cluster: Cluster) -> None:
             "null, null, null, null)",
         )
     assert refused(dsns["reader"], "select x_jobs_discard_matching(null, null, null, null)")
+    assert refused(dsns["reader"], "select x_migrate_quarantine_resolve(1, 'discarded', null)")
     assert not refused(dsns["operator"], "select x_jobs_discard_matching(null, null, null, null)")
     assert state_of(cluster, ref.id) == "ready"
 
