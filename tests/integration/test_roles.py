@@ -235,6 +235,11 @@ def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Pat
         assert status == 303 and state_of(cluster, first.id) == "cancelled"
         status, _ = operator.post(f"/quarantine/{entry}/discard", f"/quarantine/{entry}")
         assert status == 303 and resolution_of(cluster, entry) == "discarded"
+
+        # The operator's CLI steers one job by its id the same way.
+        steering = Introspector(dsns["operator"])
+        assert steering.cancel(doomed[1].id).state == "cancelled"
+        assert steering.requeue(doomed[1].id).state == "ready"
     finally:
         for dash in (reader, operator, reader_acting):
             dash.close()

@@ -3,6 +3,44 @@
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
+-- Name: x_job_cancel(uuid, text); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_cancel(p_id uuid, p_error text) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with old as materialized (
+        select j.id, j.lease_token, j.attempt from x_jobs as j
+         where j.id = p_id and j.state in ('ready', 'running', 'sleeping', 'waiting')
+           for update
+    ), target as (
+        update x_jobs as j
+           set state = 'cancelled', lease_token = null, lease_expires_at = null,
+               claimed_by = null, last_error = p_error, updated_at = now(), finished_at = now()
+          from old
+         where j.id = old.id
+        returning j.id, j.updated_at
+    ), released as (
+        delete from x_job_leases as l using old
+         where l.job_id = old.id and l.token = old.lease_token
+        returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+    ), attempted as (
+        insert into x_job_attempts
+            (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+        select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+               t.updated_at, 'cancelled', p_error
+          from released as r
+          join target as t on t.id = r.job_id
+          join old as o on o.id = r.job_id
+        on conflict do nothing
+    ), notified as (
+        select target.id, pg_notify('x_jobs_cancel', target.id::text) from target
+    )
+    select notified.id from notified
+$$;
+
+-- Name: FUNCTION x_job_cancel(p_id uuid, p_error text); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_cancel(p_id uuid, p_error text) IS 'duties: operator worker. Cancel one live job.';
+
 -- Name: x_job_claimable_empty(); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_job_claimable_empty() RETURNS trigger
     LANGUAGE plpgsql
@@ -79,6 +117,22 @@ $$;
 
 -- Name: FUNCTION x_job_live_by_key(p_key text); Type: COMMENT; Schema: public
 COMMENT ON FUNCTION public.x_job_live_by_key(p_key text) IS 'duties: producer worker. The live job holding an idempotency key.';
+
+-- Name: x_job_requeue(uuid, timestamp with time zone); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    update x_jobs
+       set state = 'ready', attempt = 0, run_at = coalesce(p_now, now()), output = null,
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           updated_at = now(), finished_at = null
+     where id = p_id and state in ('dead', 'cancelled')
+    returning id
+$$;
+
+-- Name: FUNCTION x_job_requeue(p_id uuid, p_now timestamp with time zone); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) IS 'duties: operator worker. Requeue one ended job.';
 
 -- Name: x_jobs_cancel_matching(text, text, text, uuid[], text); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text) RETURNS bigint

@@ -5,8 +5,9 @@
 --
 -- `db grant` reads the duties each function serves from its comment ("duties: producer worker"):
 -- a producer enqueues (x_jobs_insert) and reads one job by its id (x_job_get, x_job_live_by_key);
--- an operator steers what the dashboard steers (x_jobs_*_matching). A package above the engine
--- declares its own functions the same way in its own migrations.
+-- an operator steers what the dashboard and the CLI steer (x_job_cancel, x_job_requeue,
+-- x_jobs_*_matching). A package above the engine declares its own functions the same way in
+-- its own migrations (migrate's 0002_duties).
 
 -- The one insert runs as the owner: a producer holds no row privilege on x_jobs.
 alter function x_jobs_insert(timestamptz, uuid[], text[], text[], text[], text[], int[],
@@ -116,6 +117,50 @@ returns bigint language sql volatile security definer as $fn$
     select count(*) from target
 $fn$;
 
+-- One job by hand (the CLI's `jobs cancel ID` and `jobs requeue ID`, Celery's revoke), exactly
+-- as the statements they replace: the id when the job was in a state the action applies to.
+create function x_job_cancel(p_id uuid, p_error text)
+returns setof uuid language sql volatile security definer as $fn$
+    with old as materialized (
+        select j.id, j.lease_token, j.attempt from x_jobs as j
+         where j.id = p_id and j.state in ('ready', 'running', 'sleeping', 'waiting')
+           for update
+    ), target as (
+        update x_jobs as j
+           set state = 'cancelled', lease_token = null, lease_expires_at = null,
+               claimed_by = null, last_error = p_error, updated_at = now(), finished_at = now()
+          from old
+         where j.id = old.id
+        returning j.id, j.updated_at
+    ), released as (
+        delete from x_job_leases as l using old
+         where l.job_id = old.id and l.token = old.lease_token
+        returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+    ), attempted as (
+        insert into x_job_attempts
+            (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+        select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+               t.updated_at, 'cancelled', p_error
+          from released as r
+          join target as t on t.id = r.job_id
+          join old as o on o.id = r.job_id
+        on conflict do nothing
+    ), notified as (
+        select target.id, pg_notify('x_jobs_cancel', target.id::text) from target
+    )
+    select notified.id from notified
+$fn$;
+
+create function x_job_requeue(p_id uuid, p_now timestamptz)
+returns setof uuid language sql volatile security definer as $fn$
+    update x_jobs
+       set state = 'ready', attempt = 0, run_at = coalesce(p_now, now()), output = null,
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           updated_at = now(), finished_at = null
+     where id = p_id and state in ('dead', 'cancelled')
+    returning id
+$fn$;
+
 comment on function x_jobs_insert(timestamptz, uuid[], text[], text[], text[], text[], int[],
                                   smallint[], timestamptz[], float8[], timestamptz[], float8[],
                                   text[], text[], text[], text[])
@@ -123,6 +168,10 @@ comment on function x_jobs_insert(timestamptz, uuid[], text[], text[], text[], t
 comment on function x_job_get(uuid) is 'duties: producer worker reader. One job by its id.';
 comment on function x_job_live_by_key(text)
     is 'duties: producer worker. The live job holding an idempotency key.';
+comment on function x_job_cancel(uuid, text)
+    is 'duties: operator worker. Cancel one live job.';
+comment on function x_job_requeue(uuid, timestamptz)
+    is 'duties: operator worker. Requeue one ended job.';
 comment on function x_jobs_cancel_matching(text, text, text, uuid[], text)
     is 'duties: operator worker. Cancel the live jobs a filter matches.';
 comment on function x_jobs_requeue_matching(text, text, text, uuid[], timestamptz)

@@ -279,40 +279,12 @@ returning j.id
 -- job_cancel --
 -- A running job's cancel ends its attempt: the lease row goes and the attempt is appended to
 -- x_job_attempts as `cancelled` (the body's own settle is fenced by then and records nothing).
-with old as materialized (
-    select id, lease_token, attempt from x_jobs
-     where id = %(id)s and state in ('ready', 'running', 'sleeping', 'waiting')
-       for update
-), target as (
-    update x_jobs as j
-       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
-           last_error = %(error)s, updated_at = now(), finished_at = now()
-      from old
-     where j.id = old.id
-    returning j.id, j.updated_at
-), released as (
-    delete from x_job_leases as l using old
-     where l.job_id = old.id and l.token = old.lease_token
-    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
-), attempted as (
-    insert into x_job_attempts
-        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
-           t.updated_at, 'cancelled', %(error)s
-      from released as r
-      join target as t on t.id = r.job_id
-      join old as o on o.id = r.job_id
-    on conflict do nothing
-)
-select id, pg_notify('x_jobs_cancel', id::text) from target
+-- Through x_job_cancel (migration 0023), which an operator may call.
+select id from x_job_cancel(%(id)s, %(error)s) as id
 
 -- job_requeue --
-update x_jobs
-   set state = 'ready', attempt = 0, run_at = coalesce(%(now)s, now()), output = null,
-       lease_token = null, lease_expires_at = null, claimed_by = null,
-       updated_at = now(), finished_at = null
- where id = %(id)s and state in ('dead', 'cancelled')
-returning id
+-- Through x_job_requeue (migration 0023), which an operator may call.
+select id from x_job_requeue(%(id)s, %(now)s::timestamptz) as id
 
 -- job_get --
 -- Through x_job_get (migration 0023): a producer reads one job by its id, and nothing else.
