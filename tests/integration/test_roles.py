@@ -29,6 +29,7 @@ from conftest import ADMIN_DSN, _dsn_for, wait_for
 from ujobs_bridge import connect
 from ujobs_bridge._internal.cli import cli
 from ujobs_bridge._internal.db import schema
+from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.ext.observe import Introspector
 
 pytestmark = pytest.mark.timeout(300)
@@ -67,7 +68,6 @@ def cluster() -> Iterator[Cluster]:
         conn.execute("revoke create on schema public from public")
     try:
         owner_dsn = _with_user(_dsn_for(name), owner)
-        schema.upgrade(owner_dsn)
         yield Cluster(
             owner_dsn,
             roles,
@@ -83,7 +83,9 @@ def cluster() -> Iterator[Cluster]:
 
 
 def grant_all(cluster: Cluster) -> None:
-    """One `db grant` naming every duty (the application role bare), as the schema owner."""
+    """One `db grant` naming every duty (the application role bare), as the schema owner, after
+    `db upgrade`."""
+    schema.upgrade(cluster.owner_dsn)
     r = cluster.roles
     args = ["db", "grant", r["app"], "--dsn", cluster.owner_dsn]
     for duty in ("producer", "worker", "reader", "operator"):
@@ -326,3 +328,44 @@ def test_each_duty_is_refused_everything_else(cluster: Cluster) -> None:
             "      or not coalesce(p.proconfig, '{}') @> array['search_path=public, pg_temp'])"
         ).fetchall()
     assert loose == []
+
+
+def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: Cluster) -> None:
+    # The schema as the release before the duties left it, and that release's grant.
+    with psycopg.connect(cluster.owner_dsn) as conn, conn.transaction():
+        conn.execute(q("schema_version_table"))
+        conn.execute(q("schema_version_parts"))
+        for migration in schema.available():
+            if migration.name != "duties":
+                conn.execute(migration.sql)
+                conn.execute(
+                    q("schema_version_record"),
+                    {"part": migration.part, "version": migration.version, "name": migration.name},
+                )
+        app = sql.Identifier(cluster.roles["app"])
+        for (relation,) in conn.execute(
+            "select relname from pg_class where relname like 'x\\_%' and relkind = 'r'"
+            " and relnamespace = current_schema()::regnamespace"
+        ).fetchall():
+            conn.execute(
+                sql.SQL("grant select, insert, update, delete on {} to {}").format(
+                    sql.Identifier(relation), app
+                )
+            )
+
+    upgraded = {m.label for m in schema.upgrade(cluster.owner_dsn)}
+    assert upgraded == {"ujobs_bridge 0023_duties", "migrate 0002_duties"}
+
+    # It still enqueues, reads by id and steers (the functions were granted to it) ...
+    dsn = cluster.dsns["app"]
+    with connect(dsn) as client:
+        from apps import basic_jobs
+
+        ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
+    assert Introspector(dsn).cancel(ref.id).state == "cancelled"
+    entry = quarantined(cluster)
+    assert not refused(dsn, "select x_migrate_quarantine_resolve(%s, 'discarded', null)", entry)
+    # ... and loses what no duty has once `db grant` names its duties.
+    schema.grant(cluster.owner_dsn, cluster.roles["app"])
+    assert refused(dsn, "delete from x_schema_version")
+    assert not refused(dsn, "select x_job_get(%s)", str(ref.id))
