@@ -30,6 +30,7 @@ from ujobs_bridge import connect
 from ujobs_bridge._internal.cli import cli
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge._internal.db.sql import q
+from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.ext.observe import Introspector
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,6 +40,7 @@ DUTIES = ("producer", "worker", "reader", "operator", "app")
 
 @dataclass(frozen=True)
 class Cluster:
+    owner: str
     owner_dsn: str
     roles: dict[str, str]  # duty -> role name
     dsns: dict[str, str]  # duty -> DSN as that role
@@ -69,6 +71,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         owner_dsn = _with_user(_dsn_for(name), owner)
         yield Cluster(
+            owner,
             owner_dsn,
             roles,
             {duty: _with_user(_dsn_for(name), role) for duty, role in roles.items()},
@@ -285,6 +288,11 @@ def test_each_duty_is_refused_everything_else(cluster: Cluster) -> None:
 
         ref = basic_jobs.add.configure(client=producer).enqueue(1, 2)
     job_id = str(ref.id)
+
+    # A grant would take the owner's own privileges away: refused.
+    with pytest.raises(SchemaError) as owning:
+        schema.grant(cluster.owner_dsn, cluster.owner, [schema.Duty.READER])
+    assert owning.value.code == ErrorCode.ROLE_IS_OWNER
 
     # No role but the owner changes the schema or its record.
     for duty in DUTIES:

@@ -417,6 +417,13 @@ def grant(dsn: str, role: str, duties: Iterable[Duty] = APPLICATION) -> Granted:
                 code=ErrorCode.ROLE_NOT_FOUND,
                 hint=f"create it first (create role {role} login), then run `db grant` again",
             )
+        owns = conn.execute(q("schema_role_owns"), {"role": role}).fetchone()
+        if owns is not None and owns[0]:
+            raise SchemaError(
+                f"{role!r} owns the schema: a grant would take its own privileges away",
+                code=ErrorCode.ROLE_IS_OWNER,
+                hint="the owner needs no grant; name the roles the processes connect as",
+            )
         names = conn.execute(q("schema_current_names")).fetchone()
         assert names is not None
         who = sql.Identifier(role)
@@ -439,6 +446,7 @@ def grant(dsn: str, role: str, duties: Iterable[Duty] = APPLICATION) -> Granted:
         acting_as = wanted | ({Duty.READER} if Duty.OPERATOR in wanted else set())
         for proname, serves in conn.execute(q("schema_duty_functions")).fetchall():
             function = sql.Identifier(proname)
+            conn.execute(sql.SQL(q("schema_revoke_function_public")).format(function=function))
             conn.execute(sql.SQL(q("schema_revoke_function")).format(function=function, role=who))
             if acting_as & {d for d in Duty if d.value in (serves or [])}:
                 conn.execute(

@@ -58,6 +58,13 @@ select to_regclass('x_schema_version') is not null as present
 -- schema_role_exists --
 select exists (select 1 from pg_roles where rolname = %(role)s) as present
 
+-- schema_role_owns --
+-- Whether the role owns the schema's record (the schema owner: `db grant` leaves it alone).
+select exists (
+    select 1 from pg_class as c join pg_roles as r on r.oid = c.relowner
+     where c.relnamespace = current_schema()::regnamespace and c.relname = 'x_schema_version'
+       and r.rolname = %(role)s) as owns
+
 -- schema_grantable_relations --
 -- The project's relations in the current schema (tables and the identity sequences behind them),
 -- discovered from the catalog so that a table a later migration adds is granted too.
@@ -111,3 +118,8 @@ grant execute on function {function} to {role}
 
 -- schema_revoke_function --
 revoke execute on function {function} from {role}
+
+-- schema_revoke_function_public --
+-- A function a later migration made SECURITY DEFINER without revoking PUBLIC's EXECUTE is
+-- closed here, at every grant.
+revoke execute on function {function} from public
