@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from django.db import connections
+from django.utils import timezone
 
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.ext.jobs import JobDefinition, RetryPolicy, queue_name
@@ -48,6 +49,7 @@ from ujobs_django.compat import (
     TaskResultStatus,
 )
 from ujobs_django.discovery import tasks_of_backend
+from ujobs_django.worker import body_for
 
 DEFAULT_MAX_ATTEMPTS = 1
 
@@ -101,8 +103,6 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         self.validate_task(task)
         args = compat.normalize_json(list(args))
         kwargs = compat.normalize_json(dict(kwargs))
-        from django.utils import timezone  # Django is configured by now: a task exists
-
         run_after = task.run_after
         if run_after is not None and timezone.is_naive(run_after):  # USE_TZ = False
             run_after = timezone.make_aware(run_after)
@@ -134,8 +134,6 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
     def connection(self) -> psycopg.Connection[Any]:
         """Django's own psycopg 3 connection for ``DATABASE``, connected (in its transaction,
         when Django has one open)."""
-        from django.db import connections  # Django is configured by now
-
         wrapper = connections[self.database_alias]
         wrapper.ensure_connection()
         raw = wrapper.connection
@@ -154,10 +152,8 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         found = self._definitions.get(task.module_path)
         if found is not None:
             return found
-        from ujobs_django.worker import body_for  # import cost: the runner only when needed
-
         made: JobDefinition[Any, Any] = JobDefinition(
-            body_for(self, task),
+            body_for(self.alias, type(self), task),
             name=task.module_path,
             queue=queue_name(task.queue_name),
             priority=task.priority,
@@ -175,8 +171,6 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             job_id = UUID(str(result_id))
         except ValueError:
             raise TaskResultDoesNotExist(result_id) from None
-        from django.db import connections  # Django is configured by now
-
         with connections[self.database_alias].cursor() as cursor:
             row = db.task_row(cursor, job_id)
         if row is None:
@@ -218,7 +212,7 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
         task = self._seen.get(name)
         if task is not None:
             return task
-        for found in tasks_of_backend(self):
+        for found in tasks_of_backend(self.alias, self.modules):
             self._seen.setdefault(found.module_path, found)
         task = self._seen.get(name)
         if task is None:
@@ -232,7 +226,7 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def tasks(self) -> Iterable[AnyTask]:
         """Every task of this backend in the scanned modules (what the worker runs)."""
-        return tasks_of_backend(self)
+        return tasks_of_backend(self.alias, self.modules)
 
 
 _FINISHED = frozenset({TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED})

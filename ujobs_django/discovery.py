@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.utils.module_loading import module_has_submodule
 
 from ujobs_django.compat import AnyTask, Task
-
-if TYPE_CHECKING:
-    from ujobs_django.backend import UjobsTaskBackend
 
 TASKS_MODULE = "tasks"
 
 
 def task_modules(extra: tuple[str, ...] = ()) -> list[ModuleType]:
     """Each installed app's ``tasks`` module (imported now if it exists), then ``extra``."""
-    from django.apps import apps  # Django is configured when a backend exists
-    from django.utils.module_loading import module_has_submodule
-
     found: list[ModuleType] = []
     for config in apps.get_app_configs():
         if module_has_submodule(config.module, TASKS_MODULE):
@@ -41,26 +37,12 @@ def tasks_in(module: ModuleType) -> list[AnyTask]:
     return [value for value in vars(module).values() if isinstance(value, Task)]
 
 
-def tasks_of_backend(backend: UjobsTaskBackend) -> list[AnyTask]:
-    """The tasks bound to ``backend``'s alias in the scanned modules, one per module path."""
+def tasks_of_backend(alias: str, modules: tuple[str, ...] = ()) -> list[AnyTask]:
+    """The tasks bound to the backend ``alias`` in the scanned modules (the apps' and
+    ``modules``), one per module path."""
     out: dict[str, AnyTask] = {}
-    for module in task_modules(backend.modules):
+    for module in task_modules(modules):
         for task in tasks_in(module):
-            if task.backend == backend.alias:
+            if task.backend == alias:
                 out.setdefault(task.module_path, task)
     return list(out.values())
-
-
-def ujobs_backends() -> list[Any]:
-    """Every backend of ``settings.TASKS`` that is a ``UjobsTaskBackend``, in alias order."""
-    from django.conf import settings  # configured by now
-
-    from ujobs_django.backend import UjobsTaskBackend
-    from ujobs_django.compat import task_backends
-
-    aliases = sorted(getattr(settings, "TASKS", {}) or {})
-    return [
-        task_backends[alias]
-        for alias in aliases
-        if isinstance(task_backends[alias], UjobsTaskBackend)
-    ]

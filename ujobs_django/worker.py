@@ -1,6 +1,4 @@
-"""How the bridge worker runs ``django.tasks`` tasks: each task's job body, and the ``LoadedApp``
-that hands a Django project's tasks, database and engine ``task()``s to the worker and the
-scheduler (``manage.py ujobs_worker`` / ``ujobs_scheduler``).
+"""How the bridge worker runs a ``django.tasks`` task: the job body each task becomes.
 
 Why it exists: a job body of the engine is a function of the row's arguments; a Django task
 wants Django's connection hygiene around it (``close_old_connections``, as a request gets), its
@@ -9,42 +7,39 @@ the ``task_started`` / ``task_finished`` signals. A task that raises fails the a
 exception itself, so the engine stores its traceback and retries or dead-letters it by the
 backend's ``MAX_ATTEMPTS``.
 
-What it is not: the worker loop (the engine's) or the command line (``management/``).
+What it is not: the worker loop (the engine's), or the project as the worker loads it
+(``project.py``).
 """
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psycopg
+from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from ujobs_bridge import current_job
-from ujobs_bridge.ext.jobs import JobDefinition, node_name
-from ujobs_bridge.ext.loaders import LoadedApp
-from ujobs_bridge.ext.scheduling import PeriodicTask, tasks_from_module
+from ujobs_bridge.ext.jobs import node_name
 from ujobs_django import compat
 from ujobs_django.compat import AnyTask, TaskContext, TaskResult, TaskResultStatus
-from ujobs_django.discovery import task_modules, ujobs_backends
-
-if TYPE_CHECKING:
-    from ujobs_django.backend import UjobsTaskBackend
 
 
-def body_for(backend: UjobsTaskBackend, task: AnyTask) -> Callable[..., Any]:
-    """The job body of ``task``: runs it as Django's worker contract says."""
+def body_for(alias: str, sender: type, task: AnyTask) -> Callable[..., Any]:
+    """The job body of ``task`` (of the backend ``alias``, whose class ``sender`` sends the
+    signals): runs it as Django's worker contract says."""
 
     def run_django_task(*args: Any, **kwargs: Any) -> Any:
-        return run_task(backend, task, list(args), dict(kwargs))
+        return run_task(alias, sender, task, list(args), dict(kwargs))
 
     run_django_task.__qualname__ = run_django_task.__name__ = f"run {task.module_path}"
     return run_django_task
 
 
-def run_task(backend: UjobsTaskBackend, task: AnyTask, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    from django.utils import timezone  # configured: the worker set Django up
-
+def run_task(
+    alias: str, sender: type, task: AnyTask, args: list[Any], kwargs: dict[str, Any]
+) -> Any:
     job = current_job()
     now = timezone.now()
     result = TaskResult(
@@ -57,12 +52,12 @@ def run_task(backend: UjobsTaskBackend, task: AnyTask, args: list[Any], kwargs: 
         last_attempted_at=now,
         args=args,
         kwargs=kwargs,
-        backend=backend.alias,
+        backend=alias,
         errors=[],
         worker_ids=[node_name()] * max(job.attempt, 1),
     )
     _close_old_connections()
-    compat.task_started.send(type(backend), task_result=result)
+    compat.task_started.send(sender, task_result=result)
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *args, **kwargs)
@@ -81,14 +76,14 @@ def run_task(backend: UjobsTaskBackend, task: AnyTask, args: list[Any], kwargs: 
                 traceback="".join(traceback.format_exception(exc)),
             )
         )
-        compat.task_finished.send(type(backend), task_result=result)
+        compat.task_finished.send(sender, task_result=result)
         raise
     finally:
         _close_old_connections()
     object.__setattr__(result, "finished_at", timezone.now())
     object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
     object.__setattr__(result, "_return_value", value)
-    compat.task_finished.send(type(backend), task_result=result)
+    compat.task_finished.send(sender, task_result=result)
     return value
 
 
@@ -96,53 +91,6 @@ def _close_old_connections() -> None:
     """Django's per-request hygiene around a body (connections past ``CONN_MAX_AGE`` or broken
     are closed), skipped while this thread is inside ``atomic()`` (a test performing a task in
     its own transaction), whose connection must stay."""
-    from django.db import close_old_connections, connections
-
     if any(c.in_atomic_block for c in connections.all(initialized_only=True)):
         return
     close_old_connections()
-
-
-def database_url(backend: UjobsTaskBackend) -> str:
-    """The DSN of the backend's Django database, from Django's own connection parameters (the
-    libpq keywords among them: host, port, dbname, user, password, sslmode ...)."""
-    from django.db import connections
-
-    params = connections[backend.database_alias].get_connection_params()
-    keywords = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
-    given = {
-        k: v
-        for k, v in params.items()
-        if k in keywords and isinstance(v, str | int) and not isinstance(v, bool) and v != ""
-    }
-    return psycopg.conninfo.make_conninfo(**given)
-
-
-class DjangoTasksApp(LoadedApp):
-    """A Django project as the engine's worker and scheduler see it: the tasks of every
-    ``UjobsTaskBackend`` in ``settings.TASKS``, on the database of the first, and the engine
-    ``task()``s declared in the same scanned modules."""
-
-    def __init__(self) -> None:
-        super().__init__("django", None)
-        self.backends: list[UjobsTaskBackend] = ujobs_backends()
-
-    def jobs(self) -> list[JobDefinition[Any, Any]]:
-        return [b.definition(t) for b in self.backends for t in b.tasks()]
-
-    def queues(self) -> tuple[str, ...]:
-        """What the worker consumes when no ``-Q`` is given: every backend's ``QUEUES``, and
-        every queue a task declares."""
-        names = {q for b in self.backends for q in b.queues}
-        names.update(t.queue_name for b in self.backends for t in b.tasks())
-        return tuple(sorted(names))
-
-    def periodic_tasks(self) -> dict[str, PeriodicTask]:
-        found: dict[str, PeriodicTask] = {}
-        extra = tuple(m for b in self.backends for m in b.modules)
-        for module in task_modules(extra):
-            found.update(tasks_from_module(module))
-        return found
-
-    def database_url(self) -> str | None:
-        return database_url(self.backends[0]) if self.backends else None

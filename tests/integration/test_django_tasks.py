@@ -47,10 +47,12 @@ def orders(pg_dsn: str) -> Iterator[ModuleType]:
 
         process_settings.configure(pg_dsn)
     from django.test.utils import override_settings
-
     from mysite import settings as example
 
-    apps = [*settings.INSTALLED_APPS, *(a for a in example.INSTALLED_APPS if a not in settings.INSTALLED_APPS)]
+    apps = [
+        *settings.INSTALLED_APPS,
+        *(a for a in example.INSTALLED_APPS if a not in settings.INSTALLED_APPS),
+    ]
     with override_settings(INSTALLED_APPS=apps, TASKS=example.TASKS):
         from orders import tasks
 
@@ -70,7 +72,7 @@ def tasks(orders: ModuleType, dsn: str) -> ModuleType:
 
 
 def registry() -> dict[str, Any]:
-    from ujobs_django.worker import DjangoTasksApp
+    from ujobs_django.project import DjangoTasksApp
 
     return {d.name: d for d in DjangoTasksApp().jobs()}
 
@@ -107,7 +109,7 @@ def test_enqueue_writes_a_job_the_worker_runs_and_get_result_reads(
     waiting = add.get_result(result.id)
     assert waiting.status == TaskResultStatus.READY and waiting.args == [2, 3]
     with pytest.raises(ValueError, match="not finished"):
-        waiting.return_value
+        _ = waiting.return_value
     assert work(dsn) == 1
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
@@ -132,8 +134,30 @@ def test_a_failing_task_is_failed_with_its_exception_class_and_traceback(
     assert error.exception_class_path == "orders.tasks.PaymentDeclined"
     assert "card declined for 40" in error.traceback and "Traceback" in error.traceback
     with pytest.raises(ValueError, match="failed"):
-        result.return_value
+        _ = result.return_value
     assert tasks.RAN == ["charge 40"]
+
+
+def test_a_backend_with_two_attempts_retries_and_keeps_each_error(
+    tasks: ModuleType, dsn: str
+) -> None:
+    from orders.tasks import flaky_sync
+
+    from ujobs_django.compat import TaskResultStatus
+
+    clock = FrozenClock(datetime.now(UTC) + timedelta(seconds=1))
+    result = flaky_sync.enqueue("north")
+    assert work(dsn, clock) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.READY  # waiting for its second attempt
+    assert [e.exception_class for e in result.errors] == [ConnectionError]
+    clock.advance(timedelta(hours=1))  # past the backoff
+    assert work(dsn, clock) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "north synced"
+    assert result.attempts == 2 and len(result.errors) == 1
+    assert result.started_at < result.last_attempted_at
+    assert tasks.RAN == ["flaky_sync north attempt 1", "flaky_sync north attempt 2"]
 
 
 def test_higher_priority_runs_first_and_queue_names_route(tasks: ModuleType, dsn: str) -> None:
@@ -144,7 +168,12 @@ def test_higher_priority_runs_first_and_queue_names_route(tasks: ModuleType, dsn
     whenever.using(priority=60).enqueue("c")  # using() overrides the declared priority
     receipt = send_receipt.enqueue(7)
     rows = job_rows(dsn)
-    assert [(r[1], r[2]) for r in rows] == [("default", -50), ("default", 50), ("default", 60), ("emails", 0)]
+    assert [(r[1], r[2]) for r in rows] == [
+        ("default", -50),
+        ("default", 50),
+        ("default", 60),
+        ("emails", 0),
+    ]
     assert work(dsn) == 4
     in_default = [r for r in tasks.RAN if not r.startswith("receipt")]
     assert in_default == ["whenever c", "rush b", "whenever a"]  # priority orders a queue
@@ -176,7 +205,13 @@ def test_takes_context_and_async_tasks_and_aenqueue(tasks: ModuleType, dsn: str)
     awaited = asyncio.run(add_later.aenqueue(4, 5))
     assert work(dsn) == 2
     mine.refresh()
-    assert mine.return_value == {"id": mine.id, "attempt": 1, "note": "hi"}
+    assert mine.return_value == {
+        "id": mine.id,
+        "attempt": 1,
+        "note": "hi",
+        "status": "RUNNING",  # get_result while the body runs
+        "started": True,
+    }
     awaited.refresh()
     assert awaited.return_value == 9
 

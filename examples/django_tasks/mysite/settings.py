@@ -30,7 +30,13 @@ TASKS = {
         "BACKEND": "ujobs_django.backend.UjobsTaskBackend",
         "QUEUES": ["default", "emails"],
         "OPTIONS": {"DATABASE": "default"},
-    }
+    },
+    # A second backend on the same database whose tasks get a second attempt: a task that
+    # raises is READY again (after the engine's backoff) until its attempts are spent.
+    "retrying": {
+        "BACKEND": "ujobs_django.backend.UjobsTaskBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 2},
+    },
 }
 
 

@@ -43,6 +43,14 @@ def charge(amount: int) -> None:
     raise PaymentDeclined(f"card declined for {amount}")
 
 
+@task(backend="retrying", takes_context=True)
+def flaky_sync(context: TaskContext, shop: str) -> str:
+    RAN.append(f"flaky_sync {shop} attempt {context.attempt}")
+    if context.attempt == 1:
+        raise ConnectionError(f"{shop} did not answer")
+    return f"{shop} synced"
+
+
 @task(queue_name="emails")
 def send_receipt(order_id: int) -> dict[str, Any]:
     RAN.append(f"receipt {order_id}")
@@ -52,7 +60,14 @@ def send_receipt(order_id: int) -> dict[str, Any]:
 @task(takes_context=True)
 def whoami(context: TaskContext, note: str) -> dict[str, Any]:
     RAN.append(f"whoami {note}")
-    return {"id": context.task_result.id, "attempt": context.attempt, "note": note}
+    seen = whoami.get_result(context.task_result.id)  # its own result, read while it runs
+    return {
+        "id": context.task_result.id,
+        "attempt": context.attempt,
+        "note": note,
+        "status": seen.status,
+        "started": seen.started_at is not None,
+    }
 
 
 @task()

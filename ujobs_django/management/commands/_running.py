@@ -7,13 +7,13 @@ What it is not: a command (the leading underscore keeps Django from listing it).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from django.core.management.base import CommandError
 
 from ujobs_bridge.errors import UjobsError
-from ujobs_django.worker import DjangoTasksApp
+from ujobs_django.project import DjangoTasksApp
 
 
 def project_app() -> DjangoTasksApp:
@@ -31,7 +31,7 @@ def project_app() -> DjangoTasksApp:
     return app
 
 
-def serve_in_click(name: str, params: Mapping[str, Any], serve: Callable[[], Any]) -> NoReturn | None:
+def serve_in_click(name: str, params: Mapping[str, Any], serve: Callable[[], Any]) -> None:
     """Run ``serve`` inside a click context named ``name`` holding ``params``; a usage error
     (a bad flag or setting) becomes Django's ``CommandError``."""
     with click.Context(click.Command(name), info_name=name) as context:
