@@ -179,8 +179,8 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
 
     def result_of(self, row: db.TaskRow) -> TaskResult:
         task = self.task_named(row.name)
-        if row.queue != task.queue_name:
-            task = task.using(queue_name=row.queue)
+        if row.queue != task.queue_name and row.queue in (self.queues or {row.queue}):
+            task = task.using(queue_name=row.queue)  # enqueued with .using(queue_name=...)
         given = row.input or {}
         status = STATUSES.get(row.state, TaskResultStatus.READY)
         counted = [a for a in row.attempts if a.outcome not in UNCOUNTED_OUTCOMES]
