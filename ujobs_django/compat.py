@@ -6,13 +6,15 @@ Why it exists: a backend subclasses the framework's ``BaseTaskBackend`` and buil
 ``TaskResult``s; the backend and the worker must use the classes the project's ``@task``
 decorator made, so both come from here, never imported by either name elsewhere.
 
-What it is not: a shim over differences in behaviour; the two share the API this package uses.
+What it is not: a shim over differences in behaviour; the two share the API this package uses
+(``normalize_json``, whose home differs between versions, is this package's own).
 The exception for an invalid task is ``InvalidTask`` in Django and ``InvalidTaskError`` in the
 backport: it is ``InvalidTask`` here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:  # Django 6.0+: the framework itself
@@ -27,7 +29,6 @@ try:  # Django 6.0+: the framework itself
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
-    from django.tasks.utils import normalize_json
 
     SOURCE = "django.tasks"
 except ImportError:  # the backport: pip install django-tasks
@@ -43,11 +44,33 @@ except ImportError:  # the backport: pip install django-tasks
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
-    from django_tasks.utils import normalize_json
 
     SOURCE = "django_tasks"
 
 AnyTask = Task[Any, Any]
+
+
+def normalize_json(value: Any) -> Any:
+    """``value`` as the JSON types a ``TaskResult`` holds (mappings to dicts, sequences to lists,
+    bytes to UTF-8 text), as the framework normalizes arguments and return values; anything
+    else is a ``TypeError`` raised at enqueue (or when the task returns), not in the worker.
+    Here rather than imported: the framework keeps its helper in a different module per
+    version."""
+    match value:
+        case Mapping():
+            return {normalize_json(k): normalize_json(v) for k, v in value.items()}
+        case bytes():
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError("bytes that are not UTF-8 cannot be a task's JSON") from exc
+        case str() | int() | float() | bool() | None:
+            return value
+        case Sequence():
+            return [normalize_json(v) for v in value]
+        case _:
+            raise TypeError(f"a task's arguments and result must be JSON, got {type(value)}")
+
 
 __all__ = [
     "DEFAULT_TASK_QUEUE_NAME",
