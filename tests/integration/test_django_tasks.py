@@ -118,6 +118,22 @@ def test_enqueue_writes_a_job_the_worker_runs_and_get_result_reads(
     assert tasks.RAN == ["add 2 3"]
 
 
+def test_enqueue_refuses_what_django_refuses_and_writes_nothing(
+    tasks: ModuleType, dsn: str
+) -> None:
+    from orders.tasks import add
+
+    from ujobs_django.compat import InvalidTask
+
+    with pytest.raises(TypeError, match="JSON"):
+        add.enqueue(object(), 1)
+    with pytest.raises(InvalidTask, match="not valid for backend"):
+        add.using(queue_name="nowhere").enqueue(1, 1)  # not in the backend's QUEUES
+    with pytest.raises(InvalidTask, match="aware"):
+        add.using(run_after=datetime(2030, 1, 1)).enqueue(1, 1)  # naive: USE_TZ refuses it
+    assert job_rows(dsn) == []
+
+
 def test_a_failing_task_is_failed_with_its_exception_class_and_traceback(
     tasks: ModuleType, dsn: str
 ) -> None:
