@@ -34,7 +34,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from django.db import connections
+from django.db import connections, transaction
 from django.utils import timezone
 
 from ujobs_bridge.errors import ConfigError, ErrorCode
@@ -112,7 +112,14 @@ class UjobsTaskBackend(BaseTaskBackend):  # type: ignore[misc]
             queue=task.queue_name,
             run_at=run_after,
         )
-        ref = call.enqueue(*args, **kwargs)
+        wrapper = connections[self.database_alias]
+        # as a query of Django's own: a database error is Django's (django.db.Error), and one
+        # inside atomic() marks the block for rollback
+        with (
+            transaction.mark_for_rollback_on_error(self.database_alias),
+            wrapper.wrap_database_errors,
+        ):
+            ref = call.enqueue(*args, **kwargs)
         self._seen.setdefault(task.module_path, task)
         result = TaskResult(
             task=task,

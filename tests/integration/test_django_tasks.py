@@ -259,6 +259,21 @@ def test_enqueue_inside_atomic_commits_or_rolls_back_with_the_block(
     assert tasks.RAN == ["add 20 2"]
 
 
+def test_a_failed_insert_is_a_django_database_error_that_marks_the_block_for_rollback(
+    tasks: ModuleType, dsn: str
+) -> None:
+    from django.db import DatabaseError, connection, transaction
+    from orders.tasks import add
+
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("set local search_path to pg_catalog")  # the jobs' tables out of sight
+        with pytest.raises(DatabaseError):
+            add.enqueue(1, 2)
+        assert connection.needs_rollback  # as after a failed query of Django's own
+    assert job_rows(dsn) == []
+
+
 def test_manage_py_ujobs_worker_runs_a_task_and_stops_on_sigterm(
     tasks: ModuleType, dsn: str
 ) -> None:
