@@ -91,6 +91,15 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    failure_kind: str | None = None  # a dead job's kind of failure (``Fail``); None: dead letter
+
+    @property
+    def shown_state(self) -> str:
+        """The state every view shows: a dead job's failure kind where its package gave one
+        (an upper package's own word), else the engine's state (``dead``: a dead letter)."""
+        if self.state is JobState.DEAD and self.failure_kind:
+            return self.failure_kind
+        return self.state.value
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -131,3 +140,4 @@ class Settlement:
     uncount: int = 0
     run_at: datetime | None = None  # a suspended job's wake time
     outage: bool = False  # handed back for a database outage (capped: migration 0015)
+    failure_kind: str | None = None  # a dead job's kind of failure (``Fail``); None: dead letter

@@ -19,8 +19,9 @@ overwritten. Under ``-E`` each of those moments also sends Celery's task event
 (``task_events.py``).
 
 How a run ends, for the job row: SUCCESS, RETRY (the retry is a new row, sent by
-``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback (Celery's retries are
-Celery's, so the engine never retries a task that failed); ``Reject(requeue=True)`` → ready
+``self.retry``), IGNORED → ``done``; FAILURE → ``dead`` with the traceback and the failure kind ``FAILURE``
+(Celery's retries are Celery's, so the engine never retries a task that failed, and no view
+counts it as a dead letter); ``Reject(requeue=True)`` → ready
 again; ``Reject(requeue=False)`` → ``dead``, the task reads FAILURE (Celery 5.7); revoked,
 expired, terminated → ``cancelled``. The engine's own attempts (``ujobs_max_deliveries``)
 count only claims whose worker died: Celery would have lost those messages (ack before run).
@@ -59,7 +60,15 @@ from celery_compat.worker.request import (
     request_for,
     time_limits,
 )
-from ujobs_bridge.ext.jobs import Cancel, Discard, JobDefinition, RetryPolicy, Snooze, current_job
+from ujobs_bridge.ext.jobs import (
+    Cancel,
+    Discard,
+    Fail,
+    JobDefinition,
+    RetryPolicy,
+    Snooze,
+    current_job,
+)
 from ujobs_bridge.ext.worker import fault, limits_kept_by_pool, pool_time_limits
 from ujobs_bridge.records import ClaimedJob
 
@@ -73,8 +82,11 @@ def task_registry(app: Any) -> Any:
     return registry if registry is not None else app.tasks
 
 
-class CeleryTaskFailed(Exception):
-    """The task ended in FAILURE: the row goes to ``dead`` with Celery's traceback."""
+def task_failed(text: str) -> Fail:
+    """The task ended in FAILURE: the row ends ``dead`` with Celery's traceback, its failure kind
+    ``FAILURE`` (what the dashboard, ``/metrics`` and ``jobs`` show), never a dead letter: Celery
+    decided its retries, none are left."""
+    return Fail(text, states.FAILURE)
 
 
 class _NeverRetried(Exception):
@@ -164,7 +176,7 @@ def run_message(
         limit_text = announce_time_limit(task, message, request, float(hard or 0))
         if events:
             task_events.failed(events, message.task_id, TimeLimitExceeded(hard), limit_text)
-        raise CeleryTaskFailed(limit_text)
+        raise task_failed(limit_text)
     if events and traced is not None:
         task_events.traced(events, message.task_id, traced)
     if traced is not None:
@@ -175,7 +187,7 @@ def run_message(
             text = getattr(result, "traceback", None) or str(
                 safe_repr(getattr(info, "retval", result))  # type: ignore[no-untyped-call]
             )  # a repr that raises must not turn the task's failure into another
-            raise CeleryTaskFailed(text)
+            raise task_failed(text)
         if state != states.REJECTED:
             return {"state": state}
         retval = getattr(info, "retval", None)
@@ -189,7 +201,7 @@ def run_message(
     raise Discard(f"rejected: {rejection.reason!r}")
 
 
-def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: float) -> Exception:
+def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: float) -> Fail:
     """A prefork child killed at the task's hard time limit: what Celery's main process does
     (``Request.on_timeout``: FAILURE ``TimeLimitExceeded``, ``on_failure``, errbacks,
     ``task_failure``, the task-failed event), here in the worker; the row goes ``dead``."""
@@ -201,11 +213,11 @@ def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: floa
     events = task_events.node(task)
     if events:
         task_events.failed(events, message.task_id, TimeLimitExceeded(limit_s), limit_text)
-    return CeleryTaskFailed(limit_text)
+    return task_failed(limit_text)
 
 
 def _on_time_limit(app: Any, name: str) -> Any:
-    def failed(claimed: ClaimedJob, limit_s: float) -> Exception:
+    def failed(claimed: ClaimedJob, limit_s: float) -> Fail:
         with outage_handed_back(name):  # a FAILURE store that met an outage: handed back
             return killed_at_time_limit(app, name, claimed, limit_s)
 
@@ -262,4 +274,4 @@ def jobs_for_app(app: Any) -> list[JobDefinition[Any, Any]]:
     return out
 
 
-__all__ = ["CeleryTaskFailed", "TaskRevokedError", "jobs_for_app", "run_message"]
+__all__ = ["TaskRevokedError", "jobs_for_app", "run_message", "task_failed"]

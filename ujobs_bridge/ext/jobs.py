@@ -1,5 +1,5 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
-explicit outcomes, retry policies, job ids, name validation, the limit on a result's size and
+explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size and
 the one range of instants a row may hold (``storable_instant``: what the Celery sender and
 ``migrate`` check ``eta``/``expires`` against).
 
@@ -17,7 +17,7 @@ from ujobs_bridge._internal.jobs.instants import (
     instant_after,
     storable_instant,
 )
-from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Fail, Snooze
 from ujobs_bridge._internal.jobs.payload import (
     DEFAULT_MAX_RESULT_BYTES,
     result_size,
@@ -36,6 +36,7 @@ __all__ = [
     "Cancel",
     "Discard",
     "EnqueueRequest",
+    "Fail",
     "JobContext",
     "JobDefinition",
     "RetryPolicy",

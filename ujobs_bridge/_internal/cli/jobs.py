@@ -29,7 +29,8 @@ from ujobs_bridge._internal.db.observe import AttemptRow
 from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.observe.introspect import (
     Introspector,
-    parse_state,
+    attempt_text,
+    parse_shown_state,
     step_json,
     suspended_reason,
 )
@@ -48,6 +49,7 @@ def _when(value: Any) -> str:
 
 def _record_json(record: JobRecord, show_secrets: bool) -> dict[str, Any]:
     out = record.as_json()
+    out["state"] = record.shown_state  # a package's failure kind (FAILURE) where it gave one
     if not show_secrets:
         out["input"] = redact(out["input"])
         out["output"] = redact(out["output"])
@@ -72,8 +74,8 @@ def _table(records: list[JobRecord], title: str) -> Table:
             cell(str(r.id)),
             cell(r.name),
             cell(r.queue),
-            cell(r.state.value),
-            cell(f"{r.attempt}/{r.max_attempts}"),
+            cell(r.shown_state),
+            cell(attempt_text(r)),
             cell(_when(r.run_at)),
             cell(_last_line(r.last_error), 80),
         )
@@ -132,7 +134,10 @@ def jobs() -> None:
 
 @jobs.command("ls")
 @click.option(
-    "--state", default=None, help="ready, running, sleeping, waiting, done, dead or cancelled."
+    "--state",
+    default=None,
+    help="ready, running, sleeping, waiting, done, dead (the dead letters), cancelled, or a"
+    " failure kind in capitals (FAILURE: Celery tasks that failed).",
 )
 @click.option("--queue", default=None)
 @click.option("--name", default=None, help="A job name or a glob: 'billing.*', '*.send_?'.")
@@ -155,14 +160,20 @@ def ls(
 ) -> None:
     """List jobs, newest first."""
     try:
-        parsed = parse_state(state)
+        parsed, kind = parse_shown_state(state)
         if queue is not None:
             validation.queue_name(queue)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     _paging(limit, offset)
     records = _introspector(app_spec, dsn, as_json).jobs(
-        state=parsed, queue=queue, name=name, task_id=task_id, limit=limit, offset=offset
+        state=parsed,
+        kind=kind,
+        queue=queue,
+        name=name,
+        task_id=task_id,
+        limit=limit,
+        offset=offset,
     )
     if as_json:
         print_json([_record_json(r, False) for r in records])
@@ -275,7 +286,8 @@ def dead(
     dsn: str | None,
     as_json: bool,
 ) -> None:
-    """List dead letters, most recent first."""
+    """List dead letters, most recent first (a Celery task's FAILURE is not one: `jobs ls
+    --state FAILURE` lists those)."""
     _paging(limit, offset)
     records = _introspector(app_spec, dsn, as_json).dead(
         limit=limit, offset=offset, queue=queue, name=name

@@ -27,7 +27,7 @@ from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.observe.introspect import (
     lookup_ids,
     name_pattern,
-    parse_state,
+    parse_shown_state,
     suspended_reason,
 )
 from ujobs_bridge._internal.observe.redaction import REDACTED, redact, redact_message
@@ -75,7 +75,7 @@ def _instant(request: Request, key: str) -> datetime | None:
 
 def _filters(request: Request) -> dict[str, Any]:
     try:
-        state = parse_state(_text(request, "state"))
+        state, kind = parse_shown_state(_text(request, "state"))
         queue = _text(request, "queue")
         if queue is not None:
             validation.queue_name(queue)
@@ -83,6 +83,7 @@ def _filters(request: Request) -> dict[str, Any]:
         raise BadFilter(exc.message) from exc
     return {
         "state": state,
+        "kind": kind,
         "queue": queue,
         "name": _text(request, "name"),
         "task_id": _text(request, "task_id"),
@@ -150,6 +151,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
             records = reads_db.job_list(
                 conn,
                 state=f["state"].value if f["state"] else None,
+                kind=f["kind"],
                 queue=f["queue"],
                 name=None,
                 name_like=name_pattern(f["name"]),

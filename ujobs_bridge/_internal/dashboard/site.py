@@ -28,6 +28,7 @@ from ujobs_bridge._internal.dashboard import security
 from ujobs_bridge._internal.dashboard.config import DashboardConfig
 from ujobs_bridge._internal.dashboard.panels import Panel
 from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.observe.introspect import attempt_text
 from ujobs_bridge._internal.observe.metrics_db import DatabaseCollector
 from ujobs_bridge._internal.observe.redaction import redact_message
 
@@ -50,6 +51,7 @@ class DashboardSite:
         env.globals["url"] = self.url
         env.globals["nav_extra"] = [p.nav for p in panels if p.nav]
         env.globals["read_only"] = config.read_only
+        env.globals["attempt_text"] = attempt_text
         env.filters["redacted"] = lambda v: redact_message(v) if isinstance(v, str) else v
         env.filters["pretty"] = lambda v: json.dumps(v, indent=2, default=str, ensure_ascii=False)
         self.templates = Jinja2Templates(env=env)

@@ -36,6 +36,7 @@ class QueueRow:
     waiting: int = 0
     dead: int = 0
     oldest_due: datetime | None = None
+    failed: dict[str, int] = field(default_factory=dict)  # a package's failure kind: its jobs
 
     @property
     def parked(self) -> int:
@@ -123,6 +124,8 @@ def queue_rows(conn: psycopg.Connection[Any], now: datetime | None) -> list[Queu
         row = rows.setdefault(d.queue, QueueRow(d.queue))
         if d.state in ("ready", "scheduled", "running", "sleeping", "waiting", "dead"):
             setattr(row, d.state, d.jobs)
+        elif d.state.isupper():  # a failure kind (FAILURE): not a dead letter
+            row.failed[d.state] = d.jobs
         if d.oldest_due is not None:
             row.oldest_due = d.oldest_due
     return [rows[q] for q in sorted(rows)]

@@ -1,5 +1,5 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0023_duties) leave, as pg_dump prints it (no owners, no grants).
+-- through 0024_failure_kind) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
@@ -92,14 +92,14 @@ end
 $$;
 
 -- Name: x_job_get(uuid); Type: FUNCTION; Schema: public
-CREATE FUNCTION public.x_job_get(p_id uuid) RETURNS TABLE(id uuid, name text, queue text, input jsonb, output jsonb, idempotency_key text, attempt integer, max_attempts integer, state text, priority smallint, run_at timestamp with time zone, lease_expires_at timestamp with time zone, claimed_by text, expires_at timestamp with time zone, last_error text, tenant_id text, traceparent text, enqueued_by text, created_at timestamp with time zone, updated_at timestamp with time zone, finished_at timestamp with time zone)
+CREATE FUNCTION public.x_job_get(p_id uuid) RETURNS TABLE(id uuid, name text, queue text, input jsonb, output jsonb, idempotency_key text, attempt integer, max_attempts integer, state text, priority smallint, run_at timestamp with time zone, lease_expires_at timestamp with time zone, claimed_by text, expires_at timestamp with time zone, last_error text, tenant_id text, traceparent text, enqueued_by text, created_at timestamp with time zone, updated_at timestamp with time zone, finished_at timestamp with time zone, failure_kind text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
     select j.id, j.name, j.queue, j.input, j.output, j.idempotency_key, j.attempt,
            j.max_attempts, j.state, j.priority, j.run_at, j.lease_expires_at, j.claimed_by,
            j.expires_at, j.last_error, j.tenant_id, j.traceparent, j.enqueued_by, j.created_at,
-           j.updated_at, j.finished_at
+           j.updated_at, j.finished_at, j.failure_kind
       from x_jobs as j
      where j.id = p_id
 $$;
@@ -472,6 +472,7 @@ CASE
     ELSE NULL::text
 END) STORED,
     outage_handbacks integer DEFAULT 0 NOT NULL,
+    failure_kind text,
     CONSTRAINT x_jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT x_jobs_state_check CHECK ((state = ANY (ARRAY['ready'::text, 'running'::text, 'sleeping'::text, 'waiting'::text, 'done'::text, 'dead'::text, 'cancelled'::text])))
 )
@@ -653,7 +654,7 @@ CREATE INDEX x_job_steps_waiting_idx ON public.x_job_steps USING btree (event, c
 CREATE INDEX x_jobs_created_idx ON public.x_jobs USING btree (created_at DESC, id);
 
 -- Name: x_jobs_dead_idx; Type: INDEX; Schema: public
-CREATE INDEX x_jobs_dead_idx ON public.x_jobs USING btree (dead_at DESC, id) INCLUDE (queue) WHERE (dead_at IS NOT NULL);
+CREATE INDEX x_jobs_dead_idx ON public.x_jobs USING btree (dead_at DESC, id) INCLUDE (queue, failure_kind) WHERE (dead_at IS NOT NULL);
 
 -- Name: x_jobs_idempotency_live_idx; Type: INDEX; Schema: public
 CREATE UNIQUE INDEX x_jobs_idempotency_live_idx ON public.x_jobs USING btree (live_key) WHERE (live_key IS NOT NULL);

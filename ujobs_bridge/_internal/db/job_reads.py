@@ -53,15 +53,18 @@ def job_list(
     since: datetime | None = None,
     until: datetime | None = None,
     before: tuple[datetime, UUID] | None = None,
+    kind: str | None = None,
 ) -> list[JobRecord]:
     """Newest first. ``name`` matches exactly, ``name_like`` is a LIKE pattern (``name`` wins);
     ``ids`` narrows to those rows; ``since``/``until`` bound ``created_at`` (until excluded);
     paged by ``limit`` and by key: ``before`` is the (created_at, id) of the last row of the
-    previous page (read from the creation-order index, however deep), ``offset`` skips rows."""
+    previous page (read from the creation-order index, however deep), ``offset`` skips rows.
+    State ``dead`` lists the dead letters, or with ``kind`` the dead rows of that failure kind."""
     params = {
         "before_at": before[0] if before is not None else None,
         "before_id": before[1] if before is not None else None,
         "state": state,
+        "kind": kind,
         "queue": queue,
         "name_like": like_literal(name) if name is not None else name_like,
         "ids": list(ids) if ids is not None else None,
@@ -83,7 +86,7 @@ def job_dead(
     name_like: str | None = None,
     offset: int = 0,
 ) -> list[JobRecord]:
-    """Dead letters, most recently dead first; filtered by queue and a LIKE pattern, paged."""
+    """Dead letters (no failure kind), most recently dead first; filtered by queue and a LIKE pattern, paged."""
     params = {"limit": limit, "queue": queue, "name_like": name_like, "offset": offset}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(q("job_dead"), params).fetchall()

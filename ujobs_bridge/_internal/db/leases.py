@@ -163,6 +163,7 @@ def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> d
                 "uncount": s.uncount,
                 "run_at": s.run_at.isoformat() if s.run_at is not None else None,
                 "outage": 1 if s.outage else 0,
+                "kind": s.failure_kind,
             }
             for s in settlements
         ]

@@ -1,8 +1,9 @@
 """Explicit outcomes a job body can return or raise, besides succeeding or failing.
 
 Why it exists: "try again in ten minutes, this was not a failure", "stop, this job is no longer
-wanted" and "drop it, retrying cannot help" are decisions only the body can make. Raising
-``Snooze``, ``Cancel`` or ``Discard`` (or returning one) says so explicitly. They derive from
+wanted", "drop it, retrying cannot help" and "this failed for good, by my own rules" are
+decisions only the body can make. Raising ``Snooze``, ``Cancel``, ``Discard`` or ``Fail`` (or
+returning one) says so explicitly. They derive from
 ``BaseException`` so a body's own ``except Exception:`` cannot swallow them by accident.
 
 What it is not: a failure. A snoozed attempt is not counted against ``max_attempts``.
@@ -10,9 +11,13 @@ What it is not: a failure. A snoozed attempt is not counted against ``max_attemp
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge.errors import ConfigError, ErrorCode
+
+FAILURE_KIND = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 
 
 class Outcome(BaseException):
@@ -43,3 +48,21 @@ class Discard(Outcome):
     def __init__(self, reason: str = "discarded by the job") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class Fail(Outcome):
+    """End as failed for good, with the word the views show for it (``kind``) instead of a dead
+    letter: the body's own package decided its retries (none are left), so the engine neither
+    retries it nor counts it among the dead letters. ``error`` is the failure's text."""
+
+    def __init__(self, error: str, kind: str) -> None:
+        if not isinstance(kind, str) or not FAILURE_KIND.fullmatch(kind):
+            raise ConfigError(
+                f"failure kind {kind!r} is not allowed",
+                hint="use a word in capitals, A-Z 0-9 _, at most 32 (for example 'FAILURE'):"
+                " engine states are lower case, so the two never meet",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
+        self.error = error
+        self.kind = kind
+        super().__init__(error)

@@ -27,6 +27,7 @@ from ujobs_bridge._internal.db import unclaimed as unclaimed_db
 from ujobs_bridge._internal.db.nodes import NodeRecord
 from ujobs_bridge._internal.db.observe import AttemptRow
 from ujobs_bridge._internal.db.steps import StepRecord
+from ujobs_bridge._internal.jobs.outcomes import FAILURE_KIND
 from ujobs_bridge._internal.observe.redaction import redact, redact_message
 from ujobs_bridge.errors import ConfigError, JobNotFoundError, JobStateError
 from ujobs_bridge.records import LIVE_STATES, JobRecord, JobState, QueueStat
@@ -77,7 +78,26 @@ def parse_state(text: str | None) -> JobState | None:
         return JobState(text)
     except ValueError as exc:
         names = ", ".join(s.value for s in JobState)
-        raise ConfigError(f"{text!r} is not a job state", hint=f"use one of: {names}") from exc
+        raise ConfigError(
+            f"{text!r} is not a job state",
+            hint=f"use one of: {names}, or a failure kind in capitals (FAILURE)",
+        ) from exc
+
+
+def parse_shown_state(text: str | None) -> tuple[JobState | None, str | None]:
+    """A state as the views show it: an engine state (``dead``: the dead letters), or a failure
+    kind, a word in capitals (``FAILURE``: the dead rows a package ended with that kind)."""
+    if text is not None and FAILURE_KIND.fullmatch(text):
+        return JobState.DEAD, text
+    return parse_state(text), None
+
+
+def attempt_text(record: JobRecord) -> str:
+    """The attempt as the views show it: ``1/3`` (of the engine's attempts), but only ``1`` for
+    a failure of a package's own kind, whose retries were the package's (none left here)."""
+    if record.state is JobState.DEAD and record.failure_kind:
+        return str(record.attempt)
+    return f"{record.attempt}/{record.max_attempts}"
 
 
 class Introspector:
@@ -138,8 +158,10 @@ class Introspector:
         task_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        kind: str | None = None,
     ) -> list[JobRecord]:
-        """Newest first; ``name`` is a glob, ``task_id`` a Celery task id."""
+        """Newest first; ``name`` is a glob, ``task_id`` a Celery task id; state ``dead`` with
+        ``kind`` lists the dead rows of that failure kind, without it the dead letters."""
         with self._connect() as conn:
             ids = lookup_ids(conn, task_id) if task_id is not None else None
             return reads_db.job_list(
@@ -151,6 +173,7 @@ class Introspector:
                 ids=ids,
                 limit=limit,
                 offset=offset,
+                kind=kind,
             )
 
     def dead(

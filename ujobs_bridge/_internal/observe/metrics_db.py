@@ -73,7 +73,8 @@ class DatabaseCollector(Collector):
         depth = observe.observe_depth(conn, self.clock.sql_now())
         jobs = GaugeMetricFamily(
             "ujobs_queue_jobs",
-            "Jobs per queue and state (scheduled: ready but not yet due; dead: dead letters).",
+            "Jobs per queue and state (scheduled: ready but not yet due; dead: dead letters; a"
+            " word in capitals: a package's own terminal failures, such as Celery's FAILURE).",
             labels=["queue", "state"],
         )
         oldest = GaugeMetricFamily(
@@ -87,8 +88,9 @@ class DatabaseCollector(Collector):
             seen.setdefault(d.queue, {})[d.state] = d.jobs
             if d.oldest_due is not None:
                 ages[d.queue] = max(ages.get(d.queue, 0.0), _age_s(d.oldest_due, now))
+        kinds = sorted({s for states in seen.values() for s in states} - set(SHOWN_STATES))
         for queue, states in sorted(seen.items()):
-            for state in SHOWN_STATES:  # a state with no jobs is 0, not absent
+            for state in (*SHOWN_STATES, *kinds):  # a state with no jobs is 0, not absent
                 jobs.add_metric([queue, state], states.get(state, 0))
             oldest.add_metric([queue], ages.get(queue, 0.0))
         yield jobs

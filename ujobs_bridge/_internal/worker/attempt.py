@@ -34,7 +34,7 @@ from ujobs_bridge import steps
 from ujobs_bridge._internal.jobs import context
 from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext
 from ujobs_bridge._internal.jobs.error_text import FormattedError, describe, error_text
-from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Outcome, Snooze
+from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Fail, Outcome, Snooze
 from ujobs_bridge._internal.jobs.payload import (
     DEFAULT_MAX_RESULT_BYTES,
     decode_input,
@@ -166,6 +166,8 @@ def _bound(
 
 def _failed(error: BaseException | None) -> bool:
     """An attempt whose span is marked as an error: not a suspension or a chosen outcome."""
+    if isinstance(error, Fail):
+        return True
     return error is not None and not isinstance(error, Outcome | StepSuspended)
 
 
@@ -428,4 +430,6 @@ def _explicit(claimed: ClaimedJob, error: BaseException) -> Settlement | None:
         return Settlement(
             *ident, state=JobState.DEAD, error=f"{ErrorCode.JOB_DISCARDED.value}: {error.reason}"
         )
+    if isinstance(error, Fail):
+        return Settlement(*ident, state=JobState.DEAD, error=error.error, failure_kind=error.kind)
     return None

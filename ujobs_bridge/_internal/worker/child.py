@@ -42,7 +42,7 @@ from ujobs_bridge._internal.jobs import context
 from ujobs_bridge._internal.jobs.context import AttemptSignal
 from ujobs_bridge._internal.jobs.error_text import error_text
 from ujobs_bridge._internal.jobs.group_commit import GroupCommit
-from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Snooze
+from ujobs_bridge._internal.jobs.outcomes import Cancel, Discard, Fail, Snooze
 from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.worker import pool_limits
@@ -236,6 +236,8 @@ def _reply(definition: JobDefinition[Any, Any], result: BodyResult) -> Reply:
         return ("cancel", exc.reason)
     if isinstance(exc, Discard):
         return ("discard", exc.reason)
+    if isinstance(exc, Fail):
+        return ("fail", exc.error, exc.kind)
     if isinstance(exc, StepError):
         return ("step_error", exc.message, exc.hint, exc.code.value)
     # the parent's decision table, for what only the child can judge (the exception's class);
@@ -258,6 +260,8 @@ def body_result_from_child(reply: Reply) -> BodyResult:
         return BodyResult(error=Cancel(reply[1]))
     if kind == "discard":
         return BodyResult(error=Discard(reply[1]))
+    if kind == "fail":
+        return BodyResult(error=Fail(reply[1], reply[2]))
     if kind == "step_error":
         return BodyResult(error=StepError(reply[1], hint=reply[2], code=ErrorCode(reply[3])))
     return BodyResult(error=RemoteJobError(reply[1], reply[2]))

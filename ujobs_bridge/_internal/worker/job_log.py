@@ -22,11 +22,11 @@ log = logging.getLogger("ujobs.job")
 
 def outcome_of(settlement: Settlement) -> str:
     """One word for how an attempt ended: done, retried, dead, cancelled, snoozed, suspended,
-    handed_back."""
+    handed_back, or the failure kind a body ended with (``Fail``: FAILURE)."""
     if settlement.state is JobState.DONE:
         return "done"
     if settlement.state is JobState.DEAD:
-        return "dead"
+        return settlement.failure_kind or "dead"
     if settlement.state is JobState.CANCELLED:
         return "cancelled"
     if settlement.state in (JobState.SLEEPING, JobState.WAITING):
@@ -84,6 +84,16 @@ def settled(claimed: ClaimedJob, settlement: Settlement | None) -> None:
             extra=_fields(
                 claimed, outcome=outcome, delay_s=settlement.delay_s, error=settlement.error
             ),
+        )
+    elif settlement.failure_kind and settlement.state is JobState.DEAD:
+        log.error(
+            "job %s: %s[%s] attempt %d: %s",
+            settlement.failure_kind,
+            claimed.name,
+            claimed.id,
+            claimed.attempt,
+            _summary(settlement.error),
+            extra=_fields(claimed, outcome=outcome, error=settlement.error),
         )
     elif outcome == "dead":
         log.error(

@@ -120,7 +120,8 @@ returning l.job_id
 -- The batch arrives as ONE jsonb array (one C-level json.dumps on the client, no per-element
 -- array dumping): [{"id", "token", "state", "output" (JSON text), "delay_s", "error", "uncount",
 -- "outage" (0/1: see below), "run_at" (when a suspended job is due again; null = never by time
--- alone: year 9999, which Python can still read, unlike infinity)}]. The settled leases leave x_job_leases; the jobs it
+-- alone: year 9999, which Python can still read, unlike infinity), "kind" (a dead job's failure
+-- kind, migration 0024: null for a dead letter)}]. The settled leases leave x_job_leases; the jobs it
 -- finished done or dead are added to this backend's row of x_job_counts for the current minute
 -- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
 -- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
@@ -144,6 +145,7 @@ with settled as (
                          then coalesce(u.run_at, '9999-12-31 00:00:00+00'::timestamptz)
                          else j.run_at end,
            last_error = coalesce(u.error, j.last_error),
+           failure_kind = case when u.state = 'dead' then u.kind end,
            lease_token = null, lease_expires_at = null, claimed_by = null,
            updated_at = now(),
            finished_at = case when u.state in ('done', 'dead', 'cancelled')
@@ -152,10 +154,10 @@ with settled as (
                               then now() else null end
       from jsonb_to_recordset(%(batch)s::jsonb)
            as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
-                 run_at timestamptz, outage int)
+                 run_at timestamptz, outage int, kind text)
      where j.id = u.id and j.lease_token = u.token and j.state = 'running'
     returning j.id, u.token, j.queue, j.state, j.attempt + u.uncount as attempt, j.updated_at,
-              u.uncount, u.error
+              u.uncount, u.error, j.failure_kind
 ), released as (
     delete from x_job_leases as l using settled
      where l.job_id = settled.id and l.token = settled.token
@@ -164,7 +166,7 @@ with settled as (
     insert into x_job_attempts
         (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
     select s.id, s.token, coalesce(r.attempt, s.attempt), r.worker, r.claimed_at, s.updated_at,
-           case when s.state <> 'ready' then s.state
+           case when s.state <> 'ready' then coalesce(s.failure_kind, s.state)
                 when s.uncount = 0 then 'retried'
                 when s.error like 'UJ_JOB_SNOOZED%%' then 'snoozed'
                 else 'handed_back' end,
@@ -226,6 +228,7 @@ with stale as (
                         else 'ready' end,
            attempt = j.attempt - case when lost.started then 0 else 1 end,
            last_error = case when lost.started then %(error)s else %(unstarted_error)s end,
+           failure_kind = null,
            lease_token = null, lease_expires_at = null, claimed_by = null,
            run_at = coalesce(%(now)s, now()),
            updated_at = now(),
@@ -290,11 +293,12 @@ select id from x_job_requeue(%(id)s, %(now)s::timestamptz) as id
 -- Through x_job_get (migration 0023): a producer reads one job by its id, and nothing else.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
-       enqueued_by, created_at, updated_at, finished_at
+       enqueued_by, created_at, updated_at, finished_at, failure_kind
   from x_job_get(%(id)s)
 
 -- job_list --
--- `name_like` is a LIKE pattern (a glob translated by the caller, `\` escapes); `ids` narrows to
+-- State `dead` with `kind` null lists the dead letters; with a `kind` (migration 0024), the dead
+-- rows a package ended with that failure kind. `name_like` is a LIKE pattern (a glob translated by the caller, `\` escapes); `ids` narrows to
 -- given rows (a Celery task id's jobs); newest first, in the order of x_jobs_created_idx
 -- (migration 0016: created_at never changes, so a settle stays HOT), so a page is read from that
 -- index, not by sorting the table. Paged by key: `before_at`/`before_id` (the last row of the
@@ -305,10 +309,11 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
 -- instead of walking the whole creation order; with parameters bound they fold to that set.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
-       enqueued_by, created_at, updated_at, finished_at
+       enqueued_by, created_at, updated_at, finished_at, failure_kind
   from x_jobs
  where (%(state)s::text is null or state = %(state)s)
    and (%(state)s::text is distinct from 'dead' or dead_at is not null)
+   and (%(state)s::text is distinct from 'dead' or failure_kind is not distinct from %(kind)s::text)
    and (%(state)s::text is null or %(state)s::text not in ('ready', 'sleeping', 'waiting')
         or id = any(array(select c.id from x_job_claimable as c
                            where %(queue)s::text is null or c.queue = %(queue)s)))
@@ -354,11 +359,14 @@ select x_jobs_requeue_matching(%(state)s, %(queue)s, %(name_like)s, %(ids)s::uui
                                %(now)s::timestamptz)
 
 -- job_dead --
+-- The dead letters: dead rows without a failure kind (migration 0024; a package's own terminal
+-- failures are listed by `job_list` under their kind).
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
-       enqueued_by, created_at, updated_at, finished_at
+       enqueued_by, created_at, updated_at, finished_at, failure_kind
   from x_jobs
  where dead_at is not null
+   and failure_kind is null
    and (%(queue)s::text is null or queue = %(queue)s)
    and (%(name_like)s::text is null or name like %(name_like)s)
  order by dead_at desc, id
@@ -434,7 +442,7 @@ with head as materialized (
 ), killed as (
     update x_jobs as j
        set state = 'dead', last_error = replace(%(error)s, '{name}', j.name), updated_at = now(),
-           finished_at = now()
+           failure_kind = null, finished_at = now()
       from stranded
      where j.id = stranded.id
     returning j.id, j.name, j.queue

@@ -10,7 +10,8 @@
 --     so ready = claimable due - suspended due, scheduled = claimable not due - suspended not due;
 --   running: x_job_leases joined to x_jobs by primary key (a lease a cancel ended is no longer
 --     its job's token, so it is not counted);
---   dead (x_jobs_dead_idx, index-only, it carries the queue).
+--   dead (x_jobs_dead_idx, index-only, it carries the queue and the failure kind): the dead
+--     letters as `dead`, a package's own terminal failures under their kind (0024: FAILURE).
 -- `oldest_due` (on the `ready` row) is the earliest run_at among claimable jobs that are due:
 -- the longest a job a worker could claim now has waited (a sleeping job whose time has come
 -- waits for a worker just as a ready one does). Rows with no jobs and no oldest_due are left out.
@@ -46,10 +47,10 @@ with claimable as (
      where j.state = 'running'
      group by j.queue
     union all
-    select queue, 'dead', count(*), null
+    select queue, coalesce(failure_kind, 'dead'), count(*), null
       from x_jobs
      where dead_at is not null
-     group by queue
+     group by queue, failure_kind
 )
 select queue, state, jobs, oldest_due
   from shown
