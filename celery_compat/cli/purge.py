@@ -5,7 +5,8 @@ Why it exists: Celery's ``purge`` command does not call ``app.control.purge()``;
 queue (``celery/bin/purge.py``). A celery_compat app's queues are in Postgres, so while that
 command runs (and only then: the broker connection still serves ``ujobs_broker_tasks`` and
 events), ``connection_for_write()`` answers with ``PostgresPurgeConnection``, whose
-``queue_purge`` cancels the queue's ready messages (``control.BridgeControl.purge_queues``) and
+``queue_purge`` cancels the queue's ready messages without an ``eta``
+(``control.BridgeControl.purge_queues``; ETA messages a Celery worker would hold unacked) and
 returns how many, which the command counts and prints in its own words.
 
 What it is not: a kombu transport. It has exactly what the command touches.

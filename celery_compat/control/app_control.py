@@ -67,7 +67,8 @@ class BridgeControl(Control):  # type: ignore[misc]
 
     def purge(self, connection: Any = None) -> int:
         """Cancel the app's ready messages in Postgres (every queue it consumes or routes to),
-        as Celery's purge discards the queued messages; returns how many, and logs it."""
+        as Celery's purge discards the queued messages (not the ETA/countdown ones, which Celery
+        workers hold unacked); returns how many, and logs it."""
         counts = self.purge_queues(app_queues(self.app))
         total = sum(counts.values())
         log.info("Purged %d messages from %d queues in Postgres", total, len(counts))

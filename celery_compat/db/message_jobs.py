@@ -156,7 +156,8 @@ PURGED_REASON = "UJ_JOB_CANCELLED: purged"
 
 
 def purge_ready(conn: Conn, queues: Sequence[str]) -> dict[str, int]:
-    """Cancel the ready messages of ``queues`` (Celery's purge); returns how many per queue."""
+    """Cancel the ready messages of ``queues`` that carry no ``eta`` (Celery's purge: a Celery
+    worker holds ETA messages unacked, out of the purge's reach); returns how many per queue."""
     rows = conn.execute(
         q("celery_purge_ready"), {"queues": list(queues), "error": PURGED_REASON}
     ).fetchall()

@@ -277,7 +277,10 @@ select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::flo
 -- celery_purge_ready --
 -- Celery's purge: the ready messages of the given queues are cancelled (they never run; the
 -- retention sweep deletes them later), per queue, in one statement. Running, sleeping and waiting
--- rows are left alone: a worker holds them, as a Celery worker holds its unacked messages.
+-- rows are left alone: a worker holds them, as a Celery worker holds its unacked messages; so
+-- are messages with an `eta` (countdown, eta, a retry's countdown), due or not, which a Celery
+-- worker takes off the queue at once and holds unacked until their time, so Celery's purge never
+-- sees them.
 -- The candidates are read from x_job_claimable's claim index (migration 0019), not a scan of
 -- every row x_jobs keeps.
 with gone as (
@@ -285,6 +288,7 @@ with gone as (
        set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
            last_error = %(error)s, updated_at = now(), finished_at = now()
      where state = 'ready' and queue = any(%(queues)s)
+       and input -> 'headers' ->> 'eta' is null
        and id in (select c.id from x_job_claimable as c where c.queue = any(%(queues)s))
     returning queue
 )
