@@ -108,6 +108,20 @@ def _refuse_oversize(key: Any, value: Any) -> None:
         raise EncodeError(error.render())
 
 
+REVOKE_REASONS = ("terminated", "expired", "revoked")
+
+
+def revoked_reason(last_error: str | None) -> str:
+    """A cancelled row's error as Celery's ``TaskRevokedError`` reason: ``terminated``,
+    ``expired`` or ``revoked`` (what Celery's worker passes to ``mark_as_revoked``) when the row
+    was cancelled for one of those, else the row's own text."""
+    text = (last_error or "").removeprefix("UJ_JOB_CANCELLED: ")
+    for reason in REVOKE_REASONS:
+        if text.startswith(reason):
+            return reason
+    return last_error or "revoked"
+
+
 class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
     """``result_backend`` for celery_compat apps (set for you by ``celery_compat.Celery``)."""
 
@@ -373,7 +387,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             exc = WorkerLostError(last_error or "the job was dead-lettered")
             status = states.FAILURE
         elif state == "cancelled":
-            exc = TaskRevokedError(last_error or "revoked")
+            exc = TaskRevokedError(revoked_reason(last_error))
             status = states.REVOKED
         else:
             return None

@@ -96,7 +96,8 @@ def revoke_tasks(
                         # Without terminate the row stays as it is: a started body finishes, as
                         # in Celery, and a claimed one whose body has not started is dropped by
                         # its worker, which stores REVOKED (revoked_ids.py, execution.py).
-                        remote.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: revoked ({name})")
+                        # Celery's word for it (``mark_as_revoked(reason="terminated")``)
+                        remote.job_cancel(conn, job_id, f"UJ_JOB_CANCELLED: terminated ({name})")
             if not running:
                 mark_revoked(backend, tid)
     return done

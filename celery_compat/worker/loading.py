@@ -211,9 +211,11 @@ class CeleryApp(LoadedApp):
 
     def on_worker_ready(self, worker: RunningWorker) -> None:
         # import cost: Celery's signals load in a worker only (this module imports no Celery)
+        from celery_compat.worker import mingle
         from celery_compat.worker import signals as worker_signals
 
         if self._worker is not None:
+            mingle.warn_if_name_taken(self.app, worker.node, self._worker.options)
             worker_signals.worker_ready(self._worker)
         if self._events is not None:
             self._events.ready()

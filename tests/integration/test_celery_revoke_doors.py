@@ -87,6 +87,36 @@ def test_celerys_cli_terminate_stops_the_running_task(app: Any, dsn: str) -> Non
     assert rt.RAN["running:finished"] == 0  # interrupted, not let finish
     assert running.state == states.REVOKED
     assert revoke_row(dsn, running.id) == (True,)
+    assert str(running.result) == "terminated"  # Celery's TaskRevokedError('terminated')
+    (row,) = jobs(dsn, rt.hold.name)
+    assert row["state"] == "cancelled"
+    assert row["last_error"] == "UJ_JOB_CANCELLED: terminated (SIGKILL)"  # Celery's word
+
+
+def test_a_second_worker_with_a_taken_node_name_gets_celerys_warning(app: Any) -> None:
+    import warnings
+
+    from celery.exceptions import DuplicateNodenameWarning
+
+    from celery_compat.worker import mingle
+
+    with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+        with warnings.catch_warnings(record=True) as alone:
+            warnings.simplefilter("always")
+            mingle.warn_if_name_taken(app, NODE, {})
+        assert [w for w in alone if issubclass(w.category, DuplicateNodenameWarning)] == []
+        with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+            with pytest.warns(DuplicateNodenameWarning) as caught:
+                mingle.warn_if_name_taken(app, NODE, {})
+            with warnings.catch_warnings(record=True) as skipped:
+                warnings.simplefilter("always")
+                mingle.warn_if_name_taken(app, NODE, {"without_mingle": True})  # as in Celery
+    assert str(caught[0].message) == (
+        f"Received multiple replies from node name: {NODE}.\n"
+        "Please make sure you give each node a unique nodename using\n"
+        "the celery worker `-n` option."
+    )
+    assert [w for w in skipped if issubclass(w.category, DuplicateNodenameWarning)] == []
 
 
 @pytest.mark.parametrize(

@@ -343,8 +343,10 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     with psycopg.connect(cluster.owner_dsn) as conn, conn.transaction():
         conn.execute(q("schema_version_table"))
         conn.execute(q("schema_version_parts"))
-        for migration in schema.available():
-            if migration.name != "duties":
+        available = schema.available()
+        duties = {m.part: m.version for m in available if m.name == "duties"}
+        for migration in available:
+            if migration.version < duties.get(migration.part, migration.version + 1):
                 conn.execute(migration.sql)
                 conn.execute(
                     q("schema_version_record"),
@@ -362,7 +364,11 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
             )
 
     upgraded = {m.label for m in schema.upgrade(cluster.owner_dsn)}
-    assert upgraded == {"ujobs_bridge 0023_duties", "migrate 0002_duties"}
+    assert upgraded == {
+        "ujobs_bridge 0023_duties",
+        "ujobs_bridge 0024_failure_kind",
+        "migrate 0002_duties",
+    }
 
     # It still enqueues, reads by id and steers (the functions were granted to it) ...
     dsn = cluster.dsns["app"]
