@@ -14,7 +14,8 @@ with ``timeout(300)``, and one Redis side channel per run so the two runs can go
   The alarm is put back for the rest of the test's time, and once fired fires again every
   ``REARM_S`` seconds;
 * ``t.integration.tasks.get_redis_connection`` (the echo/count side channel of Celery's tasks)
-  is pointed at Redis database ``$UJOBS_CONFORMANCE_REDIS_DB`` before any conftest imports it.
+  is pointed at Redis database ``$UJOBS_CONFORMANCE_REDIS_DB`` (the run's result-backend
+  database, shared as in Celery's own CI) before any conftest imports it.
 
 What it is not: a change to what the tests assert; only where the side channel lives.
 """

@@ -1,7 +1,8 @@
 """Run Celery's integration tests in one target (real Celery on Redis, or the bridge) with pytest.
 
 Why it exists: each target is one pytest subprocess in its own copy of the test tree, with its
-own environment: Redis databases (broker/backend for Celery, the echo side channel for both,
+own environment: Redis databases (broker/backend for Celery and, as in Celery's own CI, the echo
+side channel in the same database, for both targets,
 never shared between the two so they can run at once), a per-test time cap and a global budget.
 A run cut by the budget still has per-test outcomes (``plugin.py`` writes them as they happen);
 tests it never reached are reported as ``not run``.
@@ -76,7 +77,10 @@ def prepare(
             "TEST_BACKEND": backend,
             "REDIS_HOST": redis_host,
             "REDIS_PORT": str(redis_port),
-            "UJOBS_CONFORMANCE_REDIS_DB": str(redis_db + 1),
+            # The side channel shares the target's result-backend database, as in Celery's own
+            # CI (both on Redis database 0): test_chord_on_error reads the backend's chord list
+            # (`.j`) through it. Each target still has its own databases.
+            "UJOBS_CONFORMANCE_REDIS_DB": str(redis_db),
             "UJOBS_CONFORMANCE_OUT": str(out),
             "UJOBS_CONFORMANCE_CAP": str(per_test_s),
             "WORKER_LOGLEVEL": env.get("WORKER_LOGLEVEL", "error"),

@@ -108,6 +108,22 @@ def _refuse_oversize(key: Any, value: Any) -> None:
         raise EncodeError(error.render())
 
 
+def _culprit(joined: Any) -> Any:
+    """The first header part that failed, as Celery's Redis backend names it in the chord's
+    error (``Dependency <id> raised ...``): the join's own report (the parts it has cached),
+    else the first part, in join order, whose state propagates (this backend caches only
+    successes, so a failed part is asked for its state)."""
+    for culprit in joined._failed_join_report():
+        return culprit
+    for part in getattr(joined, "results", None) or []:
+        nested = _culprit(part) if hasattr(part, "results") else None
+        if nested is not None:
+            return nested
+        if not hasattr(part, "results") and part.state in states.PROPAGATE_STATES:
+            return part
+    return None
+
+
 REVOKE_REASONS = ("terminated", "expired", "revoked")
 
 
@@ -326,11 +342,8 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             with allow_join_result():
                 ret = join(timeout=app.conf.result_chord_join_timeout, propagate=True)
         except Exception as exc:
-            try:
-                culprit = next(joined._failed_join_report())
-                reason = f"Dependency {culprit.id} raised {exc!r}"
-            except StopIteration:
-                reason = repr(exc)
+            culprit = _culprit(joined)
+            reason = repr(exc) if culprit is None else f"Dependency {culprit.id} raised {exc!r}"
             logger.exception("Chord %r raised: %r", gid, reason)
             self.chord_error_from_stack(callback, _create_chord_error_with_cause(reason, exc))
             return

@@ -82,7 +82,8 @@ def test_chord_body_gets_header_results_in_header_order(run: Any) -> None:
 def test_a_failing_chord_header_skips_the_body_and_runs_its_errback(run: Any) -> None:
     body = t.tsum.s()
     body.link_error(t.on_error.s())
-    r = chord([t.add.s(1, 1), t.fail.s("header broke")])(body)
+    header = [t.add.s(1, 1), t.fail.s("header broke")]
+    r = chord(header)(body)
     # as in Celery, get() raises the header's own error if it sees it first, else ChordError
     with pytest.raises((ValueError, ChordError), match="header broke"):
         r.get(timeout=10)
@@ -90,6 +91,8 @@ def test_a_failing_chord_header_skips_the_body_and_runs_its_errback(run: Any) ->
     body_result = t.app.AsyncResult(r.id)  # Celery calls the errback, then stores FAILURE
     wait_for(lambda: body_result.state == "FAILURE", what="the body's FAILURE")
     assert isinstance(body_result.result, ChordError)
+    failed_id = r.parent.results[1].id  # Celery's words name the part that failed
+    assert str(body_result.result).startswith(f"Dependency {failed_id} raised ValueError(")
     assert t.RAN["tsum"] == 0
     assert [(e["id"], e["exc_type"]) for e in t.ERRBACKS] == [(r.id, "ChordError")]
     assert "header broke" in t.ERRBACKS[0]["exc"]
