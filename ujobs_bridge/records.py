@@ -119,6 +119,12 @@ class QueueStat:
     state: JobState
     jobs: int
     oldest_run_at: datetime | None
+    failure_kind: str | None = None  # dead jobs of a package's failure kind (``Fail``)
+
+    @property
+    def shown_state(self) -> str:
+        """The state as the views show it (a dead job's failure kind where it has one)."""
+        return self.failure_kind if self.failure_kind else self.state.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """A Celery task's terminal failure reads FAILURE in every view an operator looks at (the
-dashboard's pages, ``/metrics``, ``jobs ls``/``show``/``dead``), never a dead letter: Celery
+dashboard's pages, ``/metrics``, ``jobs ls``/``show``/``dead``/``stats``), never a dead letter: Celery
 decided its retries, so "attempt 1/3" and ``state="dead"`` would tell the operator that
 something is stuck that is not. An engine dead letter (a worker lost every attempt) stays one.
 All in this process: a real bridge worker, the dashboard's ASGI app called directly, the CLI
@@ -108,6 +108,8 @@ def test_a_celery_failure_is_failure_everywhere_and_not_a_dead_letter(
     assert [row["name"] for row in failures] == [t.fail.name]
     assert [row["name"] for row in _cli(dsn, "jobs", "ls", "--state", "dead")] == [engine_job.name]
     assert _cli(dsn, "jobs", "show", r.id)["state"] == "FAILURE"
+    stats = {(s["queue"], s["state"]): s["jobs"] for s in _cli(dsn, "jobs", "stats")}
+    assert (stats[("celery", "FAILURE")], stats[("celery", "dead")]) == (1, 1)
 
     metrics = _get(dsn, "/metrics")
     assert re.search(r'ujobs_queue_jobs\{queue="celery",state="FAILURE"\} 1\.0', metrics)

@@ -328,7 +328,7 @@ def stats(stranded_after: float, app_spec: str | None, dsn: str | None, as_json:
             [
                 {
                     "queue": r.queue,
-                    "state": r.state.value,
+                    "state": r.shown_state,
                     "jobs": r.jobs,
                     "oldest_run_at": r.oldest_run_at,
                     "stranded_after_s": after,
@@ -350,7 +350,7 @@ def stats(stranded_after: float, app_spec: str | None, dsn: str | None, as_json:
     by_state = table("jobs by queue and state", ("queue", "state", "jobs", "oldest run at"))
     for r in rows:
         by_state.add_row(
-            cell(r.queue), cell(r.state.value), cell(str(r.jobs)), cell(_when(r.oldest_run_at))
+            cell(r.queue), cell(r.shown_state), cell(str(r.jobs)), cell(_when(r.oldest_run_at))
         )
     out = console()
     out.print(by_state)

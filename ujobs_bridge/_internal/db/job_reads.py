@@ -95,4 +95,4 @@ def job_dead(
 
 def job_stats(conn: Conn) -> list[QueueStat]:
     rows = conn.execute(q("job_stats")).fetchall()
-    return [QueueStat(row[0], JobState(row[1]), int(row[2]), row[3]) for row in rows]
+    return [QueueStat(row[0], JobState(row[1]), int(row[2]), row[3], row[4]) for row in rows]

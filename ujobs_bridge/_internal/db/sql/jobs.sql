@@ -373,10 +373,12 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
  limit %(limit)s offset %(offset)s
 
 -- job_stats --
-select queue, state, count(*) as jobs, min(run_at) as oldest_run_at
+-- Per queue and state; dead rows per failure kind too (migration 0024: null for dead letters).
+select queue, state, count(*) as jobs, min(run_at) as oldest_run_at,
+       case when state = 'dead' then failure_kind end as failure_kind
   from x_jobs
- group by queue, state
- order by queue, state
+ group by queue, state, 5
+ order by queue, state, 5 nulls first
 
 -- job_unregistered --
 -- Due jobs on the worker's queues whose name it does not declare, due for at least after_s
