@@ -132,7 +132,8 @@ def queue_rows(conn: psycopg.Connection[Any], now: datetime | None) -> list[Queu
 
 
 def chart(conn: psycopg.Connection[Any], now: datetime) -> Chart:
-    """The last hour, a bar per minute: done in one colour, dead (failures) above it."""
+    """The last hour, a bar per minute: done in one colour, failed above it (every job that
+    ended dead: the dead letters and a package's own failures, FAILURE)."""
     counts = observe.observe_finished_per_minute(conn, CHART_MINUTES, now)
     end = now.replace(second=0, microsecond=0)
     start = end - timedelta(minutes=CHART_MINUTES - 1)
@@ -160,7 +161,7 @@ def chart(conn: psycopg.Connection[Any], now: datetime) -> Chart:
             out.done.append(Bar(x, CHART_H - h_ok, slot - 2, h_ok, f"{label}: {ok} done"))
         if bad:
             y = CHART_H - h_ok - h_bad
-            out.failed.append(Bar(x, y, slot - 2, h_bad, f"{label}: {bad} dead"))
+            out.failed.append(Bar(x, y, slot - 2, h_bad, f"{label}: {bad} failed"))
     return out
 
 
