@@ -78,10 +78,7 @@ def parse_state(text: str | None) -> JobState | None:
         return JobState(text)
     except ValueError as exc:
         names = ", ".join(s.value for s in JobState)
-        raise ConfigError(
-            f"{text!r} is not a job state",
-            hint=f"use one of: {names}, or a failure kind in capitals (FAILURE)",
-        ) from exc
+        raise ConfigError(f"{text!r} is not a job state", hint=f"use one of: {names}") from exc
 
 
 def parse_shown_state(text: str | None) -> tuple[JobState | None, str | None]:
@@ -89,7 +86,12 @@ def parse_shown_state(text: str | None) -> tuple[JobState | None, str | None]:
     kind, a word in capitals (``FAILURE``: the dead rows a package ended with that kind)."""
     if text is not None and FAILURE_KIND.fullmatch(text):
         return JobState.DEAD, text
-    return parse_state(text), None
+    try:
+        return parse_state(text), None
+    except ConfigError as exc:
+        raise ConfigError(
+            exc.message, hint=f"{exc.hint}, or a failure kind in capitals (FAILURE)"
+        ) from exc
 
 
 def attempt_text(record: JobRecord) -> str:
