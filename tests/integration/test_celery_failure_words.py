@@ -125,3 +125,11 @@ def test_a_celery_failure_is_failure_everywhere_and_not_a_dead_letter(
     assert engine_job.name not in listing
     dead = _get(dsn, "/dead")
     assert engine_job.name in dead and t.fail.name not in dead
+
+    # The dead letters' bulk steers reach only the dead letters; FAILURE is steered by its name.
+    requeued = _cli(dsn, "jobs", "requeue", "--state", "dead", "--yes")
+    assert (requeued["matched"], requeued["changed"]) == (1, 1)
+    assert _cli(dsn, "jobs", "show", r.id)["state"] == "FAILURE"
+    again = _cli(dsn, "jobs", "requeue", "--state", "FAILURE", "--queue", "celery", "--yes")
+    assert (again["matched"], again["changed"]) == (1, 1)
+    assert _cli(dsn, "jobs", "show", r.id)["state"] == "ready"

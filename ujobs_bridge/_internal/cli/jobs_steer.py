@@ -22,7 +22,11 @@ from ujobs_bridge._internal.cli.options import (
 )
 from ujobs_bridge._internal.db.bulk import CANCELLABLE, REQUEUEABLE, JobFilter
 from ujobs_bridge._internal.jobs import validation
-from ujobs_bridge._internal.observe.introspect import Introspector, name_pattern, parse_state
+from ujobs_bridge._internal.observe.introspect import (
+    Introspector,
+    name_pattern,
+    parse_shown_state,
+)
 from ujobs_bridge.errors import ConfigError
 
 PAST = {"cancel": "cancelled", "requeue": "requeued"}
@@ -33,7 +37,12 @@ def _filter_options(fn: click.decorators.FC) -> click.decorators.FC:
         [
             click.option("--queue", default=None, help="Every matching job on this queue."),
             click.option("--name", default=None, help="Every matching job of this name or glob."),
-            click.option("--state", default=None, help="Every matching job in this state."),
+            click.option(
+                "--state",
+                default=None,
+                help="Every matching job in this state (dead: the dead letters; a failure kind"
+                " in capitals, FAILURE: Celery tasks that failed).",
+            ),
             click.option("--task-id", default=None, help="The jobs of this Celery task id."),
             click.option("--yes", "-y", is_flag=True, help="Do not ask before a bulk action."),
         ]
@@ -77,18 +86,21 @@ def _steer(
             click.echo(f"{PAST[action]} {done.id} ({done.name})")
         return
     try:
-        parsed = parse_state(state)
+        parsed, kind = parse_shown_state(state)
         if queue is not None:
             validation.queue_name(queue)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     if parsed is not None and parsed.value not in states:
         raise click.UsageError(
-            f"--state {parsed.value}: only {', '.join(states)} jobs can be {PAST[action]}"
+            f"--state {kind or parsed.value}: only {', '.join(states)} jobs can be {PAST[action]}"
         )
     ids = introspector.task_job_ids(task_id) if task_id is not None else None
     where = JobFilter(
-        state=parsed.value if parsed else None, queue=queue, name_like=name_pattern(name), ids=ids
+        state=kind or (parsed.value if parsed else None),  # FAILURE: the dead rows of that kind
+        queue=queue,
+        name_like=name_pattern(name),
+        ids=ids,
     )
     matching = introspector.count_matching(where, states)
     if matching == 0:

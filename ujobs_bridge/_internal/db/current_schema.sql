@@ -184,7 +184,9 @@ CREATE FUNCTION public.x_jobs_discard_matching(p_state text, p_queue text, p_nam
     with target as (
         delete from x_jobs as j
          where j.state = 'dead'
-           and (p_state is null or j.state = p_state)
+           and (p_state is null
+                or (j.state = p_state and j.failure_kind is null)
+                or j.failure_kind = p_state)
            and (p_queue is null or j.queue = p_queue)
            and (p_name_like is null or j.name like p_name_like)
            and (p_ids is null or j.id = any(p_ids))
@@ -285,7 +287,9 @@ CREATE FUNCTION public.x_jobs_requeue_matching(p_state text, p_queue text, p_nam
                lease_token = null, lease_expires_at = null, claimed_by = null,
                updated_at = now(), finished_at = null
          where j.state in ('dead', 'cancelled')
-           and (p_state is null or j.state = p_state)
+           and (p_state is null
+                or (j.state = p_state and (j.state <> 'dead' or j.failure_kind is null))
+                or (j.state = 'dead' and j.failure_kind = p_state))
            and (p_queue is null or j.queue = p_queue)
            and (p_name_like is null or j.name like p_name_like)
            and (p_ids is null or j.id = any(p_ids))

@@ -54,3 +54,60 @@ begin
     end loop;
 end
 $do$;
+
+-- The bulk steers take a state as the views show it: `dead` is the dead letters (no failure
+-- kind), a failure kind (`FAILURE`) the dead rows of that kind, so the dead-letter page's
+-- "every one matching" and `jobs requeue --state dead` reach only what they list. Same
+-- signatures: CREATE OR REPLACE keeps their owner, grants and comments; SECURITY DEFINER and
+-- the fixed search_path are set again below.
+create or replace function x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text,
+                                                   p_ids uuid[], p_now timestamptz)
+returns bigint language sql volatile security definer as $fn$
+    with target as (
+        update x_jobs as j
+           set state = 'ready', attempt = 0, run_at = coalesce(p_now, now()), output = null,
+               lease_token = null, lease_expires_at = null, claimed_by = null,
+               updated_at = now(), finished_at = null
+         where j.state in ('dead', 'cancelled')
+           and (p_state is null
+                or (j.state = p_state and (j.state <> 'dead' or j.failure_kind is null))
+                or (j.state = 'dead' and j.failure_kind = p_state))
+           and (p_queue is null or j.queue = p_queue)
+           and (p_name_like is null or j.name like p_name_like)
+           and (p_ids is null or j.id = any(p_ids))
+           and (j.idempotency_key is null or not exists (
+                select 1 from x_jobs as live
+                 where live.idempotency_key = j.idempotency_key
+                   and live.state in ('ready', 'running', 'sleeping', 'waiting')))
+        returning j.id
+    )
+    select count(*) from target
+$fn$;
+
+create or replace function x_jobs_discard_matching(p_state text, p_queue text, p_name_like text,
+                                                   p_ids uuid[])
+returns bigint language sql volatile security definer as $fn$
+    with target as (
+        delete from x_jobs as j
+         where j.state = 'dead'
+           and (p_state is null
+                or (j.state = p_state and j.failure_kind is null)
+                or j.failure_kind = p_state)
+           and (p_queue is null or j.queue = p_queue)
+           and (p_name_like is null or j.name like p_name_like)
+           and (p_ids is null or j.id = any(p_ids))
+        returning j.id
+    ), attempts as (
+        delete from x_job_attempts as a using target where a.job_id = target.id
+    )
+    select count(*) from target
+$fn$;
+
+do $do$
+begin
+    execute format('alter function x_jobs_requeue_matching(text, text, text, uuid[], timestamptz)'
+                   ' set search_path = %I, pg_temp', current_schema());
+    execute format('alter function x_jobs_discard_matching(text, text, text, uuid[])'
+                   ' set search_path = %I, pg_temp', current_schema());
+end
+$do$;

@@ -331,10 +331,13 @@ select id, name, queue, input, output, idempotency_key, attempt, max_attempts, s
  limit %(limit)s offset %(offset)s
 
 -- job_count_matching --
--- How many rows a bulk cancel or requeue with the same filter would consider.
+-- How many rows a bulk cancel or requeue with the same filter would consider. `state` as the
+-- views show it: `dead` the dead letters, a failure kind (FAILURE) the dead rows of that kind.
 select count(*)
   from x_jobs
- where (%(state)s::text is null or state = %(state)s)
+ where (%(state)s::text is null
+        or (state = %(state)s and (state <> 'dead' or failure_kind is null))
+        or (state = 'dead' and failure_kind = %(state)s))
    and (%(queue)s::text is null or queue = %(queue)s)
    and (%(name_like)s::text is null or name like %(name_like)s)
    and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
