@@ -38,7 +38,7 @@ import celery
 import psycopg
 
 from celery_compat.cli import purge as purge_command
-from celery_compat.sending.message_row import check_send_times
+from celery_compat.sending.send_options import check_send
 from celery_compat.sending.send import BRIDGE_PRODUCER, BridgeProducer, conf_value
 from ujobs_bridge.client import Client, connect
 
@@ -120,8 +120,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
                     return super().send_task(name, args, kwargs, **options)
         elif producer is None or isinstance(producer, BridgeProducer):
             options["producer"] = BRIDGE_PRODUCER
-            if "eta" in options or "countdown" in options or "expires" in options:
-                check_send_times(options, datetime.now(UTC))  # before Celery adds seconds
+            check_send(name, options, datetime.now(UTC))  # before Celery adds seconds
         return super().send_task(name, args, kwargs, **options)
 
     # -- `celery purge` -------------------------------------------------------------------------
