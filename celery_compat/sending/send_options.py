@@ -65,7 +65,10 @@ def _seconds(what: str, value: Any, now: datetime) -> None:
             f"{str(value)[:80]!r}",
             hint=_TIMES_HINT,
         )
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the largest float
+        number = math.inf if value > 0 else -math.inf
     if math.isnan(number):
         raise SendOptionValueError(f"apply_async: {what} is NaN, not a duration", hint=_TIMES_HINT)
     if number < CELERY_INT_MIN:

@@ -84,7 +84,14 @@ def seconds(
     if isinstance(value, timedelta):
         number = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past the largest float: past any maximum too
+            raise ConfigError(
+                f"{what} is a number of {len(str(abs(value)))} digits, past any duration",
+                hint=f"set {what} to a finite number of seconds",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            ) from None
     else:
         raise ConfigError(
             f"{what} must be a number of seconds or a timedelta, got {value!r}",
