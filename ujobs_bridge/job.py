@@ -411,7 +411,7 @@ def job(
         )
         return JobDefinition(
             target,
-            name=name or f"{target.__module__}.{target.__qualname__}",
+            name=name if name is not None else f"{target.__module__}.{target.__qualname__}",
             queue=queue,
             priority=priority,
             retry=policy,

@@ -23,6 +23,8 @@ import numbers
 from datetime import datetime
 from typing import Any
 
+from dateutil.parser import isoparse
+
 from celery_compat.sending.message_row import parse_instant
 from ujobs_bridge.errors import ErrorCode, PayloadError
 from ujobs_bridge.ext.jobs import RANGE_TEXT, instant_after, storable_instant
@@ -90,8 +92,10 @@ def _instant(what: str, value: Any) -> None:
             hint=_TIMES_HINT,
         )
     try:
+        if isinstance(value, str):
+            isoparse(value)  # what Celery's send_task reads an expires text with
         instant = parse_instant(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise SendOptionValueError(
             f"apply_async: {what} {str(value)[:80]!r} is not an ISO 8601 time", hint=_TIMES_HINT
         ) from None
