@@ -257,6 +257,10 @@ def parse_instant(value: Any) -> datetime | None:
     return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
 
 
+def _in_utc(instant: datetime | None) -> datetime | None:
+    return None if instant is None else instant.astimezone(UTC)
+
+
 @dataclass(frozen=True, slots=True)
 class CeleryMessage:
     """One protocol-v2 task message, decoded."""
@@ -287,11 +291,13 @@ class CeleryMessage:
 
     @property
     def eta(self) -> datetime | None:
-        return parse_instant(self.headers.get("eta"))
+        """The ``eta`` header in UTC: its own offset may be one PostgreSQL cannot read (past
+        ±15:59, or with seconds)."""
+        return _in_utc(parse_instant(self.headers.get("eta")))
 
     @property
     def expires(self) -> datetime | None:
-        return parse_instant(self.headers.get("expires"))
+        return _in_utc(parse_instant(self.headers.get("expires")))
 
     @property
     def priority(self) -> int:
