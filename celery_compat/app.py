@@ -38,8 +38,8 @@ import celery
 import psycopg
 
 from celery_compat.cli import purge as purge_command
-from celery_compat.sending.send_options import check_send
 from celery_compat.sending.send import BRIDGE_PRODUCER, BridgeProducer, conf_value
+from celery_compat.sending.send_options import check_send
 from ujobs_bridge.client import Client, connect
 
 _client_lock = threading.Lock()

@@ -70,7 +70,7 @@ def _seconds(what: str, value: Any, now: datetime) -> None:
     try:
         number = float(value)
     except OverflowError:  # an int past the largest float
-        number = math.inf if value > 0 else -math.inf
+        number = -math.inf if str(value).startswith("-") else math.inf
     if math.isnan(number):
         raise SendOptionValueError(f"apply_async: {what} is NaN, not a duration", hint=_TIMES_HINT)
     if number < CELERY_INT_MIN:

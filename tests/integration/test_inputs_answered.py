@@ -156,7 +156,7 @@ CELERY_TYPED = [
 @pytest.mark.parametrize(
     ("options", "celery_type"),
     CELERY_TYPED,
-    ids=[f"{next(iter(o))}={next(iter(o.values()))!r}" for o, _ in CELERY_TYPED],
+    ids=[f"{next(iter(o))}-{t.__name__}-{i}" for i, (o, t) in enumerate(CELERY_TYPED)],
 )
 def test_apply_async_refuses_a_bad_option_with_celerys_type_and_a_code(
     celery_app: Any, options: dict[str, Any], celery_type: type[Exception]
