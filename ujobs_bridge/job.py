@@ -151,7 +151,7 @@ def _options(
 
 
 def _client_class() -> type[Client]:
-    # import cost, as default_client: the client module only when a client is given
+    # import cost: the client module only when a client= is given (as default_client)
     from ujobs_bridge.client import Client
 
     return Client

@@ -484,7 +484,7 @@ def test_migrate_envelopes_are_quarantined_with_a_reason_or_moved_exactly(
     properties = {} if priority is None else {"priority": priority}
     body = [args, kwargs, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
     raw = _envelope(headers, properties, body, raw_body)
-    ctx = Context(ms.app_info(), Accept(), "redis://127.0.0.1:6379/0", "redis")
+    ctx = Context(ms.app_info(), Accept(), "redis://broker.invalid/0", "redis")  # a label
     taken = Taken(raw, "redis", "celery")
     prepared = prepare([taken], ctx)
     [result] = commit_prepared(db, prepared, ctx)
