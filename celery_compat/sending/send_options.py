@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from dateutil.parser import isoparse
+from kombu.exceptions import EncodeError
 
 from celery_compat.sending.message_row import parse_instant
 from ujobs_bridge.errors import ErrorCode, PayloadError
@@ -55,6 +56,11 @@ class SendOptionTypeError(SendOptionError, TypeError):
     ``TypeError``."""
 
 
+class SendOptionEncodeError(SendOptionError, EncodeError):
+    """A task id the row cannot hold (NUL, a lone surrogate, too long): kombu's ``EncodeError``,
+    which a send raises for a message that cannot be serialized."""
+
+
 class SendOptionOverflowError(SendOptionError, OverflowError):
     """A number of seconds that lands outside the instants a row can hold (``countdown=1e300``),
     where Celery raises ``OverflowError``."""
@@ -73,15 +79,19 @@ def _seconds(what: str, value: Any, now: datetime) -> None:
         number = -math.inf if str(value).startswith("-") else math.inf
     if math.isnan(number):
         raise SendOptionValueError(f"apply_async: {what} is NaN, not a duration", hint=_TIMES_HINT)
-    if number < CELERY_INT_MIN:
-        raise SendOptionValueError(
-            f"apply_async: {what} {number:g} is out of range (below {CELERY_INT_MIN} seconds)",
-            hint=_TIMES_HINT,
-        )
+    # Celery refuses fewer than CELERY_INT_MIN seconds with ValueError, later instants that
+    # overflow a datetime with OverflowError: the same types, with the row's range as reason.
+    kind = SendOptionValueError if number < CELERY_INT_MIN else SendOptionOverflowError
     try:
         instant_after(now, number, what)
     except ValueError as exc:
-        raise SendOptionOverflowError(f"apply_async: {exc}", hint=_TIMES_HINT) from None
+        raise kind(f"apply_async: {exc}", hint=_TIMES_HINT) from None
+    if number < CELERY_INT_MIN:
+        raise kind(
+            f"apply_async: {what} {number:g} is out of range: Celery takes no fewer than "
+            f"{CELERY_INT_MIN} seconds",
+            hint=_TIMES_HINT,
+        )
 
 
 def _instant(what: str, value: Any) -> None:
@@ -175,8 +185,8 @@ def check_send(name: Any, options: dict[str, Any], now: datetime) -> None:
     if task_id is not None and isinstance(task_id, str):
         problem = text_problem(task_id, MAX_TASK_NAME_BYTES)
         if problem is not None:
-            raise SendOptionValueError(
-                f"apply_async: task_id {task_id[:80]!r} {problem}",
+            raise SendOptionEncodeError(
+                f"apply_async: the task id {task_id[:80]!r} {problem}",
                 hint="leave task_id out (Celery makes a uuid) or pass text without NUL",
             )
     if "eta" in options or "countdown" in options or "expires" in options:

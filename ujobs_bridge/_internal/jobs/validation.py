@@ -121,7 +121,7 @@ def text_problem(value: object, *, max_length: int) -> str | None:
     """Why ``value`` is not a non-empty string PostgreSQL can store (at most ``max_length``
     characters, no NUL, no lone surrogate), as the end of a sentence; None when it is one."""
     if not isinstance(value, str):
-        return f"is {type(value).__name__} {str(value)[:80]!r}, not a string"
+        return f"is {type(value).__name__} {repr(value)[:80]}, not a string"
     if not value or len(value) > max_length:
         return f"is {len(value)} characters long"
     if "\x00" in value:
