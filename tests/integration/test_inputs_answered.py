@@ -427,7 +427,13 @@ def quarantine_conn(qdsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 HEADER_VALUES = (
-    st.none() | st.integers() | st.floats() | TEXT | st.sampled_from([10**20, 1e400, "1e400"])
+    st.none()
+    | st.integers(0, 3)
+    | INSTANTS.map(lambda d: d and d.isoformat())
+    | st.integers()
+    | st.floats()
+    | TEXT
+    | st.sampled_from([10**20, 1e400, "1e400"])
 )
 
 
@@ -461,10 +467,10 @@ def _envelope(
     task_id=st.uuids().map(str) | st.uuids().map(str) | TEXT | st.integers(),
     extra=st.dictionaries(
         st.sampled_from(["retries", "eta", "expires", "group", "root_id", "argsrepr", "timelimit"]),
-        HEADER_VALUES | INSTANTS.map(lambda d: d and d.isoformat()),
-        max_size=3,
+        HEADER_VALUES,
+        max_size=2,
     ),
-    priority=st.none() | PRIORITIES,
+    priority=st.none() | st.integers(0, 9) | PRIORITIES,
     args=st.lists(JSON_LEAVES, max_size=3),
     kwargs=st.dictionaries(TEXT, JSON_LEAVES, max_size=2),
     raw_body=st.none() | st.none() | st.none() | st.binary(max_size=16),
