@@ -170,6 +170,16 @@ def text_problem(value: Any, max_bytes: int) -> str | None:
     return None
 
 
+# The ids a send carries into rows (the message's, and its group's results): each must be text
+# a row can hold.
+_ID_OPTIONS = (
+    ("task_id", "task id"),
+    ("group_id", "group id"),
+    ("root_id", "root id"),
+    ("parent_id", "parent id"),
+)
+
+
 def check_send(name: Any, options: dict[str, Any], now: datetime) -> None:
     """Every option of one bridge-bound send Celery would fail on, or the row could not hold."""
     problem = text_problem(name, MAX_TASK_NAME_BYTES)
@@ -181,13 +191,12 @@ def check_send(name: Any, options: dict[str, Any], now: datetime) -> None:
             else f"send_task: the task name {problem}",
             hint="name the task as registered on the app, e.g. 'proj.tasks.add'",
         )
-    task_id = options.get("task_id")
-    if task_id is not None and isinstance(task_id, str):
-        problem = text_problem(task_id, MAX_TASK_NAME_BYTES)
-        if problem is not None:
+    for key, what in _ID_OPTIONS:
+        value = options.get(key)
+        if isinstance(value, str) and (problem := text_problem(value, MAX_TASK_NAME_BYTES)):
             raise SendOptionEncodeError(
-                f"apply_async: the task id {task_id[:80]!r} {problem}",
-                hint="leave task_id out (Celery makes a uuid) or pass text without NUL",
+                f"apply_async: the {what} {value[:80]!r} {problem}",
+                hint=f"leave {key} out (Celery makes a uuid) or pass text without NUL",
             )
     if "eta" in options or "countdown" in options or "expires" in options:
         check_times(options, now)

@@ -150,6 +150,7 @@ CELERY_TYPED = [
     ({"retries": "x"}, ValueError),
     ({"headers": 5}, TypeError),
     ({"task_id": "a\x00b"}, EncodeError),  # kombu's, as for any message it cannot encode
+    ({"group_id": "g\ud800"}, EncodeError),
 ]
 
 
@@ -339,6 +340,7 @@ CELERY_OPTIONS = st.fixed_dictionaries(
         "priority": PRIORITIES,
         "retries": st.none() | st.integers(min_value=-5, max_value=5) | TEXT,
         "task_id": st.none() | TEXT,
+        "group_id": st.none() | TEXT,
         "headers": st.none() | st.dictionaries(TEXT, VALUES, max_size=2) | st.integers(),
         "queue": st.none() | TEXT,
     },
