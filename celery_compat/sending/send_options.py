@@ -152,6 +152,29 @@ def _whole(what: str, value: Any, *, hint: str) -> None:
     )
 
 
+def _limit(what: str, value: Any) -> None:
+    """A time limit the worker can keep: None, or a finite number of seconds >= 0 (a worker
+    handed ``"x"`` or NaN could not run the message at all)."""
+    if value is None:
+        return
+    hint = f"pass {what} as a number of seconds (e.g. 30), or leave it out"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SendOptionTypeError(
+            f"apply_async: {what} must be a number of seconds, got {type(value).__name__} "
+            f"{str(value)[:80]!r}",
+            hint=hint,
+        )
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise SendOptionValueError(
+            f"apply_async: {what} is {str(value)[:80]}, not a finite number of seconds >= 0",
+            hint=hint,
+        )
+
+
 def text_problem(value: Any, max_bytes: int) -> str | None:
     """Why ``value`` cannot be a task name or id in a row (not text, empty, NUL, lone
     surrogate, too long), or None."""
@@ -206,6 +229,8 @@ def check_send(name: Any, options: dict[str, Any], now: datetime) -> None:
         hint="pass priority as a whole number from 0 (lowest) to 255, or leave it out",
     )
     _whole("retries", options.get("retries"), hint="leave retries out; Task.retry() counts them")
+    for key in ("time_limit", "soft_time_limit"):
+        _limit(key, options.get(key))
     headers = options.get("headers")
     if headers is not None and not isinstance(headers, dict):
         raise SendOptionTypeError(

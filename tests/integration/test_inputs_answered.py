@@ -151,6 +151,8 @@ CELERY_TYPED = [
     ({"headers": 5}, TypeError),
     ({"task_id": "a\x00b"}, EncodeError),  # kombu's, as for any message it cannot encode
     ({"group_id": "g\ud800"}, EncodeError),
+    ({"time_limit": "x"}, TypeError),  # a worker could not keep it: the row would be poison
+    ({"soft_time_limit": float("nan")}, ValueError),
 ]
 
 
@@ -341,6 +343,8 @@ CELERY_OPTIONS = st.fixed_dictionaries(
         "retries": st.none() | st.integers(min_value=-5, max_value=5) | TEXT,
         "task_id": st.none() | TEXT,
         "group_id": st.none() | TEXT,
+        "time_limit": SECONDS,
+        "soft_time_limit": st.none() | st.floats(),
         "headers": st.none() | st.dictionaries(TEXT, VALUES, max_size=2) | st.integers(),
         "queue": st.none() | TEXT,
     },
