@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
 from . import cells, report
 from .runner import Runner
@@ -201,7 +202,14 @@ def main(argv: list[str] | None = None) -> int:
             settings.json_out,
             {
                 "targets": [
-                    {"name": t.name, "value": t.value, "goal": t.goal, "verdict": t.verdict}
+                    {
+                        "name": t.name,
+                        "value": t.value,
+                        "goal": t.goal,
+                        "verdict": t.verdict,
+                        "measured": Text.from_markup(t.measured).plain,
+                        "spread": t.spread,
+                    }
                     for t in found
                 ]
             },

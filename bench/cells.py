@@ -9,12 +9,12 @@ systems if it is measured the same way. So the clock placement lives here, once:
   N jobs together, one commit each, timed from a common start to the last one's end.
 - ``timed_drain``: jobs are already enqueued; the clock starts just before the worker
   process(es) are spawned and stops when the bench sees the N-th completion (polled every
-  ~20 ms). Worker start-up is therefore part of the figure; the rate from the first completion
+  ``poll_s``). Worker start-up is therefore part of the figure; the rate from the first completion
   to the N-th is reported beside it so start-up cost can be told apart. RSS of the worker
   process groups is sampled throughout (start = at the first completion, end = at the N-th).
 - ``idle_latency``: one job at a time into an idle worker, ``time.time()`` taken just before
   the enqueue call and echoed back by the job body (its first line), after warm-ups, with a
-  ~10 ms gap between jobs.
+  ``latency_gap_s`` gap between jobs.
 - the step-overhead cell (ujobs-bridge only, ``StepCells``): two ``timed_drain`` runs back to
   back on the same worker settings, N plain no-op jobs and N jobs of 5 no-op ``step.run``
   calls; the figure that matters is the ratio of the two rates within one round. The pair runs

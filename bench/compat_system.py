@@ -15,7 +15,7 @@ One-by-one sends go through the app's own pool (``app.use_ujobs_client``: a ``Cl
 the default pool size), in autocommit, so each ``delay()`` returns after its row committed.
 The transaction cell uses a plain psycopg connection of the bench (not autocommit), as a web
 request's connection would be. The drain's messages are enqueued the transaction way before the
-clock starts; completion is ``count(*)`` of ``done`` rows, polled every ~20 ms.
+clock starts; completion is ``count(*)`` of ``done`` rows, polled every ``poll_s``.
 
 What it is not: the engine's own cells (``ujobs_system``) or a test of celery_compat's
 behaviour (``tests/test_celery_*``).

@@ -71,6 +71,7 @@ class Results:
     detail: list[dict[str, Any]] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
     finished_at: float | None = None
+    machine: dict[str, Any] = field(default_factory=dict)  # machine_facts.facts_at_start()
 
     def add(self, system: str, cell: str, label: str, kind: str, rnd: int, value: float) -> None:
         key = (system, cell, label)
@@ -98,12 +99,14 @@ class Results:
     def to_json(self) -> dict[str, Any]:
         return {
             "settings": self.settings,
-            "machine": {
+            "machine": self.machine
+            or {
                 "cores": self.settings.get("cores"),
                 "python": platform.python_version(),
                 "platform": platform.platform(),
             },
             "systems": self.systems,
+            "date": time.strftime("%Y-%m-%d", time.gmtime(self.started_at)),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "figures": [

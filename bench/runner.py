@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from . import cells, procs, scale_chart
+from . import cells, machine_facts, procs, scale_chart
 from .cells import System
 from .dashboard_bench import DashboardResult, summary
 from .lean_table import LeanResult
@@ -101,6 +101,7 @@ class Runner:
     def run(self) -> Results:
         signal.signal(signal.SIGTERM, _on_signal)
         atexit.register(procs.stop_all)
+        self.results.machine = machine_facts.facts_at_start()
         systems: dict[str, System] = {}
         try:
             for name in self.settings.only:
@@ -117,6 +118,7 @@ class Runner:
             for name, system in systems.items():
                 self.attempt(None, name, "teardown", system.teardown)
             self.results.finished_at = time.time()
+            self.results.machine["load_average_1m_end"] = machine_facts.load_average()
             if not self.results.errors:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
         return self.results

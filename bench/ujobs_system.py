@@ -10,7 +10,7 @@ that the engine can change under it: everything it uses is the documented surfac
     ujobs-bridge worker --dsn DSN -A bench.ujobs_tasks -Q bench -c 8
 
 Drain completion is ``select count(*) from x_jobs where queue='bench' and state='done'`` polled
-every ~20 ms on the bench's own connection (the CLI calls and that count are ``bridge_cli``'s).
+every ``poll_s`` on the bench's own connection (the CLI calls and that count are ``bridge_cli``'s).
 "1 worker process" is one ``worker -c 8``; "per core" is one such process per core. The
 step-overhead cell drains N ``noop`` jobs and N ``five_steps`` jobs with that same one
 ``worker -c 8``, back to back (which one goes first alternates by round, so drift within a round

@@ -7,7 +7,8 @@ to the outside is swapped:
 
 * sending → ``x_jobs`` (``sending.BridgeAMQP``), except task names matching
   ``ujobs_broker_tasks`` globs, which still go to the Celery broker;
-* results → ``backend.PostgresBackend`` (whatever ``result_backend`` says);
+* results → ``backend.PostgresBackend`` (whatever ``result_backend`` says; that backend is still
+  read for a task Postgres never saw, one kept on the broker: ``backend/elsewhere.py``);
 * ``control.revoke`` → a durable row change, remote control (``inspect``, ``broadcast``,
   ``purge``) → the Postgres mailbox and job rows (``control.BridgeControl``);
 * ``celery purge`` → cancels ready messages in Postgres (``purge_command.py``).
@@ -118,8 +119,9 @@ class Celery(celery.Celery):  # type: ignore[misc]
                 with super().producer_or_acquire(None) as real:
                     options["producer"] = real
                     return super().send_task(name, args, kwargs, **options)
-        elif producer is None or isinstance(producer, BridgeProducer):
-            options["producer"] = BRIDGE_PRODUCER
+        else:  # to Postgres (``BridgeAMQP.to_broker``), even when handed a broker producer
+            if producer is None or isinstance(producer, BridgeProducer):
+                options["producer"] = BRIDGE_PRODUCER
             check_send(name, options, datetime.now(UTC))  # before Celery adds seconds
         return super().send_task(name, args, kwargs, **options)
 

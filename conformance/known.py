@@ -16,12 +16,6 @@ REDIS_PUBSUB = (
 )
 
 REASONS: dict[str, str] = {
-    "test_task_sent_event_respects_publish_retry_limit": (
-        "sends with an explicit kombu Producer on a broker connection "
-        "(app.amqp.Producer(connection)): celery_compat publishes a message handed to a broker "
-        "producer to that broker, as asked (tasks go to Postgres when sent without one), and "
-        "nothing consumes that broker in this run, so the task never runs"
-    ),
     "test_mutable_errback_called_by_chord_from_group_fail_multiple_on_body_failure[": (
         "a race on speed, not on behaviour: once the first of 42 failing body tasks has called "
         "its errback, the test waits 1 s and then reads the other 41 counters with timeout 0, "

@@ -69,8 +69,9 @@ def prepare(
                 os.pathsep
             ),
             # Celery: broker and result backend on Redis. Bridge: the same config text (a
-            # celery_compat app ignores result_backend); its broker URL points at a database
-            # nobody consumes, so a stray broadcast can never reach the Celery run's worker.
+            # celery_compat app stores results in Postgres, and reads result_backend only for a
+            # task id Postgres never saw); its broker URL points at a database nobody consumes,
+            # so a stray broadcast can never reach the Celery run's worker.
             "TEST_BROKER": backend,
             "TEST_BACKEND": backend,
             "REDIS_HOST": redis_host,

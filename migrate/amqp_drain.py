@@ -280,18 +280,39 @@ class AmqpSource:
         with contextlib.suppress(OSError, amqp.exceptions.AMQPError):
             self.connection.release()
 
+    # -- dry run ------------------------------------------------------------------------------
+
+    # ``--dry-run`` counts, it does not read: RabbitMQ marks every message it hands out as
+    # redelivered once it is given back (basic.get unacked, then a reject or a closed channel),
+    # and a quorum queue also bumps its ``x-delivery-count`` (toward its delivery limit). The
+    # tasks a reading dry run touched would all see ``delivery_info['redelivered'] = True``.
+    dry_run_reads = False
+
+    def counts(self) -> dict[str, int]:
+        """Ready messages per queue, then per ``celery_delayed_*`` queue that holds any (their
+        destinations are in routing keys, unread), by passive ``queue.declare``: nothing is
+        read, nothing changes. Messages a consumer holds unacked are not counted."""
+        out = {
+            q: int(self.channel.queue_declare(q, passive=True).message_count) for q in self.queues
+        }
+        for delayed in self.delayed:
+            held = int(self.channel.queue_declare(delayed, passive=True).message_count)
+            if held:
+                out[delayed] = held
+        return out
+
     def peek(self) -> Iterator[Taken]:
-        """Every ready message, taken unacked and returned when the channel closes (RabbitMQ
-        marks them redelivered; the content is unchanged)."""
+        """Nothing: a read would mark what it read redelivered (see ``counts``)."""
+        return iter(())
+
+    def read_and_return(self) -> Iterator[Taken]:
+        """Every ready message, read with ``basic_get`` unacked and returned when the channel
+        closes: the content is unchanged, but RabbitMQ marks each one redelivered. For tests
+        that compare py-amqp's reading with the drain's frame reader; ``--dry-run`` never reads."""
         channel = self._channel()
         try:
             for queue in self.queues:
                 while (msg := channel.basic_get(queue, no_ack=False)) is not None:
                     yield _taken(msg, queue)
-            for delayed in self.delayed:
-                while (msg := channel.basic_get(delayed, no_ack=False)) is not None:
-                    dest = self.destination(str((msg.delivery_info or {}).get("routing_key") or ""))
-                    if dest in self.queues:
-                        yield _taken(msg, dest)
         finally:
             channel.close()  # every delivery goes back to its queue

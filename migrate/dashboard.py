@@ -6,7 +6,8 @@ the engine cannot read migrate's table, so migrate contributes these pages throu
 ``ujobs_bridge.dashboard`` entry point. Raw bytes are shown as an escaped text preview and a
 hex dump (never decoded with anything but UTF-8 with escapes), secret-looking values hidden as
 in job arguments (``redacted.py``); retry decodes the stored bytes with the ``-A`` app's
-accepted serializers and never with pickle.
+accepted serializers and never with pickle. A database role without the duty an action needs
+is answered 403 naming the grant (an operator discards; a retry enqueues, as a worker does).
 
 What it is not: the quarantine's rules (``quarantine.py``, ``batch.retry_entry``).
 """
@@ -33,6 +34,10 @@ from ujobs_bridge.ext.observe import redact_text
 from ujobs_bridge.records import JobRecord
 
 PREVIEW_BYTES = 4096
+NOT_AN_OPERATOR = (
+    "the dashboard's database role may not resolve quarantine entries: have the schema owner "
+    "run `ujobs-bridge db grant --operator ROLE` (discard) or `--worker ROLE` (retry) for it\n"
+)
 HEX_BYTES = 512
 
 
@@ -89,14 +94,17 @@ class QuarantinePanel:
                 return refused
             entry_id = request.path_params["entry_id"]
             action = request.path_params["action"]
-            if action == "discard":
-                with site.connect() as conn:
-                    done = store.resolve(conn, entry_id, "discarded")
-                note = "discarded" if done else "already resolved"
-            elif action == "retry":
-                note = _retry(site, entry_id)
-            else:
-                return PlainTextResponse(f"unknown action {action!r}\n", 404)
+            try:
+                if action == "discard":
+                    with site.connect() as conn:
+                        done = store.resolve(conn, entry_id, "discarded")
+                    note = "discarded" if done else "already resolved"
+                elif action == "retry":
+                    note = _retry(site, entry_id)
+                else:
+                    return PlainTextResponse(f"unknown action {action!r}\n", 404)
+            except psycopg.errors.InsufficientPrivilege:
+                return PlainTextResponse(NOT_AN_OPERATOR, 403)
             return RedirectResponse(site.url(f"/quarantine/{entry_id}") + f"?done={note}", 303)
 
         return [

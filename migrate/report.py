@@ -4,8 +4,9 @@ Why it exists: a cutover is run by a person watching a terminal. While draining,
 bar shows messages moved, the rate, and how many are still waiting in the broker. At the end one
 table says what happened, per queue: moved, expired (recorded, never run), duplicates absorbed
 by the ledger, quarantined by reason, redelivered. ``--dry-run`` reports per queue and task:
-count, what would be quarantined and why, and the ETA range. ``--json`` prints the same numbers
-for scripts.
+count, what would be quarantined and why, and the ETA range; on RabbitMQ, where reading a message
+marks it redelivered, it reads none and reports the ready count per queue. ``--json`` prints the
+same numbers for scripts.
 
 What it is not: a log. Nothing here decides anything; it counts ``batch.Result`` values.
 """
@@ -54,6 +55,9 @@ class Stats:
     remaining: int | None = None
     stopped_by_signal: bool = False
     outages: int = 0  # --follow: database or broker outages ridden through
+    # --dry-run on a broker that marks what it hands out (RabbitMQ): ready messages per queue,
+    # counted by passive declare; none was read, so nothing is classified.
+    counted: dict[str, int] | None = None
 
     @property
     def taken(self) -> int:
@@ -109,6 +113,11 @@ class Stats:
             "elapsed_s": round(self.elapsed_s, 3),
             "rate_per_s": round(self.rate(), 1),
             "remaining": self.remaining,
+            **(
+                {}
+                if self.counted is None
+                else {"counted": dict(self.counted), "read": 0, "how": COUNTED_HOW}
+            ),
             "stopped_by_signal": self.stopped_by_signal,
             "outages": self.outages,
         }
@@ -188,7 +197,34 @@ def final_table(stats: Stats) -> Table:
     return table
 
 
+COUNTED_HOW = (
+    "counted by passive queue.declare; no message was read or sampled, since RabbitMQ marks "
+    "every message it hands out as redelivered (tasks, per-task counts and quarantine reasons "
+    "are known once moved)"
+)
+
+
+def counted_table(stats: Stats, counted: dict[str, int]) -> Table:
+    total = sum(counted.values())
+    table = Table(
+        title=Text(f"dry run: {total:,} message(s) ready in {stats.broker}; nothing was changed"),
+        caption=Text(COUNTED_HOW),
+    )
+    table.add_column("queue")
+    table.add_column("ready", justify="right")
+    for queue, count in counted.items():
+        label = (
+            f"{queue} (ETA messages, for any queue)"
+            if queue.startswith("celery_delayed_")
+            else queue
+        )
+        table.add_row(Text(label), f"{count:,}")
+    return table
+
+
 def dry_run_table(stats: Stats) -> Table:
+    if stats.counted is not None:
+        return counted_table(stats, stats.counted)
     table = Table(
         title=Text(f"dry run: {stats.taken:,} message(s) in {stats.broker}; nothing was changed")
     )

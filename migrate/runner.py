@@ -111,7 +111,7 @@ def broker_kind(url: str) -> str:
 def open_source(url: str, app: AppInfo, options: SourceOptions) -> Source:
     kind = broker_kind(url)
     if kind == "redis":
-        # import cost: only the named broker's transport loads (Redis's: 123 modules)
+        # import cost: only the named broker's transport loads (Redis's is a large import)
         from migrate.redis_drain import RedisSource
 
         queues = None if options.all_queues else (options.queues or list(app.queues))
@@ -336,7 +336,12 @@ class DrainLoop(Service):
 
 
 def dry_run(source: Source, ctx: Context, stats: Stats, limit: int | None = None) -> Stats:
-    """Classify every waiting message without writing anything or consuming from the broker."""
+    """Classify every waiting message without writing anything or consuming from the broker;
+    on a broker where reading marks a message (RabbitMQ: redelivered), count without reading."""
+    if not getattr(source, "dry_run_reads", True):
+        stats.counted = dict(source.counts())  # type: ignore[attr-defined]
+        stats.remaining = source.remaining()
+        return stats
     for count, taken in enumerate(source.peek(), start=1):
         stats.add([classify(taken, ctx)])
         if limit is not None and count >= limit:

@@ -14,8 +14,13 @@ Celery itself. What is ours:
   atomically, joined in their adder's place), and a header given as a generator is sent as it
   is consumed (no GroupResult saved up front: its parts are listed as they return);
 * an id whose stored meta is not final (none, STARTED, RETRY) is answered from its job rows: a
-  message dead-lettered by the engine (its workers kept dying) reads FAILURE, a revoked one
-  (including a retry sent after its task id was revoked) REVOKED.
+  message dead-lettered by the engine (its workers kept dying) reads FAILURE, one whose task no
+  live worker consuming its queue had registered FAILURE ``NotRegistered`` (as Celery's worker
+  records an unknown task), a revoked one (including a retry sent after its task id was
+  revoked) REVOKED;
+* an id Postgres knows nothing of (no result, no job row) is looked up in the app's configured
+  ``result_backend`` (``elsewhere.py``): a task kept on the old broker during the cutover and run
+  by a Celery worker reads as that backend has it.
 
 A task's result is held to the worker's ``--max-result-bytes`` (as a job's result is): one over
 it is never written, and the task reads FAILURE with ``EncodeError`` naming
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -38,6 +44,7 @@ from celery.backends.base import KeyValueStoreBackend, _create_chord_error_with_
 from celery.exceptions import (
     ChordError,
     ImproperlyConfigured,
+    NotRegistered,
     TaskRevokedError,
     TimeoutError,
     WorkerLostError,
@@ -46,6 +53,7 @@ from celery.result import GroupResult, allow_join_result
 from celery.utils.functional import _regen
 from kombu.exceptions import EncodeError
 
+from celery_compat.backend.elsewhere import ConfiguredBackend
 from celery_compat.backend.listener import ResultListener
 from celery_compat.backend.outage import stored
 from celery_compat.db import message_jobs, result_store
@@ -60,6 +68,9 @@ from ujobs_bridge.ext.jobs import (
 )
 
 SAFETY_RECHECK_S = 2.0
+# The dead row of a message no live worker consuming its queue had registered (the engine's
+# UJ_TASK_UNREGISTERED dead letter): the task name is quoted in it.
+UNREGISTERED = re.compile(r"UJ_TASK_UNREGISTERED: .*?declares task '(.*)'")
 logger = logging.getLogger(__name__)
 
 
@@ -141,6 +152,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         self._local = threading.local()
         self._listener: ResultListener | None = None
         self._listener_lock = threading.Lock()
+        self._configured = ConfiguredBackend(self.app, PostgresBackend)
 
     # -- storage -------------------------------------------------------------------------------
 
@@ -356,19 +368,38 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
 
     def _get_task_meta_for(self, task_id: Any) -> dict[str, Any]:
         meta: dict[str, Any] = super()._get_task_meta_for(task_id)
+        self._local.elsewhere = False
         if meta.get("status") in states.READY_STATES or getattr(self._local, "storing", False):
             return meta
         # Not finished by the stored meta (PENDING, STARTED, RETRY): the job rows may know that
         # it never will run (revoked before its message ran, dead-lettered).
-        return self._meta_from_jobs(bytes_to_str(task_id)) or meta
+        tid = bytes_to_str(task_id)
+        rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, tid))
+        if rows:
+            return self._meta_from_jobs(tid, rows) or meta
+        if meta.get("status") != states.PENDING or not self._elsewhere([tid]):
+            return meta
+        # Never went through Postgres: a task kept on the old broker (``ujobs_broker_tasks``),
+        # run by a Celery worker, has its result in the app's configured result_backend.
+        self._local.elsewhere = True
+        return self._configured.meta(tid) or meta
 
-    def _meta_from_jobs(self, task_id: str) -> dict[str, Any] | None:
-        rows = stored(self.client, lambda conn: message_jobs.jobs_of_task(conn, task_id))
-        if not rows:
-            return None
+    def _elsewhere(self, task_ids: list[str]) -> frozenset[str]:
+        """Those of ``task_ids`` that never went through Postgres (no job row in any state), when
+        the app configures a result_backend to find them in; else none (and no query)."""
+        if not task_ids or self._configured.backend() is None:
+            return frozenset()
+        here = stored(self.client, lambda conn: message_jobs.task_ids_sent_here(conn, task_ids))
+        return frozenset(task_ids) - here
+
+    def _meta_from_jobs(self, task_id: str, rows: Any) -> dict[str, Any] | None:
         _job_id, state, last_error, updated_at = rows[0]
-        if state == "dead":
-            exc: BaseException = WorkerLostError(last_error or "the job was dead-lettered")
+        unknown = UNREGISTERED.match(last_error or "") if state == "dead" else None
+        if unknown is not None:  # no live worker consuming its queue has the task: Celery's words
+            exc: BaseException = NotRegistered(unknown.group(1))
+            status = states.FAILURE
+        elif state == "dead":
+            exc = WorkerLostError(last_error or "the job was dead-lettered")
             status = states.FAILURE
         elif state == "cancelled":
             exc = TaskRevokedError(last_error or "revoked")
@@ -398,6 +429,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
             if self._listener is not None:
                 self._listener.stop()
                 self._listener = None
+        self._configured.close()
 
     def wait_for(
         self,
@@ -424,7 +456,9 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError("The operation timed out.")
-                recheck = _poll_s(interval) if listener.polling else SAFETY_RECHECK_S
+                # No NOTIFY comes for a result stored by the other system: poll it.
+                elsewhere = getattr(self._local, "elsewhere", False)
+                recheck = _poll_s(interval) if listener.polling or elsewhere else SAFETY_RECHECK_S
                 event.wait(recheck if remaining is None else min(remaining, recheck))
         finally:
             listener.unwatch([key], event)
@@ -450,7 +484,11 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         keys = {bytes_to_str(self.get_key_for_task(t)): t for t in pending}
         deadline = None if timeout is None else time.monotonic() + timeout
         event = self.listener().watch(keys)
-        recheck = _poll_s(interval) if self.listener().polling else SAFETY_RECHECK_S
+        # Members kept on the old broker (no job row) are read from the configured backend,
+        # polled: no NOTIFY comes for them.
+        elsewhere = self._elsewhere(sorted(pending))
+        polled = self.listener().polling or bool(elsewhere)
+        recheck = _poll_s(interval) if polled else SAFETY_RECHECK_S
         iterations = 0
         try:
             while pending:
@@ -459,6 +497,10 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
                 ready = self._mget_to_results(
                     self.mget(wanted), [keys[k] for k in wanted], READY_STATES
                 )
+                for task_id in sorted(elsewhere & pending):
+                    found = self._configured.meta(task_id)
+                    if found is not None and found.get("status") in READY_STATES:
+                        ready[task_id] = found
                 self._cache.update(ready)
                 for task_id, meta in ready.items():
                     pending.discard(bytes_to_str(task_id))

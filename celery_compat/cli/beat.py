@@ -44,7 +44,7 @@ def _schedule_text(row: dict[str, Any]) -> str:
 def convert(app_spec: str, strict: bool, as_json: bool) -> None:
     """Each beat_schedule entry: its cron or interval, time zone, catch-up policy, day_or, or
     why it cannot map."""
-    # import cost: beat's conversion (celery.beat, 15 modules) loads when `beat convert` runs,
+    # import cost: beat's conversion (celery.beat) loads when `beat convert` runs,
     # not when `ujobs-bridge --help` lists beat
     from celery_compat.beat.entries import convert_app
 

@@ -190,7 +190,7 @@ def _worker(
     pool: str,
     parameters: Mapping[str, Any],
 ) -> Iterator[Any]:
-    # import cost: the worker kit (56 modules) loads only for a test that starts a worker
+    # import cost: the worker kit loads only for a test that starts a worker
     from celery_compat.contrib.testing.worker import start_worker
 
     for module in includes:

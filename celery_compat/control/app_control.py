@@ -137,7 +137,7 @@ class BridgeControl(Control):  # type: ignore[misc]
 def app_queues(app: Any) -> set[str]:
     """The queues the app's messages go to: its declared queues, the default queue, and every
     queue a task routes to (its ``queue=`` or ``task_routes``)."""
-    # import cost: the execution (165 modules) loads only when the queues are asked for
+    # import cost: the execution loads only when the queues are asked for
     from celery_compat.worker.execution import jobs_for_app
 
     names = {str(name) for name in app.amqp.queues}

@@ -138,7 +138,7 @@ def request_info(state: ControlState, entry: InFlight, safe: Any = False) -> dic
         "delivery_info": {
             "exchange": "",
             "routing_key": claimed.queue,
-            "priority": message.properties.get("priority"),
+            "priority": message.priority,
             "redelivered": claimed.deliveries > 1,
         },
         "worker_pid": os.getpid(),
@@ -158,7 +158,7 @@ def scheduled_info(state: ControlState, row: scheduled_db.ScheduledRow) -> dict[
             "args": message.args,
             "kwargs": message.kwargs,
             "type": message.task,
-            "priority": message.properties.get("priority"),
+            "priority": message.priority,
         }
     else:  # an @job row on a queue the worker shares with the app
         payload = row.input if isinstance(row.input, dict) else {}

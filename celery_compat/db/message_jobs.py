@@ -155,6 +155,14 @@ def _encodes(text: str) -> bool:
     return True
 
 
+def task_ids_sent_here(conn: Conn, task_ids: Sequence[str]) -> set[str]:
+    """Those of ``task_ids`` that have a job row in any state: they went through Postgres."""
+    if not task_ids:
+        return set()
+    rows = conn.execute(q("celery_task_ids_sent_here"), {"task_ids": list(task_ids)}).fetchall()
+    return {r[0] for r in rows}
+
+
 PURGED_REASON = "UJ_JOB_CANCELLED: purged"
 
 

@@ -139,6 +139,35 @@ _HINTS = {
 }
 
 
+class SerializerRefused(PayloadError, EncodeError):
+    """A send asked for a serializer other than JSON (``serializer='pickle'``, or the app's
+    ``task_serializer``): refused before any SQL, never silently sent as JSON. It is kombu's
+    ``EncodeError`` (what Celery raises for a message it cannot serialize) and the project's
+    ``UJ_PAYLOAD_NOT_JSON``."""
+
+    code = ErrorCode.PAYLOAD_NOT_JSON
+
+
+JSON_SERIALIZERS = frozenset({"json", "application/json"})
+
+
+def check_serializer(headers: dict[str, Any], serializer: Any) -> None:
+    """Refuse a message whose serializer is not JSON: rows hold Celery's JSON text, and
+    untrusted bytes are never unpickled, so a pickle message would run with JSON's types
+    (tuples as lists, objects refused) while its sender believed otherwise."""
+    if serializer is None or str(serializer).lower() in JSON_SERIALIZERS:
+        return
+    raise SerializerRefused(
+        f"{_describe(headers)}: serializer={serializer!r} was asked, but celery_compat sends "
+        "every message with Celery's JSON serializer (it never unpickles)",
+        hint=(
+            "drop serializer= from the call (or set task_serializer='json') and pass ids or "
+            "plain data; a task that needs another serializer can stay on the Celery broker "
+            "through ujobs_broker_tasks"
+        ),
+    )
+
+
 def check_limits(headers: dict[str, Any], properties: dict[str, Any]) -> None:
     """The sender's check: a ``PayloadError`` (code and hint) for a message past the limits."""
     problem = limits_problem(headers, properties)

@@ -6,7 +6,9 @@ callbacks and stamps come out exactly as Celery makes them. This module replaces
 step, ``send_task_message``: it resolves the queue the way Celery does, fires
 ``before_task_publish``/``after_task_publish`` with the same argument shapes (handlers that
 unpack ``body`` or read ``headers["id"]`` keep working), and inserts the row: on the caller's
-connection inside ``enqueue_in``/Django ``atomic()``, else through the pool in autocommit.
+connection inside ``enqueue_in``/Django ``atomic()``, else through the pool in autocommit,
+retried as Celery retries a publish (``publish_retry``: ``retry``/``retry_policy``, then kombu's
+``OperationalError``) when the database cannot be reached.
 
 Tasks whose names match ``ujobs_broker_tasks`` still go to the real broker through Celery's
 own sender, so Celery workers keep running them during a cutover.
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -26,14 +29,21 @@ from celery import signals
 from celery.app.amqp import AMQP
 from celery.utils.collections import DictAttribute
 from kombu.entity import Queue
+from psycopg_pool import PoolTimeout
 
 from celery_compat.db import message_jobs
 from celery_compat.events import task_events
-from celery_compat.sending import group_sends, send_keys
-from celery_compat.sending.message_row import CeleryMessage, check_limits
+from celery_compat.sending import group_sends, publish_retry, send_keys
+from celery_compat.sending.message_row import CeleryMessage, check_limits, check_serializer
 from celery_compat.sending.queue_names import bridge_queue
 from celery_compat.sending.transaction import Held, batch_hold, current_connection, write_held
-from ujobs_bridge.ext.database import DirectStatement
+from ujobs_bridge.ext.database import DirectStatement, Role, connect
+
+# How long a send waits for the pool to hand out a connection before it opens one of its own;
+# shorter while the pool is catching up after an outage (``BridgeAMQP._send_connection``).
+POOL_WAIT_S = 1.0
+POOL_WAIT_LAGGING_S = 0.05
+SEND_ROLE = Role("client")
 
 
 class _NoBrokerConnection:
@@ -143,6 +153,11 @@ def _json_properties(properties: dict[str, Any]) -> dict[str, Any]:
 class BridgeAMQP(AMQP):  # type: ignore[misc]
     """Celery's AMQP helper with a send step that writes the message into ``x_jobs``."""
 
+    # How a publish retry sleeps (``publish_retry``); tests inject their own.
+    publish_pause: Callable[[float], None] = staticmethod(time.sleep)
+    _pool_lagging = False  # the pool could not hand out a connection in time lately
+    _pool_errors_seen = 0  # the pool's failed connection attempts, as last counted
+
     def _create_task_sender(self) -> Any:
         broker_send = super()._create_task_sender()
         amqp = self
@@ -170,7 +185,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             confirm_timeout: Any = None,
             **kwargs: Any,
         ) -> None:
-            if not isinstance(producer, BridgeProducer):
+            if not isinstance(producer, BridgeProducer) and amqp.to_broker(name):
                 return broker_send(  # type: ignore[no-any-return]
                     producer,
                     name,
@@ -196,6 +211,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 headers2.update(headers)
             if kwargs:
                 properties.update(kwargs)
+            check_serializer(headers2, serializer or amqp.app.conf.task_serializer)
             qname = bridge_queue(amqp.queue_name(queue, exchange, routing_key), name)
             exchange_name = exchange.name if hasattr(exchange, "name") else (exchange or "")
             routing_key = routing_key or qname
@@ -222,7 +238,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 queue=qname,
                 properties=_json_properties(properties),
             )
-            amqp.insert(row)
+            amqp.insert(row, retry=retry, retry_policy=retry_policy)
             send_after_publish(
                 sender=name,
                 body=body,
@@ -230,7 +246,20 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 exchange=exchange_name,
                 routing_key=routing_key,
             )
-            if sent_event:  # task_send_sent_event: Celery's task-sent, queued (never blocks)
+            if sent_event and not isinstance(producer, BridgeProducer):
+                # Handed a broker producer: its task-sent event goes out on it, under the publish
+                # policy, buffered by the dispatcher if that fails, exactly as Celery does.
+                sent_event.update(queue=qname, exchange=exchange_name, routing_key=routing_key)
+                (event_dispatcher or amqp._event_dispatcher).publish(
+                    "task-sent",
+                    sent_event,
+                    producer,
+                    retry=amqp.publish_retries(retry),
+                    retry_policy=dict(
+                        amqp.app.conf.task_publish_retry_policy, **(retry_policy or {})
+                    ),
+                )
+            elif sent_event:  # task_send_sent_event: Celery's task-sent, queued (never blocks)
                 task_events.sent(
                     amqp.app,
                     sent_event,
@@ -242,6 +271,14 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
 
         return send_task_message
 
+    def to_broker(self, name: str) -> bool:
+        """True when a message handed to a broker producer goes to that broker: the task is kept
+        there (``ujobs_broker_tasks``), or the app is not a bridge app. Any other task goes to
+        Postgres whatever producer it was handed (a beat scheduler's, kombu code's), since the
+        bridge workers that run it read only Postgres."""
+        goes_to_broker = getattr(self.app, "goes_to_broker", None)
+        return goes_to_broker is None or bool(goes_to_broker(name))
+
     def queue_name(self, queue: Any, exchange: Any, routing_key: str | None) -> str:
         """The queue a message lands in, resolved like Celery's sender (name, Queue or default)."""
         if isinstance(queue, Queue):
@@ -252,7 +289,15 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return routing_key  # direct exchange semantics: the routing key names the queue
         return str(self.default_queue.name)
 
-    def insert(self, row: CeleryMessage) -> None:
+    def insert(
+        self,
+        row: CeleryMessage,
+        *,
+        retry: bool | None = None,
+        retry_policy: dict[str, Any] | None = None,
+    ) -> None:
+        """Write ``row`` where it belongs now: the caller's transaction, a batch or group being
+        gathered, or the pool under Celery's publish retry policy (``publish_retry``)."""
         check_limits(row.headers, row.properties)  # the limits migrate holds a drained one to
         payload = row.input_json()  # EncodeError before any SQL: the caller's transaction lives on
         key, held = send_keys.key_of(row)
@@ -266,15 +311,80 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             return  # enqueue_in(batch=True): written in one statement when the block exits
         if conn is None and group_sends.hold(row, payload, max_attempts, key):
             return  # a group's send: written together when its producer block exits
-        self.insert_now(row, conn, payload=payload, key=key, max_attempts=max_attempts)
+        what = f"task {row.headers.get('task')}[{row.task_id}]"
+        if conn is not None:
+            try:
+                self.insert_now(row, conn, payload=payload, key=key, max_attempts=max_attempts)
+            except psycopg.Error as exc:
+                if publish_retry.unreachable(exc):
+                    raise publish_retry.in_transaction_lost(exc, what) from exc
+                raise
+            return
+        publish_retry.publish(
+            lambda: self.insert_now(row, payload=payload, key=key, max_attempts=max_attempts),
+            retry=lambda: self.publish_retries(retry),
+            policy=lambda: self.retry_policy(retry_policy),
+            what=what,
+            pause=self.publish_pause,
+        )
+
+    def publish_retries(self, given: Any = None) -> bool:
+        """The call's ``retry``, else ``task_publish_retry`` (Celery's default: True)."""
+        if given is None:
+            return bool(conf_value(self.app.conf, "task_publish_retry", True))
+        return bool(given)
+
+    def retry_policy(self, given: dict[str, Any] | None = None) -> publish_retry.RetryPolicy:
+        """``task_publish_retry_policy`` with the call's ``retry_policy`` over it, as Celery merges."""
+        configured = conf_value(self.app.conf, "task_publish_retry_policy")
+        return publish_retry.RetryPolicy.of(configured, given)
 
     def gathered(self) -> contextlib.AbstractContextManager[None]:
         """The sends of this block (a group's) are written together, through the pool."""
         return group_sends.gathered(self._write_gathered)
 
     def _write_gathered(self, held: list[Held]) -> None:
-        with self.app.ujobs_client.pool.connection() as pooled, pooled.transaction():
-            write_held(pooled, held)
+        def write() -> None:
+            with self._send_connection() as conn, conn.transaction():
+                write_held(conn, held)
+
+        publish_retry.publish(
+            write,
+            retry=self.publish_retries,
+            policy=self.retry_policy,
+            what=f"a group of {len(held)} task(s)",
+            pause=self.publish_pause,
+        )
+
+    @contextlib.contextmanager
+    def _send_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to send on: the pool's; else, when the pool could not hand one out in
+        time because it cannot connect (it failed to, or it is not full), a connection of its
+        own, so a send that meets an outage fails fast with the driver's reason and one made as
+        the database comes back does not wait for the pool's reconnect backoff. A pool that is
+        full and busy (a slow database, many senders) is waited for, as before: no storm of
+        extra connections. ``_pool_lagging`` shortens the first wait from an outage on until
+        the pool serves again."""
+        client = self.app.ujobs_client
+        pool = client.pool
+        wait = POOL_WAIT_LAGGING_S if self._pool_lagging else POOL_WAIT_S
+        try:
+            pooled = pool.getconn(timeout=wait)
+        except PoolTimeout:
+            stats = pool.get_stats()  # read only after a timeout: a send that got one pays nothing
+            errors = stats.get("connections_errors", 0)
+            failing, self._pool_errors_seen = errors != self._pool_errors_seen, errors
+            if failing or stats.get("pool_size", 0) < stats.get("pool_max", 1):
+                self._pool_lagging = True
+                with connect(client.dsn, SEND_ROLE) as own:
+                    yield own
+                return
+            pooled = pool.getconn()  # full and busy: its own timeout, then PoolTimeout
+        self._pool_lagging = False
+        try:
+            yield pooled
+        finally:
+            pool.putconn(pooled)
 
     def max_attempts(self) -> int:
         return int(conf_value(self.app.conf, "ujobs_max_deliveries") or 3)
@@ -301,20 +411,16 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         # broken one; the checkout still runs the pool's check.
         # A message with no send key goes through libpq directly (``DirectStatement``: no cursor
         # machinery per send); behind PgBouncer, and under a key, the cursor.
-        pool = self.app.ujobs_client.pool
-        pooled = pool.getconn()
-        try:
-            if key is None and DirectStatement.usable(pooled):
+        with self._send_connection() as conn:
+            if key is None and DirectStatement.usable(conn):
                 message_jobs.enqueue_direct(
-                    pooled, row, max_attempts=max_attempts, input_json=payload
+                    conn, row, max_attempts=max_attempts, input_json=payload
                 )
             else:
                 message_jobs.enqueue(
-                    _SEND_CURSORS.of(pooled),
+                    _SEND_CURSORS.of(conn),
                     row,
                     max_attempts=max_attempts,
                     input_json=payload,
                     key=key,
                 )
-        finally:
-            pool.putconn(pooled)

@@ -84,7 +84,7 @@ def _autoscale(value: Any) -> tuple[int, int] | None:
 def _beat_scheduler_refusal(scheduler: Any) -> ConfigError | None:
     """``-B --scheduler CLASS``: the embedded scheduler is the bridge's; another class runs
     only under ``celery beat -S`` (Celery's beat, sending through the bridge)."""
-    # import cost: beat's command (79 modules) loads only to judge -B --scheduler
+    # import cost: beat's command loads only to judge -B --scheduler
     from celery_compat.beat.command import DEFAULT_SCHEDULER, _same_class
 
     if scheduler is None or (

@@ -119,7 +119,7 @@ class CeleryApp(LoadedApp):
         self._dsn: str | None = None
 
     def jobs(self) -> list[JobDefinition[Any, Any]]:
-        # import cost: the tracer and task events (165 modules) load in a worker, not to read an app
+        # import cost: the tracer and task events load in a worker, not to read an app
         from celery_compat.worker.execution import jobs_for_app
 
         return jobs_for_app(self.app)
@@ -143,6 +143,9 @@ class CeleryApp(LoadedApp):
     def worker_pool(self) -> str | None:
         return worker_settings.pool(self.app)
 
+    def unregistered_dead_after_s(self) -> float | None:
+        return worker_settings.UNKNOWN_TASK_FAILS_AFTER_S
+
     def apply_time_limits(self, hard_s: float | None, soft_s: float | None) -> None:
         """Celery's meaning: ``task_time_limit`` / ``task_soft_time_limit``, the defaults for
         tasks that set none (enforced in the body's process, ``interrupts.py``)."""
@@ -152,7 +155,7 @@ class CeleryApp(LoadedApp):
             self.app.conf.task_soft_time_limit = soft_s
 
     def channels(self) -> tuple[ExtraChannel, ...]:
-        # import cost: the revocations' channel (83 modules) loads in a worker only
+        # import cost: the revocations' channel loads in a worker only
         from celery_compat.worker import revoked_ids
 
         return (revoked_ids.channel(),)
@@ -162,7 +165,7 @@ class CeleryApp(LoadedApp):
 
     def bind(self, dsn: str) -> None:
         self._dsn = dsn  # where this process's events go
-        # import cost: adoption (156 modules) loads when a worker binds the app
+        # import cost: adoption loads when a worker binds the app
         from celery_compat import adoption
 
         if adoption.adopt(self.app):  # plain Celery: sends and results move to Postgres too
@@ -170,7 +173,7 @@ class CeleryApp(LoadedApp):
         self.app.use_ujobs_client(Client(ResolvedDatabase(dsn, "flag", ""), max_size=8))
 
     def control_commands(self) -> tuple[Any, ...]:
-        # import cost: Celery's remote control (147 modules) loads in a worker only
+        # import cost: Celery's remote control loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         return (worker_control.command_set(self.app),)
@@ -183,13 +186,13 @@ class CeleryApp(LoadedApp):
         return NODE_PREFIX
 
     def apply_task_settings(self, settings: Mapping[str, Mapping[str, Any]]) -> None:
-        # import cost: Celery's remote control (147 modules) loads in a worker only
+        # import cost: Celery's remote control loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         worker_control.apply_settings(self.app, settings)
 
     def control_encode(self, value: Any) -> str:
-        # import cost: Celery's remote control (147 modules) loads in a worker only
+        # import cost: Celery's remote control loads in a worker only
         from celery_compat.control import worker_commands as worker_control
 
         return worker_control.encode(value)

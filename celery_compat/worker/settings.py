@@ -29,6 +29,12 @@ from ujobs_bridge.errors import ConfigError
 
 log = logging.getLogger("ujobs.worker")
 
+# A message whose task name no live bridge worker consuming its queue has registered is settled
+# as Celery's worker settles an unknown task: FAILURE ``NotRegistered`` (the backend reads the
+# dead row so), once due this long; a worker that has the task, consuming the queue, keeps it
+# waiting for itself (presence).
+UNKNOWN_TASK_FAILS_AFTER_S = 0.0
+
 # Read where they act (rate_limit.py, the -E switch, worker_signals.setup_logging)
 READ_ELSEWHERE = frozenset(
     {

@@ -90,7 +90,7 @@ def infrastructure_error(exc: Exception, broker: str) -> Exception:
 
 
 def _is_broker_error(exc: Exception) -> bool:
-    # import cost: redis's client (116 modules) loads only once a drain has failed
+    # import cost: redis's client loads only once a drain has failed
     import amqp
     import redis
     from kombu.exceptions import OperationalError

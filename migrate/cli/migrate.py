@@ -135,7 +135,12 @@ def _queues(value: str | None) -> list[str] | None:
     metavar="URL",
     help="RabbitMQ --all-queues: the management API. Default: the broker's host, port 15672.",
 )
-@click.option("--dry-run", "dry_run_flag", is_flag=True, help="Count and classify; change nothing.")
+@click.option(
+    "--dry-run",
+    "dry_run_flag",
+    is_flag=True,
+    help="Count and classify; change nothing (RabbitMQ: count per queue, read nothing).",
+)
 @click.option(
     "--follow", is_flag=True, help="Keep draining until SIGTERM, logging a line per batch."
 )

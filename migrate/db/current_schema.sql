@@ -1,8 +1,22 @@
 -- The current shape of schema part `migrate`: what its migrations (migrations/,
--- through 0001_quarantine) leave, as pg_dump prints it (no owners, no grants).
+-- through 0002_duties) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 -- Objects of an earlier part that this part changes appear here whole, as changed.
+
+-- Name: x_migrate_quarantine_resolve(bigint, text, uuid); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_migrate_quarantine_resolve(p_id bigint, p_resolution text, p_job_id uuid) RETURNS SETOF bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    update x_migrate_quarantine
+       set resolution = p_resolution, resolved_at = now(), job_id = p_job_id
+     where id = p_id and resolution is null
+    returning id
+$$;
+
+-- Name: FUNCTION x_migrate_quarantine_resolve(p_id bigint, p_resolution text, p_job_id uuid); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_migrate_quarantine_resolve(p_id bigint, p_resolution text, p_job_id uuid) IS 'duties: operator worker. Resolve an open quarantine entry (retried or discarded).';
 
 -- Name: x_migrate_quarantine; Type: TABLE; Schema: public
 CREATE TABLE public.x_migrate_quarantine (

@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from celery_compat.sending.message_row import from_input
 from celery_compat.worker import revoked_ids
 from celery_compat.worker.execution import jobs_for_app
+from celery_compat.worker.settings import UNKNOWN_TASK_FAILS_AFTER_S
 from ujobs_bridge import FrozenClock, Worker, WorkerConfig, connect
 from ujobs_bridge._internal.clock import Clock, SystemClock
 from ujobs_bridge._internal.config import loading
@@ -69,14 +70,26 @@ def worker(
     concurrency: int = 4,
     start: bool = True,
     max_result_bytes: int | None = None,
+    sweep_s: float | None = None,
 ) -> Iterator[Worker]:
     """A bridge worker thread running ``app``'s tasks (started unless ``start=False``: tick it);
-    ``max_result_bytes``: its ``--max-result-bytes`` (default: the worker's)."""
-    limit = {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    ``max_result_bytes``: its ``--max-result-bytes`` (default: the worker's); ``sweep_s``: how
+    often it sweeps (rescues, unknown task names). Unknown task names fail as under
+    ``ujobs-bridge worker -A`` (``UNKNOWN_TASK_FAILS_AFTER_S``)."""
+    limit: dict[str, Any] = {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    if sweep_s is not None:
+        limit["sweep_s"] = sweep_s
     w = Worker(
         dsn,
         loading.build(jobs_for_app(app)),
-        WorkerConfig(queues=queues, concurrency=concurrency, poll_s=0.05, lease_s=5, **limit),
+        WorkerConfig(
+            queues=queues,
+            concurrency=concurrency,
+            poll_s=0.05,
+            lease_s=5,
+            unregistered_dead_after_s=UNKNOWN_TASK_FAILS_AFTER_S,
+            **limit,
+        ),
         clock=clock or SystemClock(),
         channels=(revoked_ids.channel(),),
     )

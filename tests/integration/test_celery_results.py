@@ -13,7 +13,13 @@ from typing import Any
 import psycopg
 import pytest
 from celery import chord, states, uuid
-from celery.exceptions import Reject, TaskRevokedError, TimeLimitExceeded, TimeoutError
+from celery.exceptions import (
+    NotRegistered,
+    Reject,
+    TaskRevokedError,
+    TimeLimitExceeded,
+    TimeoutError,
+)
 from celery.result import AsyncResult
 from kombu.exceptions import EncodeError
 
@@ -326,3 +332,29 @@ def test_a_late_retry_write_never_replaces_a_stored_success(app: Any, dsn: str) 
     assert not late.is_alive()
     stored = AsyncResult(tid, app=app)
     assert (stored.state, stored.get(timeout=5)) == (states.SUCCESS, 42)
+
+
+def test_an_unknown_task_name_fails_not_registered_once_no_live_worker_has_it(
+    app: Any, dsn: str
+) -> None:
+    """As a Celery worker records an unknown task: FAILURE ``NotRegistered``. While a live worker
+    consuming the queue has the task registered (its presence row says so), the message waits
+    for it instead."""
+    name = "apps.celery_tasks.not_here"
+    with worker(app, dsn, start=False) as w, psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "insert into x_worker_nodes (worker_id, name, hostname, pid, queues, concurrency,"
+            " pool, info, started_at, heartbeat_at, expires_at) values (gen_random_uuid(),"
+            " 'newer@host', 'host', 1, array['celery'], 1, 'threads', %s::jsonb, now(), now(),"
+            " now() + interval '1 hour')",
+            (json.dumps({"registered": [name]}),),
+        )
+        r = app.send_task(name)
+        w.claims.sweep(force=True)
+        assert r.state == states.PENDING  # the newer worker has it: it waits for that one
+        conn.execute("delete from x_worker_nodes where name = 'newer@host'")
+        w.claims.sweep(force=True)
+        with pytest.raises(NotRegistered, match="not_here"):
+            r.get(timeout=10)
+        assert r.state == states.FAILURE
+    assert [j["state"] for j in jobs(dsn, name)] == ["dead"]

@@ -152,6 +152,26 @@ def test_arguments_keep_the_types_celerys_json_carries(app: Any, dsn: str) -> No
         t.identity.delay(object())
 
 
+def test_a_send_asking_for_pickle_is_refused_never_sent_as_json(app: Any, dsn: str) -> None:
+    with pytest.raises(EncodeError, match="serializer='pickle'") as raised:
+        t.identity.apply_async((1,), serializer="pickle")
+    assert "UJ_PAYLOAD_NOT_JSON" in str(raised.value) and "task_serializer='json'" in str(
+        raised.value
+    )
+    pickling = Celery("pickling", set_as_current=False)
+    pickling.conf.update(task_serializer="pickle", accept_content=["pickle", "json"])
+
+    def echo(x: Any) -> Any:
+        return x
+
+    pickled = pickling.task(name="pickling.echo", shared=False)(echo)
+    with bound(pickling, dsn):
+        with pytest.raises(EncodeError, match="serializer='pickle'"):
+            pickled.delay(1)
+        assert pickled.apply_async((2,), serializer="json")  # the call's own choice wins
+    assert len(jobs(dsn)) == 1
+
+
 # -- ujobs_broker_tasks: still published to the Celery broker ---------------------------------
 
 

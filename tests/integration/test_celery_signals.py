@@ -187,6 +187,7 @@ def test_self_request_holds_what_a_celery_worker_puts_there(app: Any, dsn: str) 
     assert info["x_tenant_attr"] == "acme" and info["headers"]["x_tenant"] == "acme"
     # a task sent from inside a task carries the lineage
     assert (child_info["root_id"], child_info["parent_id"]) == (child.id, child.id)
+    assert child_info["delivery_info"]["priority"] == 0  # sent with none: 0, as on Celery
 
 
 def test_group_members_see_their_group_id(app: Any, dsn: str) -> None:

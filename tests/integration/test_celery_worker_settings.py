@@ -16,6 +16,10 @@ from conftest import wait_for
 from ujobs_bridge._internal.config import loading
 from ujobs_bridge.errors import ConfigError
 
+# ujobs_bridge.ext.loaders re-exports load_target: imported before a test patches it here, or the
+# re-export would keep the patch for every later test in this process.
+from ujobs_bridge.ext import loaders as _bound_first  # noqa: F401
+
 
 @pytest.fixture
 def procs() -> Iterator[list[CliProc]]:
@@ -65,6 +69,7 @@ def test_celery_defaults_do_not_override_the_bridge_and_bad_values_are_refused(
     plain = Celery("plain_defaults")  # Celery's defaults: concurrency None (CPUs), prefetch 4
     monkeypatch.setattr(loading, "load_target", lambda spec: plain)
     assert loading.resolve("x").worker_settings() == {}  # read through the Celery loader
+    assert loading.resolve("x").unregistered_dead_after_s() == 0.0  # unknown task: FAILURE
     plain.conf.worker_prefetch_multiplier = 4  # set explicitly, even to Celery's default
     assert loading.resolve("x").worker_settings() == {"prefetch_multiplier": 4}
     plain.conf.worker_max_tasks_per_child = 50

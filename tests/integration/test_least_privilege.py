@@ -128,7 +128,7 @@ def test_an_app_role_with_only_the_grants_enqueues_works_schedules_and_drains(
     assert cli("db", "upgrade", "--dsn", roles.owner_dsn).returncode == 0
     granted = cli("db", "grant", roles.app_role, "--dsn", roles.owner_dsn)
     assert granted.returncode == 0, granted.stderr
-    assert "x_jobs" in schema.grant(roles.owner_dsn, roles.app_role)  # idempotent, names them
+    assert "x_jobs" in schema.grant(roles.owner_dsn, roles.app_role).relations  # idempotent, names them
 
     # Enqueue (a plain @job) and work it, as the application role.
     from apps import basic_jobs

@@ -1,6 +1,6 @@
 """``ujobs-bridge migrate`` on RabbitMQ, with messages published by real Celery 5: classic and
-quorum queues drained with acks sent only after commit; ``--dry-run`` leaves every message in
-place; a drainer SIGKILLed between commit and ack, restarted: each message once, the queue
+quorum queues drained with acks sent only after commit; ``--dry-run`` counts without reading,
+so every message stays in place and is not marked redelivered; a drainer SIGKILLed between commit and ack, restarted: each message once, the queue
 empty; the ``celery_delayed_*`` queues of native delayed delivery drained into the right queue,
 other queues' delayed messages left alone."""
 
@@ -18,6 +18,7 @@ import amqp
 import migrate_support as ms
 import pytest
 from cli_proc import CliProc
+from click.testing import CliRunner
 from kombu import Connection, Exchange, Queue
 from kombu.transport.native_delayed_delivery import (
     bind_queue_to_native_delayed_delivery_exchange,
@@ -30,6 +31,7 @@ from migrate.batch import Context
 from migrate.decoding import Accept
 from migrate.report import Stats
 from migrate.runner import SourceOptions, dry_run, open_source
+from ujobs_bridge._internal.cli import cli
 
 
 def _channel() -> tuple[amqp.Connection, Any]:
@@ -102,16 +104,19 @@ def test_classic_and_quorum_queues_drain_once_each_with_acks_after_commit_and_dr
         preview = dry_run(source, ctx, Stats(dry_run=True))
     finally:
         source.close()
-    assert (preview.taken, preview.outcomes["moved"]) == (400, 400)
-    assert (ready(classic), ready(qq)) == (300, 100), "a dry run returns every message"
+    assert (preview.counted, preview.taken, preview.remaining) == ({classic: 300, qq: 100}, 0, 400)
+    assert (ready(classic), ready(qq)) == (300, 100), "a dry run leaves every message"
 
     stats = ms.drain(qdsn, ms.AMQP_URL, [classic, qq], batch=100)
 
     assert stats.outcomes["moved"] == 400 and not stats.reasons
+    assert stats.redelivered == 0, "the dry run marked nothing redelivered"
     assert Counter(ms.ledger_ids(qdsn)) == expected
     assert (ready(classic), ready(qq)) == (0, 0), "acked: nothing came back when the drainer left"
     rows = ms.rows(qdsn)
     assert Counter(row["queue"] for row in rows) == {classic: 300, qq: 100}
+    delivered = [row["input"]["properties"]["delivery_info"] for row in rows]
+    assert {d["redelivered"] for d in delivered} == {False}  # what each task will see
     delayed = [row for row in rows if row["input"]["headers"].get("x-tenant") == "a"]
     assert len(delayed) == 50 and all(row["priority"] == 5 for row in delayed)
     assert all(row["run_at"] > datetime.now(UTC) + timedelta(minutes=55) for row in delayed)
@@ -246,3 +251,33 @@ def test_follow_on_rabbitmq_moves_messages_published_while_it_waits_and_sigterm_
     assert (report["moved"], report["stopped_by_signal"]) == (301, True)
     assert Counter(ms.ledger_ids(qdsn)) == Counter([first, *later])
     assert ready(queue) == 0, "every delivery acked before the exit"
+
+
+def test_the_dry_run_says_it_counted_without_reading_and_reads_nothing(
+    qdsn: str, queues: list[str]
+) -> None:
+    """``migrate --dry-run`` on RabbitMQ, as an operator runs it: the ready count per queue by
+    passive declare, said to be counted and not read, in the table and in ``--json``; a drain
+    afterwards finds every message unread (``redelivered`` False)."""
+    queue = ms.unique("adry")
+    queues.append(queue)
+    with ms.producer(ms.AMQP_URL, queue) as p:
+        for i in range(5):
+            p.add.delay(i, i)
+    args = ["migrate", "-A", "apps.migrate_proj", "--broker", ms.AMQP_URL, "-Q", queue]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    as_json = runner.invoke(cli, [*args, "--dry-run", "--json", "--dsn", qdsn])
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.output[as_json.output.index("{") :])
+    assert (report["counted"][queue], report["read"], report["taken"]) == (5, 0, 0)
+    # ETA messages of native delayed delivery are counted per celery_delayed_* queue (unread:
+    # their destination is in the routing key); other tests may have left some there
+    assert all(q.startswith("celery_delayed_") for q in report["counted"] if q != queue)
+    assert "no message was read or sampled" in report["how"]
+    table = " ".join(runner.invoke(cli, [*args, "--dry-run", "--dsn", qdsn]).output.split())
+    assert "message(s) ready" in table and "nothing was changed" in table and queue in table
+    assert "passive queue.declare" in table and "no message was read" in table
+    assert ready(queue) == 5
+
+    stats = ms.drain(qdsn, ms.AMQP_URL, [queue])
+    assert (stats.outcomes["moved"], stats.redelivered) == (5, 0)

@@ -96,8 +96,8 @@ def _publish_variety(channel: Any, queue: str) -> int:
 
 
 def _seen(items: list[Taken]) -> list[tuple[bytes, dict[str, Any]]]:
-    """Each message's bytes and metadata, the redelivered flag left out (a dry run returns
-    every message it peeked, so RabbitMQ marks them redelivered)."""
+    """Each message's bytes and metadata, the redelivered flag left out (``read_and_return``
+    gives back every message it read, so RabbitMQ marks them redelivered)."""
     out = []
     for taken in items:
         meta = dict(taken.meta or {})
@@ -121,7 +121,7 @@ def test_the_frame_reader_reads_every_field_type_as_py_amqp_does(
 
     source = open_source(ms.AMQP_URL, ms.app_info(), SourceOptions([queue], batch=4))
     try:
-        through_py_amqp = list(source.peek())
+        through_py_amqp = list(source.read_and_return())
         through_reader: list[Taken] = []
         while len(through_reader) < count and (got := source.take(count)):
             through_reader.extend(got)

@@ -44,7 +44,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_py_typed_is_shipped() -> None:
-    for pkg in ("ujobs_bridge", "celery_compat", "migrate"):
+    for pkg in ("ujobs_bridge", "celery_compat", "migrate", "ujobs_django"):
         assert (ROOT / pkg / "py.typed").exists()
 
 
@@ -57,7 +57,7 @@ def test_package_is_lint_and_type_clean(tool: str) -> None:
     if exe is None:
         pytest.fail(f"{tool} is not installed: install the test extra (pip install -e '.[test]')")
     args = (
-        [exe, "check", "ujobs_bridge", "celery_compat", "migrate", "bench"]
+        [exe, "check", "ujobs_bridge", "celery_compat", "migrate", "ujobs_django", "bench"]
         if tool == "ruff"
         else [exe]
     )
@@ -68,13 +68,16 @@ def test_package_is_lint_and_type_clean(tool: str) -> None:
 # -- layers: every package depends only downward ---------------------------------------------------
 # ujobs_bridge (the engine) <- celery_compat (the facade) <- migrate (the drain). A package may
 # import the packages below it, never one above it; the engine needs none of Celery's libraries.
+# ujobs_django (Django's django.tasks backend and manage.py commands) stands on the engine alone:
+# no Celery, and nothing else imports it.
 
-PACKAGES = ("ujobs_bridge", "celery_compat", "migrate")
+PACKAGES = ("ujobs_bridge", "celery_compat", "migrate", "ujobs_django")
 CELERY_LIBRARIES = ("celery", "kombu", "redis", "amqp", "vine", "billiard")
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "ujobs_bridge": ("celery_compat", "migrate", *CELERY_LIBRARIES),
-    "celery_compat": ("migrate",),
-    "migrate": (),
+    "ujobs_bridge": ("celery_compat", "migrate", "ujobs_django", *CELERY_LIBRARIES),
+    "celery_compat": ("migrate", "ujobs_django"),
+    "migrate": ("ujobs_django",),
+    "ujobs_django": ("celery_compat", "migrate", *CELERY_LIBRARIES),
 }
 
 

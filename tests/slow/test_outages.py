@@ -10,7 +10,8 @@ marks in files (``apps/outage_jobs.py``), since the database cannot keep a ledge
 The faults: results finished during an outage are written when the database is back
 (1); an outcome the database rejects never wedges the worker (2); after a restart, in-flight
 Celery tasks read SUCCESS, step writes burn no attempt, enqueues succeed, and killed
-connections fail no task (5).
+connections fail no task (5); a Celery send retries per Celery's publish policy, then raises
+kombu's ``OperationalError``, and inside the caller's transaction is not retried (6).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kombu.exceptions
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 from worker_proc import WorkerProc
 
 from apps import celery_outage, outage_jobs
+from celery_compat import enqueue_in
 from conftest import wait_for
 from ujobs_bridge import connect
 from ujobs_bridge._internal.db import leases as leases_db
@@ -428,3 +431,105 @@ def every_row_done_at_its_first_attempt(dsn: str) -> bool:
             what="every task's row done",
         )
         return conn.execute("select max(attempt) from x_jobs").fetchone() == (1,)
+
+
+# ---------------------------------------------------------------------------------- fault 6
+
+
+@pytest.fixture
+def sending_app(outage_dsn: str) -> Iterator[tuple[Any, list[float]]]:
+    """``celery_outage.app`` on the private cluster, with one task sent while it is up (the
+    pool holds a connection the outage will kill), and the pauses of its publish retries
+    recorded instead of slept (``BridgeAMQP.publish_pause``)."""
+    app = celery_outage.app
+    client = connect(outage_dsn, upgrade=False)
+    app.use_ujobs_client(client)
+    pauses: list[float] = []
+    app.amqp.publish_pause = pauses.append
+    try:
+        celery_outage.gated.delay("before", 0)
+        yield app, pauses
+    finally:
+        del app.amqp.publish_pause
+        app.use_ujobs_client(None)
+        client.close()
+
+
+def task_rows(dsn: str) -> list[str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("select input->'headers'->>'id' from x_jobs")]
+
+
+def test_a_send_with_the_database_stopped_is_retried_per_celerys_policy_then_raises_kombus_error(
+    private_cluster: PrivateCluster, outage_dsn: str, sending_app: tuple[Any, list[float]]
+) -> None:
+    app, pauses = sending_app
+    private_cluster.stop("fast")
+    try:
+        seen: list[float] = []
+        errback = {"errback": lambda exc, interval: seen.append(interval)}
+        began = time.monotonic()
+        with pytest.raises(kombu.exceptions.OperationalError) as raised:
+            celery_outage.gated.apply_async(("down", 1), retry_policy=errback)
+        assert time.monotonic() - began < 15  # the pool's 30 s wait is not what decides
+        assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+        assert "UJ_DATABASE_UNAVAILABLE" in str(raised.value) and "4 time(s)" in str(raised.value)
+        assert seen == [0.0, 0.2, 0.4]  # Celery's default policy: 3 retries, 0 + 0.2 each, max 1
+        assert pauses == [0.2, 0.4]
+
+        seen.clear()
+        pauses.clear()
+        policy = {"max_retries": 1, "interval_start": 5, "interval_max": 5, **errback}
+        with pytest.raises(kombu.exceptions.OperationalError):
+            app.send_task(celery_outage.gated.name, ("policy", 1), retry_policy=policy)
+        assert (seen, pauses) == ([5.0], [5.0])
+
+        seen.clear()
+        with pytest.raises(kombu.exceptions.OperationalError) as raised:
+            celery_outage.gated.apply_async(("no-retry", 1), retry=False, retry_policy=errback)
+        assert seen == [] and "retry=False" in str(raised.value)
+    finally:
+        private_cluster.start()
+    assert len(task_rows(outage_dsn)) == 1  # only the task sent before the outage
+
+
+def test_a_send_whose_database_comes_back_within_the_policy_is_sent_once(
+    private_cluster: PrivateCluster, outage_dsn: str, sending_app: tuple[Any, list[float]]
+) -> None:
+    private_cluster.stop("fast")
+    seen: list[float] = []
+
+    def back_on_first_retry(exc: BaseException, interval: float) -> None:
+        seen.append(interval)
+        if len(seen) == 1:
+            private_cluster.start()
+
+    try:
+        result = celery_outage.gated.apply_async(
+            ("back", 1), retry_policy={"errback": back_on_first_retry}
+        )
+    finally:
+        if not private_cluster.running:
+            private_cluster.start()
+    assert seen == [0.0]
+    assert task_rows(outage_dsn).count(result.id) == 1
+
+
+def test_a_send_inside_the_callers_transaction_is_not_retried(
+    private_cluster: PrivateCluster, outage_dsn: str, sending_app: tuple[Any, list[float]]
+) -> None:
+    _, pauses = sending_app
+    seen: list[float] = []
+    with psycopg.connect(outage_dsn) as conn:
+        conn.execute("select 1")  # the caller's transaction is open
+        private_cluster.stop("fast")
+        try:
+            with pytest.raises(kombu.exceptions.OperationalError) as raised, enqueue_in(conn):
+                celery_outage.gated.apply_async(
+                    ("in-tx", 1), retry_policy={"errback": lambda e, i: seen.append(i)}
+                )
+        finally:
+            private_cluster.start()
+    assert (seen, pauses) == ([], [])
+    assert "caller's transaction" in str(raised.value)
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)

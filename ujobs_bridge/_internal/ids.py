@@ -2,7 +2,7 @@
 
 Why it exists: a random UUIDv4 primary key puts every new row, and every new row version a state
 change writes, into a random index page, and after each checkpoint the first write to a page logs
-the whole page. Measured on a 100-job claim: 86 full-page images and ~700 KB of WAL with v4 ids.
+the whole page, so a claim of many v4 ids logs nearly one full page per job.
 Time-ordered ids keep a batch's index entries on a few adjacent pages. They are still UUIDs, so
 anything that stores or prints a job id (Celery task ids included) keeps working.
 

@@ -47,6 +47,7 @@ from celery.worker import state as worker_state
 
 from celery_compat.control import worker_commands as worker_control
 from celery_compat.worker import revoked_ids
+from celery_compat.worker import settings as worker_settings
 from celery_compat.worker.execution import jobs_for_app
 from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge.ext import loaders as loading
@@ -184,6 +185,7 @@ def _build_worker(
         prefetch_multiplier=int(options.pop("prefetch_multiplier", 1)),
         poll_s=float(options.pop("poll_interval", DEFAULT_POLL_S)),
         lease_s=float(options.pop("lease_s", 10.0)),
+        unregistered_dead_after_s=worker_settings.UNKNOWN_TASK_FAILS_AFTER_S,
     )
     return Worker(
         app.ujobs_client.dsn,

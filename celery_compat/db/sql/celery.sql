@@ -109,6 +109,14 @@ select j.id, j.state, j.last_error, j.updated_at
    and j.enqueued_by = 'celery_compat' and (%(include_done)s or j.state <> 'done')
  order by j.created_at desc, j.id desc
 
+-- celery_task_ids_sent_here --
+-- Which of these Celery task ids have a job row in any state (they went through Postgres); the
+-- others were kept on the old broker, or never sent (results across both systems).
+select distinct coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id')
+  from x_jobs as j
+ where coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') = any(%(task_ids)s::text[])
+   and j.enqueued_by = 'celery_compat'
+
 -- celery_revoke --
 -- Record the revoke and NOTIFY it in the same statement (so at the same commit): a worker that
 -- holds a claimed message of this id drops it before its body starts (revoked_ids.py).

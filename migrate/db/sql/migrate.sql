@@ -31,10 +31,8 @@ select id, created_at, broker, queue, reason, detail, task, task_id, format, siz
  where id = %(id)s
 
 -- migrate_quarantine_resolve --
-update x_migrate_quarantine
-   set resolution = %(resolution)s, resolved_at = now(), job_id = %(job_id)s
- where id = %(id)s and resolution is null
-returning id
+-- Through x_migrate_quarantine_resolve (migration 0002), which an operator may call.
+select id from x_migrate_quarantine_resolve(%(id)s, %(resolution)s, %(job_id)s::uuid) as id
 
 -- migrate_quarantine_reason --
 update x_migrate_quarantine set reason = %(reason)s, detail = %(detail)s where id = %(id)s

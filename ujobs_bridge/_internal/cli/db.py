@@ -14,6 +14,9 @@ What it is not: the migration runner (``db/schema.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import click
 from rich.table import Table
 
@@ -27,6 +30,8 @@ from ujobs_bridge._internal.cli.options import (
 )
 from ujobs_bridge._internal.cli.output import console
 from ujobs_bridge._internal.db import connections, dump, schema
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group()
@@ -56,18 +61,58 @@ def upgrade(app_spec: str | None, dsn: str | None) -> None:
         click.echo("schema is up to date")
 
 
+def _duty_option(duty: schema.Duty, does: str) -> Callable[[F], F]:
+    return click.option(
+        f"--{duty.value}",
+        f"{duty.value}s",
+        multiple=True,
+        metavar="ROLE",
+        help=f"Grant ROLE the {duty.value} duty: {does} (repeatable).",
+    )
+
+
 @db.command()
-@click.argument("role")
+@click.argument("role", required=False)
+@_duty_option(schema.Duty.PRODUCER, "enqueue and read a job by its id, no table access")
+@_duty_option(schema.Duty.WORKER, "claim, settle, steps, heartbeats, presence, schedule, drain")
+@_duty_option(schema.Duty.READER, "the read-only dashboard, /metrics and the CLI's reads")
+@_duty_option(schema.Duty.OPERATOR, "a reader that may also requeue, cancel and discard")
 @APP
 @dsn_option
-def grant(role: str, app_spec: str | None, dsn: str | None) -> None:
-    """Give ROLE what the runtime needs (row privileges on the x_ tables; no DDL); run as the
-    schema owner after `db upgrade`, and again after an upgrade that adds tables."""
+def grant(
+    role: str | None,
+    producers: tuple[str, ...],
+    workers: tuple[str, ...],
+    readers: tuple[str, ...],
+    operators: tuple[str, ...],
+    app_spec: str | None,
+    dsn: str | None,
+) -> None:
+    """Give each ROLE exactly what its duties need, and nothing else (see docs/how-to/roles.md).
+    A bare ROLE is an application role: producer and worker. Name every duty of a role in one
+    command (a grant replaces what the role held); run as the schema owner after `db upgrade`,
+    and again after an upgrade that adds tables. No duty may change the schema."""
+    duties: dict[str, set[schema.Duty]] = {}
+    if role is not None:
+        duties.setdefault(role, set()).update(schema.APPLICATION)
+    for duty, named in (
+        (schema.Duty.PRODUCER, producers),
+        (schema.Duty.WORKER, workers),
+        (schema.Duty.READER, readers),
+        (schema.Duty.OPERATOR, operators),
+    ):
+        for who in named:
+            duties.setdefault(who, set()).add(duty)
+    if not duties:
+        raise click.UsageError("name a ROLE, or one of --producer/--worker/--reader/--operator")
     resolved = app_database(app_spec, dsn)
-    granted = schema.grant(resolved.dsn, role)
-    click.echo(
-        f"granted {role} connect, schema usage and row privileges on {len(granted)} relations"
-    )
+    for who, wanted in duties.items():
+        granted = schema.grant(resolved.dsn, who, wanted)
+        held = ", ".join(d.value for d in schema.Duty if d in granted.duties)
+        click.echo(
+            f"granted {who} ({held}): connect, schema usage, row privileges on "
+            f"{len(granted.relations)} relations, {len(granted.functions)} functions"
+        )
 
 
 @db.command()

@@ -140,7 +140,7 @@ def demo(
         config = WorkerConfig(
             queues=(f"demo-{secrets.token_hex(4)}",),
             concurrency=concurrency,
-            poll_s=0.1,  # retries come due after ~50 ms; poll often so the tail stays short
+            poll_s=0.1,  # the demo's retries come due soon; poll often so the tail stays short
             shutdown_timeout_s=5.0,
         )
     except ConfigError as exc:

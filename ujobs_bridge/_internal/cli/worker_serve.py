@@ -172,6 +172,9 @@ def _with_app_settings(config: WorkerConfig, asked: WorkerFlags, app: LoadedApp)
             config = dataclasses.replace(config, max_memory_per_child_kib=from_app[key])
     if asked.concurrency is None and asked.autoscale is None and "concurrency" in from_app:
         config = dataclasses.replace(config, concurrency=from_app["concurrency"])
+    unregistered = app.unregistered_dead_after_s()
+    if unregistered is not None and config.unregistered_dead_after_s is None:
+        config = dataclasses.replace(config, unregistered_dead_after_s=unregistered)
     if asked.prefetch_multiplier is None and "prefetch_multiplier" in from_app:
         config = dataclasses.replace(config, prefetch_multiplier=from_app["prefetch_multiplier"])
     if solo:  # worker_pool="solo": one body at a time, whatever worker_concurrency says

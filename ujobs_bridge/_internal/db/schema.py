@@ -24,6 +24,7 @@ rolled back), or the policy of who may upgrade (``ujobs_bridge._internal.config.
 
 from __future__ import annotations
 
+import enum
 import functools
 import importlib.util
 import logging
@@ -364,10 +365,50 @@ def require_current(dsn: str, upgrade_command: str | None = None) -> None:
         )
 
 
-def grant(dsn: str, role: str) -> list[str]:
-    """Give ``role`` the privileges the runtime uses on every part's relations (connect, schema
-    usage, row privileges on every ``x_`` table, its identity sequences); returns their names.
-    Idempotent; run it again after an upgrade that adds tables."""
+class Duty(enum.StrEnum):
+    """What a database role is for (``db grant --producer|--worker|--reader|--operator``).
+
+    producer: enqueue, and read a job by its id; no row privilege on any table (both through
+    SECURITY DEFINER functions). worker: claim, settle, steps, heartbeats, presence, schedules,
+    drains: row privileges on every table but the schema's record. reader: select on every
+    table (the read-only dashboard, ``/metrics``, the CLI's reads). operator: a reader that may
+    also requeue, cancel and discard (through functions, not row privileges). No duty may change
+    the schema or its record: DDL stays the owner's."""
+
+    PRODUCER = "producer"
+    WORKER = "worker"
+    READER = "reader"
+    OPERATOR = "operator"
+
+
+# What `db grant ROLE` (no duty named) gives: an application role that enqueues and works.
+APPLICATION = frozenset({Duty.PRODUCER, Duty.WORKER})
+
+SCHEMA_RECORD = "x_schema_version"
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """What one grant left ``role`` holding."""
+
+    role: str
+    duties: frozenset[Duty]
+    relations: list[str]  # those it holds any privilege on
+    functions: list[str]
+
+
+def grant(dsn: str, role: str, duties: Iterable[Duty] = APPLICATION) -> Granted:
+    """Give ``role`` exactly what ``duties`` need on every part's relations and functions
+    (connect, schema usage, then per relation and per SECURITY DEFINER function: what any duty
+    named needs, and nothing it held before). Idempotent; run it again after an upgrade that
+    adds tables, naming all the role's duties at once."""
+    wanted = frozenset(duties)
+    if not wanted:
+        raise SchemaError(
+            f"no duty named for role {role!r}",
+            code=ErrorCode.CONFIG_INVALID,
+            hint="name one or more of --producer, --worker, --reader, --operator",
+        )
     with connections.connect(dsn, MIGRATE_ROLE) as conn, conn.transaction():
         exists = conn.execute(q("schema_role_exists"), {"role": role}).fetchone()
         if exists is None or not exists[0]:
@@ -375,6 +416,13 @@ def grant(dsn: str, role: str) -> list[str]:
                 f"there is no role {role!r} in this cluster",
                 code=ErrorCode.ROLE_NOT_FOUND,
                 hint=f"create it first (create role {role} login), then run `db grant` again",
+            )
+        owns = conn.execute(q("schema_role_owns"), {"role": role}).fetchone()
+        if owns is not None and owns[0]:
+            raise SchemaError(
+                f"{role!r} owns the schema: a grant would take its own privileges away",
+                code=ErrorCode.ROLE_IS_OWNER,
+                hint="the owner needs no grant; name the roles the processes connect as",
             )
         names = conn.execute(q("schema_current_names")).fetchone()
         assert names is not None
@@ -385,9 +433,38 @@ def grant(dsn: str, role: str) -> list[str]:
         conn.execute(
             sql.SQL(q("schema_grant_usage")).format(schema=sql.Identifier(names[1]), role=who)
         )
-        granted: list[str] = []
+        relations: list[str] = []
         for relname, is_sequence in conn.execute(q("schema_grantable_relations")).fetchall():
-            statement = q("schema_grant_sequence") if is_sequence else q("schema_grant_table")
-            conn.execute(sql.SQL(statement).format(relation=sql.Identifier(relname), role=who))
-            granted.append(str(relname))
-    return granted
+            relation = sql.Identifier(relname)
+            conn.execute(sql.SQL(q("schema_revoke_relation")).format(relation=relation, role=who))
+            statement = _relation_grant(str(relname), bool(is_sequence), wanted)
+            if statement is None:
+                continue
+            conn.execute(sql.SQL(statement).format(relation=relation, role=who))
+            relations.append(str(relname))
+        functions: list[str] = []
+        acting_as = wanted | ({Duty.READER} if Duty.OPERATOR in wanted else set())
+        for proname, serves in conn.execute(q("schema_duty_functions")).fetchall():
+            function = sql.Identifier(proname)
+            conn.execute(sql.SQL(q("schema_revoke_function_public")).format(function=function))
+            conn.execute(sql.SQL(q("schema_revoke_function")).format(function=function, role=who))
+            if acting_as & {d for d in Duty if d.value in (serves or [])}:
+                conn.execute(
+                    sql.SQL(q("schema_grant_function")).format(function=function, role=who)
+                )
+                functions.append(str(proname))
+    return Granted(role, wanted, relations, functions)
+
+
+def _relation_grant(
+    relname: str, is_sequence: bool, duties: frozenset[Duty]
+) -> LiteralString | None:
+    """The grant statement ``duties`` need on one relation (``None``: none). Every duty reads the
+    schema's record (the runtime's check) and none writes it."""
+    if relname == SCHEMA_RECORD:
+        return q("schema_grant_table_read")
+    if Duty.WORKER in duties:
+        return q("schema_grant_sequence") if is_sequence else q("schema_grant_table")
+    if duties & {Duty.READER, Duty.OPERATOR} and not is_sequence:
+        return q("schema_grant_table_read")
+    return None

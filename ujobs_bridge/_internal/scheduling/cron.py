@@ -179,8 +179,8 @@ class CronSchedule:
         return f"cron '{self.expr}' in {self.tz}{days}"
 
     def _iterator(self, wall: datetime = DEFAULT_ANCHOR) -> croniter:
-        # One croniter per expression and thread, re-aimed with set_current: parsing costs ~5x
-        # the lookup. It runs on a "wall clock tagged UTC", so croniter never applies DST itself.
+        # One croniter per expression and thread, re-aimed with set_current: parsing the
+        # expression costs more than a lookup, so it is parsed once. It runs on a "wall clock tagged UTC", so croniter never applies DST itself.
         cache: dict[tuple[str, bool], croniter] | None = getattr(_ITERATORS, "cache", None)
         if cache is None:
             cache = _ITERATORS.cache = {}

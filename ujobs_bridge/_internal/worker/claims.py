@@ -68,7 +68,7 @@ UNREGISTERED_ERROR = (
 SWEEP_LIMIT = 1000
 # The worker vacuums the claim table (``db/claim_table.py``) once it has claimed as many jobs as
 # the table holds (its live rows, as the statistics count them) and at least this many: its index
-# then grows by about twice that between vacuums (~14 pages at the least), whatever the claim
+# then grows by about twice that between vacuums (a few pages at the least), whatever the claim
 # rate, and a vacuum (which reads the whole table and index) costs about as much as the claims
 # since the last one, never more, however large a backlog is. Counted per worker: a fleet of N
 # vacuums about once per that many claims of all N together. It reads the count every this

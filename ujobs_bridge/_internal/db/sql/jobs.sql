@@ -34,7 +34,8 @@ select batch.id
  where not exists (select 1 from inserted where inserted.id = batch.id)
 
 -- job_get_live_by_key --
-select id from x_jobs where live_key = %(idempotency_key)s
+-- Through x_job_live_by_key (migration 0023): a producer holds no row privilege on x_jobs.
+select id from x_job_live_by_key(%(idempotency_key)s) as id
 
 -- job_claim --
 -- The claim's lease is also recorded in x_job_leases (migration 0012), where the rescue sweep
@@ -278,47 +279,19 @@ returning j.id
 -- job_cancel --
 -- A running job's cancel ends its attempt: the lease row goes and the attempt is appended to
 -- x_job_attempts as `cancelled` (the body's own settle is fenced by then and records nothing).
-with old as materialized (
-    select id, lease_token, attempt from x_jobs
-     where id = %(id)s and state in ('ready', 'running', 'sleeping', 'waiting')
-       for update
-), target as (
-    update x_jobs as j
-       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
-           last_error = %(error)s, updated_at = now(), finished_at = now()
-      from old
-     where j.id = old.id
-    returning j.id, j.updated_at
-), released as (
-    delete from x_job_leases as l using old
-     where l.job_id = old.id and l.token = old.lease_token
-    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
-), attempted as (
-    insert into x_job_attempts
-        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
-           t.updated_at, 'cancelled', %(error)s
-      from released as r
-      join target as t on t.id = r.job_id
-      join old as o on o.id = r.job_id
-    on conflict do nothing
-)
-select id, pg_notify('x_jobs_cancel', id::text) from target
+-- Through x_job_cancel (migration 0023), which an operator may call.
+select id from x_job_cancel(%(id)s, %(error)s) as id
 
 -- job_requeue --
-update x_jobs
-   set state = 'ready', attempt = 0, run_at = coalesce(%(now)s, now()), output = null,
-       lease_token = null, lease_expires_at = null, claimed_by = null,
-       updated_at = now(), finished_at = null
- where id = %(id)s and state in ('dead', 'cancelled')
-returning id
+-- Through x_job_requeue (migration 0023), which an operator may call.
+select id from x_job_requeue(%(id)s, %(now)s::timestamptz) as id
 
 -- job_get --
+-- Through x_job_get (migration 0023): a producer reads one job by its id, and nothing else.
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
        run_at, lease_expires_at, claimed_by, expires_at, last_error, tenant_id, traceparent,
        enqueued_by, created_at, updated_at, finished_at
-  from x_jobs
- where id = %(id)s
+  from x_job_get(%(id)s)
 
 -- job_list --
 -- `name_like` is a LIKE pattern (a glob translated by the caller, `\` escapes); `ids` narrows to
@@ -365,75 +338,20 @@ select count(*)
 -- job_cancel_matching --
 -- Every live row matching the filter, cancelled as `job_cancel` does (a running body is
 -- signalled through x_jobs_cancel, its attempt recorded `cancelled`); the count cancelled.
-with old as materialized (
-    select id, lease_token, attempt from x_jobs
-     where state in ('ready', 'running', 'sleeping', 'waiting')
-       and (%(state)s::text is null or state = %(state)s)
-       and (%(queue)s::text is null or queue = %(queue)s)
-       and (%(name_like)s::text is null or name like %(name_like)s)
-       and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
-       for update
-), target as (
-    update x_jobs as j
-       set state = 'cancelled', lease_token = null, lease_expires_at = null, claimed_by = null,
-           last_error = %(error)s, updated_at = now(), finished_at = now()
-      from old
-     where j.id = old.id
-    returning j.id, j.updated_at
-), released as (
-    delete from x_job_leases as l using old
-     where l.job_id = old.id and l.token = old.lease_token
-    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
-), attempted as (
-    insert into x_job_attempts
-        (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select r.job_id, r.token, coalesce(r.attempt, o.attempt), r.worker, r.claimed_at,
-           t.updated_at, 'cancelled', %(error)s
-      from released as r
-      join target as t on t.id = r.job_id
-      join old as o on o.id = r.job_id
-    on conflict do nothing
-), notified as (
-    select pg_notify('x_jobs_cancel', id::text) from target
-)
-select count(*) from notified
+-- Through x_jobs_cancel_matching (migration 0023), which an operator may call.
+select x_jobs_cancel_matching(%(state)s, %(queue)s, %(name_like)s, %(ids)s::uuid[], %(error)s)
 
 -- job_discard_matching --
 -- Every dead row matching the filter, deleted (steps cascade, attempts beside it); the count of
--- rows deleted.
-with target as (
-    delete from x_jobs
-     where state = 'dead'
-       and (%(state)s::text is null or state = %(state)s)
-       and (%(queue)s::text is null or queue = %(queue)s)
-       and (%(name_like)s::text is null or name like %(name_like)s)
-       and (%(ids)s::uuid[] is null or id = any(%(ids)s::uuid[]))
-    returning id
-), attempts as (
-    delete from x_job_attempts as a using target where a.job_id = target.id
-)
-select count(*) from target
+-- rows deleted. Through x_jobs_discard_matching (migration 0023), which an operator may call.
+select x_jobs_discard_matching(%(state)s, %(queue)s, %(name_like)s, %(ids)s::uuid[])
 
 -- job_requeue_matching --
 -- Every dead or cancelled row matching the filter, requeued as `job_requeue` does, except one
 -- whose idempotency key a live job holds (it would collide); the count of rows requeued.
-with target as (
-    update x_jobs as j
-       set state = 'ready', attempt = 0, run_at = coalesce(%(now)s, now()), output = null,
-           lease_token = null, lease_expires_at = null, claimed_by = null,
-           updated_at = now(), finished_at = null
-     where j.state in ('dead', 'cancelled')
-       and (%(state)s::text is null or j.state = %(state)s)
-       and (%(queue)s::text is null or j.queue = %(queue)s)
-       and (%(name_like)s::text is null or j.name like %(name_like)s)
-       and (%(ids)s::uuid[] is null or j.id = any(%(ids)s::uuid[]))
-       and (j.idempotency_key is null or not exists (
-            select 1 from x_jobs as live
-             where live.idempotency_key = j.idempotency_key
-               and live.state in ('ready', 'running', 'sleeping', 'waiting')))
-    returning j.id
-)
-select count(*) from target
+-- Through x_jobs_requeue_matching (migration 0023), which an operator may call.
+select x_jobs_requeue_matching(%(state)s, %(queue)s, %(name_like)s, %(ids)s::uuid[],
+                               %(now)s::timestamptz)
 
 -- job_dead --
 select id, name, queue, input, output, idempotency_key, attempt, max_attempts, state, priority,
@@ -491,18 +409,24 @@ select c.queue, j.state, c.name, count(*) as jobs, min(c.run_at) as oldest_run_a
  order by c.queue, j.state, c.name
 
 -- job_dead_unregistered --
--- Dead-letter the due jobs of one queue whose name the worker does not declare and that have been
--- due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s), counted
--- in x_job_counts as the settle counts its dead letters.
+-- Dead-letter the due jobs of one queue whose name the worker does not declare, nor any other
+-- live worker node consuming that queue (its presence row lists what it registered), and that
+-- have been due for at least after_s seconds (opt-in: WorkerConfig.unregistered_dead_after_s),
+-- counted in x_job_counts as the settle counts its dead letters.
 -- Read and locked as the claim does (x_job_claimable, then the jobs, both SKIP LOCKED).
 with head as materialized (
-    select id from x_job_claimable
-     where queue = %(queue)s
-       and name <> all(%(names)s::text[])
-       and run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
-     order by priority desc, run_at, id
+    select c.id from x_job_claimable as c
+     where c.queue = %(queue)s
+       and c.name <> all(%(names)s::text[])
+       and c.run_at <= coalesce(%(now)s, now()) - make_interval(secs => %(after_s)s)
+       and not exists (
+           select from x_worker_nodes as n
+            where n.expires_at > coalesce(%(now)s, now())
+              and c.queue = any(n.queues)
+              and coalesce(n.info -> 'registered', '[]'::jsonb) ? c.name)
+     order by c.priority desc, c.run_at, c.id
      limit %(limit)s
-     for update skip locked
+     for update of c skip locked
 ), stranded as materialized (
     select j.id from x_jobs as j join head on head.id = j.id
      where j.claimable

@@ -58,6 +58,13 @@ select to_regclass('x_schema_version') is not null as present
 -- schema_role_exists --
 select exists (select 1 from pg_roles where rolname = %(role)s) as present
 
+-- schema_role_owns --
+-- Whether the role owns the schema's record (the schema owner: `db grant` leaves it alone).
+select exists (
+    select 1 from pg_class as c join pg_roles as r on r.oid = c.relowner
+     where c.relnamespace = current_schema()::regnamespace and c.relname = 'x_schema_version'
+       and r.rolname = %(role)s) as owns
+
 -- schema_grantable_relations --
 -- The project's relations in the current schema (tables and the identity sequences behind them),
 -- discovered from the catalog so that a table a later migration adds is granted too.
@@ -80,8 +87,39 @@ grant connect on database {database} to {role}
 grant usage on schema {schema} to {role}
 
 -- schema_grant_table --
--- Exactly the row privileges the runtime uses: no TRUNCATE, REFERENCES, TRIGGER or DDL.
+-- A worker's row privileges: no TRUNCATE, REFERENCES, TRIGGER or DDL.
 grant select, insert, update, delete on table {relation} to {role}
+
+-- schema_grant_table_read --
+-- A reader's and an operator's: the dashboard, the metrics and the CLI's reads.
+grant select on table {relation} to {role}
 
 -- schema_grant_sequence --
 grant usage, select on sequence {relation} to {role}
+
+-- schema_revoke_relation --
+-- Before a grant, whatever the role held on the relation goes: a grant sets exactly its duties
+-- (a role granted by an older release held delete on x_schema_version).
+revoke all on {relation} from {role}
+
+-- schema_duty_functions --
+-- The functions a duty may call: SECURITY DEFINER ones of this schema whose comment names the
+-- duties they serve ("duties: producer worker. ..." , migration 0023 of the engine).
+select p.proname,
+       string_to_array(substring(obj_description(p.oid, 'pg_proc') from '^duties:([a-z ]*)'), ' ')
+  from pg_proc as p
+ where p.pronamespace = current_schema()::regnamespace
+   and p.prosecdef
+   and p.proname like 'x\_%'
+ order by p.proname
+
+-- schema_grant_function --
+grant execute on function {function} to {role}
+
+-- schema_revoke_function --
+revoke execute on function {function} from {role}
+
+-- schema_revoke_function_public --
+-- A function a later migration made SECURITY DEFINER without revoking PUBLIC's EXECUTE is
+-- closed here, at every grant.
+revoke execute on function {function} from public

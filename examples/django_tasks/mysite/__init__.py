@@ -1,0 +1,1 @@
+"""The example project's package (Django's ``startproject`` layout): settings only."""

@@ -1,0 +1,1 @@
+"""The example's one app: the tasks an order shop sends to the background."""
