@@ -248,6 +248,15 @@ def judge(inputs: Inputs) -> Verdict:
         row = rows[sent.workload]
         row.enqueued += 1
         outcome, detail = _outcome(sent, jobs, results, inputs.readers)
+        if outcome == "lost" and sent.workload in ("celery", "migrated"):
+            detail += "; its rows: " + (
+                ", ".join(
+                    f"{i} {jobs[i][2]} {(jobs[i][4] or '')[:160]}".strip()
+                    for i in by_task.get(sent.ref, [])
+                    if i in jobs
+                )
+                or "none"
+            )
         _count(row, outcome)
         if outcome in ("lost", "infra"):
             samples[f"{sent.workload} {outcome}"].append(f"{sent.ref}: {detail}")
