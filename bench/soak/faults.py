@@ -8,8 +8,9 @@ and how long the system took to recover from it. One fault at a time, on one thr
 - ``sigkill``: SIGKILL a worker's main process (the fleet restarts it);
 - ``sigkill-full``: first fill the worker: send to its own queue as many quick jobs as it may
   hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
-  more, wait until it holds that many (at most ``FULL_WAIT_S``), then SIGKILL it. The jobs it
-  had prefetched never started: none may be charged an attempt;
+  more, wait until it holds that many (at most ``FULL_WAIT_S``; a send refused, as right after a
+  restart, is sent again; a read of what it holds that fails is not taken for "nothing"), then
+  SIGKILL it. The jobs it had prefetched never started: none may be charged an attempt;
 - ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
 - ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
 - ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
@@ -39,6 +40,7 @@ from ujobs_bridge.testing import PrivateCluster
 
 from .fleet import Fleet, Slot
 from .plan import Fault
+from .settings import private_queue
 
 CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
@@ -130,15 +132,29 @@ class Injector:
         pid, capacity, concurrency = node
         assert self.burst is not None, "sigkill-full needs a burst sender"
         event.extra["capacity"] = capacity
-        event.extra["sent"] = self.burst(slot, capacity + FULL_EXTRA)
+        event.extra["began_at_s"] = round(time.monotonic() - self._t0, 2)  # into the run
+        wanted = capacity + FULL_EXTRA
+        sent = self.burst(slot, wanted)
         deadline = time.monotonic() + FULL_WAIT_S
-        held = self._held(slot) or []
-        while len(held) < capacity and time.monotonic() < deadline and not self._stop.is_set():
+        unread = 0  # reads of what it holds that failed (not taken for "nothing")
+        held = self._held(slot)
+        # Not cut short by the end of the run (``stop`` waits for the fault in hand): this
+        # fault comes last in some plans, and on a loaded machine the restarts before it can
+        # push it to the end of the run, where a kill made at once would find nothing held.
+        while (held is None or len(held) < capacity) and time.monotonic() < deadline:
+            if sent < wanted:  # a send refused (the database just back from a restart): again
+                sent += self.burst(slot, wanted - sent)
             time.sleep(0.1)
-            held = self._held(slot) or []
-        event.held = held
+            held = self._held(slot)
+            unread += held is None
+        event.held = held = held or []
+        event.extra["sent"] = sent
+        event.extra["waited_s"] = round(FULL_WAIT_S - (deadline - time.monotonic()), 2)
         event.extra["full"] = len(held) >= capacity
         event.extra["prefetched"] = max(0, len(held) - concurrency)
+        if not event.extra["full"]:  # why not: what its queue still had, what could not be read
+            event.extra["waiting_in_its_queue"] = self._waiting(private_queue(slot.name))
+            event.extra["unread"] = unread
         event.t = time.time()
         event.pid = self.fleet.kill(slot)
         if event.pid != pid:
@@ -210,7 +226,7 @@ class Injector:
         """The worker's pid, how many jobs it may hold (its node row's ``prefetch_count``) and
         its concurrency, once it is up and registered (None after ``UP_WAIT_S``)."""
         deadline = time.monotonic() + UP_WAIT_S
-        while time.monotonic() < deadline and not self._stop.is_set():
+        while time.monotonic() < deadline:
             pid = slot.pid
             if pid is not None:
                 try:
@@ -228,6 +244,19 @@ class Injector:
                     return pid, int(row[0]), int(row[1])
             time.sleep(0.2)
         return None
+
+    def _waiting(self, queue: str) -> int | None:
+        """Rows of ``queue`` ready to be claimed (None: not read)."""
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                row = conn.execute(
+                    "select count(*) from x_jobs where queue = %s and state = 'ready'", (queue,)
+                ).fetchone()
+        except psycopg.Error:
+            return None
+        return int(row[0]) if row else None
 
     def _held(self, slot: Slot) -> list[str] | None:
         pid = slot.pid
