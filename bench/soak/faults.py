@@ -6,11 +6,11 @@ held, how long the server was away) so the verdict can say which re-executions i
 and how long the system took to recover from it. One fault at a time, on one thread:
 
 - ``sigkill``: SIGKILL a worker's main process (the fleet restarts it);
-- ``sigkill-full``: first fill the worker: send to its own queue as many quick jobs as it may
-  hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
-  more, wait until it holds that many (at most ``FULL_WAIT_S``; a send refused, as right after a
-  restart, is sent again; a read of what it holds that fails is not taken for "nothing"), then
-  SIGKILL it. The jobs it had prefetched never started: none may be charged an attempt;
+- ``sigkill-full``: first fill the worker: send to its own queue twice as many quick jobs as it
+  may hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
+  more (``FULL_EXTRA``), wait until it holds that many (at most ``FULL_WAIT_S``; a send refused,
+  as right after a restart, is sent again; a read of what it holds that fails is not taken for
+  "nothing"), then SIGKILL it. The jobs it had prefetched never started: none may be charged an attempt;
 - ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
 - ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
 - ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
@@ -46,7 +46,11 @@ CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
 FULL_WAIT_S = 25.0  # sigkill-full: how long the worker may take to fill up (a loaded machine)
 UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
-FULL_EXTRA = 2  # sigkill-full: jobs sent beyond what the worker may hold
+# sigkill-full sends twice what the worker may hold, and this many more: a worker claims again
+# only once half its places are free, so a burst that trickles in while it claims (each send
+# commits on its own) can leave it holding between half and all of them, and only the jobs still
+# waiting then fill it up.
+FULL_EXTRA = 2
 
 
 @dataclass
@@ -133,7 +137,7 @@ class Injector:
         assert self.burst is not None, "sigkill-full needs a burst sender"
         event.extra["capacity"] = capacity
         event.extra["began_at_s"] = round(time.monotonic() - self._t0, 2)  # into the run
-        wanted = capacity + FULL_EXTRA
+        wanted = 2 * capacity + FULL_EXTRA
         sent = self.burst(slot, wanted)
         deadline = time.monotonic() + FULL_WAIT_S
         unread = 0  # reads of what it holds that failed (not taken for "nothing")
