@@ -10,7 +10,9 @@ and how long the system took to recover from it. One fault at a time, on one thr
   may hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
   more (``FULL_EXTRA``), wait until it holds that many (at most ``FULL_WAIT_S``; a send refused,
   as right after a restart, is sent again; a read of what it holds that fails is not taken for
-  "nothing"), then SIGKILL it. The jobs it had prefetched never started: none may be charged an attempt;
+  "nothing"), then freeze it at a moment when every body it started has written its first
+  line (``_freeze_when_witnessed``) and SIGKILL it. The jobs it had prefetched never started:
+  none may be charged an attempt;
 - ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
 - ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
 - ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
@@ -32,12 +34,14 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from ujobs_bridge.testing import PrivateCluster
 
+from . import marks
 from .fleet import Fleet, Slot
 from .plan import Fault
 from .settings import private_queue
@@ -46,6 +50,8 @@ CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
 FULL_WAIT_S = 25.0  # sigkill-full: how long the worker may take to fill up (a loaded machine)
 UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
+WITNESS_WAIT_S = 10.0  # sigkill-full: how long to look for a moment every start is witnessed
+WITNESS_POLL_S = 0.05
 # sigkill-full sends twice what the worker may hold, and this many more: a worker claims again
 # only once half its places are free, so a burst that trickles in while it claims (each send
 # commits on its own) can leave it holding between half and all of them, and only the jobs still
@@ -78,6 +84,7 @@ class Injector:
         dsn: str,
         seed: int,
         burst: Callable[[Slot, int], int] | None = None,
+        marks_dir: Path | None = None,
     ) -> None:
         """``burst(slot, n)`` sends ``n`` quick jobs to the queue only ``slot`` consumes and says
         how many were sent (``sigkill-full``)."""
@@ -87,6 +94,7 @@ class Injector:
         self.cluster = cluster
         self.dsn = dsn
         self.burst = burst
+        self.marks_dir = marks_dir or Path(".")
         self.rng = random.Random(seed * 7919 + 1)
         self.events: list[Event] = []
         self._stop = threading.Event()
@@ -151,7 +159,12 @@ class Injector:
             time.sleep(0.1)
             held = self._held(slot)
             unread += held is None
-        event.held = held = held or []
+        held = held or []
+        witnessed = self._freeze_when_witnessed(slot, pid, capacity) if held else None
+        if witnessed is not None:
+            held = self._held(slot) or held  # as the freeze keeps it
+        event.held = held
+        event.extra["witnessed"] = witnessed
         event.extra["sent"] = sent
         event.extra["waited_s"] = round(FULL_WAIT_S - (deadline - time.monotonic()), 2)
         event.extra["full"] = len(held) >= capacity
@@ -161,8 +174,36 @@ class Injector:
             event.extra["unread"] = unread
         event.t = time.time()
         event.pid = self.fleet.kill(slot)
+        self.fleet.resume(pid)  # its pool children, frozen with it, see their parent gone
         if event.pid != pid:
             event.error = f"{slot.name} was restarted while it filled up (pid {pid} -> {event.pid})"
+
+    def _freeze_when_witnessed(self, slot: Slot, pid: int, capacity: int) -> bool:
+        """Freeze the full worker (SIGSTOP of its group) at a moment when every body it started
+        (its lease rows' recorded starts) has written its ``start`` record; True once frozen so,
+        False if no such moment came in ``WITNESS_WAIT_S`` (then it is frozen all the same).
+
+        The worker records a body's start just before it hands the job over, and the body's
+        first line comes after its framework's prologue (a Celery task's request, signals and
+        tracer: tens of ms on a loaded machine). A kill in between charges an attempt the
+        records cannot show started, so the verdict could not judge it; a kill made while
+        frozen at a witnessed moment lets it judge every charge."""
+        deadline = time.monotonic() + WITNESS_WAIT_S
+        while True:
+            self.fleet.pause(slot)
+            started = self._started(slot, pid)
+            held = self._held(slot) or []
+            seen = {
+                r["job"]
+                for r in marks.read(self.marks_dir)
+                if r.get("k") == "start" and pid in (r.get("pid"), r.get("ppid"))
+            }
+            if started is not None and started <= seen and len(held) >= capacity:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            self.fleet.resume(pid)
+            time.sleep(WITNESS_POLL_S)
 
     def _sigstop(self, event: Event) -> None:
         slot = self.workers[event.fault.target]
@@ -261,6 +302,22 @@ class Injector:
         except psycopg.Error:
             return None
         return int(row[0]) if row else None
+
+    def _started(self, slot: Slot, pid: int) -> set[str] | None:
+        """Job ids the worker holds whose lease row records that their body started."""
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                rows = conn.execute(
+                    "select l.job_id from x_job_leases as l join x_jobs as j on j.id = l.job_id"
+                    " and j.lease_token = l.token where j.state = 'running' and l.worker = %s"
+                    " and l.started_at is not null",
+                    (f"{slot.node}:{pid}",),
+                ).fetchall()
+        except psycopg.Error:
+            return None
+        return {str(r[0]) for r in rows}
 
     def _held(self, slot: Slot) -> list[str] | None:
         pid = slot.pid
