@@ -215,7 +215,7 @@ def test_py_amqps_own_reads_classify_an_undecodable_header_as_malformed_and_go_o
     with ms.producer(amqp_url(vhost), queue) as p:
         good_id = p.add.delay(2, 3).id
     info = ms.app_info()
-    ctx = Context(info, Accept(), "amqp://guest:****@127.0.0.1:5672/", "amqp")
+    ctx = Context(info, Accept(), "this test's vhost", "amqp")  # recorded, never used
     source = open_source(amqp_url(vhost), info, SourceOptions([queue]))
     try:
         results = [classify(taken, ctx) for taken in source.peek()]
