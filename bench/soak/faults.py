@@ -150,6 +150,7 @@ class Injector:
         deadline = time.monotonic() + FULL_WAIT_S
         unread = 0  # reads of what it holds that failed (not taken for "nothing")
         held = self._held(slot)
+        most = len(held or [])
         # Not cut short by the end of the run (``stop`` waits for the fault in hand): this
         # fault comes last in some plans, and on a loaded machine the restarts before it can
         # push it to the end of the run, where a kill made at once would find nothing held.
@@ -159,6 +160,7 @@ class Injector:
             time.sleep(0.1)
             held = self._held(slot)
             unread += held is None
+            most = max(most, len(held or []))
         held = held or []
         witnessed = self._freeze_when_witnessed(slot, pid, capacity) if held else None
         if witnessed is not None:
@@ -172,6 +174,8 @@ class Injector:
         if not event.extra["full"]:  # why not: what its queue still had, what could not be read
             event.extra["waiting_in_its_queue"] = self._waiting(private_queue(slot.name))
             event.extra["unread"] = unread
+            event.extra["most_held"] = most  # the most it held at once while it filled
+            event.extra["its_own_count"] = self._own_count(slot, pid)  # its table, last beat
         event.t = time.time()
         event.pid = self.fleet.kill(slot)
         self.fleet.resume(pid)  # its pool children, frozen with it, see their parent gone
@@ -289,6 +293,21 @@ class Injector:
                     return pid, int(row[0]), int(row[1])
             time.sleep(0.2)
         return None
+
+    def _own_count(self, slot: Slot, pid: int) -> int | None:
+        """How many attempts the worker itself says it holds (its node row, written at each
+        beat): more than its rows say would be entries it never let go of."""
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                row = conn.execute(
+                    "select (info ->> 'active')::int from x_worker_nodes where worker_id = %s",
+                    (f"{slot.node}:{pid}",),
+                ).fetchone()
+        except psycopg.Error:
+            return None
+        return int(row[0]) if row and row[0] is not None else None
 
     def _waiting(self, queue: str) -> int | None:
         """Rows of ``queue`` ready to be claimed (None: not read)."""
