@@ -52,6 +52,9 @@ FULL_WAIT_S = 25.0  # sigkill-full: how long the worker may take to fill up (a l
 UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
 WITNESS_WAIT_S = 10.0  # sigkill-full: how long to look for a moment every start is witnessed
 WITNESS_POLL_S = 0.05
+# How often sigkill-full reads what its worker holds (on one kept connection): a worker is full
+# only from a claim until its next body ends or a quick job of its other queues does.
+HELD_POLL_S = 0.02
 # sigkill-full sends twice what the worker may hold, and this many more: a worker claims again
 # only once half its places are free, so a burst that trickles in while it claims (each send
 # commits on its own) can leave it holding between half and all of them, and only the jobs still
@@ -98,6 +101,7 @@ class Injector:
         self.rng = random.Random(seed * 7919 + 1)
         self.events: list[Event] = []
         self._stop = threading.Event()
+        self._watch: psycopg.Connection[Any] | None = None  # what a worker holds is read on it
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
@@ -111,6 +115,8 @@ class Injector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=300)
+        if self._watch is not None:
+            self._watch.close()
         if not self.cluster.running:
             self._start_server()
 
@@ -157,7 +163,7 @@ class Injector:
         while (held is None or len(held) < capacity) and time.monotonic() < deadline:
             if sent < wanted:  # a send refused (the database just back from a restart): again
                 sent += self.burst(slot, wanted - sent)
-            time.sleep(0.1)
+            time.sleep(HELD_POLL_S)
             held = self._held(slot)
             unread += held is None
             most = max(most, len(held or []))
@@ -342,14 +348,20 @@ class Injector:
         pid = slot.pid
         if pid is None:
             return None
-        try:
-            with psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-            ) as conn:
+        for _ in range(2):  # the kept connection may have died in a restart: once more
+            conn = self._watch
+            try:
+                if conn is None or conn.closed:
+                    conn = self._watch = psycopg.connect(
+                        self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    )
                 rows = conn.execute(
                     "select id from x_jobs where state = 'running' and claimed_by = %s",
                     (f"{slot.node}:{pid}",),
                 ).fetchall()
-        except psycopg.Error:
-            return None
-        return [str(r[0]) for r in rows]
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                continue
+            return [str(r[0]) for r in rows]
+        return None
