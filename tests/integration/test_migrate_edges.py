@@ -206,9 +206,9 @@ def test_an_amqp_header_python_cannot_hold_is_quarantined_and_the_next_message_m
 def test_py_amqps_own_reads_classify_an_undecodable_header_as_malformed_and_go_on(
     vhost: str, raw: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--dry-run`` and the delayed queues read with py-amqp's ``basic_get`` (and so does the
-    drain where the frame reader cannot be used): the header py-amqp cannot decode leaves that
-    one message malformed, and the next one is read and classified as moved."""
+    """The delayed queues are read with py-amqp's ``basic_get`` (and so is the drain where the
+    frame reader cannot be used): the header py-amqp cannot decode leaves that one message
+    malformed, and the next one is read and classified as moved."""
     queue = ms.unique("edgep")
     bad_id = str(uuid.uuid4())
     publish_raw(monkeypatch, vhost, queue, raw, bad_id)
@@ -218,7 +218,7 @@ def test_py_amqps_own_reads_classify_an_undecodable_header_as_malformed_and_go_o
     ctx = Context(info, Accept(), "this test's vhost", "amqp")  # recorded, never used
     source = open_source(amqp_url(vhost), info, SourceOptions([queue]))
     try:
-        results = [classify(taken, ctx) for taken in source.peek()]
+        results = [classify(taken, ctx) for taken in source.read_and_return()]
     finally:
         source.close()
     assert [(r.outcome, r.reason) for r in results] == [
@@ -228,7 +228,7 @@ def test_py_amqps_own_reads_classify_an_undecodable_header_as_malformed_and_go_o
     assert "decode" in (results[0].taken.problem or ""), results[0].taken
     assert results[1].taken.envelope is not None
     assert results[1].taken.envelope.headers["id"] == good_id
-    assert ready(vhost, queue) == 2  # a dry run changes nothing
+    assert ready(vhost, queue) == 2  # read and returned: both still there
 
 
 def test_follow_does_not_loop_on_an_amqp_timestamp_python_cannot_hold(
