@@ -39,8 +39,8 @@ import celery
 import psycopg
 
 from celery_compat.cli import purge as purge_command
-from celery_compat.sending.message_row import check_send_times
 from celery_compat.sending.send import BRIDGE_PRODUCER, BridgeProducer, conf_value
+from celery_compat.sending.send_options import check_send
 from ujobs_bridge.client import Client, connect
 
 _client_lock = threading.Lock()
@@ -122,8 +122,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
         else:  # to Postgres (``BridgeAMQP.to_broker``), even when handed a broker producer
             if producer is None or isinstance(producer, BridgeProducer):
                 options["producer"] = BRIDGE_PRODUCER
-            if "eta" in options or "countdown" in options or "expires" in options:
-                check_send_times(options, datetime.now(UTC))  # before Celery adds seconds
+            check_send(name, options, datetime.now(UTC))  # before Celery adds seconds
         return super().send_task(name, args, kwargs, **options)
 
     # -- `celery purge` -------------------------------------------------------------------------

@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import amqp
+from amqp import method_framing
+from amqp.basic_message import Message as _Message
 from kombu.connection import Connection as _Connection
 
 from migrate.amqp_frames import DeliveryReader
@@ -107,11 +109,39 @@ def _properties_size(msg: Any, body: bytes) -> int:
 
 
 def _taken(msg: Any, queue: str) -> Taken:
-    """A message py-amqp read (``basic_get``, or a delivery it was handed)."""
+    """A message py-amqp read (``basic_get``, or a delivery it was handed); one whose properties
+    did not decode (``_TolerantMessage``) comes with its ``problem``: quarantined, malformed."""
     body = msg.body if isinstance(msg.body, bytes | bytearray) else str(msg.body).encode("utf-8")
     meta = _meta(dict(msg.properties or {}), dict(msg.delivery_info or {}))
     body = bytes(body)
-    return _delivery(queue, body, meta, msg.delivery_tag, size=_properties_size(msg, body))
+    problem = getattr(msg, "undecodable", None)
+    return _delivery(queue, body, meta, msg.delivery_tag, problem, size=_properties_size(msg, body))
+
+
+class _TolerantMessage(_Message):  # type: ignore[misc]  # py-amqp is untyped
+    """py-amqp's message, except that properties it cannot decode (a ``T`` timestamp past year
+    9999 or past what the platform's clock holds, a table nested past the recursion limit) leave
+    it with no properties and the reason in ``undecodable``, instead of raising out of the frame
+    handler: the delayed queues' ``basic_get``, ``--dry-run`` and the reader used when
+    ``DeliveryReader`` cannot be then quarantine that one message (``malformed``), as the main
+    path does, instead of stopping the drain."""
+
+    undecodable: str | None = None
+
+    def _load_properties(self, class_id: int, buf: Any, offset: int) -> int:
+        try:
+            return int(super()._load_properties(class_id, buf, offset))
+        except Exception as exc:  # OverflowError, OSError (EOVERFLOW), ValueError, RecursionError
+            self.properties: dict[str, Any] = {}
+            self.undecodable = f"its AMQP properties do not decode: {type(exc).__name__}: {exc}"
+            return offset
+
+
+def _tolerate_undecodable_properties() -> None:
+    """py-amqp builds every message it reads in ``method_framing`` (deliveries it reads itself,
+    ``basic.get-ok``): there, it builds ``_TolerantMessage``s. Only a message that would have
+    raised is read differently."""
+    method_framing.Message = _TolerantMessage
 
 
 # A delayed pass is one basic.get round trip per celery_delayed_* queue: made whenever the
@@ -127,6 +157,7 @@ class AmqpSource:
         self, url: str, app: AppInfo, queues: list[str] | None, *, prefetch: int = 500
     ) -> None:
         self.app = app
+        _tolerate_undecodable_properties()
         self.connection = Connection(url, transport_options=app.transport_options)
         self.connection.connect()
         self.raw: amqp.Connection = self.connection.connection

@@ -29,6 +29,7 @@ from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge._internal.ids import new_job_ids
 from ujobs_bridge._internal.observe import tracing
+from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.records import JobRef
 
 CLIENT_ROLE = connections.Role("client")
@@ -45,7 +46,21 @@ def specs_of(requests: Iterable[Request]) -> list[EnqueueSpec]:
     """The rows of a batch (``enqueue_many``), each validated as ``spec()`` validates one: ids
     from one read of the OS's randomness, the trace context read once (the whole batch is built
     in the caller's one context)."""
+    if not isinstance(requests, Iterable) or isinstance(requests, str | bytes):
+        raise ConfigError(
+            f"enqueue_many takes job calls, got {type(requests).__name__}",
+            hint="pass a list of my_job.call(...) requests",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
     batch = requests if isinstance(requests, list) else list(requests)
+    for position, request in enumerate(batch):
+        if not callable(getattr(request, "spec_as", None)):
+            raise ConfigError(
+                f"enqueue_many: item {position} is {type(request).__name__} "
+                f"{str(request)[:80]!r}, not a job call",
+                hint="build each item with my_job.call(...) or my_job.configure(...).call(...)",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
     context = tracing.current_traceparent()
     return [
         r.spec_as(job_id, context) for r, job_id in zip(batch, new_job_ids(len(batch)), strict=True)
@@ -113,6 +128,12 @@ def connect(
     The schema is checked read-only and a missing migration refused with the fix; ``upgrade=None``
     applies it only on the embedded database or under ``UJOBS_AUTO_UPGRADE=1``, ``True`` always,
     ``False`` skips the check (the caller vouches for the schema, as test kits do)."""
+    if dsn is not None and not isinstance(dsn, str):
+        raise ConfigError(
+            f"the database DSN must be text, got {type(dsn).__name__}",
+            hint="pass a postgresql:// URL or a libpq 'key=value' string",
+            code=ErrorCode.DSN_INVALID,
+        )
     database = resolve(dsn, given_as="database DSN")
     if upgrade is not False:
         ensure_schema(database, upgrade=upgrade)

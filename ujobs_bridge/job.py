@@ -38,6 +38,7 @@ from ujobs_bridge._internal.jobs.retry import (
     DEFAULT_BACKOFF_CAP_S,
     DEFAULT_MAX_ATTEMPTS,
     RetryPolicy,
+    retry_classes,
 )
 from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.errors import ConfigError, ErrorCode
@@ -147,6 +148,30 @@ def _options(
         traceparent=traceparent,
         enqueued_by=enqueued_by,
     )
+
+
+def _client_class() -> type[Client]:
+    # import cost: the client module only when a client= is given (as default_client)
+    from ujobs_bridge.client import Client
+
+    return Client
+
+
+def _check_target(client: object, conn: object) -> None:
+    """``client=`` a ``Client`` and ``conn=`` a psycopg connection, or None: refused here,
+    before an enqueue finds out by an ``AttributeError``."""
+    if client is not None and not isinstance(client, _client_class()):
+        raise ConfigError(
+            f"client= must be a ujobs_bridge Client, got {type(client).__name__}",
+            hint="pass client=ujobs_bridge.connect(DSN), or conn= a psycopg connection",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
+    if conn is not None and not isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
+        raise ConfigError(
+            f"conn= must be a psycopg Connection or AsyncConnection, got {type(conn).__name__}",
+            hint="pass the psycopg connection whose transaction the job joins",
+            code=ErrorCode.JOB_OPTION_INVALID,
+        )
 
 
 def _priority(value: int) -> int:
@@ -285,6 +310,7 @@ class JobDefinition(Generic[P, R]):
         traceparent: str | None = None,
         enqueued_by: str | None = None,
     ) -> JobCall[P, R]:
+        _check_target(client, conn)
         options = _options(
             delay=delay,
             run_at=run_at,
@@ -342,7 +368,7 @@ def job(
     backoff_factor: float = 2.0,
     backoff_cap: float | timedelta = DEFAULT_BACKOFF_CAP_S,
     jitter: bool = True,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] = (Exception,),
     timeout: float | timedelta | None = None,
     expires: float | timedelta | None = None,
 ) -> Callable[[Callable[P, R]], JobDefinition[P, R]]: ...
@@ -360,7 +386,7 @@ def job(
     backoff_factor: float = 2.0,
     backoff_cap: float | timedelta = DEFAULT_BACKOFF_CAP_S,
     jitter: bool = True,
-    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] = (Exception,),
     timeout: float | timedelta | None = None,
     expires: float | timedelta | None = None,
 ) -> JobDefinition[P, R] | Callable[[Callable[P, R]], JobDefinition[P, R]]:
@@ -373,19 +399,25 @@ def job(
             )
         policy = RetryPolicy(
             max_attempts=max_attempts,
-            backoff_base_s=validation.seconds("backoff", backoff, allow_zero=True),
+            backoff_base_s=validation.seconds(
+                "backoff", backoff, allow_zero=True, maximum=validation.MAX_DELAY_S
+            ),
             backoff_factor=backoff_factor,
-            backoff_cap_s=validation.seconds("backoff_cap", backoff_cap, allow_zero=True),
+            backoff_cap_s=validation.seconds(
+                "backoff_cap", backoff_cap, allow_zero=True, maximum=validation.MAX_DELAY_S
+            ),
             jitter=jitter,
-            retry_on=tuple(retry_on),
+            retry_on=retry_classes(retry_on),
         )
         return JobDefinition(
             target,
-            name=name or f"{target.__module__}.{target.__qualname__}",
+            name=name if name is not None else f"{target.__module__}.{target.__qualname__}",
             queue=queue,
             priority=priority,
             retry=policy,
-            timeout_s=validation.seconds("timeout", timeout) if timeout is not None else None,
+            timeout_s=validation.seconds("timeout", timeout, maximum=validation.MAX_DELAY_S)
+            if timeout is not None
+            else None,
             expires_s=validation.seconds("expires", expires, maximum=validation.MAX_DELAY_S)
             if expires is not None
             else None,

@@ -6,10 +6,13 @@ held, how long the server was away) so the verdict can say which re-executions i
 and how long the system took to recover from it. One fault at a time, on one thread:
 
 - ``sigkill``: SIGKILL a worker's main process (the fleet restarts it);
-- ``sigkill-full``: first fill the worker: send to its own queue as many quick jobs as it may
-  hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
-  more, wait until it holds that many (at most ``FULL_WAIT_S``), then SIGKILL it. The jobs it
-  had prefetched never started: none may be charged an attempt;
+- ``sigkill-full``: first fill the worker: send to its own queue twice as many quick jobs as it
+  may hold (its node row's ``prefetch_count``: every slot and every prefetched place) and a few
+  more (``FULL_EXTRA``), wait until it holds that many (at most ``FULL_WAIT_S``; a send refused,
+  as right after a restart, is sent again; a read of what it holds that fails is not taken for
+  "nothing"), then freeze it at a moment when every body it started has written its first
+  line (``_freeze_when_witnessed``) and SIGKILL it. The jobs it had prefetched never started:
+  none may be charged an attempt;
 - ``sigstop``: SIGSTOP a worker's process group for ``hold_s``, then SIGCONT;
 - ``terminate``: ``pg_terminate_backend`` on a seeded share of the database's client sessions;
 - ``restart-fast`` / ``restart-immediate``: ``pg_ctl stop -m fast|immediate``, ``hold_s`` of
@@ -31,20 +34,32 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from ujobs_bridge.testing import PrivateCluster
 
+from . import marks
 from .fleet import Fleet, Slot
 from .plan import Fault
+from .settings import private_queue
 
 CONNECT_TIMEOUT_S = 5
 START_TRIES = 3
 FULL_WAIT_S = 25.0  # sigkill-full: how long the worker may take to fill up (a loaded machine)
 UP_WAIT_S = 15.0  # sigkill-full: how long a worker being restarted may take to register
-FULL_EXTRA = 2  # sigkill-full: jobs sent beyond what the worker may hold
+WITNESS_WAIT_S = 10.0  # sigkill-full: how long to look for a moment every start is witnessed
+WITNESS_POLL_S = 0.05
+# How often sigkill-full reads what its worker holds (on one kept connection): a worker is full
+# only from a claim until its next body ends or a quick job of its other queues does.
+HELD_POLL_S = 0.02
+# sigkill-full sends twice what the worker may hold, and this many more: a worker claims again
+# only once half its places are free, so a burst that trickles in while it claims (each send
+# commits on its own) can leave it holding between half and all of them, and only the jobs still
+# waiting then fill it up.
+FULL_EXTRA = 2
 
 
 @dataclass
@@ -72,6 +87,7 @@ class Injector:
         dsn: str,
         seed: int,
         burst: Callable[[Slot, int], int] | None = None,
+        marks_dir: Path | None = None,
     ) -> None:
         """``burst(slot, n)`` sends ``n`` quick jobs to the queue only ``slot`` consumes and says
         how many were sent (``sigkill-full``)."""
@@ -81,9 +97,11 @@ class Injector:
         self.cluster = cluster
         self.dsn = dsn
         self.burst = burst
+        self.marks_dir = marks_dir or Path(".")
         self.rng = random.Random(seed * 7919 + 1)
         self.events: list[Event] = []
         self._stop = threading.Event()
+        self._watch: psycopg.Connection[Any] | None = None  # what a worker holds is read on it
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
@@ -97,6 +115,8 @@ class Injector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=300)
+        if self._watch is not None:
+            self._watch.close()
         if not self.cluster.running:
             self._start_server()
 
@@ -130,19 +150,70 @@ class Injector:
         pid, capacity, concurrency = node
         assert self.burst is not None, "sigkill-full needs a burst sender"
         event.extra["capacity"] = capacity
-        event.extra["sent"] = self.burst(slot, capacity + FULL_EXTRA)
+        event.extra["began_at_s"] = round(time.monotonic() - self._t0, 2)  # into the run
+        wanted = 2 * capacity + FULL_EXTRA
+        sent = self.burst(slot, wanted)
         deadline = time.monotonic() + FULL_WAIT_S
-        held = self._held(slot) or []
-        while len(held) < capacity and time.monotonic() < deadline and not self._stop.is_set():
-            time.sleep(0.1)
-            held = self._held(slot) or []
+        unread = 0  # reads of what it holds that failed (not taken for "nothing")
+        held = self._held(slot)
+        most = len(held or [])
+        # Not cut short by the end of the run (``stop`` waits for the fault in hand): this
+        # fault comes last in some plans, and on a loaded machine the restarts before it can
+        # push it to the end of the run, where a kill made at once would find nothing held.
+        while (held is None or len(held) < capacity) and time.monotonic() < deadline:
+            if sent < wanted:  # a send refused (the database just back from a restart): again
+                sent += self.burst(slot, wanted - sent)
+            time.sleep(HELD_POLL_S)
+            held = self._held(slot)
+            unread += held is None
+            most = max(most, len(held or []))
+        held = held or []
+        witnessed = self._freeze_when_witnessed(slot, pid, capacity) if held else None
+        if witnessed is not None:
+            held = self._held(slot) or held  # as the freeze keeps it
         event.held = held
+        event.extra["witnessed"] = witnessed
+        event.extra["sent"] = sent
+        event.extra["waited_s"] = round(FULL_WAIT_S - (deadline - time.monotonic()), 2)
         event.extra["full"] = len(held) >= capacity
         event.extra["prefetched"] = max(0, len(held) - concurrency)
+        if not event.extra["full"]:  # why not: what its queue still had, what could not be read
+            event.extra["waiting_in_its_queue"] = self._waiting(private_queue(slot.name))
+            event.extra["unread"] = unread
+            event.extra["most_held"] = most  # the most it held at once while it filled
+            event.extra["its_own_count"] = self._own_count(slot, pid)  # its table, last beat
         event.t = time.time()
         event.pid = self.fleet.kill(slot)
+        self.fleet.resume(pid)  # its pool children, frozen with it, see their parent gone
         if event.pid != pid:
             event.error = f"{slot.name} was restarted while it filled up (pid {pid} -> {event.pid})"
+
+    def _freeze_when_witnessed(self, slot: Slot, pid: int, capacity: int) -> bool:
+        """Freeze the full worker (SIGSTOP of its group) at a moment when every body it started
+        (its lease rows' recorded starts) has written its ``start`` record; True once frozen so,
+        False if no such moment came in ``WITNESS_WAIT_S`` (then it is frozen all the same).
+
+        The worker records a body's start just before it hands the job over, and the body's
+        first line comes after its framework's prologue (a Celery task's request, signals and
+        tracer: tens of ms on a loaded machine). A kill in between charges an attempt the
+        records cannot show started, so the verdict could not judge it; a kill made while
+        frozen at a witnessed moment lets it judge every charge."""
+        deadline = time.monotonic() + WITNESS_WAIT_S
+        while True:
+            self.fleet.pause(slot)
+            started = self._started(slot, pid)
+            held = self._held(slot) or []
+            seen = {
+                r["job"]
+                for r in marks.read(self.marks_dir)
+                if r.get("k") == "start" and pid in (r.get("pid"), r.get("ppid"))
+            }
+            if started is not None and started <= seen and len(held) >= capacity:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            self.fleet.resume(pid)
+            time.sleep(WITNESS_POLL_S)
 
     def _sigstop(self, event: Event) -> None:
         slot = self.workers[event.fault.target]
@@ -210,7 +281,7 @@ class Injector:
         """The worker's pid, how many jobs it may hold (its node row's ``prefetch_count``) and
         its concurrency, once it is up and registered (None after ``UP_WAIT_S``)."""
         deadline = time.monotonic() + UP_WAIT_S
-        while time.monotonic() < deadline and not self._stop.is_set():
+        while time.monotonic() < deadline:
             pid = slot.pid
             if pid is not None:
                 try:
@@ -229,18 +300,68 @@ class Injector:
             time.sleep(0.2)
         return None
 
-    def _held(self, slot: Slot) -> list[str] | None:
-        pid = slot.pid
-        if pid is None:
+    def _own_count(self, slot: Slot, pid: int) -> int | None:
+        """How many attempts the worker itself says it holds (its node row, written at each
+        beat): more than its rows say would be entries it never let go of."""
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                row = conn.execute(
+                    "select (info ->> 'active')::int from x_worker_nodes where worker_id = %s",
+                    (f"{slot.node}:{pid}",),
+                ).fetchone()
+        except psycopg.Error:
             return None
+        return int(row[0]) if row and row[0] is not None else None
+
+    def _waiting(self, queue: str) -> int | None:
+        """Rows of ``queue`` ready to be claimed (None: not read)."""
+        try:
+            with psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            ) as conn:
+                row = conn.execute(
+                    "select count(*) from x_jobs where queue = %s and state = 'ready'", (queue,)
+                ).fetchone()
+        except psycopg.Error:
+            return None
+        return int(row[0]) if row else None
+
+    def _started(self, slot: Slot, pid: int) -> set[str] | None:
+        """Job ids the worker holds whose lease row records that their body started."""
         try:
             with psycopg.connect(
                 self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
             ) as conn:
                 rows = conn.execute(
-                    "select id from x_jobs where state = 'running' and claimed_by = %s",
+                    "select l.job_id from x_job_leases as l join x_jobs as j on j.id = l.job_id"
+                    " and j.lease_token = l.token where j.state = 'running' and l.worker = %s"
+                    " and l.started_at is not null",
                     (f"{slot.node}:{pid}",),
                 ).fetchall()
         except psycopg.Error:
             return None
-        return [str(r[0]) for r in rows]
+        return {str(r[0]) for r in rows}
+
+    def _held(self, slot: Slot) -> list[str] | None:
+        pid = slot.pid
+        if pid is None:
+            return None
+        for _ in range(2):  # the kept connection may have died in a restart: once more
+            conn = self._watch
+            try:
+                if conn is None or conn.closed:
+                    conn = self._watch = psycopg.connect(
+                        self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    )
+                rows = conn.execute(
+                    "select id from x_jobs where state = 'running' and claimed_by = %s",
+                    (f"{slot.node}:{pid}",),
+                ).fetchall()
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                continue
+            return [str(r[0]) for r in rows]
+        return None

@@ -128,7 +128,9 @@ class Soak:
 
         t_start = time.time()
         t0 = time.monotonic()
-        injector = Injector(faults, self.fleet, workers, self.cluster, dsn, s.seed, burst)
+        injector = Injector(
+            faults, self.fleet, workers, self.cluster, dsn, s.seed, burst, self.marks_dir
+        )
         injector.start(t0)
         self.events = injector.events
         sampler = threading.Thread(target=self._sample_load, args=(t0,), daemon=True)

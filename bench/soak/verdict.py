@@ -42,7 +42,10 @@ Why it exists: each loss column needs a precise rule, written once:
 - **unstarted charged**: attempts charged to a job (``x_job_attempts`` outcome ``lost``,
   ``retried``, ``dead`` or ``done``; not ``handed_back``, ``snoozed`` or ``cancelled``) that
   no execution ran in (no ``start`` of that job by that worker, or a child of it, between the
-  claim and the attempt's end): a job charged for a body that never started.
+  claim and the attempt's end): a job charged for a body that never started. A body handed
+  over before a SIGSTOP of its worker starts only on the thaw, after the rescue that charged
+  it: a ``start`` of the same attempt number by that worker up to ``CHILD_LAG_S`` after the
+  thaw of a freeze that began within the attempt ran in it (as for the bound).
 - **running at end**: rows still ``running`` once the settle is over (the workers still up).
 - **slots lost**: for each worker, its concurrency minus the most slot probes it ran at once
   at the end (``marks.probe``); a workload's figure is the sum over the workers that run it.
@@ -248,6 +251,15 @@ def judge(inputs: Inputs) -> Verdict:
         row = rows[sent.workload]
         row.enqueued += 1
         outcome, detail = _outcome(sent, jobs, results, inputs.readers)
+        if outcome == "lost" and sent.workload in ("celery", "migrated"):
+            detail += "; its rows: " + (
+                ", ".join(
+                    f"{i} {jobs[i][2]} {(jobs[i][4] or '')[:160]}".strip()
+                    for i in by_task.get(sent.ref, [])
+                    if i in jobs
+                )
+                or "none"
+            )
         _count(row, outcome)
         if outcome in ("lost", "infra"):
             samples[f"{sent.workload} {outcome}"].append(f"{sent.ref}: {detail}")
@@ -540,6 +552,24 @@ def _ran_in(e: dict[str, Any], a: Attempt) -> bool:
     return bool(lo - ATTEMPT_SLACK_S <= e["t"] <= a.finished_at + ATTEMPT_SLACK_S)
 
 
+def _thawed_in(e: dict[str, Any], a: Attempt, stops: list[Event]) -> bool:
+    """Execution ``e`` is attempt ``a``'s body, handed over before a SIGSTOP of its worker and
+    started on the thaw, after the attempt had been rescued meanwhile: the same worker (or a
+    pool child of it), the same attempt number, a freeze that began within the attempt and
+    ended at most ``CHILD_LAG_S`` before the start (as the bound allows)."""
+    pid = a.pid
+    if pid is None or pid not in (e.get("pid"), e.get("ppid")) or e.get("attempt") != a.attempt:
+        return False
+    lo = a.claimed_at if a.claimed_at is not None else float("-inf")
+    for f in stops:
+        if f.pid != pid or not lo - ATTEMPT_SLACK_S <= f.t <= a.finished_at:
+            continue
+        thaw = f.t + (f.away_s if f.away_s is not None else f.fault.hold_s)
+        if a.finished_at <= e["t"] <= thaw + CHILD_LAG_S:
+            return True
+    return False
+
+
 def _lost_results(
     inputs: Inputs, attempts: list[Attempt], rows: dict[str, Row], samples: dict[str, list[str]]
 ) -> None:
@@ -586,11 +616,12 @@ def _unstarted_charged(
     samples: dict[str, list[str]],
 ) -> None:
     starts, _ends = _starts(inputs.records)
+    stops = [e for e in inputs.events if e.fault.kind == "sigstop" and e.pid and e.t]
     for a in attempts:
         workload = JOB_NAMES.get(names.get(a.job, ""))
         if workload is None or a.outcome not in CHARGED:
             continue
-        if any(_ran_in(e, a) for e in starts.get(a.job, [])):
+        if any(_ran_in(e, a) or _thawed_in(e, a, stops) for e in starts.get(a.job, [])):
             continue
         rows[workload].unstarted_charged += 1
         samples.setdefault(f"{workload} unstarted charged", []).append(

@@ -84,6 +84,20 @@ def bytes_to_str(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes | bytearray) else str(value)
 
 
+def storable_key(key: str) -> bool:
+    """Whether a row can hold ``key`` (a task or group id in a result key): no NUL, no lone
+    surrogate. A key it cannot hold was never stored: reading it finds nothing."""
+    if "\x00" in key:
+        return False
+    if key.isascii():
+        return True
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _result_limit() -> int:
     """The running worker's ``--max-result-bytes`` (from the job the task runs in)."""
     try:
@@ -138,6 +152,14 @@ def revoked_reason(last_error: str | None) -> str:
     return last_error or "revoked"
 
 
+def _refuse_unstorable_key(key: str) -> None:
+    if not storable_key(key):
+        raise EncodeError(
+            f"the result key {key[:120]!r} holds a NUL or a lone surrogate, which PostgreSQL "
+            "cannot store: task and group ids must be plain text"
+        )
+
+
 class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
     """``result_backend`` for celery_compat apps (set for you by ``celery_compat.Celery``)."""
 
@@ -179,16 +201,20 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
     def get(self, key: Any) -> str | None:
         group_sends.flush()  # a read inside a group's send sees that group's messages
         k = bytes_to_str(key)
+        if not storable_key(k):
+            return None
         return stored(self.client, lambda conn: result_store.result_get(conn, k))
 
     def mget(self, keys: Any) -> list[str | None]:
         group_sends.flush()
-        wanted = [bytes_to_str(k) for k in keys]
+        asked = [bytes_to_str(k) for k in keys]
+        wanted = [k for k in asked if storable_key(k)]
         found = stored(self.client, lambda conn: result_store.result_mget(conn, wanted))
-        return [found.get(k) for k in wanted]
+        return [found.get(k) for k in asked]
 
     def set(self, key: Any, value: Any) -> None:
         k, v, ttl = bytes_to_str(key), bytes_to_str(value), self._ttl()
+        _refuse_unstorable_key(k)
         stored(self.client, lambda conn: result_store.result_set(conn, k, v, ttl))
 
     def _set_with_state(self, key: Any, value: Any, state: Any) -> None:
@@ -201,10 +227,13 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         # guard in _store_result reads first, so two runs of one task id (a replayed message
         # whose re-send already ran) could otherwise write RETRY over SUCCESS in between.
         k, v, ttl, status = bytes_to_str(key), bytes_to_str(value), self._ttl(), str(state)
+        _refuse_unstorable_key(k)
         stored(self.client, lambda conn: result_store.result_set(conn, k, v, ttl, status=status))
 
     def delete(self, key: Any) -> None:
         k = bytes_to_str(key)
+        if not storable_key(k):
+            return
         stored(self.client, lambda conn: result_store.result_delete(conn, k))
 
     def incr(self, key: Any) -> int:

@@ -32,6 +32,11 @@ from celery.exceptions import TaskRevokedError
 from celery.platforms import signals as celery_signals
 
 from celery_compat.db import message_jobs, revocations
+from celery_compat.sending.send_options import (
+    MAX_TASK_NAME_BYTES,
+    SendOptionValueError,
+    text_problem,
+)
 from ujobs_bridge.ext import control as remote
 
 LIVE_NOT_RUNNING = ("ready", "sleeping", "waiting")
@@ -76,6 +81,13 @@ def revoke_tasks(
     terminate = bool(terminate)
     name = signal_name(signal) if terminate else DEFAULT_SIGNAL  # refused before any write
     ids = [str(t) for t in task_ids]
+    for tid in ids:  # refused before any write: no message can carry such an id
+        problem = text_problem(tid, MAX_TASK_NAME_BYTES)
+        if problem is not None:
+            raise SendOptionValueError(
+                f"revoke: the task id {tid[:80]!r} {problem}",
+                hint="pass the id of a sent task (AsyncResult.id)",
+            )
     backend = app.backend
     done: list[str] = []
     with app.ujobs_client.pool.connection() as conn:

@@ -138,10 +138,21 @@ def jobs_of_task(
     conn: Conn, task_id: str, *, include_done: bool = False
 ) -> list[tuple[UUID, str, str | None, datetime]]:
     """The job rows of a Celery task id that are not done (waiting, running, dead, cancelled),
-    newest first; ``include_done``: every row (an operator's look-up by task id)."""
+    newest first; ``include_done``: every row (an operator's look-up by task id). An id no row
+    can hold (NUL, a lone surrogate) has none."""
+    if "\x00" in task_id or not _encodes(task_id):
+        return []
     params = {"task_id": task_id, "include_done": include_done}
     rows = conn.execute(q("celery_jobs_of_task"), params).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def task_ids_sent_here(conn: Conn, task_ids: Sequence[str]) -> set[str]:

@@ -34,7 +34,7 @@ from kombu.exceptions import EncodeError
 from kombu.utils import json as kombu_json
 
 from ujobs_bridge.errors import ErrorCode, PayloadError
-from ujobs_bridge.ext.jobs import RANGE_TEXT, instant_after, new_job_id, storable_instant
+from ujobs_bridge.ext.jobs import RANGE_TEXT, new_job_id, storable_instant
 from ujobs_bridge.ext.observe import current_traceparent
 
 PRIORITY_MIN, PRIORITY_MAX = 0, 255
@@ -137,31 +137,6 @@ _HINTS = {
         "in seconds must land there too",
     ),
 }
-
-
-def check_send_times(options: dict[str, Any], now: datetime) -> None:
-    """The sender's check of ``apply_async``'s ``eta``/``countdown``/``expires`` options before
-    Celery turns them into headers (``countdown`` and ``expires`` in seconds are added to ``now``
-    there, where an instant past year 9999 is an ``OverflowError``): a ``PayloadError`` (code
-    and hint) for one a row cannot hold, as ``check_limits`` gives for the headers."""
-    try:
-        countdown = options.get("countdown")
-        if countdown:  # Celery's test: a countdown of 0 leaves the eta as given
-            instant_after(now, float(countdown), "countdown")
-        else:
-            eta = parse_instant(options.get("eta"))
-            if eta is not None:
-                storable_instant(eta, "eta")
-        expires = options.get("expires")
-        if isinstance(expires, int | float) and not isinstance(expires, bool):
-            instant_after(now, float(expires), "expires")
-        else:
-            instant = parse_instant(expires)
-            if instant is not None:
-                storable_instant(instant, "expires")
-    except (TypeError, ValueError, OverflowError) as exc:
-        code, hint = _HINTS["instant"]
-        raise PayloadError(f"apply_async: {exc}", hint=hint, code=code) from None
 
 
 class SerializerRefused(PayloadError, EncodeError):
@@ -311,6 +286,10 @@ def parse_instant(value: Any) -> datetime | None:
     return instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
 
 
+def _in_utc(instant: datetime | None) -> datetime | None:
+    return None if instant is None else instant.astimezone(UTC)
+
+
 @dataclass(frozen=True, slots=True)
 class CeleryMessage:
     """One protocol-v2 task message, decoded."""
@@ -341,11 +320,13 @@ class CeleryMessage:
 
     @property
     def eta(self) -> datetime | None:
-        return parse_instant(self.headers.get("eta"))
+        """The ``eta`` header in UTC: its own offset may be one PostgreSQL cannot read (past
+        ±15:59, or with seconds)."""
+        return _in_utc(parse_instant(self.headers.get("eta")))
 
     @property
     def expires(self) -> datetime | None:
-        return parse_instant(self.headers.get("expires"))
+        return _in_utc(parse_instant(self.headers.get("expires")))
 
     @property
     def priority(self) -> int:

@@ -34,7 +34,9 @@ from cli_proc import CliProc
 from migrate_support import qdsn  # noqa: F401 - fixture
 
 from conftest import CI, wait_for
+from migrate.batch import Context, classify
 from migrate.decoding import Accept
+from migrate.runner import SourceOptions, open_source
 from ujobs_bridge.errors import ErrorCode, UjobsError
 from ujobs_bridge.testing import RabbitVhost
 from ujobs_bridge.testing import redis_url as kit_redis_url
@@ -198,6 +200,35 @@ def test_an_amqp_header_python_cannot_hold_is_quarantined_and_the_next_message_m
     assert [e["reason"] for e in entries] == ["malformed"], entries
     assert "decode" in entries[0]["detail"], entries[0]["detail"]
     assert ready(vhost, queue) == 0
+
+
+@pytest.mark.parametrize("raw", list(BAD_AMQP_FIELDS.values()), ids=list(BAD_AMQP_FIELDS))
+def test_py_amqps_own_reads_classify_an_undecodable_header_as_malformed_and_go_on(
+    vhost: str, raw: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delayed queues are read with py-amqp's ``basic_get`` (and so is the drain where the
+    frame reader cannot be used): the header py-amqp cannot decode leaves that one message
+    malformed, and the next one is read and classified as moved."""
+    queue = ms.unique("edgep")
+    bad_id = str(uuid.uuid4())
+    publish_raw(monkeypatch, vhost, queue, raw, bad_id)
+    with ms.producer(amqp_url(vhost), queue) as p:
+        good_id = p.add.delay(2, 3).id
+    info = ms.app_info()
+    ctx = Context(info, Accept(), "this test's vhost", "amqp")  # recorded, never used
+    source = open_source(amqp_url(vhost), info, SourceOptions([queue]))
+    try:
+        results = [classify(taken, ctx) for taken in source.read_and_return()]
+    finally:
+        source.close()
+    assert [(r.outcome, r.reason) for r in results] == [
+        ("quarantined", "malformed"),
+        ("moved", None),
+    ]
+    assert "decode" in (results[0].taken.problem or ""), results[0].taken
+    assert results[1].taken.envelope is not None
+    assert results[1].taken.envelope.headers["id"] == good_id
+    assert ready(vhost, queue) == 2  # read and returned: both still there
 
 
 def test_follow_does_not_loop_on_an_amqp_timestamp_python_cannot_hold(

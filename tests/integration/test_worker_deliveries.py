@@ -121,6 +121,32 @@ def test_outage_hand_backs_are_capped_so_a_body_that_keeps_meeting_outages_ends_
     assert [a for a, _ in delivery_jobs.SEEN] == [1] * (leases_db.OUTAGE_HANDBACKS + 1) + [2]
 
 
+def test_an_outage_a_pool_child_meets_hands_the_attempt_back_uncounted_as_a_thread_does(
+    dsn: str, frozen_client: Client, db: Any
+) -> None:
+    """Under ``-P processes`` the outage a body meets (a Celery task's revoke check or result
+    write on a connection the server dropped) crosses from the child as an outage: the attempt
+    is handed back uncounted, not failed as the job's own error (which a Celery task, retried
+    only by Celery's own policy, would end dead with)."""
+    ref = delivery_jobs.meets_outages.configure(client=frozen_client).enqueue()
+    worker = Worker(
+        dsn,
+        from_module(delivery_jobs),
+        WorkerConfig(queues=("deliveries",), pool="processes", concurrency=1),
+        app_spec="apps.delivery_jobs",
+    )
+    try:
+        assert worker.tick() == 1
+    finally:
+        worker.stop(timeout_s=2)
+    row = db.execute(
+        "select state, attempt, outage_handbacks, last_error from x_jobs where id = %s", (ref.id,)
+    ).fetchone()
+    assert row is not None
+    assert row[:3] == ("ready", 0, 1), row
+    assert "UJ_DATABASE_UNAVAILABLE" in row[3]
+
+
 def test_a_drains_hand_backs_are_not_capped(frozen_client: Client, db: Any) -> None:
     """Only outage hand-backs are counted: a shutdown's hand-back gives the attempt back always."""
     ref = delivery_jobs.report.configure(client=frozen_client).enqueue()

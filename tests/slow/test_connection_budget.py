@@ -41,10 +41,11 @@ from cli_proc import CliProc
 
 from conftest import TESTS_DIR, wait_for
 from ujobs_bridge.testing import redis_url
+from ujobs_bridge.testing.pgbouncer import server_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-SERVER_PORT = 5432
+SERVER_PORT = server_address()[1]  # the tests' server (UJOBS_TEST_ADMIN_DSN)
 IDLE_S = "0.5"  # UJOBS_POOL_IDLE_S for the processes measured
 REST_WINDOW_S = 1.5  # how long "at rest" is sampled
 Db = psycopg.Connection[Any]

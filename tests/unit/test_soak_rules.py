@@ -199,6 +199,28 @@ def test_the_edge_columns_count_results_thrown_away_unstarted_charges_running_ro
     for column in ("lost_results", "unstarted_charged", "running_at_end", "slots_lost"):
         assert column in LOSS_COLUMNS
 
+    # A body handed to a pool child of 555 just before 555 was SIGSTOPped starts on the thaw,
+    # after the rescue that charged its attempt: it ran in that attempt (t1). One that starts
+    # long after the thaw (t2) or under another attempt number (t3) did not.
+    freeze = Event(Fault(0, "sigstop", 0, 4.5, 0), t=70.0, pid=555, away_s=4.5)
+    thawed = [
+        _start("t1", 74.6, 666, "t1a", ppid=555),
+        _start("t2", 80.0, 666, "t2a", ppid=555),
+        {**_start("t3", 74.6, 666, "t3a", ppid=555), "attempt": 2},
+    ]
+    charged = [
+        Attempt(j, 1, "celery-procs@soak:555", 69.0, 74.2, "lost") for j in ("t1", "t2", "t3")
+    ]
+    rows = {w: Row(w) for w in WORKLOADS}
+    samples = {}
+    _unstarted_charged(
+        _inputs(thawed, [freeze]), charged, dict.fromkeys(("t1", "t2", "t3"), "soak.migrated"),
+        rows, samples,
+    )  # fmt: skip
+    assert rows["migrated"].unstarted_charged == 2
+    assert "job t2" in samples["migrated unstarted charged"][0]
+    assert "job t3" in samples["migrated unstarted charged"][1]
+
     # without the kill, r3's and r4's results were thrown away too (a pool child's own pid
     # is not its worker's: its parent's is)
     rows = {w: Row(w) for w in WORKLOADS}

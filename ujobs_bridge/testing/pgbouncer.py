@@ -26,9 +26,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+import psycopg
+
 from ujobs_bridge._internal.db import testing as testing_db
 from ujobs_bridge.errors import DatabaseUnavailableError
 from ujobs_bridge.testing.cluster import PrivateCluster, free_port
+from ujobs_bridge.testing.database import admin_dsn_from_env
 
 START_TIMEOUT_S = 30.0
 DEFAULT_POOL_SIZE = 20
@@ -53,14 +56,22 @@ def version() -> tuple[int, ...]:
     return ()
 
 
+def server_address() -> tuple[str, int]:
+    """The host and port of the tests' server (``UJOBS_TEST_ADMIN_DSN``, else 127.0.0.1:5432)."""
+    info = psycopg.conninfo.conninfo_to_dict(admin_dsn_from_env())
+    host = str(info.get("host") or "127.0.0.1")
+    return host, int(info.get("port") or 5432)
+
+
 class PgBouncer:
     """``with PgBouncer(host, port) as bouncer:`` a transaction-mode bouncer; ``bouncer.dsn(db)``
-    reaches database ``db`` of the server at ``host:port`` through it."""
+    reaches database ``db`` of the server at ``host:port`` (by default the tests' server,
+    ``server_address()``) through it."""
 
     def __init__(
         self,
-        server_host: str = "127.0.0.1",
-        server_port: int = 5432,
+        server_host: str | None = None,
+        server_port: int | None = None,
         *,
         user: str = "postgres",
         pool_size: int = DEFAULT_POOL_SIZE,
@@ -73,8 +84,9 @@ class PgBouncer:
                 hint="install it (Debian: apt-get install -y pgbouncer)",
             )
         self.program = found
-        self.server_host = server_host
-        self.server_port = server_port
+        default_host, default_port = server_address()
+        self.server_host = server_host or default_host
+        self.server_port = server_port or default_port
         self.user = user
         self.pool_size = pool_size
         self.port = port or free_port()

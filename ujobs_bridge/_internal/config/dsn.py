@@ -55,6 +55,8 @@ def check_dsn(dsn: str, what: str = "database DSN") -> str:
         reason = _bad_part(params)
     if no_slashes:
         reason = 'it has no "://" after its scheme (postgresql://...)'
+    if "\x00" in dsn:  # libpq reads a C string: everything after a NUL would be dropped
+        reason = "it holds a NUL character"
     if reason is not None:
         raise ConfigError(
             f"the {what} {mask_dsn(dsn)} is malformed: {scrub(reason, dsn)}",

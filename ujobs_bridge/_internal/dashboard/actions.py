@@ -21,8 +21,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ujobs_bridge._internal.dashboard.pages import BadFilter, checked_text
 from ujobs_bridge._internal.db import bulk
+from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.observe.introspect import name_pattern
+from ujobs_bridge.errors import ConfigError
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.dashboard.site import DashboardSite
@@ -74,6 +77,14 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
             return PlainTextResponse(f"unknown action {action!r}\n", 404)
         queue = str(form.get("queue") or "").strip() or None
         name = str(form.get("name") or "").strip() or None
+        try:
+            if queue is not None:
+                validation.queue_name(queue)
+            if name is not None:
+                checked_text("name", name)
+        except (ConfigError, BadFilter) as exc:
+            reason = exc.message if isinstance(exc, ConfigError) else str(exc)
+            return PlainTextResponse(f"{reason}\n", 400)
         where = bulk.JobFilter(state="dead", queue=queue, name_like=name_pattern(name))
         with site.connect() as conn:
             try:

@@ -24,6 +24,7 @@ from ujobs_bridge._internal.db import job_reads as reads_db
 from ujobs_bridge._internal.db import nodes, observe
 from ujobs_bridge._internal.db import steps as step_db
 from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs.instants import storable_instant
 from ujobs_bridge._internal.observe.introspect import (
     lookup_ids,
     name_pattern,
@@ -44,9 +45,24 @@ class BadFilter(Exception):
     pass
 
 
+# The longest filter text taken (a name glob, a task id): longer cannot match a stored one.
+MAX_FILTER_CHARS = 1024
+# The largest offset: PostgreSQL's bigint, what ``OFFSET`` takes.
+MAX_OFFSET = 2**63 - 1
+
+
+def checked_text(key: str, value: str) -> str:
+    """``value`` when the database can compare it (no NUL, no lone surrogate, not too long);
+    ``BadFilter`` saying which it is otherwise."""
+    problem = validation.text_problem(value, max_length=MAX_FILTER_CHARS)
+    if problem is not None:
+        raise BadFilter(f"{key} {problem}: no stored value can match it")
+    return value
+
+
 def _text(request: Request, key: str) -> str | None:
     value = request.query_params.get(key, "").strip()
-    return value or None
+    return checked_text(key, value) if value else None
 
 
 def _int(request: Request, key: str, default: int) -> int:
@@ -56,21 +72,30 @@ def _int(request: Request, key: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError as exc:
-        raise BadFilter(f"{key} must be a whole number, not {raw!r}") from exc
+        raise BadFilter(f"{key} must be a whole number, not {raw[:80]!r}") from exc
     if value < 0:
         raise BadFilter(f"{key} must not be negative")
+    if value > MAX_OFFSET:
+        raise BadFilter(f"{key} must be at most {MAX_OFFSET}")
     return value
+
+
+def _parsed_instant(key: str, raw: str) -> datetime:
+    """An ISO 8601 time a row's instants can be compared with (aware, in years 1..9999 once in
+    UTC); ``BadFilter`` naming the key otherwise. A naive time is the server's local time."""
+    try:
+        value = datetime.fromisoformat(raw)
+        return storable_instant(value if value.tzinfo else value.astimezone(), key)
+    except (ValueError, OverflowError) as exc:
+        raise BadFilter(
+            f"{key} must be an ISO 8601 time (2026-12-01T09:00) within years 1..9999, "
+            f"not {raw[:80]!r}"
+        ) from exc
 
 
 def _instant(request: Request, key: str) -> datetime | None:
     raw = _text(request, key)
-    if raw is None:
-        return None
-    try:
-        value = datetime.fromisoformat(raw)
-    except ValueError as exc:
-        raise BadFilter(f"{key} must be an ISO 8601 time (2026-12-01T09:00), not {raw!r}") from exc
-    return value if value.tzinfo else value.astimezone()
+    return None if raw is None else _parsed_instant(key, raw)
 
 
 def _filters(request: Request) -> dict[str, Any]:
@@ -102,9 +127,11 @@ def _key(request: Request, key: str) -> tuple[datetime, UUID] | None:
         return None
     at, _, job_id = raw.rpartition(",")
     try:
-        return datetime.fromisoformat(at), UUID(job_id)
-    except ValueError as exc:
-        raise BadFilter(f"{key} must be ISO-TIME,UUID (the older link's), not {raw!r}") from exc
+        return _parsed_instant(key, at), UUID(job_id)
+    except (BadFilter, ValueError) as exc:
+        raise BadFilter(
+            f"{key} must be ISO-TIME,UUID (the older link's), not {raw[:120]!r}"
+        ) from exc
 
 
 def routes(site: DashboardSite) -> list[BaseRoute]:
@@ -186,7 +213,7 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
         return site.render(request, "dead.html", _listing(request, records, f["offset"], size))
 
     def job_page(request: Request) -> Response:
-        key = request.path_params["job_id"]
+        key = checked_text("the job id or task id", request.path_params["job_id"])
         with site.connect() as conn:
             record = _find(conn, key)
             if record is None:

@@ -46,9 +46,39 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii
 
 def dumps(value: Any, *, what: str) -> str:
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"{what} is not JSON-serialisable: {exc}", hint=_HINT) from exc
+    if "e+" in text and "\\u0000" not in text:  # a float of 1e16 or more, maybe
+        return _exact_large_floats(value)
+    return text
+
+
+# A float of 1e16 or more is written by ``repr`` with an exponent and its shortest digits
+# (``3.156509516251743e+16``); jsonb keeps those digits as the integer they spell
+# (31565095162517430), which reads back as an int that is not the float (31565095162517432).
+# Such floats are all whole numbers, so they are written as their exact digits and ``.0``:
+# jsonb keeps that, and it reads back as the same float.
+_LARGE_FLOAT = 1e16
+
+
+def _exact_large_floats(value: Any) -> str:
+    exact: list[str] = []
+
+    def swap(item: Any) -> Any:
+        if type(item) is float and abs(item) >= _LARGE_FLOAT:
+            exact.append(f"{int(item)}.0")
+            return f"\x00{len(exact) - 1}"  # a token no accepted string holds (NUL)
+        if isinstance(item, dict):
+            return {k: swap(v) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [swap(v) for v in item]
+        return item
+
+    text: str = _ENCODER.encode(swap(value))
+    for index, digits in enumerate(exact):
+        text = text.replace(f'"\\u0000{index}"', digits, 1)
+    return text
 
 
 def result_size(text: str, limit: int) -> int | None:

@@ -12,11 +12,11 @@ releases the lease.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ujobs_bridge._internal.jobs.validation import positive_int, seconds
-from ujobs_bridge.errors import ConfigError
+from ujobs_bridge._internal.jobs.validation import MAX_DELAY_S, positive_int, seconds
+from ujobs_bridge.errors import ConfigError, ErrorCode
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_BASE_S = 1.0
@@ -36,8 +36,14 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         positive_int("max_attempts", self.max_attempts, maximum=10_000)
-        seconds("backoff_base_s", self.backoff_base_s, allow_zero=True)
-        seconds("backoff_cap_s", self.backoff_cap_s, allow_zero=True)
+        seconds("backoff_base_s", self.backoff_base_s, allow_zero=True, maximum=MAX_DELAY_S)
+        seconds("backoff_cap_s", self.backoff_cap_s, allow_zero=True, maximum=MAX_DELAY_S)
+        if not isinstance(self.jitter, bool):
+            raise ConfigError(
+                f"jitter must be True or False, got {self.jitter!r}",
+                hint="pass jitter=True (spread retries) or jitter=False",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            )
         factor = seconds("backoff_factor", self.backoff_factor)
         if factor < 1:
             raise ConfigError(
@@ -50,11 +56,15 @@ class RetryPolicy:
             raise ConfigError(
                 f"retry_on must be a non-empty tuple of exception classes, got {self.retry_on!r}",
                 hint="e.g. retry_on=(ConnectionError, TimeoutError)",
+                code=ErrorCode.JOB_OPTION_INVALID,
             )
 
     def delay_s(self, attempt: int) -> float:
         """Delay before attempt ``attempt + 1`` after attempt ``attempt`` failed."""
-        raw = self.backoff_base_s * self.backoff_factor ** max(0, attempt - 1)
+        try:
+            raw = self.backoff_base_s * self.backoff_factor ** max(0, attempt - 1)
+        except OverflowError:  # a large factor to a large power: past any cap
+            raw = self.backoff_cap_s
         capped = min(self.backoff_cap_s, raw)
         if not self.jitter:
             return capped
@@ -62,3 +72,17 @@ class RetryPolicy:
 
     def retries(self, exc: BaseException) -> bool:
         return isinstance(exc, self.retry_on)
+
+
+def retry_classes(value: object) -> tuple[type[BaseException], ...]:
+    """``retry_on`` as a tuple: one exception class, or an iterable of them (as ``except``
+    takes); a ``ConfigError`` naming what was given otherwise."""
+    if isinstance(value, type):
+        return (value,)
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        return tuple(value)
+    raise ConfigError(
+        f"retry_on must be an exception class or a tuple of them, got {value!r}",
+        hint="e.g. retry_on=(ConnectionError, TimeoutError)",
+        code=ErrorCode.JOB_OPTION_INVALID,
+    )

@@ -84,7 +84,14 @@ def seconds(
     if isinstance(value, timedelta):
         number = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past the largest float: past any maximum too
+            raise ConfigError(
+                f"{what} is a number of {len(str(abs(value)))} digits, past any duration",
+                hint=f"set {what} to a finite number of seconds",
+                code=ErrorCode.JOB_OPTION_INVALID,
+            ) from None
     else:
         raise ConfigError(
             f"{what} must be a number of seconds or a timedelta, got {value!r}",
@@ -110,21 +117,26 @@ def seconds(
     return number
 
 
+def text_problem(value: object, *, max_length: int) -> str | None:
+    """Why ``value`` is not a non-empty string PostgreSQL can store (at most ``max_length``
+    characters, no NUL, no lone surrogate), as the end of a sentence; None when it is one."""
+    if not isinstance(value, str):
+        return f"is {type(value).__name__} {repr(value)[:80]}, not a string"
+    if not value or len(value) > max_length:
+        return f"is {len(value)} characters long"
+    if "\x00" in value:
+        return "holds a NUL character, which PostgreSQL cannot store"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate, which is not valid Unicode"
+    return None
+
+
 def text_option(what: str, value: object, *, max_length: int) -> str:
     """A text option stored as a column (tenant id, idempotency key, traceparent): a non-empty
     string PostgreSQL can store, at most ``max_length`` characters."""
-    problem = None
-    if not isinstance(value, str):
-        problem = f"is {type(value).__name__} {value!r}, not a string"
-    elif not value or len(value) > max_length:
-        problem = f"is {len(value)} characters long"
-    elif "\x00" in value:
-        problem = "holds a NUL character, which PostgreSQL cannot store"
-    else:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            problem = "holds a lone surrogate, which is not valid Unicode"
+    problem = text_problem(value, max_length=max_length)
     if problem is not None:
         raise ConfigError(
             f"{what} {problem}",

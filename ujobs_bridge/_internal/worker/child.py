@@ -48,7 +48,13 @@ from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError, retries, run_body
 from ujobs_bridge._internal.worker.steering import TaskSettings
-from ujobs_bridge.errors import ErrorCode, PayloadError, StepError, StepSuspended
+from ujobs_bridge.errors import (
+    DatabaseUnavailableError,
+    ErrorCode,
+    PayloadError,
+    StepError,
+    StepSuspended,
+)
 from ujobs_bridge.job import JobDefinition
 from ujobs_bridge.records import ClaimedJob
 from ujobs_bridge.steps import StepRunner
@@ -240,6 +246,8 @@ def _reply(definition: JobDefinition[Any, Any], result: BodyResult) -> Reply:
         return ("fail", exc.error, exc.kind)
     if isinstance(exc, StepError):
         return ("step_error", exc.message, exc.hint, exc.code.value)
+    if isinstance(exc, DatabaseUnavailableError):  # the outage's, handed back as in a thread
+        return ("outage", exc.message, exc.hint)
     # the parent's decision table, for what only the child can judge (the exception's class);
     # a body's SystemExit or KeyboardInterrupt is its failure, not the child's end
     retryable = not isinstance(exc, PayloadError) and retries(definition, exc)
@@ -264,4 +272,6 @@ def body_result_from_child(reply: Reply) -> BodyResult:
         return BodyResult(error=Fail(reply[1], reply[2]))
     if kind == "step_error":
         return BodyResult(error=StepError(reply[1], hint=reply[2], code=ErrorCode(reply[3])))
+    if kind == "outage":
+        return BodyResult(error=DatabaseUnavailableError(reply[1], hint=reply[2]))
     return BodyResult(error=RemoteJobError(reply[1], reply[2]))

@@ -343,6 +343,10 @@ class ProcessRuntime:
             log.error("ujobs.worker.child_start: %s", exc)
 
     def _run(self, keeper: Keeper, entry: InFlight) -> BodyResult:
+        if entry.signal.aborted:
+            return BodyResult()
+        with contextlib.suppress(ChildLost, RemoteJobError):  # raised again below, if at all
+            keeper.ensure()  # a child to take the body first: its start is recorded after
         if entry.signal.aborted or not self.marks.begin(entry):
             return BodyResult()  # stopped, or its lease was gone, before it started
         try:

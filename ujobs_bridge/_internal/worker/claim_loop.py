@@ -68,7 +68,6 @@ class ClaimLoop(Service):
         autoscaler: Autoscaler | None,
         take_due: Callable[[], list[Settlement]],
         dispatch: Callable[[list[ClaimedJob]], object],
-        free_slots: Callable[[], int],
         starts: StartMarks,
         jobs_lock: threading.Lock,
         wake: threading.Event,
@@ -77,16 +76,16 @@ class ClaimLoop(Service):
     ) -> None:
         """The worker's collaborators (``loop.Worker`` composes this loop): ``take_due``, its
         outcomes due now; ``dispatch``, starts claimed rows on a runtime (under ``jobs_lock``,
-        which guards the registry a pass claims with); ``free_slots``, how many body slots are
-        free for a claim's rows to start in at once (the claim records their starts);
-        ``starts``, the starts of prefetched bodies to record (with the next outcome write, or
-        alone once the oldest waited ``ack_interval``); ``wake``, set to end a wait;
+        which guards the registry a pass claims with);
+        ``starts``, the starts of bodies to record (with the next outcome write, or alone once
+        the oldest waited ``ack_interval``; a claim records none: a worker that dies between
+        its claim and a body's start must not be charged for it); ``wake``, set to end a wait;
         ``worker_stopping``, set once the worker stops claiming; ``listening``, the listener's.
         The configuration read is the claims' (``resize`` replaces both at once)."""
         self.claims, self.table, self.outcomes = claims, table, outcomes
         self.stopper, self.autoscaler = stopper, autoscaler
         self.take_due, self.dispatch, self.jobs_lock = take_due, dispatch, jobs_lock
-        self.free_slots, self.starts = free_slots, starts
+        self.starts = starts
         self.wake, self.worker_stopping, self.listening = wake, worker_stopping, listening
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
         self.empties = 0  # claims in a row that found nothing
@@ -185,19 +184,16 @@ class ClaimLoop(Service):
                 self._record_starts(starts)
             return False
         rows: list[ClaimedJob] = []
-        start = self.free_slots() if want else 0  # claimed rows that start at once
         with self.jobs_lock:  # what a pass claims, it runs with the same registry
             try:
                 if batch and want:
-                    matched, rows = self.claims.write_then_claim(
-                        batch, want, start=start, starts=starts
-                    )
+                    matched, rows = self.claims.write_then_claim(batch, want, starts=starts)
                 elif batch:
                     matched = self.claims.write(batch, starts)
                 else:  # claims alone: autocommit, asynchronous commit (see db/sql/session.sql)
                     if starts:
                         self.claims.start(starts)
-                    matched, rows = set(), self.claims.claim(want, start=start)
+                    matched, rows = set(), self.claims.claim(want)
             except Exception as exc:  # whatever failed, the outcomes are kept
                 self.starts.restore(starts)
                 if not batch or connection_state(exc):
@@ -207,6 +203,8 @@ class ClaimLoop(Service):
                 write_isolating(self.claims.write, batch, self.outcomes)  # keeps what it can't
                 want = 0
             else:
+                if rows:
+                    fault("worker.after_claim")  # a worker dying here started none of them
                 self.outcomes.written(batch, matched)
                 self.dispatch(rows)
                 if want:

@@ -228,7 +228,6 @@ class Worker:
             autoscaler=self.autoscaler,
             take_due=self._take_due,
             dispatch=self._start,
-            free_slots=self._free_slots,
             starts=self.marks,
             jobs_lock=self._jobs,
             wake=self._wake,
@@ -387,7 +386,7 @@ class Worker:
         self.runtimes.open()
         self.claims.sweep(force=True)
         with self._jobs:
-            claimed = self._start(self.claims.claim(self.config.capacity, start=self._free_slots()))
+            claimed = self._start(self.claims.claim(self.config.capacity))
         deadline = time.monotonic() + timeout_s
         ids = {e.claimed.id for e in claimed}
         while time.monotonic() < deadline:
@@ -456,10 +455,10 @@ class Worker:
     # ------------------------------------------------------------------ claim and dispatch
 
     def _start(self, rows: list[ClaimedJob]) -> list[InFlight]:
-        """Take claimed rows in and give them to their runtime: first the ones whose start the
-        claim recorded (free slots take them at once), then the rest (a slot takes each later,
-        recording its start first: ``start_marks.py``). Returns the attempts that run or wait."""
-        rows = sorted(rows, key=lambda r: not r.started)
+        """Take claimed rows in and give them to their runtime, in claim order; each body's
+        start is recorded as it starts (``start_marks.py``), never by the claim, so a worker
+        that dies before a body starts is not charged for it. Returns the attempts that run or
+        wait."""
         entries = self.table.add([(claimed, self.registry[claimed.name]) for claimed in rows])
         self.counts.claimed += len(rows)
         kept: list[InFlight] = []
@@ -481,10 +480,6 @@ class Worker:
             self.runtimes.submit(entry)
             kept.append(entry)
         return kept
-
-    def _free_slots(self) -> int:
-        """Body slots that no attempt runs in or waits for: the claim starts that many rows."""
-        return self.table.free_slots(self.runtimes.size, self.runtimes.slotted)
 
     def _finished(self, entry: InFlight, result: BodyResult) -> None:
         """A body returned (called on its runtime's thread): settle the attempt unless a

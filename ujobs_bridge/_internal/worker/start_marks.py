@@ -4,21 +4,24 @@ Why it exists: a worker holds more jobs than it runs (its prefetch: ``concurrenc
 prefetch_multiplier``), and one that dies at once (SIGKILL, the OOM killer, a segfault) leaves
 the rescue to decide which of them cost an attempt: only those whose body started
 (``x_job_leases.started_at``, migration 0022; the others come back uncounted). A start is
-recorded in one of three ways, each chosen so that a recorded start is a real one:
+recorded only once its body is about to run, never by the claim (a worker killed between its
+claim and a body's start, even one headed for a free slot, must not be charged for it), in one of
+two ways, each chosen so that a recorded start is a real one:
 
-- the claim records the starts of the rows it hands to free body slots at once
-  (``ClaimedJob.started``): most jobs of a worker that keeps up, at no extra statement;
-- a prefetched job on its first delivery starts at once and its start is queued here; the claim
-  loop writes the queue with its next outcome write (one more statement in that transaction, no
+- a job on its first delivery starts at once and its start is queued here; the claim loop
+  writes the queue with its next outcome write (one more statement in that transaction, no
   round trip of its own), or alone once the oldest waited ``ack_interval``; a start whose job's
   outcome goes in the same write is not written at all (the settle removes the lease). A worker
   killed in those few milliseconds is not charged for the bodies it started meanwhile;
 - a job delivered before (``deliveries`` above 1: rescued, retried, snoozed, handed back), or
   one whose lease the worker could not renew for about its length (it may have been rescued
   meanwhile), has its start recorded before its body is given the job (``record``: a group
-  commit on the claim connection, asynchronously committed). So a body that kills its worker every time gets at most
-  its first run uncharged (if it was prefetched), and from its second delivery on each run costs
-  an attempt: it still dead-letters.
+  commit on the claim connection, asynchronously committed). So a body that kills its worker
+  every time gets at most its first run uncharged, and from its second delivery on each run
+  costs an attempt: it still dead-letters.
+
+A process pool records a start only once a child is there to take the body (spawning one can
+take seconds on a loaded machine, and a worker killed meanwhile started nothing).
 
 While the database cannot be reached, ``record`` cannot record a start, so that job waits (retried
 with backoff) until it can, or until it is stopped (its signal: the shutdown hands it back

@@ -50,9 +50,9 @@ select id from x_job_live_by_key(%(idempotency_key)s) as id
 -- their jobs, both with SKIP LOCKED: a statement that changes a job's claimability locks the job
 -- first and its x_job_claimable row second (the trigger), so the claim never waits on either and
 -- cannot deadlock with it. The claim's update leaves `claimable`, so the trigger deletes the rows.
--- The first %(start)s rows in claim order are the ones the worker hands to free body slots at
--- once: their lease rows record that start (`started_at`, 0022) and they come back `started`;
--- the rest wait in the worker (its prefetch) until `job_start` records theirs. The lease row
+-- The first %(start)s rows in claim order have their start recorded with the claim (`started_at`,
+-- 0022) and come back `started`; the worker passes none (a worker killed between its claim and a
+-- body's start must not be charged): `job_start` records each start as its body starts. The lease row
 -- also records the lease's length (`lease_s`), which a rescue after a restart waits for.
 with head as materialized (
     select id from x_job_claimable
