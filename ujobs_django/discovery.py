@@ -34,7 +34,11 @@ def task_modules(extra: tuple[str, ...] = ()) -> list[ModuleType]:
 
 
 def tasks_in(module: ModuleType) -> list[AnyTask]:
-    return [value for value in vars(module).values() if isinstance(value, Task)]
+    """The ``django.tasks`` tasks among a module's attributes. The check reads each value's real
+    type: ``isinstance`` asks a lazy object for its ``__class__``, and a Celery ``shared_task``
+    proxy in the same ``tasks.py`` then resolves itself, raising ``NotRegistered`` when its app
+    does not hold the task."""
+    return [value for value in vars(module).values() if issubclass(type(value), Task)]
 
 
 def tasks_of_backend(alias: str, modules: tuple[str, ...] = ()) -> list[AnyTask]:

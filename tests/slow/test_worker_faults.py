@@ -116,6 +116,14 @@ def lease_ran_out(db: Db, job_id: Any) -> bool:
     return found == (True,)
 
 
+def start_recorded(db: Db, job_id: Any) -> bool:
+    """Is the start of the body on the job's lease recorded (``started_at``)?"""
+    found = db.execute(
+        "select started_at is not null from x_job_leases where job_id = %s", (job_id,)
+    ).fetchone()
+    return bool(found and found[0])
+
+
 def db_now(db: Db) -> Any:
     found = db.execute("select clock_timestamp()").fetchone()
     assert found is not None
@@ -128,6 +136,9 @@ def test_sigkill_mid_job_is_rescued_after_its_lease_and_completes_exactly_once(
     ref = fault_jobs.blocking.configure(client=client, queue=queue).enqueue("k1", gate="g1")
     first = workers()
     wait_for(lambda: effects(ledger, "start"), what="the body to start")
+    # a first delivery's start is recorded a few milliseconds after its body starts (with the
+    # next outcome write): the kill lands once it is, so the attempt is charged
+    wait_for(lambda: start_recorded(ledger, ref.id), what="the body's start to be recorded")
     first.kill()
     assert row(ledger, ref.id)["state"] == "running"  # the dead worker wrote nothing
     wait_for(lambda: lease_ran_out(ledger, ref.id), timeout=10, what="the lease to run out")
