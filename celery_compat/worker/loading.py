@@ -202,20 +202,22 @@ class CeleryApp(LoadedApp):
     def on_worker_init(self, worker: RunningWorker, options: Mapping[str, Any]) -> None:
         # import cost: Celery's events and signals load in a worker (this module imports no Celery)
         from celery_compat.events import worker_events
+
+        # import cost: Celery's control replies load in a worker only
+        from celery_compat.worker import mingle
         from celery_compat.worker import signals as worker_signals
 
         self._worker = worker_signals.worker_init(self.app, worker, options)
+        mingle.warn_if_name_taken(self._dsn or worker.dsn, worker.node, options)
         self._events = worker_events.start(
             self.app, worker, options, self._worker.hostname, self._dsn or worker.dsn
         )  # never raises: a worker whose events cannot start runs without them
 
     def on_worker_ready(self, worker: RunningWorker) -> None:
         # import cost: Celery's signals load in a worker only (this module imports no Celery)
-        from celery_compat.worker import mingle
         from celery_compat.worker import signals as worker_signals
 
         if self._worker is not None:
-            mingle.warn_if_name_taken(self.app, worker.node, self._worker.options)
             worker_signals.worker_ready(self._worker)
         if self._events is not None:
             self._events.ready()

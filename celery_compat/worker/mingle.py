@@ -9,6 +9,9 @@ engine's presence rows, and the replies Celery would have heard are handed to Ce
 ``flatten_reply``, so the warning is Celery's, word for word. ``--without-mingle`` skips it, as
 in Celery.
 
+It runs as the worker starts, before its own presence row exists, on a connection of its own
+that is closed at once: a worker at rest holds no connection for it.
+
 What it is not: a refusal. Celery starts the second worker all the same, and so does this.
 """
 
@@ -20,13 +23,17 @@ from typing import Any
 from celery.app.control import flatten_reply
 
 from ujobs_bridge.ext.control import nodes_live
+from ujobs_bridge.ext.database import Role, connect
+
+MINGLE = Role("mingle")
 
 
-def warn_if_name_taken(app: Any, node: str, options: Mapping[str, Any]) -> None:
-    """Warn as Celery's Mingle step does when a live worker other than this one is ``node``."""
+def warn_if_name_taken(dsn: str, node: str, options: Mapping[str, Any]) -> None:
+    """Warn as Celery's Mingle step does when a live worker is already ``node`` (called before
+    this worker's own presence row is written)."""
     if options.get("without_mingle"):
         return
-    with app.ujobs_client.pool.connection() as conn:
+    with connect(dsn, MINGLE) as conn:
         named = [n for n in nodes_live(conn, None) if n.name == node]
-    if len(named) > 1:  # this worker's own presence row and another's
-        flatten_reply([{n.name: None} for n in named])
+    if named:  # the other's reply, and this worker's own
+        flatten_reply([{node: None} for _ in range(len(named) + 1)])

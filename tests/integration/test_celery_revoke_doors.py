@@ -93,24 +93,25 @@ def test_celerys_cli_terminate_stops_the_running_task(app: Any, dsn: str) -> Non
     assert row["last_error"] == "UJ_JOB_CANCELLED: terminated (SIGKILL)"  # Celery's word
 
 
-def test_a_second_worker_with_a_taken_node_name_gets_celerys_warning(app: Any) -> None:
+def test_a_second_worker_with_a_taken_node_name_gets_celerys_warning(app: Any, dsn: str) -> None:
+    """A worker checks, as it starts and before its own presence row exists, whether a live
+    worker already has its node name."""
     import warnings
 
     from celery.exceptions import DuplicateNodenameWarning
 
     from celery_compat.worker import mingle
 
+    with warnings.catch_warnings(record=True) as alone:
+        warnings.simplefilter("always")
+        mingle.warn_if_name_taken(dsn, NODE, {})  # the first worker of that name
+    assert [w for w in alone if issubclass(w.category, DuplicateNodenameWarning)] == []
     with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
-        with warnings.catch_warnings(record=True) as alone:
+        with pytest.warns(DuplicateNodenameWarning) as caught:
+            mingle.warn_if_name_taken(dsn, NODE, {})  # a second one starting
+        with warnings.catch_warnings(record=True) as skipped:
             warnings.simplefilter("always")
-            mingle.warn_if_name_taken(app, NODE, {})
-        assert [w for w in alone if issubclass(w.category, DuplicateNodenameWarning)] == []
-        with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
-            with pytest.warns(DuplicateNodenameWarning) as caught:
-                mingle.warn_if_name_taken(app, NODE, {})
-            with warnings.catch_warnings(record=True) as skipped:
-                warnings.simplefilter("always")
-                mingle.warn_if_name_taken(app, NODE, {"without_mingle": True})  # as in Celery
+            mingle.warn_if_name_taken(dsn, NODE, {"without_mingle": True})  # as in Celery
     assert str(caught[0].message) == (
         f"Received multiple replies from node name: {NODE}.\n"
         "Please make sure you give each node a unique nodename using\n"
