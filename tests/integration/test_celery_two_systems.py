@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def r() -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(two.REDIS_URL)
-    client.flushdb()  # db 12 belongs to this file
+    client.flushdb()  # db 12 of the test kit's own redis-server (redis_url), used by this file only
     yield client
     client.flushdb()
     client.close()

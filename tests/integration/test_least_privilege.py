@@ -27,6 +27,7 @@ from ujobs_bridge._internal.config.dsn import mask_dsn
 from ujobs_bridge._internal.db import connections, schema
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.testing import redis_url
+from ujobs_bridge.testing.database import dsn_as
 
 GUIDE_REDIS = redis_url(11)  # apps.guide_proj's broker
 
@@ -36,13 +37,6 @@ class Roles:
     owner_dsn: str
     app_dsn: str
     app_role: str
-
-
-def _with_user(dsn: str, user: str) -> str:
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    params["user"] = user
-    params.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
 @pytest.fixture
@@ -60,7 +54,7 @@ def roles() -> Iterator[Roles]:
     with psycopg.connect(_dsn_for(name), autocommit=True) as conn:
         conn.execute("revoke create on schema public from public")
     try:
-        yield Roles(_with_user(_dsn_for(name), owner), _with_user(_dsn_for(name), app), app)
+        yield Roles(dsn_as(_dsn_for(name), owner), dsn_as(_dsn_for(name), app), app)
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
             admin.execute(
@@ -128,7 +122,9 @@ def test_an_app_role_with_only_the_grants_enqueues_works_schedules_and_drains(
     assert cli("db", "upgrade", "--dsn", roles.owner_dsn).returncode == 0
     granted = cli("db", "grant", roles.app_role, "--dsn", roles.owner_dsn)
     assert granted.returncode == 0, granted.stderr
-    assert "x_jobs" in schema.grant(roles.owner_dsn, roles.app_role).relations  # idempotent, names them
+    assert (
+        "x_jobs" in schema.grant(roles.owner_dsn, roles.app_role).relations
+    )  # idempotent, names them
 
     # Enqueue (a plain @job) and work it, as the application role.
     from apps import basic_jobs

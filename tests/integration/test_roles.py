@@ -32,6 +32,7 @@ from ujobs_bridge._internal.db import schema
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.ext.observe import Introspector
+from ujobs_bridge.testing.database import dsn_as
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,13 +45,6 @@ class Cluster:
     owner_dsn: str
     roles: dict[str, str]  # duty -> role name
     dsns: dict[str, str]  # duty -> DSN as that role
-
-
-def _with_user(dsn: str, user: str) -> str:
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
-    params["user"] = user
-    params.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
 @pytest.fixture
@@ -69,12 +63,12 @@ def cluster() -> Iterator[Cluster]:
     with psycopg.connect(_dsn_for(name), autocommit=True) as conn:
         conn.execute("revoke create on schema public from public")
     try:
-        owner_dsn = _with_user(_dsn_for(name), owner)
+        owner_dsn = dsn_as(_dsn_for(name), owner)
         yield Cluster(
             owner,
             owner_dsn,
             roles,
-            {duty: _with_user(_dsn_for(name), role) for duty, role in roles.items()},
+            {duty: dsn_as(_dsn_for(name), role) for duty, role in roles.items()},
         )
     finally:
         with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:

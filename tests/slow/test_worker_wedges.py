@@ -203,8 +203,8 @@ def test_results_under_the_limit_are_written_while_leases_renew_and_the_limit_is
     """Two 60 MB results (under a raised limit) written beside quick jobs on a 4 s lease: the
     renewals do not wait behind the writes, so no quick job is rescued;
     ``--max-result-bytes`` sets the limit (a 150 MB result over it fails alone), and the memory
-    comes back. The lease is twice the other tests': on a saturated CI machine a process that
-    builds and sends 120 MB can be kept off the CPU for more than 2 s, and a lease that short
+    comes back. The lease is twice the other tests': a process that builds and sends 120 MB on a
+    machine whose cores are all busy can wait for a core longer than 2 s, and a lease that short
     then runs out whoever renews it."""
     worker = workers("-c", "2", "--max-result-bytes", str(100 * MB), "--lease", "4")
     wait_for(lambda: "ready:" in worker.output(), timeout=30, what="the worker to start")

@@ -37,6 +37,14 @@ def admin_dsn_from_env() -> str:
     return os.environ.get(ADMIN_DSN_ENV) or DEFAULT_ADMIN_DSN
 
 
+def dsn_as(dsn: str, user: str) -> str:
+    """``dsn`` for role ``user`` (same host, database and options; no password)."""
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    params["user"] = user
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
 def dsn_for(admin_dsn: str, dbname: str) -> str:
     """``admin_dsn`` pointed at database ``dbname`` (same host, user and options)."""
     info = psycopg.conninfo.conninfo_to_dict(admin_dsn)
