@@ -257,3 +257,13 @@ def outage_dsn(private_cluster: PrivateCluster, private_database: TemporaryDatab
         private_cluster.start()
     private_database.reset()
     return private_database.dsn
+
+
+def start_recorded(db: psycopg.Connection[tuple[object, ...]], job_id: object) -> bool:
+    """Is the start of the job's body recorded on its lease (``started_at``)? A first delivery's
+    start is written with the next outcome write, a few milliseconds after the body starts: a
+    test that kills a worker to have an attempt charged waits for it."""
+    found = db.execute(
+        "select started_at is not null from x_job_leases where job_id = %s", (job_id,)
+    ).fetchone()
+    return bool(found and found[0])

@@ -13,7 +13,7 @@ import pytest
 from worker_proc import WorkerProc
 
 from apps import step_fault_jobs
-from conftest import wait_for
+from conftest import start_recorded, wait_for
 from ujobs_bridge import send_event
 from ujobs_bridge.client import Client
 
@@ -79,6 +79,7 @@ def test_killed_inside_a_step_before_persisting_runs_the_step_again_and_complete
     ref = step_fault_jobs.checkout.configure(client=client).enqueue("f1", gate_in_step="g1")
     first = workers()
     wait_for(lambda: effects(ledger, "charge"), what="the step to start")
+    wait_for(lambda: start_recorded(ledger, ref.id), what="the body's start to be recorded")
     first.kill()
     open_gate(ledger, "g1")
     workers()

@@ -25,7 +25,7 @@ from psycopg.rows import dict_row
 from worker_proc import TESTS_DIR, WorkerProc
 
 from apps import fault_jobs
-from conftest import wait_for
+from conftest import start_recorded, wait_for
 from ujobs_bridge import Worker, WorkerConfig
 from ujobs_bridge._internal.config.loading import from_module
 from ujobs_bridge.client import Client
@@ -114,14 +114,6 @@ def lease_ran_out(db: Db, job_id: Any) -> bool:
         "select lease_expires_at < now() from x_jobs where id = %s and state = 'running'", (job_id,)
     ).fetchone()
     return found == (True,)
-
-
-def start_recorded(db: Db, job_id: Any) -> bool:
-    """Is the start of the body on the job's lease recorded (``started_at``)?"""
-    found = db.execute(
-        "select started_at is not null from x_job_leases where job_id = %s", (job_id,)
-    ).fetchone()
-    return bool(found and found[0])
 
 
 def db_now(db: Db) -> Any:
