@@ -78,7 +78,9 @@ def worker(
     often it sweeps (rescues, unknown task names); ``node_name``: its ``-n`` (default
     ``ujobs@<host>``). Unknown task names fail as under
     ``ujobs-bridge worker -A`` (``UNKNOWN_TASK_FAILS_AFTER_S``)."""
-    limit: dict[str, Any] = {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    limit: dict[str, Any] = (
+        {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    )
     if sweep_s is not None:
         limit["sweep_s"] = sweep_s
     w = Worker(

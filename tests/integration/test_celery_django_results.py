@@ -145,9 +145,7 @@ def groups(dsn: str) -> list[dict[str, Any]]:
     return found
 
 
-def test_task_result_rows_equal_those_django_celery_results_writes(
-    project: Any, dsn: str
-) -> None:
+def test_task_result_rows_equal_those_django_celery_results_writes(project: Any, dsn: str) -> None:
     current, default = celery._state.get_current_app(), celery._state.default_app
     # As in a prefork ``celery worker -n NODE`` (the production pool): tasks are traced with the
     # node name as their request's hostname (a thread pool's tracer would use the bare host).
@@ -180,13 +178,17 @@ def test_task_result_rows_equal_those_django_celery_results_writes(
     for got in (on_celery, on_bridge):
         got.pop("ids")
         assert isinstance(got.pop("fail"), ValueError)
-    assert on_bridge == on_celery == {
-        "add": 5,
-        "greet": "hi Ada",
-        "retried": "once after 1",
-        "group": [2, 4],
-        "chord": 10,
-    }
+    assert (
+        on_bridge
+        == on_celery
+        == {
+            "add": 5,
+            "greet": "hi Ada",
+            "retried": "once after 1",
+            "group": [2, 4],
+            "chord": 10,
+        }
+    )
     assert len(celery_rows) == 9  # 4 calls (a retry keeps its row), 2 group parts, a chord of 3
     for celery_row, bridge_row in zip(celery_rows, bridge_rows, strict=True):
         assert bridge_row == celery_row
@@ -202,3 +204,63 @@ def task_ids(dsn: str) -> list[str]:
     found = rows(dsn, "django_celery_results_taskresult", "task_id")
     groups_found = rows(dsn, "django_celery_results_groupresult", "group_id")
     return [r["task_id"] for r in found] + [g["group_id"] for g in groups_found]
+
+
+def test_a_chord_part_delivered_twice_counts_once_and_the_body_is_sent_once(
+    project: Any, dsn: str
+) -> None:
+    """django-celery-results decrements ``ChordCounter.count`` per call: a part returned twice (a
+    redelivery) would end the count early. Here the count is of finished parts."""
+    from celery.utils.objects import Bunch
+    from django_celery_results.models import ChordCounter
+
+    app, made = project.bridge, project.TASKS["bridge"]
+    with bound(app, dsn):
+        header = group(made["add"].s(1, 2), made["add"].s(3, 4)).freeze()
+        body = made["total"].s()
+        parts = [r.id for r in header.results]
+        app.backend.apply_chord((header.id, header.results), body)
+
+        def part_returns(n: int, value: int) -> None:
+            app.backend.store_result(parts[n], value, states.SUCCESS)
+            request = Bunch(id=parts[n], group=header.id, chord=dict(body), group_index=n)
+            app.backend.on_chord_part_return(request, states.SUCCESS, value)
+
+        part_returns(0, 3)
+        part_returns(0, 3)  # delivered again
+        assert ChordCounter.objects.get(group_id=header.id).count == 1
+        assert body_jobs(dsn) == 0
+        part_returns(1, 7)
+        part_returns(1, 7)  # delivered again after the body was sent
+        assert not ChordCounter.objects.filter(group_id=header.id).exists()
+        assert body_jobs(dsn) == 1
+
+
+def body_jobs(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select count(*) from x_jobs where name = 'dcr.total'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_dead_lettered_message_reads_failure_though_its_row_was_never_finished(
+    project: Any, dsn: str
+) -> None:
+    """The engine dead-letters a message whose workers keep dying: Celery's tracer never stored
+    a result, so the TaskResult row (written STARTED here) is not final; ``AsyncResult`` reads
+    the job rows as the Postgres backend does."""
+    from celery.exceptions import WorkerLostError
+
+    app, made = project.bridge, project.TASKS["bridge"]
+    with bound(app, dsn):
+        sent = made["add"].delay(1, 1)
+        app.backend.store_result(sent.id, {"pid": 1}, states.STARTED)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "update x_jobs set state = 'dead', last_error = 'UJ_WORKER_LOST: killed'"
+                " where name = 'dcr.add'"
+            )
+        fresh = app.AsyncResult(sent.id)
+        assert fresh.state == states.FAILURE
+        assert isinstance(fresh.result, WorkerLostError)
+        assert "UJ_WORKER_LOST" in str(fresh.traceback)
