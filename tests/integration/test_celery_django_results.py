@@ -31,7 +31,6 @@ from apps.celery_harness import (
     celery_listeners_closed,  # noqa: F401 - closes LISTENs at session end
     worker,
 )
-from conftest import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 NODE = f"celery@{socket.gethostname()}"
