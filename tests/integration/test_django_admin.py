@@ -228,3 +228,42 @@ def test_staff_see_jobs_and_dead_letters_and_retry_one_a_viewer_is_refused(
     for page in ("schedule", "worker"):
         driver.get(f"{site}/admin/ujobs_jobs/{page}/")
         assert "Select" in driver.title
+
+
+def test_cancel_and_discard_run_with_their_permission_only(
+    site: str, users: dict[str, Any], dsn: str, client: Client
+) -> None:
+    """Cancel (jobs) and discard (dead letters), through the admin's own views: refused to the
+    viewer, done for the operator once given each permission; the cancel names its user."""
+    from django.contrib.auth.models import Permission
+    from django.test import Client as DjangoClient
+
+    from apps.basic_jobs import add
+
+    dead = dead_add(dsn, client, 1, 1)
+    waiting = add.configure(client=client).enqueue(1, 2)
+    browser_of = {name: DjangoClient() for name in users}
+    for name, user in users.items():
+        browser_of[name].force_login(user)
+
+    def post(name: str, model: str, action: str, job_id: Any) -> Any:
+        data = {"action": action, "_selected_action": [str(job_id)], "index": "0"}
+        return browser_of[name].post(f"/admin/ujobs_jobs/{model}/", data, follow=True)
+
+    for name in ("viewer", "operator"):  # neither holds cancel_job nor discard_deadletter yet
+        post(name, "job", "cancel", waiting.id)
+        post(name, "deadletter", "discard", dead.id)
+    assert (state_of(dsn, waiting.id), state_of(dsn, dead.id)) == ("ready", "dead")
+
+    users["operator"].user_permissions.add(
+        *Permission.objects.filter(codename__in=["cancel_job", "discard_deadletter"])
+    )
+    browser_of["operator"].force_login(users["operator"])  # permissions are cached per user
+    page = post("operator", "job", "cancel", waiting.id)
+    assert "Cancelled 1 of 1 selected." in page.content.decode()
+    assert state_of(dsn, waiting.id) == "cancelled"
+    page = post("operator", "deadletter", "discard", dead.id)
+    assert "Discarded 1 of 1 selected." in page.content.decode()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        left = conn.execute("select id, last_error from x_jobs order by created_at").fetchall()
+    assert left == [(waiting.id, "UJ_JOB_CANCELLED: cancelled from the Django admin by operator")]
