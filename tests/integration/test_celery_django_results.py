@@ -12,6 +12,7 @@ migrated into the session database."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Iterator
@@ -45,7 +46,11 @@ COLUMNS = (
 
 @pytest.fixture(scope="module")
 def django_results(pg_dsn: str) -> Iterator[Any]:
-    """django-celery-results installed and migrated; the project module (its two apps)."""
+    """django-celery-results installed and migrated; the project module (its two apps), made
+    as a Django project's ``celery.py`` makes its app: with ``DJANGO_SETTINGS_MODULE`` set, so
+    Celery's Django fixup closes each task's database connections in both workers."""
+    had_settings_module = "DJANGO_SETTINGS_MODULE" in os.environ
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "apps.celery_proj.settings")
     from django.conf import settings
 
     if not settings.configured:
@@ -66,6 +71,8 @@ def django_results(pg_dsn: str) -> Iterator[Any]:
         from django.db import connections
 
         connections.close_all()
+    if not had_settings_module:  # later subprocesses (worker, demo) must not inherit it
+        os.environ.pop("DJANGO_SETTINGS_MODULE", None)
 
 
 @pytest.fixture
