@@ -155,7 +155,7 @@ class Celery(celery.Celery):  # type: ignore[misc]
         """Postgres, unless ``result_backend`` names django-celery-results' ``django-db``: then
         its rows (``contrib/django/results.py``), read and written as that package does."""
         if names_django_db(self.conf.result_backend):
-            # Imported here: it imports Django's models (a configured Django project only).
+            # optional: django-celery-results, and its models need a configured Django project
             from celery_compat.contrib.django.results import DjangoResultsBackend
 
             return DjangoResultsBackend(app=self, url=self.conf.result_backend)
