@@ -22,7 +22,7 @@ import celery._state
 import psycopg
 import pytest
 import redis
-from celery import chord, group, states
+from celery import chain, chord, group, states
 from celery.app.trace import reset_worker_optimizations, setup_worker_optimizations
 from celery.contrib.testing.worker import start_worker
 from psycopg.rows import dict_row
@@ -117,6 +117,8 @@ def run_the_project(app: Any, made: dict[str, Any]) -> dict[str, Any]:
     got["group"] = saved.get(timeout=60)
     joined = chord([made["add"].s(1, 2), made["add"].s(3, 4)], made["total"].s()).apply_async()
     got["chord"] = joined.get(timeout=60)
+    header = [chain(made["add"].s(1, 1), made["add"].s(2)), made["add"].s(5, 5)]
+    got["chord of a chain"] = chord(header, made["total"].s()).apply_async().get(timeout=60)
     got["ids"] = {name: result.id for name, result in sent.items()} | {
         "group": saved.id,
         "chord": joined.id,
@@ -193,9 +195,11 @@ def test_task_result_rows_equal_those_django_celery_results_writes(project: Any,
             "retried": "once after 1",
             "group": [2, 4],
             "chord": 10,
+            "chord of a chain": 14,
         }
     )
-    assert len(celery_rows) == 9  # 4 calls (a retry keeps its row), 2 group parts, a chord of 3
+    # 4 calls (a retry keeps its row), 2 group parts, a chord of 3, a chord of a chain: 4
+    assert len(celery_rows) == 13
     for celery_row, bridge_row in zip(celery_rows, bridge_rows, strict=True):
         assert bridge_row == celery_row
     assert groups(dsn) == celery_groups
