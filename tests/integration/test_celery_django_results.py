@@ -274,3 +274,25 @@ def test_a_dead_lettered_message_reads_failure_though_its_row_was_never_finished
         assert fresh.state == states.FAILURE
         assert isinstance(fresh.result, WorkerLostError)
         assert "UJ_WORKER_LOST" in str(fresh.traceback)
+
+
+def test_celery_backend_cleanup_on_a_bridge_worker_deletes_the_expired_rows(
+    project: Any, dsn: str
+) -> None:
+    """Rows past ``result_expires`` go as Celery's ``celery.backend_cleanup`` task deletes them
+    (the entry Celery's beat adds by itself; with the bridge's scheduler it is a
+    ``beat_schedule`` entry of the project's own)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django_celery_results.models import TaskResult
+
+    app = project.bridge
+    with bound(app, dsn), worker(app, dsn):
+        app.backend.store_result("finished-long-ago", 1, states.SUCCESS)
+        app.backend.store_result("finished-now", 2, states.SUCCESS)
+        long_ago = timezone.now() - app.conf.result_expires - timedelta(hours=1)
+        TaskResult.objects.filter(task_id="finished-long-ago").update(date_done=long_ago)
+        app.send_task("celery.backend_cleanup").get(timeout=60)
+    kept = set(TaskResult.objects.values_list("task_id", flat=True))
+    assert "finished-now" in kept and "finished-long-ago" not in kept

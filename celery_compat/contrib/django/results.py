@@ -23,6 +23,8 @@ runs tasks through Celery's own tracer with the message's request. What is ours:
 
 What it is not: a second store. Nothing is written to ``x_celery_results`` for such an app;
 ``get()`` polls the row at its ``interval`` (no NOTIFY comes from a Django write); a result
+is not held to ``--max-result-bytes``; expired rows go by Celery's ``celery.backend_cleanup``
+task (which Celery's beat adds by itself, the bridge's scheduler does not); a result
 write that fails in a database outage is not retried through it (Celery's
 ``result_backend_always_retry`` covers Django's ``InterfaceError`` as django-celery-results
 documents). Importing this module needs Django configured (it imports the models).
