@@ -210,6 +210,10 @@ def test_staff_see_jobs_and_dead_letters_and_retry_one_a_viewer_is_refused(
     assert states == {"dead", "ready"}
     SHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SHOTS / "admin-jobs.png"))
+    driver.get(f"{site}/admin/ujobs_jobs/job/{dead.id}/change/")  # its page: read-only, whole
+    assert "RuntimeError: the first deploy of add was broken" in driver.page_source
+    assert "Traceback (most recent call last)" in driver.page_source
+    assert driver.find_elements(By.NAME, "_save") == []
     driver.get(dead_page)
     (row,) = driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert "RuntimeError: the first deploy of add was broken" in row.text
