@@ -55,6 +55,7 @@ LONG_RUNNING = (
     (("ujobs-bridge", "worker"), None, re.compile(r" ready: .*queues=(?P<queues>[^\s]+)")),
     (("ujobs-bridge", "scheduler"), None, re.compile(r" ready: ")),
     (("ujobs-bridge", "migrate"), "--follow", re.compile(r"\(follow\)")),
+    (("ujobs-bridge", "outbox", "relay"), None, re.compile(r"relay")),
 )
 DUE_JOBS = (
     "select count(*) from x_jobs where queue = any(%s)"
@@ -164,6 +165,14 @@ def runnable_pages() -> list[Path]:
         for page in pages()
         if any(b.snippet and b.skip_reason is None and "file" not in b.attrs for b in blocks(page))
     ]
+
+
+def runs_commands(page: Path) -> bool:
+    """Whether a shell block of the page is run (not a Python block alone)."""
+    return any(
+        b.lang in SHELL_LANGUAGES and b.skip_reason is None and "file" not in b.attrs
+        for b in blocks(page)
+    )
 
 
 # -- running a page ----------------------------------------------------------------------------

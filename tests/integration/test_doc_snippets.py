@@ -1,6 +1,7 @@
 """Every snippet of the README and the docs runs as written (``doc_snippets``: the convention, the
 markers that say why a block cannot run, how long-running commands are bounded). One test per
-page with a block to run, so xdist spreads the pages; a page's blocks run in order in one
+page with a block to run, so xdist spreads the pages (those that run commands in the slow
+lane); a page's blocks run in order in one
 temporary directory, against this test's database (``UJOBS_DATABASE_URL``, and the names the
 pages give it: ``DATABASE_URL``, ``APP_DATABASE_URL``, ``JOBS_DATABASE_URL``, ``OWNER_DSN``), and
 a Redis database of the test kit's own server as ``CELERY_BROKER_URL``.
@@ -19,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
-from doc_snippets import ROOT, PageRun, SnippetFailed, runnable_pages
+from doc_snippets import ROOT, PageRun, SnippetFailed, runnable_pages, runs_commands
 
 from ujobs_bridge.testing import redis_url
 
@@ -61,9 +62,21 @@ def page_run(dsn: str, tmp_path: Path) -> Iterator[PageRun]:
                 conn.execute(psycopg.sql.SQL("drop table {}").format(psycopg.sql.Identifier(table)))
 
 
-@pytest.mark.parametrize(
-    "page", runnable_pages(), ids=lambda page: str(page.relative_to(ROOT))
-)  # fmt: skip
+def page_params() -> list[object]:
+    """A page that runs commands (each a process start with the package's imports; a worker
+    waited for until it is ready and idle) is in the slow lane; a page of Python blocks alone
+    stays in this one."""
+    return [
+        pytest.param(
+            page,
+            id=str(page.relative_to(ROOT)),
+            marks=[pytest.mark.slow] if runs_commands(page) else [],
+        )
+        for page in runnable_pages()
+    ]
+
+
+@pytest.mark.parametrize("page", page_params())
 def test_the_snippets_of_the_page_run(page: Path, page_run: PageRun) -> None:
     page_run.run_page(page)
 
@@ -84,6 +97,7 @@ def test_a_page_whose_module_lost_a_name_fails_at_the_line_that_uses_it(
     assert "ImportError: cannot import name 'send_welcome' from 'tasks'" in message
 
 
+@pytest.mark.slow  # runs the README's first quickstart: a signup, a worker, jobs ls
 def test_a_block_whose_output_is_not_what_it_expects_fails(page_run: PageRun) -> None:
     text = README.read_text().replace('expect="6 job(s)"', 'expect="7 job(s)"', 1)
     assert text != README.read_text()
