@@ -21,9 +21,9 @@ neither GitHub nor MkDocs shows:
 A page's blocks run in order in one temporary directory, against the database of
 ``UJOBS_DATABASE_URL`` (and the other URL variables the pages use). A Python block runs as a
 script (``python snippet_LINE.py``). A shell block runs command by command under ``bash -e``; a
-command that runs until stopped (``LONG_RUNNING``: a worker, the scheduler) is started, waited for
-until it is ready and no due job is left to run, then stopped with SIGINT (Ctrl-C) and must exit
-0. Blocks of other languages (``text``, ``ini``, ``sql``, ``promql``...) are not snippets; every
+command that runs until stopped (``LONG_RUNNING``: a worker, the scheduler, ``migrate --follow``,
+``outbox relay``) is started, waited for until it is ready (a worker: and no due job of its
+queues is left), then stopped with SIGINT (Ctrl-C) and must exit 0. Blocks of other languages (``text``, ``ini``, ``sql``, ``promql``...) are not snippets; every
 fence names its language.
 
 What it is not: a doctest. Output is checked only where a block says what to expect.
@@ -55,7 +55,7 @@ LONG_RUNNING = (
     (("ujobs-bridge", "worker"), None, re.compile(r" ready: .*queues=(?P<queues>[^\s]+)")),
     (("ujobs-bridge", "scheduler"), None, re.compile(r" ready: ")),
     (("ujobs-bridge", "migrate"), "--follow", re.compile(r"\(follow\)")),
-    (("ujobs-bridge", "outbox", "relay"), None, re.compile(r"relay")),
+    (("ujobs-bridge", "outbox", "relay"), None, re.compile(r"outbox relay ready: ")),
 )
 DUE_JOBS = (
     "select count(*) from x_jobs where queue = any(%s)"
@@ -116,11 +116,13 @@ def blocks(page: Path, text: str | None = None) -> list[Block]:
     markers = list(MARKER.finditer(text))
     for m in markers:
         if m["body"] is not None and m["body"].strip():
-            attrs = parse_attributes(m["head"])
-            python = "prelude" in attrs or "run" in attrs or attrs.get("file", "").endswith(".py")
+            hidden = parse_attributes(m["head"])
+            python = (
+                "prelude" in hidden or "run" in hidden or hidden.get("file", "").endswith(".py")
+            )
             lang = "python" if python else ""
             line = text.count("\n", 0, m.start()) + 1
-            items.append((m.start(), Block(page, line, lang, m["body"], attrs, hidden=True)))
+            items.append((m.start(), Block(page, line, lang, m["body"], hidden, hidden=True)))
     for f in FENCE.finditer(text):
         before = text[: f.start()].rstrip()
         attrs: dict[str, str] = {}
