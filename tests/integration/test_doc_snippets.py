@@ -70,7 +70,7 @@ def page_params() -> list[object]:
         pytest.param(
             page,
             id=str(page.relative_to(ROOT)),
-            marks=[pytest.mark.slow] if runs_commands(page) else [],
+            marks=[pytest.mark.slow, pytest.mark.timeout(600)] if runs_commands(page) else [],
         )
         for page in runnable_pages()
     ]
