@@ -20,11 +20,12 @@ neither GitHub nor MkDocs shows:
 
 A page's blocks run in order in one temporary directory, against the database of
 ``UJOBS_DATABASE_URL`` (and the other URL variables the pages use). A Python block runs as a
-script (``python snippet_LINE.py``). A shell block runs command by command under ``bash -e``; a
+script (``python snippet_LINE.py``). A shell block runs command by command (one a line, ``\\``
+continuing one; in a ``console`` block the lines after a ``$`` prompt) under ``bash -e``; a
 command that runs until stopped (``LONG_RUNNING``: a worker, the scheduler, ``migrate --follow``,
 ``outbox relay``) is started, waited for until it is ready (a worker: and no due job of its
-queues is left), then stopped with SIGINT (Ctrl-C) and must exit 0. Blocks of other languages (``text``, ``ini``, ``sql``, ``promql``...) are not snippets; every
-fence names its language.
+queues is left), then stopped with SIGINT (Ctrl-C) and must exit 0. Blocks of other languages
+(``text``, ``ini``, ``sql``, ``promql``...) are not snippets; every fence names its language.
 
 What it is not: a doctest. Output is checked only where a block says what to expect.
 """
@@ -153,11 +154,13 @@ def unmarked_problems(page: Path, text: str | None = None) -> list[str]:
             if "prelude" in block.attrs:
                 prelude = block.code
                 continue
+            is_file = "file" in block.attrs  # a file does not take the prelude; a script does
             try:
-                compile(prelude + block.code, block.where, "exec")
+                compile(("" if is_file else prelude) + block.code, block.where, "exec")
             except SyntaxError as exc:
                 problems.append(f"{block.where}: {exc}")
-            prelude = ""
+            if not is_file:
+                prelude = ""
     return problems
 
 
@@ -184,13 +187,17 @@ class SnippetFailed(AssertionError):
     """A snippet did not run as its page says; the message names the page and line."""
 
 
-def commands(code: str) -> Iterator[str]:
-    """A shell block's commands: continuation lines joined, blank and comment lines left out."""
-    joined = re.sub(r"\\\n\s*", " ", code)
+def commands(code: str, lang: str = "bash") -> Iterator[str]:
+    """A shell block's commands, one a line: continuation lines joined, blank and comment lines
+    left out; in a ``console`` block only the lines after a ``$`` prompt (the rest is output)."""
+    joined = re.sub(r"[ \t]*\\\n\s*", " ", code)
     for line in joined.splitlines():
         stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            yield stripped.removeprefix("$ ")
+        if lang == "console":
+            if stripped.startswith("$ "):
+                yield stripped.removeprefix("$ ")
+        elif stripped and not stripped.startswith("#"):
+            yield stripped
 
 
 def long_running(command: str) -> re.Pattern[str] | None:
@@ -253,7 +260,7 @@ class PageRun:
 
     def run_shell(self, block: Block) -> None:
         output: list[str] = []
-        for command in commands(block.code):
+        for command in commands(block.code, block.lang):
             ready = long_running(command)
             if ready is None:
                 output.append(self.execute(["bash", "-e", "-o", "pipefail", "-c", command], block))

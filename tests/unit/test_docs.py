@@ -308,3 +308,22 @@ def test_the_version_is_single_sourced() -> None:
     assert result.exit_code == 0 and result.output.strip().endswith(__version__)
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert f"## [{__version__}]" in changelog
+
+
+def test_a_shell_block_runs_one_command_a_line_and_bounds_the_ones_that_run_until_stopped() -> None:
+    block = "ujobs-bridge db grant --dsn x \\\n    --producer web  # once\n\n# a comment\nls\n"
+    assert list(doc_snippets.commands(block)) == [
+        "ujobs-bridge db grant --dsn x --producer web  # once",
+        "ls",
+    ]
+    console = "$ ujobs-bridge jobs ls\n6 job(s)\n$ echo done\n"
+    assert list(doc_snippets.commands(console, "console")) == ["ujobs-bridge jobs ls", "echo done"]
+    bounded = [
+        "ujobs-bridge worker -A tasks  # Ctrl-C",
+        "ujobs-bridge scheduler -A proj",
+        "ujobs-bridge migrate -A proj -Q emails --follow",
+        "ujobs-bridge outbox relay --source x",
+    ]
+    assert all(doc_snippets.long_running(command) for command in bounded)
+    ends = ["ujobs-bridge migrate -A proj --all-queues", "ujobs-bridge jobs ls", "python x.py"]
+    assert not any(doc_snippets.long_running(command) for command in ends)
