@@ -10,6 +10,7 @@ neither GitHub nor MkDocs shows:
 - ``<!-- snippet: skip reason="..." -->`` right before a block: not run, for the reason given.
 - ``<!-- snippet: file="proj/tasks.py" -->`` right before a block: the block is that file's
   content, written into the page's directory (a Python file must compile); nothing runs.
+  ``append="proj/settings.py"``: the block's lines are added to the end of that file.
 - ``<!-- snippet: expect="6 job(s)" -->`` right before a block: run it, and its output must hold
   that text.
 - ``<!-- snippet: file="billing.py"`` with a body, then ``-->``: a file the reader is assumed to
@@ -94,6 +95,11 @@ class Block:
         return self.lang in SNIPPET_LANGUAGES
 
     @property
+    def writes(self) -> str | None:
+        """The file the block is (``file=``) or adds its lines to (``append=``), if any."""
+        return self.attrs.get("file") or self.attrs.get("append")
+
+    @property
     def skip_reason(self) -> str | None:
         return self.attrs.get("reason", "") if "skip" in self.attrs else None
 
@@ -143,7 +149,7 @@ def unmarked_problems(page: Path, text: str | None = None) -> list[str]:
     problems: list[str] = []
     prelude = ""
     for block in blocks(page, text):
-        known = {"skip", "reason", "file", "expect", "prelude", "run"}
+        known = {"skip", "reason", "file", "append", "expect", "prelude", "run"}
         if not block.lang and not block.hidden:
             problems.append(f"{block.where}: a fence without a language (text, if not a snippet)")
         if unknown := set(block.attrs) - known:
@@ -154,7 +160,7 @@ def unmarked_problems(page: Path, text: str | None = None) -> list[str]:
             if "prelude" in block.attrs:
                 prelude = block.code
                 continue
-            is_file = "file" in block.attrs  # a file does not take the prelude; a script does
+            is_file = block.writes is not None  # a file takes no prelude; a script does
             try:
                 compile(("" if is_file else prelude) + block.code, block.where, "exec")
             except SyntaxError as exc:
@@ -168,14 +174,14 @@ def runnable_pages() -> list[Path]:
     return [
         page
         for page in pages()
-        if any(b.snippet and b.skip_reason is None and "file" not in b.attrs for b in blocks(page))
+        if any(b.snippet and b.skip_reason is None and b.writes is None for b in blocks(page))
     ]
 
 
 def runs_commands(page: Path) -> bool:
     """Whether a shell block of the page is run (not a Python block alone)."""
     return any(
-        b.lang in SHELL_LANGUAGES and b.skip_reason is None and "file" not in b.attrs
+        b.lang in SHELL_LANGUAGES and b.skip_reason is None and b.writes is None
         for b in blocks(page)
     )
 
@@ -234,12 +240,13 @@ class PageRun:
                 continue
             if "prelude" in block.attrs:
                 prelude = block.code
-            elif "file" in block.attrs:
-                target = self.directory / block.attrs["file"]
+            elif block.writes is not None:
+                target = self.directory / block.writes
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(block.code)
+                kept = target.read_text() if "append" in block.attrs and target.exists() else ""
+                target.write_text(kept + block.code)
                 if target.suffix == ".py":
-                    compile(block.code, block.where, "exec")
+                    compile(kept + block.code, block.where, "exec")
             elif block.lang == "python":
                 self.run_python(block, prelude)
                 prelude = ""
