@@ -45,7 +45,14 @@ def page_run(dsn: str, tmp_path: Path) -> Iterator[PageRun]:
         client.flushdb()
     bin_dir = str(Path(sys.executable).parent)
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("UJOBS_")},
+        # the reader's environment, but none of the variables that would point elsewhere (the
+        # test kit's own, UJOBS_TEST_*, stay: testing.md runs pytest with the kit's plugin) and
+        # nothing of this pytest run (an xdist worker's PYTEST_XDIST_WORKER...)
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("UJOBS_", "PYTEST_")) or k.startswith("UJOBS_TEST_")
+        },
         **dict.fromkeys(DATABASE_VARIABLES, dsn),
         "CELERY_BROKER_URL": broker,  # a Celery app of a page sends here, never to a default
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
