@@ -10,10 +10,16 @@ two loses the message. The drainer never holds a message that Redis does not als
 2. the batch is inserted and COMMITTED (``batch.commit_prepared``);
 3. only then is the batch's processing list deleted: one ``DEL``, no message sent back.
 
-A drainer that restarts first finishes its own processing lists (the ledger absorbs whatever
-was committed before the crash; a recovered message is ``LREM``\\ ed from its list after its
-commit), and adopts the lists of a drainer whose heartbeat key has expired. Batch lists carry a
-token of the run, so two drainers started with the same id never share one.
+Every list is owned by one run of a drainer: batch lists carry the run's token
+(``<run>.<n>``), and a run is alive while its Redis connection is (its name, ``ujobs-migrate:
+<drainer id>#<run>``, is in ``CLIENT LIST``) and its liveness key is there (``_ujobs.migrate.alive
+<sep><drainer id><sep><run>``, refreshed as it works, removed when it stops). A drainer that
+starts adopts (moves onto a list of its own run, ``<run>.adopted``) only the lists of runs that
+are gone: killed (its connection closed with the process), stopped, or silent past the key's
+time to live; then it finishes them (the ledger absorbs whatever was committed before the crash;
+a recovered message is ``LREM``\\ ed from its list after its commit). So two drainers on one
+Redis, even with the same id (the default is the host name), never take each other's batches
+while both live. Where ``CLIENT LIST`` is refused (a managed Redis), the key alone decides.
 ``global_keyprefix``, ``sep`` and ``priority_steps`` come from the app's
 ``broker_transport_options``. kombu's ``unacked`` hash belongs to live Celery workers and is left
 alone unless ``--restore-unacked`` (only with every Celery worker stopped): then its entries are
@@ -27,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,10 +80,14 @@ return moved
 """
 
 
-def client_name(drainer_id: str) -> str:
-    """The Redis connection's name (CLIENT LIST, CLIENT KILL): no spaces or control characters."""
+def client_name(drainer_id: str, run: str = "") -> str:
+    """The Redis connection's name for one run of a drainer (CLIENT LIST, CLIENT KILL): no
+    spaces or control characters; ``ujobs-migrate:<drainer id>#<run>`` (without ``run``: the
+    name a drainer from before runs had, whose lists may still be in Redis)."""
     safe = "".join(c if c.isprintable() and not c.isspace() else "_" for c in drainer_id)
-    return f"ujobs-migrate:{safe}"[:100]
+    if not run:
+        return f"ujobs-migrate:{safe}"[:100]
+    return f"ujobs-migrate:{safe}"[: 99 - len(run)] + f"#{run}"
 
 
 def _glob_escape(text: str) -> str:
@@ -111,6 +122,7 @@ class RedisSource:
         self.unacked_index_key = self.prefix + str(opts.get("unacked_index_key") or "unacked_index")
         self.drainer_id = drainer_id
         self.restore_unacked = restore_unacked
+        self._run_id = secrets.token_hex(6)  # this run's lists and liveness (module docstring)
         # Bytes replies (no decode_responses). No retries inside redis-py: a take retried after
         # its reply was lost would move a second batch into the same list, and the DEL after
         # its commit would drop the first one unseen. A lost connection is raised instead; the
@@ -119,20 +131,20 @@ class RedisSource:
         self.client: Any = redis.Redis.from_url(
             url,
             retry=Retry(NoBackoff(), 0),
-            client_name=client_name(drainer_id),
+            client_name=client_name(drainer_id, self._run_id),
         )
         self.client.ping()
         self._move = self.client.register_script(_MOVE)
         self._adopt = self.client.register_script(_ADOPT)
         self._remove = self.client.register_script(_REMOVE)
         self._base = f"{self.prefix}_ujobs.migrate{self.sep}"
-        self._run_id = secrets.token_hex(4)  # batch lists of two same-id drainers never meet
         self._batches = 0
         self.queues = list(queues) if queues is not None else self.discover()
         self._turn = 0
         self._recovering: list[str] | None = None
         self._unacked_cursor: int | None = 0 if restore_unacked else None
         self._bindings: dict[str, list[tuple[str, str]]] = {}
+        self._beaten = 0.0  # monotonic: when the liveness key was last set
         self.beat()
 
     # -- layout -------------------------------------------------------------------------------
@@ -156,11 +168,39 @@ class RedisSource:
         drainer, _, rest = key[len(self._base) :].partition(self.sep)
         return drainer, rest.partition(self.sep)[0]
 
-    def heartbeat_key(self, drainer_id: str) -> str:
-        return f"{self.prefix}_ujobs.migrate.alive{self.sep}{drainer_id}"
+    def _run_of(self, key: str) -> str:
+        """The run that owns a processing list ("": a list from before runs)."""
+        rest = key[len(self._base) :].partition(self.sep)[2]
+        return rest.partition(self.sep)[2].partition(".")[0]
+
+    def heartbeat_key(self, drainer_id: str, run: str = "") -> str:
+        """The liveness key of one run of a drainer (without ``run``: from before runs)."""
+        key = f"{self.prefix}_ujobs.migrate.alive{self.sep}{drainer_id}"
+        return f"{key}{self.sep}{run}" if run else key
 
     def beat(self) -> None:
-        self.client.set(self.heartbeat_key(self.drainer_id), "1", ex=HEARTBEAT_S)
+        self.client.set(self.heartbeat_key(self.drainer_id, self._run_id), "1", ex=HEARTBEAT_S)
+        self._beaten = time.monotonic()
+
+    def _beat_if_due(self) -> None:
+        if time.monotonic() - self._beaten > HEARTBEAT_S / 4:
+            self.beat()
+
+    def _clients(self) -> set[str] | None:
+        """The names of the connections to this Redis now; None where CLIENT LIST is refused
+        (ACLs, a managed Redis that renames it)."""
+        try:
+            listed = self.client.client_list()
+        except redis.ResponseError:
+            return None
+        return {_text(c.get("name") or "") for c in listed}
+
+    def _gone(self, drainer: str, run: str, clients: set[str] | None) -> bool:
+        """Is this run of a drainer gone (its lists may be adopted)? Its liveness key expired
+        or was removed as it stopped, or no connection of it is open (it was killed)."""
+        if not self.client.exists(self.heartbeat_key(drainer, run)):
+            return True
+        return clients is not None and client_name(drainer, run) not in clients
 
     def _binding_sets(self) -> Iterator[tuple[str, str]]:
         pattern = _glob_escape(self.prefix + "_kombu.binding.") + "*"
@@ -185,17 +225,21 @@ class RedisSource:
     # -- drain --------------------------------------------------------------------------------
 
     def _own_processing(self) -> list[str]:
+        """This run's lists to finish first: those it adopts now from runs that are gone (a
+        live run's lists, whatever its drainer id, are left to it)."""
         pattern = _glob_escape(self._base) + "*"
+        clients = self._clients()
         own, stale = [], []
         for raw in self.client.scan_iter(match=pattern, count=500):
             key = _text(raw)
             drainer, queue = self._owner_and_queue(key)
-            if drainer == self.drainer_id:
+            run = self._run_of(key)
+            if drainer == self.drainer_id and run == self._run_id:
                 own.append(key)
-            elif not self.client.exists(self.heartbeat_key(drainer)):
+            elif self._gone(drainer, run, clients):
                 stale.append((key, queue))
-        for key, queue in stale:  # a drainer that died for good: its lists become ours
-            target = self.processing_key(queue)
+        for key, queue in stale:  # a run that is gone: its lists become this run's
+            target = f"{self.processing_key(queue)}{self.sep}{self._run_id}.adopted"
             self._adopt(keys=[key, target])
             own.append(target)
         return sorted(set(own))
@@ -217,6 +261,7 @@ class RedisSource:
         return out
 
     def take(self, n: int) -> list[Taken]:
+        self._beat_if_due()  # a follower with nothing to take stays alive too
         out: list[Taken] = []
         if self._unacked_cursor is not None:
             out.extend(self._take_unacked(n))
@@ -254,8 +299,9 @@ class RedisSource:
                 pipe.delete(*sorted(batches))
             for key, raws in by_list.items():  # one script call per list, not one LREM each
                 self._remove(keys=[key], args=raws, client=pipe)
-            pipe.set(self.heartbeat_key(self.drainer_id), "1", ex=HEARTBEAT_S)
+            pipe.set(self.heartbeat_key(self.drainer_id, self._run_id), "1", ex=HEARTBEAT_S)
             pipe.execute()
+        self._beaten = time.monotonic()
 
     def remaining(self) -> int:
         with self.client.pipeline(transaction=False) as pipe:
@@ -273,7 +319,7 @@ class RedisSource:
         """Say this drainer is gone (its lists may then be adopted) and disconnect; with Redis
         unreachable, just disconnect (the heartbeat key expires by itself)."""
         with contextlib.suppress(redis.RedisError):
-            self.client.delete(self.heartbeat_key(self.drainer_id))
+            self.client.delete(self.heartbeat_key(self.drainer_id, self._run_id))
         self.client.close()
 
     # -- unacked (only with --restore-unacked) ------------------------------------------------

@@ -273,11 +273,15 @@ class JobDefinition(Generic[P, R]):
         timeout_s: float | None,
         expires_s: float | None,
         on_time_limit: Callable[[ClaimedJob, float], BaseException] | None = None,
+        work_starts_late: bool = False,
     ) -> None:
         """``on_time_limit``: under ``--pool processes``, what the attempt failed with when the
         pool killed its child at a hard time limit the body announced (``ujobs_bridge.ext.worker
         .pool_time_limits``), called in the worker process with the claimed job and the limit in
-        seconds; without it such an attempt fails with ``UJ_JOB_TIMEOUT``."""
+        seconds; without it such an attempt fails with ``UJ_JOB_TIMEOUT``. ``work_starts_late``:
+        the body runs a prologue of its own before its real work (a framework's tracer) and says
+        when that work starts (``ujobs_bridge.ext.jobs.work_starts``): a first delivery's start
+        is recorded from then on, so a worker that dies in the prologue is not charged for it."""
         self.fn = fn
         self.name = validation.job_name(name)
         self.queue = validation.queue_name(queue)
@@ -286,6 +290,7 @@ class JobDefinition(Generic[P, R]):
         self.timeout_s = timeout_s
         self.expires_s = expires_s
         self.on_time_limit = on_time_limit
+        self.work_starts_late = work_starts_late
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
@@ -345,6 +350,7 @@ class JobDefinition(Generic[P, R]):
             timeout_s=changes.pop("timeout_s", self.timeout_s),
             expires_s=changes.pop("expires_s", self.expires_s),
             on_time_limit=changes.pop("on_time_limit", self.on_time_limit),
+            work_starts_late=changes.pop("work_starts_late", self.work_starts_late),
         )
         if changes:
             raise ConfigError(

@@ -193,11 +193,12 @@ class Injector:
         (its lease rows' recorded starts) has written its ``start`` record; True once frozen so,
         False if no such moment came in ``WITNESS_WAIT_S`` (then it is frozen all the same).
 
-        The worker records a body's start just before it hands the job over, and the body's
-        first line comes after its framework's prologue (a Celery task's request, signals and
-        tracer: tens of ms on a loaded machine). A kill in between charges an attempt the
-        records cannot show started, so the verdict could not judge it; a kill made while
-        frozen at a witnessed moment lets it judge every charge."""
+        A recorded start comes a little before the body's first line writes its record: the
+        worker records a start as it hands the job over (a Celery task's first delivery: just
+        before Celery's tracer calls its function; a redelivery: before Celery's prologue, its
+        request, signals and tracer). A kill in between charges an attempt the records cannot
+        show started, so the verdict could not judge it; a kill made while frozen at a
+        witnessed moment lets it judge every charge."""
         deadline = time.monotonic() + WITNESS_WAIT_S
         while True:
             self.fleet.pause(slot)

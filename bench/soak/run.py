@@ -475,8 +475,8 @@ class Soak:
         s = self.settings
         if self.redis.llen(s.migrated_queue):
             return False
-        # Processing lists are `_ujobs.migrate.<drainer id>.<queue>[...]` (the heartbeat key,
-        # `_ujobs.migrate.alive.<drainer id>`, is not one).
+        # Processing lists are `_ujobs.migrate.<drainer id>.<queue>[...]` (the liveness key,
+        # `_ujobs.migrate.alive.<drainer id>.<run>`, is not one).
         lists = self.redis.scan_iter(match=f"_ujobs.migrate.{s.drainer_id}.*")
         return not any(True for _ in lists)
 

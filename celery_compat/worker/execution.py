@@ -13,7 +13,9 @@ decides it, and recorded as it records it (``worker_request.py``): expiry (REVOK
 ``task_revoked``, no ``task_failure``), both as for a killed child (``interrupts.py``; in a
 ``-P prefork`` child the pool signals the soft limit and kills the child at the hard one, and
 the worker records the FAILURE: ``killed_at_time_limit``, as Celery's main process does);
-``Reject``; ``result.get()`` refused inside a body (``join_guard.py``); and a task's own retry
+``Reject``; ``result.get()`` refused inside a body (``join_guard.py``); the attempt's start,
+recorded just before the task's function runs, after Celery's prologue (``work_start.py``: a
+worker killed in the prologue is not charged for the task); and a task's own retry
 message is sent only after the tracer stored RETRY, so a fast retry's SUCCESS is never
 overwritten. Under ``-E`` each of those moments also sends Celery's task event
 (``task_events.py``).
@@ -47,7 +49,7 @@ from celery_compat.db import revocations
 from celery_compat.events import task_events
 from celery_compat.sending.message_row import from_input, is_celery_input
 from celery_compat.sending.send_keys import running_body
-from celery_compat.worker import rate_limit, revoked_ids, stamp_revokes
+from celery_compat.worker import rate_limit, revoked_ids, stamp_revokes, work_start
 from celery_compat.worker.interrupts import INTERRUPTER, SOFT, BodyKilled
 from celery_compat.worker.join_guard import joins_will_block
 from celery_compat.worker.request import (
@@ -148,6 +150,7 @@ def run_message(
             with joins_will_block():
                 try:
                     with pool_time_limits(soft, hard, SOFT) if by_pool else nullcontext():
+                        work_start.traced(task, app)  # its start: just before its function
                         traced = trace_task(
                             task,
                             message.task_id,
@@ -269,6 +272,7 @@ def jobs_for_app(app: Any) -> list[JobDefinition[Any, Any]]:
                 timeout_s=None,
                 expires_s=None,
                 on_time_limit=_on_time_limit(app, name),
+                work_starts_late=True,  # Celery's prologue first: work_start.py
             )
         )
     return out

@@ -151,6 +151,49 @@ def test_a_drainer_killed_between_commit_and_lrem_restarts_and_still_moves_each_
     assert broker_keys(r, queue) == {}, "broker lists and processing lists empty"
 
 
+def test_two_live_drainers_with_one_id_never_adopt_each_others_batch_until_its_owner_dies(
+    qdsn: str, r: redis.Redis, queue: str, tmp_path: Path
+) -> None:
+    """Drainer A (one ``--drainer-id``, as two drainers on one host get by default) takes a batch
+    and is paused before its commit; drainer B, same id, same Redis, starts and drains: it
+    leaves A's batch to A (A lives). Once A is SIGKILLed, the next drainer adopts its batch at
+    once: every message moved once, the broker and the processing lists empty."""
+    with ms.producer(ms.REDIS_URL, queue) as p:
+        ids = _published(p, 100)
+    args = ["migrate", "-A", "apps.migrate_proj", "--broker", ms.REDIS_URL, "-Q", queue]
+    args += ["--batch", "20", "--drainer-id", "one-host", "--json", "--dsn", qdsn]
+
+    def held() -> dict[str, int]:
+        return {k: n for k, n in broker_keys(r, queue).items() if "_ujobs.migrate" in k}
+
+    def report(proc: CliProc) -> dict[str, Any]:
+        out = proc.output()
+        return dict(json.loads(out[out.index("{") :]))
+
+    a = CliProc(args, tmp_path / "a.log", faults="migrate.after_take=pause")
+    b = c = None
+    try:
+        wait_for(a.stopped, timeout=60, what="drainer A paused with a batch in hand")
+        a_batch = held()
+        assert list(a_batch.values()) == [20], a_batch
+        b = CliProc(args, tmp_path / "b.log")
+        assert b.wait(60) == 0, b.output()
+        assert report(b)["moved"] == 80
+        assert held() == a_batch, "B left the live drainer's batch alone"
+        assert len(ms.ledger_ids(qdsn)) == 80
+        a.kill()
+        a.wait(20)
+        c = CliProc(args, tmp_path / "c.log")
+        assert c.wait(60) == 0, c.output()
+        assert report(c)["moved"] == 20  # A is gone: its batch adopted at once, no expiry wait
+    finally:
+        for proc in (a, b, c):
+            if proc is not None:
+                proc.close()
+    assert Counter(ms.ledger_ids(qdsn)) == Counter(ids)
+    assert broker_keys(r, queue) == {}, "broker lists and processing lists empty"
+
+
 def test_key_prefix_priority_lists_all_queues_and_the_unacked_hash(
     qdsn: str, r: redis.Redis
 ) -> None:

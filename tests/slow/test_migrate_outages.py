@@ -237,7 +237,7 @@ def test_follow_rides_through_its_redis_connection_being_killed_again_and_again(
 
     def kill_then_check() -> bool:
         for client in r.client_list():
-            if client.get("name") == f"ujobs-migrate:{drainer}":
+            if client.get("name", "").startswith(f"ujobs-migrate:{drainer}#"):
                 kills[0] += int(r.client_kill_filter(_id=client["id"]))
         return moved(outage_dsn, ids)
 

@@ -1,5 +1,7 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
-explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size and
+explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size,
+``work_starts`` (a body with a prologue of its own, declared ``work_starts_late``, says when its
+real work starts: a worker that dies before that is not charged for it) and
 the one range of instants a row may hold (``storable_instant``: what the Celery sender and
 ``migrate`` check ``eta``/``expires`` against).
 
@@ -9,7 +11,13 @@ What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported
 from __future__ import annotations
 
 from ujobs_bridge._internal.ids import new_job_id, new_job_ids
-from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext, current_job, node_name
+from ujobs_bridge._internal.jobs.context import (
+    AttemptSignal,
+    JobContext,
+    current_job,
+    node_name,
+    work_starts,
+)
 from ujobs_bridge._internal.jobs.instants import (
     EARLIEST_INSTANT,
     LATEST_INSTANT,
@@ -50,4 +58,5 @@ __all__ = [
     "result_size",
     "result_too_large",
     "storable_instant",
+    "work_starts",
 ]

@@ -10,6 +10,7 @@ What it is not: a place for step state (durable steps get their own module).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 from collections.abc import Callable
@@ -65,6 +66,9 @@ class JobContext:
     # the worker's --max-result-bytes: a result store running in the body (a Celery app's
     # result backend) holds a result to the same limit as the job's own
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    # the worker's "this attempt's real work starts now", for a body whose definition has
+    # ``work_starts_late`` (``work_starts``); None when its start is recorded as it begins
+    starting: Callable[[], object] | None = None
 
     @property
     def redelivered(self) -> bool:
@@ -101,6 +105,19 @@ class JobContext:
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ujobs_current_job", default=None
 )
+
+
+def work_starts() -> None:
+    """Called by a body whose definition has ``work_starts_late``, just before its real work
+    (after a framework's prologue): a first delivery's start is recorded from now on, so a
+    worker that dies before this call hands the job back uncounted, and one that dies after it
+    is charged the attempt. Does nothing outside a worker's body, for a body whose start was
+    recorded as it began, or when called again; never raises."""
+    ctx = _current.get()
+    if ctx is None or ctx.starting is None:
+        return
+    with contextlib.suppress(Exception):  # the worker's own bookkeeping: the body runs on
+        ctx.starting()
 
 
 def current_job() -> JobContext:

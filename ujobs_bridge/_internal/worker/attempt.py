@@ -24,7 +24,7 @@ import asyncio
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -56,6 +56,8 @@ from ujobs_bridge.records import ClaimedJob, JobState, Settlement
 from ujobs_bridge.steps import StepRunner
 
 T = TypeVar("T")
+# What ``work_starts()`` calls in a body that says when its real work starts (None: nothing)
+Starting = Callable[[], object] | None
 OUTAGE_DELAY_S = 1.0  # an attempt handed back for a database outage runs again after this
 
 # The worker's own reasons to give an attempt back uncounted: its drain, a loop of its that
@@ -123,9 +125,11 @@ def context_for(
     signal: AttemptSignal,
     runner: StepRunner | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    starting: Starting = None,
 ) -> JobContext:
     """The ``current_job()`` of this attempt; with a step runner it also has the clock and the
-    jobs-database connection of the steps."""
+    jobs-database connection of the steps. ``starting``: what ``work_starts()`` calls (a body
+    whose definition has ``work_starts_late``, its start not recorded yet)."""
     if runner is None:
         return JobContext(
             claimed.id,
@@ -136,6 +140,7 @@ def context_for(
             signal,
             deliveries=claimed.deliveries,
             max_result_bytes=max_result_bytes,
+            starting=starting,
         )
     return JobContext(
         id=claimed.id,
@@ -148,14 +153,19 @@ def context_for(
         database=runner.connection,
         deliveries=claimed.deliveries,
         max_result_bytes=max_result_bytes,
+        starting=starting,
     )
 
 
 @contextmanager
 def _bound(
-    claimed: ClaimedJob, signal: AttemptSignal, runner: StepRunner | None, limit: int
+    claimed: ClaimedJob,
+    signal: AttemptSignal,
+    runner: StepRunner | None,
+    limit: int,
+    starting: Starting = None,
 ) -> Iterator[None]:
-    token = context.bind(context_for(claimed, signal, runner, limit))
+    token = context.bind(context_for(claimed, signal, runner, limit, starting))
     step_token = steps.bind(runner)
     try:
         yield
@@ -193,16 +203,21 @@ def run_body(
     runner: StepRunner | None = None,
     *,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    starting: Starting = None,
 ) -> BodyResult:
     """Run the body in the calling thread with its context (and its steps) bound. An ``async
     def`` body runs on a fresh event loop (in a helper thread if this thread already runs one).
-    A result over ``max_result_bytes`` of JSON fails the attempt (``UJ_OUTPUT_TOO_LARGE``)."""
+    A result over ``max_result_bytes`` of JSON fails the attempt (``UJ_OUTPUT_TOO_LARGE``).
+    ``starting``: what the body's ``work_starts()`` calls (``context_for``)."""
     limit = max_result_bytes
     if definition.is_async:
         return _on_fresh_loop(
-            run_body_async(definition, claimed, signal, runner, max_result_bytes=limit)
+            run_body_async(
+                definition, claimed, signal, runner, max_result_bytes=limit, starting=starting
+            )
         )
-    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner, limit):
+    bound = _bound(claimed, signal, runner, limit, starting)
+    with tracing.attempt_span(claimed) as record, bound:
         try:
             args, kwargs = decode_input(claimed.input)
             value = definition.fn(*args, **kwargs)
@@ -223,12 +238,14 @@ async def run_body_async(
     runner: StepRunner | None = None,
     *,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    starting: Starting = None,
 ) -> BodyResult:
     """Run an ``async def`` body on the running loop, with its context and steps bound and its
     ``timeout=`` applied (a timeout aborts the signal and fails the attempt)."""
     timeout = definition.timeout_s
     limit = max_result_bytes
-    with tracing.attempt_span(claimed) as record, _bound(claimed, signal, runner, limit):
+    bound = _bound(claimed, signal, runner, limit, starting)
+    with tracing.attempt_span(claimed) as record, bound:
         try:
             if timeout is None:
                 result = await _awaited(definition, claimed, signal, limit)

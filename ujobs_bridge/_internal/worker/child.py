@@ -70,6 +70,9 @@ _settings: list[Any] = [None]  # the task settings last applied (see child_run)
 _lock = threading.Lock()
 
 Reply = tuple[Any, ...]
+# A child's note to its keeper: the body says its real work starts now (``work_starts``, a
+# body whose definition has ``work_starts_late``); the keeper queues its start.
+WORK_STARTS = ("work_starts",)
 
 
 PR_SET_PDEATHSIG = 1
@@ -225,8 +228,32 @@ def child_run(
         commits=_commits,
         fresh=claimed.deliveries == 1,
     )
-    result = run_body(definition, claimed, runner.signal, runner, max_result_bytes=max_result_bytes)
+    starting = _work_starts_note() if definition.work_starts_late else None
+    result = run_body(
+        definition,
+        claimed,
+        runner.signal,
+        runner,
+        max_result_bytes=max_result_bytes,
+        starting=starting,
+    )
     return _reply(definition, result)
+
+
+def _work_starts_note() -> Callable[[], object] | None:
+    """What a body's ``work_starts()`` calls in this child: a note to the keeper, sent once
+    (none outside a pool: a child run in a test)."""
+    pipe = pool_limits.pipe()
+    if pipe is None:
+        return None
+    sent: list[bool] = []
+
+    def note() -> None:
+        if not sent:
+            sent.append(True)
+            pipe.send(WORK_STARTS)
+
+    return note
 
 
 def _reply(definition: JobDefinition[Any, Any], result: BodyResult) -> Reply:

@@ -31,6 +31,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -41,7 +42,12 @@ from ujobs_bridge._internal.jobs.payload import DEFAULT_MAX_RESULT_BYTES
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.worker import pool_limits
 from ujobs_bridge._internal.worker.attempt import BodyResult, RemoteJobError
-from ujobs_bridge._internal.worker.child import TimeLimits, body_result_from_child, child_main
+from ujobs_bridge._internal.worker.child import (
+    WORK_STARTS,
+    TimeLimits,
+    body_result_from_child,
+    child_main,
+)
 from ujobs_bridge._internal.worker.inflight import Finished, InFlight, report_died
 from ujobs_bridge._internal.worker.start_marks import StartMarks
 from ujobs_bridge._internal.worker.steering import TaskSettings
@@ -129,10 +135,16 @@ class Keeper:
         process.join(5)
         raise ChildLost(self.describe_end(process))
 
-    def answer(self, process: BaseProcess, conn: Connection) -> Any:
+    def answer(
+        self,
+        process: BaseProcess,
+        conn: Connection,
+        starting: Callable[[], object] | None = None,
+    ) -> Any:
         """The child's answer to the body it runs (as ``receive``). On the way, the body's
         limits noted by the child are kept: ``SIGUSR1`` at the soft one, and at the hard one the
-        child is killed and ``HardLimitPassed`` raised (``pool_limits.py``)."""
+        child is killed and ``HardLimitPassed`` raised (``pool_limits.py``); and when the body
+        says its real work starts (``WORK_STARTS``), ``starting`` is called (its start queued)."""
         watch = pool_limits.Watch()
         while True:
             watch.due(time.monotonic(), process.pid, self.kill)
@@ -148,6 +160,10 @@ class Keeper:
                     message = None
                 if pool_limits.is_note(message):
                     watch.note(message, time.monotonic())
+                    continue
+                if message == WORK_STARTS:
+                    if starting is not None:
+                        starting()
                     continue
                 if message is not None:
                     return message
@@ -347,14 +363,15 @@ class ProcessRuntime:
             return BodyResult()
         with contextlib.suppress(ChildLost, RemoteJobError):  # raised again below, if at all
             keeper.ensure()  # a child to take the body first: its start is recorded after
-        if entry.signal.aborted or not self.marks.begin(entry):
+        starting = self.marks.later(entry)  # a body that says when its work starts
+        if entry.signal.aborted or not (starting or self.marks.begin(entry)):
             return BodyResult()  # stopped, or its lease was gone, before it started
         try:
             process, conn = keeper.ensure()
             if entry.definition.timeout_s is not None:
                 entry.deadline = time.monotonic() + entry.definition.timeout_s
             conn.send((entry.claimed, self.settings or None, self.max_result_bytes))
-            reply, keeper.resident_kib = keeper.answer(process, conn)
+            reply, keeper.resident_kib = keeper.answer(process, conn, starting)
             keeper.ran += 1
             return body_result_from_child(reply)
         except pool_limits.HardLimitPassed as passed:

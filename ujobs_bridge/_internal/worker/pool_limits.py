@@ -59,6 +59,11 @@ def _on_soft_signal(signum: int, frame: FrameType | None) -> None:
         raise make()
 
 
+def pipe() -> Connection | None:
+    """This pool child's pipe to its keeper (None outside a pool child)."""
+    return _pipe[0] if _pipe else None
+
+
 def kept_by_pool() -> bool:
     """True in a pool child's main thread, where a body's limits are kept by the pool."""
     return bool(_pipe) and threading.current_thread() is threading.main_thread()

@@ -178,7 +178,8 @@ class ThreadRuntime:
                 return
             entry.started = True
             entry.started_at = time.time()
-        if entry.signal.aborted or not self.marks.begin(entry):
+        starting = self.marks.later(entry)
+        if entry.signal.aborted or not (starting or self.marks.begin(entry)):
             self.finished(entry, BodyResult())
             return
         timeout = entry.definition.timeout_s
@@ -190,6 +191,7 @@ class ThreadRuntime:
             entry.signal,
             self.steps.runner(entry),
             max_result_bytes=self.max_result_bytes,
+            starting=starting,
         )
         fault("attempt.before_settle")
         self.finished(entry, result)
@@ -239,7 +241,10 @@ class LoopRuntime:
 
     async def _run(self, entry: InFlight) -> None:
         try:
-            if self.marks.must_wait(entry):
+            starting = self.marks.later(entry)
+            if starting is not None:
+                begun = True  # the body says when its work starts (a queued start: no wait)
+            elif self.marks.must_wait(entry):
                 begun = await asyncio.to_thread(self.marks.begin, entry)
             else:
                 begun = self.marks.begin(entry)
@@ -254,6 +259,7 @@ class LoopRuntime:
                 entry.signal,
                 runner,
                 max_result_bytes=self.max_result_bytes,
+                starting=starting,
             )
             fault("attempt.before_settle")
             self.finished(entry, result)

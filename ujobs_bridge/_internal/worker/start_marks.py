@@ -20,6 +20,12 @@ two ways, each chosen so that a recorded start is a real one:
   every time gets at most its first run uncharged, and from its second delivery on each run
   costs an attempt: it still dead-letters.
 
+A body whose definition has ``work_starts_late`` (a framework's prologue runs before its real
+work: celery_compat's tasks, Celery's tracer) has its first delivery's start queued only when it
+says its work starts (``later``: ``work_starts()``, in a thread or, through its keeper, in a pool
+child); a worker that dies in the prologue is not charged for it. Its redeliveries are recorded
+as every other's, before the body begins, prologue included.
+
 A process pool records a start only once a child is there to take the body (spawning one can
 take seconds on a loaded machine, and a worker killed meanwhile started nothing).
 
@@ -34,6 +40,7 @@ What it is not: the claim (``claims.py``), the claim loop that writes the queue
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -90,6 +97,18 @@ class StartMarks:
         the worker could not renew for about its length (``InFlight.doubtful``: it starts only
         if its lease is still there), not yet recorded."""
         return not entry.armed and (entry.claimed.deliveries > 1 or entry.doubtful)
+
+    def later(self, entry: InFlight) -> Callable[[], bool] | None:
+        """For a body whose definition has ``work_starts_late`` (a framework's prologue runs
+        before its real work) on a first delivery: the call that queues its start once the body
+        says its work starts (``work_starts``; ``begin`` then), and nothing is queued before.
+        None when its start is recorded as it begins (``begin``): every other job, and a
+        redelivery or a doubtful lease (``must_wait``), whose start is recorded before the body
+        is given the job, prologue included, so a body that kills its worker in its prologue
+        every time still spends its attempts."""
+        if not entry.definition.work_starts_late or entry.armed or self.must_wait(entry):
+            return None
+        return functools.partial(self.begin, entry)
 
     def begin(self, entry: InFlight) -> bool:
         """``entry``'s body is about to start: True if it may, False if it must not (its lease
