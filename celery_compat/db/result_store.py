@@ -14,18 +14,22 @@ from typing import Any
 
 import psycopg
 
-from celery_compat.db import q
+from celery_compat.db import q, row_access
 
 Conn = psycopg.Connection[Any]
 
 
 def result_get(conn: Conn, key: str, now: datetime | None = None) -> str | None:
+    if not row_access.of(conn).reads_rows:  # a producer: by its key, through its function
+        return result_mget(conn, [key], now).get(key)
     row = conn.execute(q("celery_result_get"), {"key": key, "now": now}).fetchone()
     return None if row is None else str(row[0])
 
 
 def result_mget(conn: Conn, keys: Sequence[str], now: datetime | None = None) -> dict[str, str]:
-    rows = conn.execute(q("celery_result_mget"), {"keys": list(keys), "now": now}).fetchall()
+    reads = row_access.of(conn).reads_rows
+    statement = q("celery_result_mget") if reads else q("celery_result_get_by_key")
+    rows = conn.execute(statement, {"keys": list(keys), "now": now}).fetchall()
     return {str(r[0]): str(r[1]) for r in rows}
 
 

@@ -361,6 +361,7 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     assert upgraded == {
         "ujobs_bridge 0023_duties",
         "ujobs_bridge 0024_failure_kind",
+        "celery_compat 0006_duties",
         "migrate 0002_duties",
     }
 
@@ -373,7 +374,69 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     assert Introspector(dsn).cancel(ref.id).state == "cancelled"
     entry = quarantined(cluster)
     assert not refused(dsn, "select x_migrate_quarantine_resolve(%s, 'discarded', null)", entry)
+    assert not refused(dsn, "select count(*) from x_celery_result_get(array['k'], null)")
     # ... and loses what no duty has once `db grant` names its duties.
     schema.grant(cluster.owner_dsn, cluster.roles["app"])
     assert refused(dsn, "delete from x_schema_version")
     assert not refused(dsn, "select x_job_get(%s)", str(ref.id))
+
+
+def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cluster) -> None:
+    """A Celery app connected as a producer role sends (``.delay()``, ``apply_async``, a group,
+    inside its own transaction, in a batch) and reads results (``get``, ``state``, ``info``, a
+    group's ``get``, a PENDING message's state) through the functions of celery_compat's
+    0006_duties; a worker role runs the tasks. The producer still reads no table directly and
+    no result but by its exact key."""
+    from celery import group
+
+    from apps import celery_tasks as t
+    from apps.celery_harness import bound, worker
+    from celery_compat import Celery, enqueue_in
+
+    grant_all(cluster)
+    dsns = cluster.dsns
+    producer_app = Celery("roles_producer")
+    producer_app.conf.update(task_default_queue="celery", result_expires=3600)
+
+    # The producer knows the tasks by name only, as a web process that never imports them.
+    add, fail = producer_app.signature(t.add.name), producer_app.signature(t.fail.name)
+
+    t.reset()
+    with (
+        bound(t.app, dsns["worker"]),
+        worker(t.app, dsns["worker"]),
+        bound(producer_app, dsns["producer"]),
+    ):
+        try:
+            sent = add.delay(2, 3)
+            assert sent.get(timeout=60) == 5
+            assert (sent.state, sent.info, sent.successful()) == ("SUCCESS", 5, True)
+            failed = fail.apply_async(("no luck",))
+            assert failed.get(timeout=60, propagate=False) is not None
+            assert failed.state == "FAILURE" and isinstance(failed.info, ValueError)
+            assert str(failed.info) == "no luck"
+            parts = group(add.clone((1, 1)), add.clone((2, 2)), add.clone((3, 3))).delay()
+            assert parts.get(timeout=60) == [2, 4, 6]
+            # A message no worker consumes: its state is read from its job row, by task id.
+            waiting = add.apply_async((1, 2), queue="nobody")
+            assert waiting.state == "PENDING"
+            with psycopg.connect(dsns["producer"]) as conn:
+                with enqueue_in(conn):
+                    inside = add.delay(5, 5)
+                with enqueue_in(conn, batch=True):
+                    batched = [add.delay(i, i) for i in range(3)]
+                conn.commit()
+            assert inside.get(timeout=60) == 10
+            assert [r.get(timeout=60) for r in batched] == [0, 2, 4]
+        finally:
+            producer_app.backend.close()
+
+    producer = dsns["producer"]
+    for table in ("x_celery_results", "x_celery_tasks", "x_celery_revoked", "x_jobs"):
+        assert refused(producer, f"select count(*) from {table}"), table
+    assert refused(producer, "delete from x_celery_results")
+    key = f"celery-task-meta-{sent.id}"
+    with psycopg.connect(producer, autocommit=True) as conn:
+        by_key = "select count(*) from x_celery_result_get(%s, null)"
+        assert conn.execute(by_key, ([key],)).fetchone() == (1,)
+        assert conn.execute(by_key, (["celery-task-meta-%"],)).fetchone() == (0,)
