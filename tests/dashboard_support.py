@@ -91,6 +91,12 @@ class Dashboard:
         self.proc.close()
 
 
+def session_cookie(dash: Dashboard) -> str:
+    """The name of the session cookie ``dash`` sets: one per port, as a browser keeps one jar
+    per host (``security.session_cookie``)."""
+    return f"ujobs_session_{dash.port}"
+
+
 class InProcessDashboard:
     """``create_app`` served by uvicorn in a thread of this process (no subprocess), configured
     as ``DashboardConfig(dsn=dsn, **config)``; ``http`` is a browser of it (its cookie jar)."""

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from dashboard_support import Dashboard, browser, screenshot
+from dashboard_support import Dashboard, browser, screenshot, session_cookie
 
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig, job
@@ -91,7 +91,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     status, page = dash.request("/dead")
     assert status == 200
     token = _token(page)
-    (cookie,) = dash.set_cookies
+    (cookie,) = [c for c in dash.set_cookies if c.startswith(f"{session_cookie(dash)}=")]
     attrs = {a.strip().lower() for a in cookie.split(";")}
     assert {"httponly", "samesite=strict", "path=/"} <= attrs and "secure" not in attrs
     behind_tls = _another_browser(dash)
@@ -115,7 +115,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     request = urllib.request.Request(
         dash.base + discard,
         data=urllib.parse.urlencode({"csrf_token": token}).encode(),
-        headers={"Cookie": f"ujobs_session={dash.cookies['ujobs_session']}"},
+        headers={"Cookie": f"{session_cookie(dash)}={dash.cookies[session_cookie(dash)]}"},
     )
     with pytest.raises(urllib.error.HTTPError) as no_origin:
         urllib.request.urlopen(request, timeout=10)
@@ -125,7 +125,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     # a token from one session is refused in another, and without any session
     stranger = _another_browser(dash)
     assert stranger.request("/dead")[0] == 200
-    assert stranger.cookies["ujobs_session"] != dash.cookies["ujobs_session"]
+    assert stranger.cookies[session_cookie(dash)] != dash.cookies[session_cookie(dash)]
     assert stranger.request(discard, data={"csrf_token": token})[0] == 403
     assert _another_browser(dash).request(discard, data={"csrf_token": token})[0] == 403
     assert _state(db, ref) == "dead"
@@ -239,7 +239,7 @@ def test_blank_or_whitespace_credentials_are_refused_at_start(
 
 
 def _session_id(dash: Dashboard) -> str:
-    return dash.cookies["ujobs_session"].split(".", 1)[0]
+    return dash.cookies[session_cookie(dash)].split(".", 1)[0]
 
 
 def test_sessions_expire_idle_and_at_their_maximum_age_and_rotate_on_login(
@@ -314,11 +314,13 @@ def test_sessions_expire_idle_and_at_their_maximum_age_and_rotate_on_login(
 
         # a session id planted in the browser (not made by this server) is never taken
         planted = (
-            dash.cookies["ujobs_session"].split(".", 1)[0] + ".1924992000.1924992000." + "0" * 64
+            dash.cookies[session_cookie(dash)].split(".", 1)[0]
+            + ".1924992000.1924992000."
+            + "0" * 64
         )
-        dash.cookies["ujobs_session"] = planted
+        dash.cookies[session_cookie(dash)] = planted
         assert dash.request("/dead", auth=ops)[0] == 200
-        assert dash.cookies["ujobs_session"] != planted
+        assert dash.cookies[session_cookie(dash)] != planted
         assert _session_id(dash) != planted.split(".", 1)[0]
     finally:
         server.close()

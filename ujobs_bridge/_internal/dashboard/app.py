@@ -79,7 +79,7 @@ class Guard(BaseHTTPMiddleware):
             response = await call_next(request)
             if security.session_cookie_due(request, session):
                 response.set_cookie(
-                    security.SESSION_COOKIE,
+                    security.session_cookie(request),
                     session.cookie(config, request),
                     max_age=session.max_age(config),
                     path=config.url_prefix or "/",

@@ -40,7 +40,7 @@ from starlette.requests import Request
 from ujobs_bridge._internal.dashboard.config import DashboardConfig, host_name
 
 CSRF_FIELD = "csrf_token"
-SESSION_COOKIE = "ujobs_session"
+SESSION_COOKIE = "ujobs_session"  # + "_<port>" when the Host names one (``session_cookie``)
 SESSION_SCOPE_KEY = "ujobs.session"  # the request's Session, once the guard has settled it
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # id (secrets.token_urlsafe(32)) . began . last seen (epoch seconds) . MAC
@@ -123,6 +123,14 @@ class Session:
         return max(1, int(min(config.session_idle_s, left)))
 
 
+def session_cookie(request: Request) -> str:
+    """The session cookie's name for the dashboard the request reached: a browser keeps one
+    cookie jar per host, not per port, so two dashboards on one host (a read-only one beside
+    another) would replace each other's sessions under one name."""
+    port = request.url.port
+    return SESSION_COOKIE if port is None else f"{SESSION_COOKIE}_{port}"
+
+
 def _session_mac(config: DashboardConfig, request: Request, session: Session) -> str:
     identity = request.headers.get("authorization", "")
     message = f"session:{session.id}.{session.began}.{session.seen}\0{identity}".encode()
@@ -138,7 +146,7 @@ def session_of(config: DashboardConfig, request: Request) -> Session:
     credentials and it is still live on the config's clock; else a new one saying why."""
     now = _epoch(config.clock.now())
     fresh = Session(secrets.token_urlsafe(32), now, now, Started.NEW)
-    found = _SESSION_COOKIE.fullmatch(request.cookies.get(SESSION_COOKIE, ""))
+    found = _SESSION_COOKIE.fullmatch(request.cookies.get(session_cookie(request), ""))
     if found is None:
         return fresh
     sid, began, seen, mac = found.group(1), int(found.group(2)), int(found.group(3)), found[4]
@@ -162,7 +170,7 @@ def session_cookie_due(request: Request, session: Session) -> bool:
     """Whether the response sets the session cookie: a new session, or a moved last-seen."""
     if session.started is not None:
         return True
-    found = _SESSION_COOKIE.fullmatch(request.cookies.get(SESSION_COOKIE, ""))
+    found = _SESSION_COOKIE.fullmatch(request.cookies.get(session_cookie(request), ""))
     return found is None or int(found.group(3)) != session.seen
 
 
