@@ -4,6 +4,41 @@
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 -- Objects of an earlier part that this part changes appear here whole, as changed.
 
+-- Name: x_celery_group_expire(text, double precision, timestamp with time zone); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_celery_group_expire(p_key text, p_ttl_s double precision, p_now timestamp with time zone) RETURNS SETOF text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    update x_celery_results
+       set expires_at = coalesce(p_now, now()) + make_interval(secs => p_ttl_s)
+     where key = p_key and key like 'celery-taskset-meta-%'
+    returning key
+$$;
+
+-- Name: FUNCTION x_celery_group_expire(p_key text, p_ttl_s double precision, p_now timestamp with time zone); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_celery_group_expire(p_key text, p_ttl_s double precision, p_now timestamp with time zone) IS 'duties: producer worker. How long the saved result of a group is kept.';
+
+-- Name: x_celery_group_save(text, text, double precision, timestamp with time zone); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_celery_group_save(p_key text, p_value text, p_ttl_s double precision, p_now timestamp with time zone) RETURNS SETOF text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    with saved as (
+        insert into x_celery_results (key, value, expires_at, updated_at, status)
+        select p_key, p_value,
+               case when p_ttl_s is null then null
+                    else coalesce(p_now, now()) + make_interval(secs => p_ttl_s) end,
+               now(), null
+         where p_key like 'celery-taskset-meta-%'
+        on conflict (key) do nothing
+        returning key
+    )
+    select s.key from saved as s cross join lateral (select pg_notify('x_celery_results', s.key)) as n
+$$;
+
+-- Name: FUNCTION x_celery_group_save(p_key text, p_value text, p_ttl_s double precision, p_now timestamp with time zone); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_celery_group_save(p_key text, p_value text, p_ttl_s double precision, p_now timestamp with time zone) IS 'duties: producer worker. Save the result of a group once (GroupResult.save, a chord header).';
+
 -- Name: x_celery_jobs_of_task(text, boolean); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_celery_jobs_of_task(p_task_id text, p_include_done boolean) RETURNS TABLE(id uuid, state text, last_error text, updated_at timestamp with time zone)
     LANGUAGE sql STABLE SECURITY DEFINER

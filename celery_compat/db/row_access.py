@@ -27,7 +27,7 @@ from celery_compat.db import q
 class Access:
     """What a role may do on celery_compat's rows without the producer functions."""
 
-    writes_rows: bool  # insert job rows, read revokes: the plain send statements
+    writes_rows: bool  # row privileges: the plain send statements and result writes
     reads_rows: bool  # select results and job rows: the plain result reads
 
 

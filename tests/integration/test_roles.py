@@ -347,10 +347,11 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
 def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cluster) -> None:
     """A Celery app connected as a producer role sends (``.delay()``, ``apply_async``, a group,
     inside its own transaction, in a batch) and reads results (``get``, ``state``, ``info``, a
-    group's ``get``, a PENDING message's state) through the functions of celery_compat's
+    group's ``get``, a group it saved restored by id, a chord, a PENDING message's state) through
+    the functions of celery_compat's
     0006_duties; a worker role runs the tasks. The producer still reads no table directly and
     no result but by its exact key."""
-    from celery import group
+    from celery import chord, group
 
     from apps import celery_tasks as t
     from apps.celery_harness import bound, worker
@@ -363,6 +364,7 @@ def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cl
 
     # The producer knows the tasks by name only, as a web process that never imports them.
     add, fail = producer_app.signature(t.add.name), producer_app.signature(t.fail.name)
+    tsum = producer_app.signature(t.tsum.name)
 
     t.reset()
     with (
@@ -380,6 +382,11 @@ def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cl
             assert str(failed.info) == "no luck"
             parts = group(add.clone((1, 1)), add.clone((2, 2)), add.clone((3, 3))).delay()
             assert parts.get(timeout=60) == [2, 4, 6]
+            parts.save()  # kept by its id, and read back by it
+            restored = producer_app.GroupResult.restore(parts.id)
+            assert restored is not None and restored.get(timeout=60) == [2, 4, 6]
+            joined = chord([add.clone((1, 1)), add.clone((2, 2))])(tsum)
+            assert joined.get(timeout=60) == 6
             # A message no worker consumes: its state is read from its job row, by task id.
             waiting = add.apply_async((1, 2), queue="nobody")
             assert waiting.state == "PENDING"
@@ -398,6 +405,11 @@ def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cl
     for table in ("x_celery_results", "x_celery_tasks", "x_celery_revoked", "x_jobs"):
         assert refused(producer, f"select count(*) from {table}"), table
     assert refused(producer, "delete from x_celery_results")
+    # A task's result cannot be forged, nor a saved group replaced.
+    with psycopg.connect(producer, autocommit=True) as conn:
+        save = "select count(*) from x_celery_group_save(%s, 'forged', null, null)"
+        assert conn.execute(save, (f"celery-task-meta-{sent.id}",)).fetchone() == (0,)
+        assert conn.execute(save, (f"celery-taskset-meta-{parts.id}",)).fetchone() == (0,)
     key = f"celery-task-meta-{sent.id}"
     with psycopg.connect(producer, autocommit=True) as conn:
         by_key = "select count(*) from x_celery_result_get(%s, null)"

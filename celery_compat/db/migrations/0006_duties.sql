@@ -60,6 +60,34 @@ returns table (key text, value text) language sql stable security definer as $fn
      where r.key = any(p_keys) and (r.expires_at is null or r.expires_at > coalesce(p_now, now()))
 $fn$;
 
+-- A group's saved result (GroupResult.save, and the header a chord saves, with its size under
+-- `<key>.s`), written once: only group keys, and never over a stored one (a producer can neither
+-- forge a task's result nor replace a group another process saved).
+create function x_celery_group_save(p_key text, p_value text, p_ttl_s float8, p_now timestamptz)
+returns setof text language sql volatile security definer as $fn$
+    with saved as (
+        insert into x_celery_results (key, value, expires_at, updated_at, status)
+        select p_key, p_value,
+               case when p_ttl_s is null then null
+                    else coalesce(p_now, now()) + make_interval(secs => p_ttl_s) end,
+               now(), null
+         where p_key like 'celery-taskset-meta-%'
+        on conflict (key) do nothing
+        returning key
+    )
+    select s.key from saved as s cross join lateral (select pg_notify('x_celery_results', s.key)) as n
+$fn$;
+
+-- How long a group's saved result is kept (a chord's header is kept for the chord's life):
+-- celery_result_expire of a group key, and only of one.
+create function x_celery_group_expire(p_key text, p_ttl_s float8, p_now timestamptz)
+returns setof text language sql volatile security definer as $fn$
+    update x_celery_results
+       set expires_at = coalesce(p_now, now()) + make_interval(secs => p_ttl_s)
+     where key = p_key and key like 'celery-taskset-meta-%'
+    returning key
+$fn$;
+
 -- The job rows of one Celery task id (celery_jobs_of_task): what AsyncResult.state answers for an
 -- id whose stored meta is not final (dead-lettered, revoked).
 create function x_celery_jobs_of_task(p_task_id text, p_include_done boolean)
@@ -86,6 +114,10 @@ comment on function x_celery_send(timestamptz, text[], uuid[], text[], text[], t
     is 'duties: producer worker. Celery messages with no send key, as job rows.';
 comment on function x_celery_result_get(text[], timestamptz)
     is 'duties: producer worker. Stored Celery results by their keys.';
+comment on function x_celery_group_save(text, text, float8, timestamptz)
+    is 'duties: producer worker. Save the result of a group once (GroupResult.save, a chord header).';
+comment on function x_celery_group_expire(text, float8, timestamptz)
+    is 'duties: producer worker. How long the saved result of a group is kept.';
 comment on function x_celery_jobs_of_task(text, boolean)
     is 'duties: producer worker. The job rows of one Celery task id.';
 comment on function x_celery_task_ids_sent_here(text[])
@@ -102,6 +134,8 @@ begin
         'x_celery_send(timestamptz, text[], uuid[], text[], text[], text[], int[], smallint[],'
         ' timestamptz[], text[], text)'::regprocedure,
         'x_celery_result_get(text[], timestamptz)'::regprocedure,
+        'x_celery_group_save(text, text, float8, timestamptz)'::regprocedure,
+        'x_celery_group_expire(text, float8, timestamptz)'::regprocedure,
         'x_celery_jobs_of_task(text, boolean)'::regprocedure,
         'x_celery_task_ids_sent_here(text[])'::regprocedure]
     loop

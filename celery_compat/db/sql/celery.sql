@@ -337,3 +337,14 @@ select j.id, j.state, j.last_error, j.updated_at
 -- celery_task_ids_sent_here_by_id --
 -- celery_task_ids_sent_here for a role that reads no table.
 select t.task_id from x_celery_task_ids_sent_here(%(task_ids)s::text[]) as t(task_id)
+
+-- celery_group_save --
+-- celery_result_set of a group's result for a role with no row privilege (a producer): through
+-- x_celery_group_save (0006_duties), group keys only, written once. A row back: it was written.
+select g.key from x_celery_group_save(%(key)s::text, %(value)s::text, %(ttl_s)s::float8,
+                                      %(now)s::timestamptz) as g(key)
+
+-- celery_group_expire --
+-- celery_result_expire of a group key for a role with no row privilege (x_celery_group_expire).
+select g.key from x_celery_group_expire(%(key)s::text, %(ttl_s)s::float8, %(now)s::timestamptz)
+       as g(key)
