@@ -1,12 +1,15 @@
-"""The dashboard as a real server (``ujobs-bridge dashboard`` subprocess on a free port) and a
-real headless Chromium driving it (Debian's ``chromium`` and ``chromium-driver``), for
-``test_dashboard*.py``. Screenshots go to ``artifacts/dashboard/`` (ignored by git)."""
+"""The dashboard as a real server (``ujobs-bridge dashboard`` subprocess on a free port, or
+``InProcessDashboard``: the app served by uvicorn in a thread of the test, for a config the
+command cannot make, such as an injected clock) and a real headless Chromium driving it
+(Debian's ``chromium`` and ``chromium-driver``), for ``test_dashboard*.py`` and the role tests.
+Screenshots go to ``artifacts/dashboard/`` (ignored by git)."""
 
 from __future__ import annotations
 
 import base64
 import shutil
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -86,6 +89,57 @@ class Dashboard:
 
     def close(self) -> None:
         self.proc.close()
+
+
+def session_cookie(dash: Dashboard) -> str:
+    """The name of the session cookie ``dash`` sets: one per port, as a browser keeps one jar
+    per host (``security.session_cookie``)."""
+    return f"ujobs_session_{dash.port}"
+
+
+class InProcessDashboard:
+    """``create_app`` served by uvicorn in a thread of this process (no subprocess), configured
+    as ``DashboardConfig(dsn=dsn, **config)``; ``http`` is a browser of it (its cookie jar)."""
+
+    def __init__(self, dsn: str, **config: Any) -> None:
+        import uvicorn
+
+        from ujobs_bridge._internal.dashboard.app import create_app
+        from ujobs_bridge._internal.dashboard.config import DashboardConfig
+
+        port = free_port()
+        app = create_app(DashboardConfig(dsn=dsn, **config))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.http = self.browser()
+        wait_for(lambda: self.http.request("/healthz")[0] == 200, timeout=30, what="dashboard")
+
+    def browser(self) -> Dashboard:
+        """Another client of this dashboard, with its own (empty) cookie jar."""
+        http = Dashboard.__new__(Dashboard)
+        http.base, http.port = (
+            f"http://127.0.0.1:{self.server.config.port}",
+            self.server.config.port,
+        )
+        http.cookies, http.set_cookies = {}, []
+        return http
+
+    def get(self, path: str) -> tuple[int, str]:
+        return self.http.request(path)
+
+    def post(self, path: str, page: str) -> tuple[int, str]:
+        """POST as the page ``page`` would (its session, its CSRF token)."""
+        status, body = self.http.request(page)
+        assert status == 200, body[:300]
+        token = body.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        return self.http.request(path, data={"csrf_token": token})
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

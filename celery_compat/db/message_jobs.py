@@ -25,7 +25,7 @@ from uuid import UUID
 
 import psycopg
 
-from celery_compat.db import q
+from celery_compat.db import q, row_access
 from celery_compat.sending.message_row import CeleryMessage
 from celery_compat.sending.send_keys import NO_SENDER, SendKey
 from ujobs_bridge.ext.database import DirectStatement, array_column, register_arrays
@@ -51,7 +51,12 @@ def enqueue(
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
     if key is None:
-        row = conn.execute(q("celery_enqueue"), params).fetchone()
+        statement = q("celery_enqueue") if row_access.of(conn).writes_rows else q("celery_send_one")
+        try:
+            row = conn.execute(statement, params).fetchone()
+        except psycopg.errors.InsufficientPrivilege:
+            row_access.forget(conn)
+            raise
     else:
         params.update(
             key_task_id=key.task_id,
@@ -80,7 +85,13 @@ def enqueue_direct(
     directly (``ujobs_bridge._internal.db.direct``): a one-by-one ``.delay()``."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
-    found = _ENQUEUE_DIRECT.first_value(conn, params)
+    if not row_access.of(conn).writes_rows:  # a producer: through its function
+        return enqueue(conn, message, max_attempts=max_attempts, now=now, input_json=input_json)
+    try:
+        found = _ENQUEUE_DIRECT.first_value(conn, params)
+    except psycopg.errors.InsufficientPrivilege:
+        row_access.forget(conn)
+        raise
     return found if isinstance(found, UUID) else None
 
 
@@ -131,7 +142,14 @@ def enqueue_many(
         now=now,
     )
     register_arrays(conn)
-    return [r[0] for r in conn.execute(q("celery_enqueue_many"), params).fetchall()]
+    statement = q("celery_enqueue_many")
+    if not row_access.of(conn).writes_rows and all(k is None for k in sent):
+        statement = q("celery_send_many")  # a producer's sends: through its function
+    try:
+        return [r[0] for r in conn.execute(statement, params).fetchall()]
+    except psycopg.errors.InsufficientPrivilege:
+        row_access.forget(conn)
+        raise
 
 
 def jobs_of_task(
@@ -143,7 +161,9 @@ def jobs_of_task(
     if "\x00" in task_id or not _encodes(task_id):
         return []
     params = {"task_id": task_id, "include_done": include_done}
-    rows = conn.execute(q("celery_jobs_of_task"), params).fetchall()
+    reads = row_access.of(conn).reads_rows
+    statement = q("celery_jobs_of_task") if reads else q("celery_jobs_of_task_by_id")
+    rows = conn.execute(statement, params).fetchall()
     return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
@@ -159,7 +179,9 @@ def task_ids_sent_here(conn: Conn, task_ids: Sequence[str]) -> set[str]:
     """Those of ``task_ids`` that have a job row in any state: they went through Postgres."""
     if not task_ids:
         return set()
-    rows = conn.execute(q("celery_task_ids_sent_here"), {"task_ids": list(task_ids)}).fetchall()
+    reads = row_access.of(conn).reads_rows
+    statement = q("celery_task_ids_sent_here") if reads else q("celery_task_ids_sent_here_by_id")
+    rows = conn.execute(statement, {"task_ids": list(task_ids)}).fetchall()
     return {r[0] for r in rows}
 
 

@@ -14,18 +14,23 @@ from typing import Any
 
 import psycopg
 
-from celery_compat.db import q
+from celery_compat.db import q, row_access
 
 Conn = psycopg.Connection[Any]
+GROUP_PREFIX = "celery-taskset-meta-"  # Celery's key of a group's result (and a chord's size)
 
 
 def result_get(conn: Conn, key: str, now: datetime | None = None) -> str | None:
+    if not row_access.of(conn).reads_rows:  # a producer: by its key, through its function
+        return result_mget(conn, [key], now).get(key)
     row = conn.execute(q("celery_result_get"), {"key": key, "now": now}).fetchone()
     return None if row is None else str(row[0])
 
 
 def result_mget(conn: Conn, keys: Sequence[str], now: datetime | None = None) -> dict[str, str]:
-    rows = conn.execute(q("celery_result_mget"), {"keys": list(keys), "now": now}).fetchall()
+    reads = row_access.of(conn).reads_rows
+    statement = q("celery_result_mget") if reads else q("celery_result_get_by_key")
+    rows = conn.execute(statement, {"keys": list(keys), "now": now}).fetchall()
     return {str(r[0]): str(r[1]) for r in rows}
 
 
@@ -40,7 +45,10 @@ def result_set(
     """Store ``value`` under ``key``; ``status``: the state of a task result, whose write leaves
     a stored SUCCESS in place. False when it did (nothing written, nobody woken)."""
     params = {"key": key, "value": value, "ttl_s": ttl_s, "now": now, "status": status}
-    return conn.execute(q("celery_result_set"), params).fetchone() is not None
+    statement = q("celery_result_set")
+    if status is None and key.startswith(GROUP_PREFIX) and not row_access.of(conn).writes_rows:
+        statement = q("celery_group_save")  # a producer's GroupResult.save, a chord's header
+    return conn.execute(statement, params).fetchone() is not None
 
 
 def result_delete(conn: Conn, key: str) -> None:
@@ -48,7 +56,10 @@ def result_delete(conn: Conn, key: str) -> None:
 
 
 def result_expire(conn: Conn, key: str, ttl_s: float, now: datetime | None = None) -> None:
-    conn.execute(q("celery_result_expire"), {"key": key, "ttl_s": ttl_s, "now": now})
+    statement = q("celery_result_expire")
+    if key.startswith(GROUP_PREFIX) and not row_access.of(conn).writes_rows:
+        statement = q("celery_group_expire")  # a producer's chord keeps its header
+    conn.execute(statement, {"key": key, "ttl_s": ttl_s, "now": now})
 
 
 def counter_incr(conn: Conn, key: str) -> int:

@@ -38,6 +38,7 @@ from celery_compat.sending.message_row import CeleryMessage, check_limits, check
 from celery_compat.sending.queue_names import bridge_queue
 from celery_compat.sending.transaction import Held, batch_hold, current_connection, write_held
 from ujobs_bridge.ext.database import DirectStatement, Role, connect
+from ujobs_bridge.ext.observe import redact_repr
 
 # How long a send waits for the pool to hand out a connection before it opens one of its own;
 # shorter while the pool is catching up after an outage (``BridgeAMQP._send_connection``).
@@ -248,8 +249,12 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             )
             if sent_event and not isinstance(producer, BridgeProducer):
                 # Handed a broker producer: its task-sent event goes out on it, under the publish
-                # policy, buffered by the dispatcher if that fails, exactly as Celery does.
+                # policy, buffered by the dispatcher if that fails, exactly as Celery does; its
+                # argument reprs with their secrets hidden, as every event the bridge sends.
                 sent_event.update(queue=qname, exchange=exchange_name, routing_key=routing_key)
+                for field in ("args", "kwargs"):
+                    if isinstance(sent_event.get(field), str):
+                        sent_event[field] = redact_repr(sent_event[field])
                 (event_dispatcher or amqp._event_dispatcher).publish(
                     "task-sent",
                     sent_event,

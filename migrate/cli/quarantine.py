@@ -27,6 +27,7 @@ from ujobs_bridge.ext.cli import (
     app_database,
     app_option,
     cell,
+    checked_filters,
     console,
     dsn_option,
     json_option,
@@ -65,6 +66,7 @@ def ls(
     as_json: bool,
 ) -> None:
     """List quarantined messages, oldest first."""
+    checked_filters(reason=reason)
     # import cost: the quarantine store loads when a quarantine command runs, not at --help
     from migrate import quarantine as store
 

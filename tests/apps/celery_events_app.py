@@ -41,6 +41,12 @@ def flaky(self: Any) -> str:
 
 
 @app.task
+def login(url: str, password: str = "", settings: dict[str, Any] | None = None) -> None:
+    """Fails with its secret-laden arguments in its reprs (the redaction tests)."""
+    raise ValueError("login refused")
+
+
+@app.task
 def refuse() -> None:
     raise Reject("not for us", requeue=False)
 

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from dashboard_support import Dashboard, browser, screenshot
+from dashboard_support import Dashboard, browser, screenshot, session_cookie
 
 from conftest import wait_for
 from ujobs_bridge import Worker, WorkerConfig, job
@@ -90,7 +91,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     status, page = dash.request("/dead")
     assert status == 200
     token = _token(page)
-    (cookie,) = dash.set_cookies
+    (cookie,) = [c for c in dash.set_cookies if c.startswith(f"{session_cookie(dash)}=")]
     attrs = {a.strip().lower() for a in cookie.split(";")}
     assert {"httponly", "samesite=strict", "path=/"} <= attrs and "secure" not in attrs
     behind_tls = _another_browser(dash)
@@ -114,7 +115,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     request = urllib.request.Request(
         dash.base + discard,
         data=urllib.parse.urlencode({"csrf_token": token}).encode(),
-        headers={"Cookie": f"ujobs_session={dash.cookies['ujobs_session']}"},
+        headers={"Cookie": f"{session_cookie(dash)}={dash.cookies[session_cookie(dash)]}"},
     )
     with pytest.raises(urllib.error.HTTPError) as no_origin:
         urllib.request.urlopen(request, timeout=10)
@@ -124,7 +125,7 @@ def test_foreign_hosts_and_origins_are_refused_and_tokens_are_bound_to_their_ses
     # a token from one session is refused in another, and without any session
     stranger = _another_browser(dash)
     assert stranger.request("/dead")[0] == 200
-    assert stranger.cookies["ujobs_session"] != dash.cookies["ujobs_session"]
+    assert stranger.cookies[session_cookie(dash)] != dash.cookies[session_cookie(dash)]
     assert stranger.request(discard, data={"csrf_token": token})[0] == 403
     assert _another_browser(dash).request(discard, data={"csrf_token": token})[0] == 403
     assert _state(db, ref) == "dead"
@@ -235,3 +236,91 @@ def test_blank_or_whitespace_credentials_are_refused_at_start(
     assert result.exit_code == 1, result.output
     assert "[UJ_DASHBOARD_CREDENTIALS_INVALID]" in result.output
     assert "hint:" in result.output
+
+
+def _session_id(dash: Dashboard) -> str:
+    return dash.cookies[session_cookie(dash)].split(".", 1)[0]
+
+
+def test_sessions_expire_idle_and_at_their_maximum_age_and_rotate_on_login(
+    dsn: str, client: Client, db: Db
+) -> None:
+    """On the dashboard's own (frozen) clock: a session ends 10 minutes after its last request
+    and an hour after it began, however active; an action then is refused as expired and the
+    page's reload gives a new session id and token. A session cookie made under other
+    credentials (another login) or not by this server is not taken: the login gets a new id."""
+    from dashboard_support import InProcessDashboard
+
+    from ujobs_bridge import FrozenClock
+
+    refs = _dead_jobs(dsn, client, 4)
+    clock = FrozenClock(datetime(2031, 1, 1, tzinfo=UTC))
+    ops = ("ops", "pw-for-ops")
+    server = InProcessDashboard(
+        dsn,
+        credentials=ops,
+        token="tok-for-robots",
+        clock=clock,
+        session_idle_s=600.0,
+        session_max_age_s=3600.0,
+    )
+    try:
+        dash = server.browser()
+
+        def page() -> str:
+            status, body = dash.request("/dead", auth=ops)
+            assert status == 200, body[:300]
+            return _token(body)
+
+        def act(ref: Any, token: str) -> tuple[int, str]:
+            return dash.request(f"/jobs/{ref.id}/discard", data={"csrf_token": token}, auth=ops)
+
+        token = page()
+        first = _session_id(dash)
+        assert "max-age=600" in dash.set_cookies[-1].lower()
+        assert act(refs[0], token)[0] == 303 and _state(db, refs[0]) is None
+
+        # idle past 10 minutes: the page's token is refused, the session is replaced
+        clock.advance(timedelta(minutes=10, seconds=1))
+        status, body = act(refs[1], token)
+        assert status == 403 and "session expired" in body, body
+        assert _state(db, refs[1]) == "dead"
+        assert _session_id(dash) != first
+        token = page()
+        second = _session_id(dash)
+        assert act(refs[1], token)[0] == 303 and _state(db, refs[1]) is None
+
+        # a request every 9 minutes keeps it alive, up to an hour after it began
+        for _ in range(6):
+            clock.advance(timedelta(minutes=9))
+            assert dash.request("/", auth=ops)[0] == 200
+            assert _session_id(dash) == second
+        clock.advance(timedelta(minutes=7))  # 61 minutes after it began, 7 since the last
+        status, body = act(refs[2], token)
+        assert status == 403 and "session expired" in body, body
+        assert _state(db, refs[2]) == "dead" and _session_id(dash) != second
+
+        # another login (the robots' token) in the same browser: a new session id, and the
+        # token of the session it replaced is refused
+        token = page()
+        before = _session_id(dash)
+        status, body = dash.request(
+            f"/jobs/{refs[2].id}/discard",
+            data={"csrf_token": token},
+            headers={"Authorization": "Bearer tok-for-robots"},
+        )
+        assert status == 403 and _state(db, refs[2]) == "dead"
+        assert _session_id(dash) != before
+
+        # a session id planted in the browser (not made by this server) is never taken
+        planted = (
+            dash.cookies[session_cookie(dash)].split(".", 1)[0]
+            + ".1924992000.1924992000."
+            + "0" * 64
+        )
+        dash.cookies[session_cookie(dash)] = planted
+        assert dash.request("/dead", auth=ops)[0] == 200
+        assert dash.cookies[session_cookie(dash)] != planted
+        assert _session_id(dash) != planted.split(".", 1)[0]
+    finally:
+        server.close()

@@ -271,3 +271,54 @@ def test_cancel_and_discard_run_with_their_permission_only(
     with psycopg.connect(dsn, autocommit=True) as conn:
         left = conn.execute("select id, last_error from x_jobs order by created_at").fetchall()
     assert left == [(waiting.id, "UJ_JOB_CANCELLED: cancelled from the Django admin by operator")]
+
+
+@job(queue="basic", max_attempts=1)
+def leaky_login(url: str, password: str = "", settings: dict[str, Any] | None = None) -> None:
+    raise ValueError(f"login refused: password={password} via {url} with {settings!r}")
+
+
+ADMIN_SECRETS = ("KwPwd_1", "Nested_9", "UrlPw_3")
+
+
+def test_a_rows_arguments_result_and_error_are_shown_with_their_secrets_hidden(
+    site: str, users: dict[str, Any], dsn: str, client: Client
+) -> None:
+    """A job's page and the dead-letter list show its arguments (a Celery message's
+    ``argsrepr``/``kwargsrepr`` headers among them) and its whole error through the one
+    redaction: a password argument, a URL's password, a secret-named dict's nested values."""
+    from django.test import Client as DjangoClient
+
+    from apps import celery_tasks as t
+    from apps.celery_harness import bound
+
+    url = "postgresql://bob:UrlPw_3@db/prod"
+    secrets = {"password": "KwPwd_1", "settings": {"credentials": {"pw": "Nested_9"}}}
+    dead = leaky_login.configure(client=client).enqueue(url, **secrets)
+    run_until_idle(Worker(dsn, {leaky_login.name: leaky_login}, WorkerConfig(queues=("basic",))))
+    assert state_of(dsn, dead.id) == "dead"
+    with bound(t.app, dsn):
+        sent = t.app.send_task("billing.login", args=[url], kwargs=secrets, queue="nobody")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select id, input::text from x_jobs where input -> 'headers' ->> 'id' = %s",
+            (sent.id,),
+        ).fetchone()
+    assert row is not None and "kwargsrepr" in row[1] and "KwPwd_1" in row[1]  # as sent
+
+    viewer = DjangoClient()
+    viewer.force_login(users["viewer"])
+    for page in (
+        f"/admin/ujobs_jobs/job/{dead.id}/change/",
+        f"/admin/ujobs_jobs/job/{row[0]}/change/",
+        "/admin/ujobs_jobs/deadletter/",
+        f"/admin/ujobs_jobs/deadletter/{dead.id}/change/",
+    ):
+        reply = viewer.get(page)
+        assert reply.status_code == 200, page
+        shown = reply.content.decode()
+        for secret in ADMIN_SECRETS:
+            assert secret not in shown, (page, secret)
+    job_page = viewer.get(f"/admin/ujobs_jobs/job/{dead.id}/change/").content.decode()
+    assert "password=***" in job_page and "bob:****@db" in job_page
+    assert "Traceback (most recent call last)" in job_page  # the whole error, redacted

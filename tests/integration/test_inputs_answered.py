@@ -522,3 +522,150 @@ def test_migrate_envelopes_are_quarantined_with_a_reason_or_moved_exactly(
     sent = kombu_json.loads(text)
     assert kombu_json.dumps([message.args, message.kwargs]) == kombu_json.dumps(sent[:2])
     tally("migrate envelopes", "stored")
+
+
+# -- the command line's filters ----------------------------------------------------------------
+
+# A number as a flag takes it: small, huge, negative, past bigint, not a number at all.
+CLI_COUNTS = st.integers(-5, 200).map(str) | st.sampled_from(
+    ["99999999999999999999", str(2**63 - 1), str(2**63), "-9223372036854775809", "1e3", "",
+     "0x10", " 5", "nan", "\x00", "٣"]
+)  # fmt: skip
+CLI_TEXT = TEXT | st.sampled_from(["*", "?", "%", "_", "inputs.*", "a\\", "'", "x" * 2000])
+CLI_STATES = (
+    st.sampled_from(
+        ["ready", "running", "dead", "done", "cancelled", "FAILURE", "Dead", "failure", "bogus"]
+    )
+    | TEXT
+)
+CLI_DURATIONS = st.floats().map(str) | st.sampled_from(
+    ["nan", "inf", "-5", "1e400", "0", "5m", "12h", "1e400d", "-1d", "\x00", "", "9" * 400 + "s"]
+)  # fmt: skip
+# (command, the filter flags it takes, whether it pages, the flags it needs to act)
+CLI_COMMANDS = {
+    "jobs ls": (("--name", "--queue", "--state", "--task-id"), True, ()),
+    "jobs dead": (("--name", "--queue"), True, ()),
+    "jobs cancel": (("--name", "--queue", "--state", "--task-id"), False, ("--yes",)),
+    "jobs requeue": (("--name", "--queue", "--state", "--task-id"), False, ("--yes",)),
+    "migrate quarantine ls": (("--reason",), False, ()),
+}
+CLI_FLAG_VALUES = {
+    "--name": CLI_TEXT,
+    "--queue": NAMES | CLI_TEXT,
+    "--state": CLI_STATES,
+    "--task-id": st.uuids().map(str) | CLI_TEXT,
+    "--reason": st.sampled_from(["unknown_task", "malformed"]) | CLI_TEXT,
+}
+
+
+@pytest.fixture
+def listed(client: Client) -> Client:
+    """A few rows for the commands to find: ready, with names a glob can match."""
+    for i in range(3):
+        echo.configure(client=client, queue=f"q{i}").enqueue(i)
+    return client
+
+
+def _cli_outcome(surface: str, result: Any) -> None:
+    """Exit 0 (answered), or a refusal the user can act on: exit 2 (a usage error naming the
+    flag: a UJ_* code where the project checks the value, click's own words for one of the
+    wrong type) or exit 1 with a UJ_* code; never a traceback, a driver error or an exception
+    let out."""
+    output = result.output
+    escaped = result.exception is not None and not isinstance(result.exception, SystemExit)
+    assert not escaped, f"{type(result.exception).__name__}: {result.exception}\n{output}"
+    assert "Traceback" not in output and "psycopg" not in output, output
+    if result.exit_code == 0:
+        tally(surface, "stored")  # answered: the listing (or the count) for that filter
+        return
+    assert result.exit_code in (1, 2), (result.exit_code, output)
+    if result.exit_code == 2:
+        assert "Usage:" in output and "Error:" in output, output
+    else:
+        assert "[UJ_" in output and "hint:" in output, output
+    tally(surface, "clear")
+
+
+@bounded(80)
+@given(
+    command=st.sampled_from(sorted(CLI_COMMANDS)),
+    values=st.fixed_dictionaries({}, optional=CLI_FLAG_VALUES),
+    limit=st.none() | CLI_COUNTS,
+    offset=st.none() | CLI_COUNTS,
+    as_json=st.booleans(),
+)
+def test_cli_filters_answer_or_refuse_with_a_code_never_a_driver_error(
+    listed: Client,
+    dsn: str,
+    command: str,
+    values: dict[str, str],
+    limit: str | None,
+    offset: str | None,
+    as_json: bool,
+) -> None:
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    flags, pages, needs = CLI_COMMANDS[command]
+    args = [*command.split(), *needs, "--dsn", dsn]
+    for flag in flags:
+        if flag in values:
+            args += [flag, values[flag]]
+    if command.endswith(("cancel", "requeue")) and not any(f in values for f in flags):
+        args += ["--queue", "q0"]  # a bulk action names what it acts on
+    if pages or command == "migrate quarantine ls":
+        args += [] if limit is None else ["--limit", limit]
+    if pages:
+        args += [] if offset is None else ["--offset", offset]
+    if as_json:
+        args.append("--json")
+    _cli_outcome("cli filters", CliRunner().invoke(cli, args))
+
+
+@bounded(40)
+@given(
+    job_id=st.uuids().map(str) | CLI_TEXT,
+    durations=st.sampled_from(["jobs stats --stranded-after", "purge --older-than"]),
+    duration=CLI_DURATIONS,
+)
+def test_cli_ids_and_durations_answer_or_refuse_with_a_code(
+    listed: Client, dsn: str, job_id: str, durations: str, duration: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    shown = CliRunner().invoke(cli, ["jobs", "show", "--dsn", dsn, "--", job_id])
+    _cli_outcome("cli ids and durations", shown)
+    *words, flag = durations.split()
+    timed = CliRunner().invoke(cli, [*words, flag, duration, "--dsn", dsn, "--json"])
+    _cli_outcome("cli ids and durations", timed)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["jobs", "ls", "--name", "\x00"], "--name holds a NUL"),
+        (["jobs", "ls", "--task-id", "a\ud800"], "--task-id holds a lone surrogate"),
+        (["jobs", "ls", "--offset", "99999999999999999999"], "--offset"),
+        (["jobs", "dead", "--offset", str(2**63)], "--offset"),
+        (["jobs", "dead", "--queue", "\x00"], "UJ_QUEUE_NAME_INVALID"),
+        (["jobs", "cancel", "--name", "\x00", "--yes"], "--name holds a NUL"),
+        (["migrate", "quarantine", "ls", "--reason", "\x00"], "--reason holds a NUL"),
+        (["jobs", "stats", "--stranded-after", "212663328857"], "longest look back"),
+        (["purge", "--older-than", "1000000d"], "longest look back"),
+    ],
+    ids=["ls-name-nul", "ls-task-surrogate", "ls-offset", "dead-offset", "dead-queue",
+         "cancel-name", "quarantine-reason", "stats-lookback", "purge-lookback"],
+)  # fmt: skip
+def test_a_cli_filter_no_row_can_match_is_a_usage_error_with_the_reason(
+    dsn: str, args: list[str], says: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    result = CliRunner().invoke(cli, [*args, "--dsn", dsn])
+    assert result.exit_code == 2, (result.exception, result.output)
+    assert says in result.output and "[UJ_" in result.output

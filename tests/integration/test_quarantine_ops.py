@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import redis
 from cli_proc import TESTS_DIR, CliProc
-from dashboard_support import Dashboard, browser, screenshot
+from dashboard_support import Dashboard, browser, screenshot, session_cookie
 from kombu import Connection
 
 from conftest import wait_for
@@ -240,7 +240,7 @@ def test_quarantine_retry_discard_csrf_and_read_only_from_the_dashboard(
     assert ro.request(discard, data={"csrf_token": token.group(1)})[0] == 403
     assert ro.request(f"/quarantine/{secret_id}/retry", data={"csrf_token": "x"})[0] == 403
     assert entry(secret_id) == (None, None)
-    dash.cookies["ujobs_session"] = driver.get_cookie("ujobs_session")["value"]
+    dash.cookies[session_cookie(dash)] = driver.get_cookie(session_cookie(dash))["value"]
     assert dash.request(discard, data={"csrf_token": token.group(1)})[0] == 303  # the token works
     # (in the browser's session: the token is bound to its session cookie)
     assert entry(secret_id) == ("discarded", None)

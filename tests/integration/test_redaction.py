@@ -102,7 +102,9 @@ def test_a_jobs_secrets_are_hidden_on_the_dashboard_in_the_cli_and_in_json_logs(
         _clean(result.output, *ARGS_SECRETS)
     shown = json.loads(runner.invoke(cli, ["jobs", "show", str(ref.id), "--json", "--dsn", dsn])
                        .stdout)  # fmt: skip
-    assert "password=***" in shown["last_error"] and "postgresql//bob:****@db" in shown["last_error"]
+    assert (
+        "password=***" in shown["last_error"] and "postgresql//bob:****@db" in shown["last_error"]
+    )
     assert shown["input"]["args"][0]["note"] == "visible"
     as_stored = runner.invoke(cli, ["jobs", "show", str(ref.id), "--json", "--show-secrets",
                                     "--dsn", dsn])  # fmt: skip
@@ -157,3 +159,64 @@ def test_task_events_sent_to_flower_carry_no_secret(dsn: str, events_app: Any) -
     assert "password=***" in received["args"]
     sent = [e for e in capture.events if e.get("uuid") == result.id]
     _clean(json.dumps(sent, default=str))
+
+
+REPR_SECRETS = ("KwPwd_1", "Nested_9", "UrlPw_3")
+
+
+def test_celery_argument_reprs_carry_no_secret_to_flower_or_json_logs(
+    dsn: str, events_app: Any, json_log: io.StringIO
+) -> None:
+    """A Celery task's ``argsrepr``/``kwargsrepr`` (a password kwarg, a URL with its password,
+    a secret-named dict) leave the process in its task-sent events (through the Postgres
+    sender, and on a broker producer it was handed), its task-received and task-failed events,
+    and Celery's own failure log line (``celery.app.trace``'s context, as a JSON line): none of
+    them carries a secret, while the row keeps what was sent."""
+    redis_or_skip()
+    node = f"redact-reprs@{ev.__name__}"
+    options = {"task_events": True, "heartbeat_interval": 5}
+    secrets = {
+        "password": "KwPwd_1",
+        "settings": {"credentials": {"user": "u", "pw": "Nested_9"}, "n": 1},
+    }
+    url = "postgresql://bob:UrlPw_3@db/prod"
+    events_app.conf.task_send_sent_event = True
+    try:
+        with (
+            captured(events_app) as capture,
+            bound(events_app, dsn),
+            worker(events_app, dsn, queues=("events",), start=False) as w,
+        ):
+            events = worker_events.start(events_app, w, options, node, dsn)
+            assert events is not None
+            try:
+                pooled = ev.login.apply_async((url,), secrets)
+                with events_app.connection_for_write() as connection:
+                    producer = events_app.amqp.Producer(connection)  # a broker's, as kombu's
+                    handed = ev.login.apply_async((url,), secrets, producer=producer)
+                w.start()
+                events.ready()
+                for sent in (pooled, handed):
+                    capture.one("task-failed", uuid=sent.id)
+                    received = capture.one("task-received", uuid=sent.id)
+                    assert "'password': '***'" in received["kwargs"], received
+                    assert "'credentials': '***'" in received["kwargs"], received
+                    task_sent = capture.one("task-sent", uuid=sent.id)
+                    assert "'password': '***'" in task_sent["kwargs"], task_sent
+                    assert "bob:****@db" in task_sent["args"], task_sent
+            finally:
+                events.shutdown()
+    finally:
+        events_app.conf.task_send_sent_event = False
+    ours = [e for e in capture.events if e.get("uuid") in (pooled.id, handed.id)]
+    _clean(json.dumps(ours, default=str), *REPR_SECRETS)
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    failures = [line for line in lines if line.get("logger") == "celery.app.trace"]
+    assert failures and all("kwargs" in line.get("data", {}) for line in failures), lines
+    _clean(json_log.getvalue(), *REPR_SECRETS)
+    with psycopg.connect(dsn) as conn:
+        stored = conn.execute(
+            "select input::text from x_jobs where input -> 'headers' ->> 'id' = %s",
+            (handed.id,),
+        ).fetchone()
+    assert stored is not None and "Nested_9" in stored[0]  # redacted only where it is shown

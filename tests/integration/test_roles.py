@@ -11,7 +11,6 @@ record or changes a table or function.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import psycopg
 import pytest
 from cli_proc import CliProc
 from click.testing import CliRunner
-from dashboard_support import Dashboard, free_port
+from dashboard_support import InProcessDashboard
 from psycopg import sql
 
 from conftest import ADMIN_DSN, _dsn_for, wait_for
@@ -91,42 +90,6 @@ def grant_all(cluster: Cluster) -> None:
     assert result.exit_code == 0, result.output
     assert f"granted {r['producer']} (producer)" in result.output
     assert f"granted {r['app']} (producer, worker)" in result.output
-
-
-class InProcessDashboard:
-    """``create_app`` served by uvicorn in a thread of this process (no subprocess)."""
-
-    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
-        import uvicorn
-
-        from ujobs_bridge._internal.dashboard.app import create_app
-        from ujobs_bridge._internal.dashboard.config import DashboardConfig
-
-        port = free_port()
-        app = create_app(DashboardConfig(dsn=dsn, read_only=read_only))
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        self.http = Dashboard.__new__(Dashboard)
-        self.http.base, self.http.port = f"http://127.0.0.1:{port}", port
-        self.http.cookies, self.http.set_cookies = {}, []
-        wait_for(lambda: self.http.request("/healthz")[0] == 200, timeout=30, what="dashboard")
-
-    def get(self, path: str) -> tuple[int, str]:
-        return self.http.request(path)
-
-    def post(self, path: str, page: str) -> tuple[int, str]:
-        """POST as the page ``page`` would (its session, its CSRF token)."""
-        status, body = self.http.request(page)
-        assert status == 200, body[:300]
-        token = body.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-        return self.http.request(path, data={"csrf_token": token})
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def state_of(cluster: Cluster, job_id: uuid.UUID) -> str | None:
@@ -358,7 +321,10 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
             )
 
     upgraded = {m.label for m in schema.upgrade(cluster.owner_dsn)}
-    assert {"ujobs_bridge 0023_duties", "migrate 0002_duties"} <= upgraded  # and what follows
+    # and what follows them
+    assert {"ujobs_bridge 0023_duties", "celery_compat 0006_duties", "migrate 0002_duties"} <= (
+        upgraded
+    )
 
     # It still enqueues, reads by id and steers (the functions were granted to it) ...
     dsn = cluster.dsns["app"]
@@ -369,7 +335,81 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     assert Introspector(dsn).cancel(ref.id).state == "cancelled"
     entry = quarantined(cluster)
     assert not refused(dsn, "select x_migrate_quarantine_resolve(%s, 'discarded', null)", entry)
+    assert not refused(dsn, "select count(*) from x_celery_result_get(array['k'], null)")
     # ... and loses what no duty has once `db grant` names its duties.
     schema.grant(cluster.owner_dsn, cluster.roles["app"])
     assert refused(dsn, "delete from x_schema_version")
     assert not refused(dsn, "select x_job_get(%s)", str(ref.id))
+
+
+def test_a_producer_sends_celery_tasks_and_reads_their_results_by_id(cluster: Cluster) -> None:
+    """A Celery app connected as a producer role sends (``.delay()``, ``apply_async``, a group,
+    inside its own transaction, in a batch) and reads results (``get``, ``state``, ``info``, a
+    group's ``get``, a group it saved restored by id, a chord, a PENDING message's state) through
+    the functions of celery_compat's
+    0006_duties; a worker role runs the tasks. The producer still reads no table directly and
+    no result but by its exact key."""
+    from celery import chord, group
+
+    from apps import celery_tasks as t
+    from apps.celery_harness import bound, worker
+    from celery_compat import Celery, enqueue_in
+
+    grant_all(cluster)
+    dsns = cluster.dsns
+    producer_app = Celery("roles_producer")
+    producer_app.conf.update(task_default_queue="celery", result_expires=3600)
+
+    # The producer knows the tasks by name only, as a web process that never imports them.
+    add, fail = producer_app.signature(t.add.name), producer_app.signature(t.fail.name)
+    tsum = producer_app.signature(t.tsum.name)
+
+    t.reset()
+    with (
+        bound(t.app, dsns["worker"]),
+        worker(t.app, dsns["worker"]),
+        bound(producer_app, dsns["producer"]),
+    ):
+        try:
+            sent = add.delay(2, 3)
+            assert sent.get(timeout=60) == 5
+            assert (sent.state, sent.info, sent.successful()) == ("SUCCESS", 5, True)
+            failed = fail.apply_async(("no luck",))
+            assert failed.get(timeout=60, propagate=False) is not None
+            assert failed.state == "FAILURE" and isinstance(failed.info, ValueError)
+            assert str(failed.info) == "no luck"
+            parts = group(add.clone((1, 1)), add.clone((2, 2)), add.clone((3, 3))).delay()
+            assert parts.get(timeout=60) == [2, 4, 6]
+            parts.save()  # kept by its id, and read back by it
+            restored = producer_app.GroupResult.restore(parts.id)
+            assert restored is not None and restored.get(timeout=60) == [2, 4, 6]
+            joined = chord([add.clone((1, 1)), add.clone((2, 2))])(tsum)
+            assert joined.get(timeout=60) == 6
+            # A message no worker consumes: its state is read from its job row, by task id.
+            waiting = add.apply_async((1, 2), queue="nobody")
+            assert waiting.state == "PENDING"
+            with psycopg.connect(dsns["producer"]) as conn:
+                with enqueue_in(conn):
+                    inside = add.delay(5, 5)
+                with enqueue_in(conn, batch=True):
+                    batched = [add.delay(i, i) for i in range(3)]
+                conn.commit()
+            assert inside.get(timeout=60) == 10
+            assert [r.get(timeout=60) for r in batched] == [0, 2, 4]
+        finally:
+            producer_app.backend.close()
+
+    producer = dsns["producer"]
+    for table in ("x_celery_results", "x_celery_tasks", "x_celery_revoked", "x_jobs"):
+        assert refused(producer, f"select count(*) from {table}"), table
+    assert refused(producer, "delete from x_celery_results")
+    # A task's result cannot be forged, nor a saved group replaced.
+    with psycopg.connect(producer, autocommit=True) as conn:
+        save = "select count(*) from x_celery_group_save(%s, 'forged', null, null)"
+        assert conn.execute(save, (f"celery-task-meta-{sent.id}",)).fetchone() == (0,)
+        assert conn.execute(save, (f"celery-taskset-meta-{parts.id}",)).fetchone() == (0,)
+    key = f"celery-task-meta-{sent.id}"
+    with psycopg.connect(producer, autocommit=True) as conn:
+        by_key = "select count(*) from x_celery_result_get(%s, null)"
+        assert conn.execute(by_key, ([key],)).fetchone() == (1,)
+        assert conn.execute(by_key, (["celery-task-meta-%"],)).fetchone() == (0,)

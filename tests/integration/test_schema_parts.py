@@ -336,7 +336,14 @@ def test_an_old_database_is_checked_read_only_then_adopted_by_db_upgrade(
         "latest": 21 + later,
         "pending": later,
     }
-    assert status["parts"]["celery_compat"] == {"version": 0, "latest": 5, "pending": 5}
+    celery_latest = max(
+        m.version for m in schema.available(["celery_compat"]) if m.part == "celery_compat"
+    )
+    assert status["parts"]["celery_compat"] == {
+        "version": 0,
+        "latest": celery_latest,
+        "pending": celery_latest,
+    }
     assert status["pending"][later]["adopts"] == "ujobs_bridge 0004_celery"
 
     upgraded = cli("db", "upgrade", "--dsn", dsn)

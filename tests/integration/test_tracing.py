@@ -135,14 +135,15 @@ def test_an_async_body_runs_in_the_enqueuers_trace_too(
     assert ran.context.trace_id == enqueuer.get_span_context().trace_id
 
 
-SPAN_SECRETS = ("hunter2", "s3cretpw", "Nosl4sh")
+SPAN_SECRETS = ("hunter2", "s3cretpw", "Nosl4sh", "Nested_9")
 
 
 @job(queue="traced_leaky", max_attempts=1)
 def traced_leaky() -> None:
     raise ValueError(
         "login failed password=hunter2 via postgresql://bob:s3cretpw@db/prod"
-        " and postgresql//bob:Nosl4sh@db/prod"
+        " and postgresql//bob:Nosl4sh@db/prod with "
+        + repr({"credentials": {"user": "u", "pw": "Nested_9"}})  # a kwargs repr quoted
     )
 
 

@@ -69,3 +69,35 @@ def test_adversarial_text_is_redacted_in_bounded_time(text: str) -> None:
     started = time.perf_counter()
     redact_message(text)
     assert time.perf_counter() - started < 5
+
+
+NESTED = {"credentials": {"user": "u", "pw": "Nested_9"}, "password": "KwPwd_1", "n": 1}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        repr(NESTED),  # a kwargsrepr
+        repr(NESTED)[:52],  # cut short, as Celery cuts a repr past argsrepr_maxsize
+        repr((NESTED, "plain")),  # an argsrepr
+        "ValueError: bad settings " + repr(NESTED),  # an error message quoting its kwargs
+    ],
+    ids=["kwargsrepr", "cut-short", "argsrepr", "in-a-message"],
+)
+def test_a_secret_keys_whole_value_is_hidden_in_a_repr_nested_or_cut_short(text: str) -> None:
+    for shown in (redact_repr(text), redact_message(text), redact({"kwargsrepr": text})):
+        assert "Nested_9" not in str(shown) and "KwPwd_1" not in str(shown), shown
+    assert "'credentials': '***'" in redact_message(text)
+
+
+def test_celerys_log_context_reads_its_args_and_kwargs_as_reprs() -> None:
+    """``celery.app.trace`` logs a failure with ``extra={"data": {"args": argsrepr, "kwargs":
+    kwargsrepr, ...}}``; a job's own args list and kwargs dict stay data, redacted by key."""
+    context = {"args": repr(("plain",)), "kwargs": repr(NESTED), "name": "t"}
+    shown = redact({"data": context})["data"]
+    assert shown["kwargs"] == "{'credentials': '***', 'password': '***', 'n': 1}"
+    assert shown["args"] == "('plain',)" and shown["name"] == "t"
+    data = {"args": ["(not a repr)"], "kwargs": {"password": "x", "note": "{'pw': 1}"}}
+    assert redact(data) == {
+        "args": ["(not a repr)"], "kwargs": {"password": "***", "note": "{'pw': 1}"}
+    }  # fmt: skip

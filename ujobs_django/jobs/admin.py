@@ -8,6 +8,10 @@ names (a Django alias, default ``"default"``: the jobs database); an action runs
 of its own to that database, with Django's credentials. Retry is the dashboard's *requeue*: a
 dead or cancelled job gets fresh attempts.
 
+What a page shows of a row leaves the process: its arguments (a Celery message's ``argsrepr``
+and ``kwargsrepr`` among its headers), result and error are shown through the one redaction
+(``ujobs_bridge.ext.observe``), as the dashboard and ``jobs show`` show them.
+
 Permissions: ``view`` shows a list; an action is offered, and runs, only for a user with its
 permission (``ujobs_jobs.retry_job``, ``cancel_job``, ``retry_deadletter``,
 ``discard_deadletter``); a forged request for an action not offered is refused by the admin,
@@ -20,6 +24,7 @@ dashboard``) remains the place for the charts, attempts and steps of a job.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -28,6 +33,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
+from ujobs_bridge.ext.observe import redact, redact_message
 from ujobs_bridge.ext.operator import JobFilter, act
 from ujobs_django.dsn import dsn_of
 from ujobs_django.jobs.models import DeadLetter, Job, Schedule, Worker
@@ -96,25 +102,44 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self.message_user(request, text, messages.SUCCESS if changed else messages.WARNING)
 
 
+def _shown(value: Any) -> str:
+    return json.dumps(redact(value), ensure_ascii=False, indent=2, default=str)
+
+
+class JobRowAdmin(ReadOnlyAdmin):
+    """A job row's page: its arguments, result and whole error with their secrets hidden (the
+    stored columns themselves are never shown)."""
+
+    readonly_fields = ("arguments", "result", "error")
+    exclude = ("last_error", "input", "output")
+
+    @admin.display(description="arguments")  # type: ignore[untyped-decorator]
+    def arguments(self, obj: Job) -> str:
+        return _shown(obj.input)
+
+    @admin.display(description="result")  # type: ignore[untyped-decorator]
+    def result(self, obj: Job) -> str:
+        return "" if obj.output is None else _shown(obj.output)
+
+    @admin.display(description="last error")  # type: ignore[untyped-decorator]
+    def error(self, obj: Job) -> str:
+        return redact_message(str(obj.last_error or ""))
+
+
 def short(text: str | None, limit: int = 100) -> str:
-    """An error as one line of a list: its last line (a traceback's ``Type: message``), cut."""
-    lines = [line for line in (text or "").splitlines() if line.strip()]
+    """An error as one line of a list: its last line (a traceback's ``Type: message``), cut,
+    its secrets hidden."""
+    lines = [line for line in redact_message(text or "").splitlines() if line.strip()]
     last = lines[-1].strip() if lines else ""
     return last if len(last) <= limit else last[: limit - 1] + "…"
 
 
 @admin.register(Job)
-class JobAdmin(ReadOnlyAdmin):
+class JobAdmin(JobRowAdmin):
     list_display = ("name", "queue", "state", "attempt", "max_attempts", "run_at", "created_at")
     list_filter = ("state",)
     search_fields = ("name",)
     actions = ("retry", "cancel")
-    readonly_fields = ("error",)
-    exclude = ("last_error",)
-
-    @admin.display(description="last error")  # type: ignore[untyped-decorator]
-    def error(self, obj: Job) -> str:
-        return str(obj.last_error or "")
 
     def has_retry_permission(self, request: Any) -> bool:
         return self.allowed(request, "retry")
@@ -132,7 +157,7 @@ class JobAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdmin):
+class DeadLetterAdmin(JobRowAdmin):
     list_display = ("name", "queue", "attempt", "failure_kind", "dead_since", "reason")
     search_fields = ("name",)
     actions = ("retry", "discard")

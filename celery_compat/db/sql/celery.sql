@@ -294,3 +294,55 @@ select q.queue, count(gone.queue)::int
   from unnest(%(queues)s::text[]) as q(queue)
   left join gone on gone.queue = q.queue
  group by q.queue
+
+-- celery_row_access --
+-- Whether this connection's role writes job rows and reads results directly (a worker, an
+-- application role) or only through the SECURITY DEFINER functions of 0006_duties (a producer):
+-- row_access.py asks once per role.
+select has_table_privilege('x_jobs', 'INSERT') and has_table_privilege('x_celery_revoked', 'SELECT')
+           as writes_rows,
+       has_table_privilege('x_celery_results', 'SELECT') and has_table_privilege('x_jobs', 'SELECT')
+           as reads_rows
+
+-- celery_send_one --
+-- celery_enqueue for a role with no row privilege (a producer): the same row, through
+-- x_celery_send (0006_duties).
+select x.id
+  from x_celery_send(%(now)s, array[%(task_id)s::text], array[%(id)s::uuid], array[%(name)s::text],
+                     array[%(queue)s::text], array[%(input)s::text], array[%(max_attempts)s::int],
+                     array[%(priority)s::smallint], array[%(run_at)s::timestamptz],
+                     array[%(traceparent)s::text], %(revoked_reason)s::text) as x(id)
+
+-- celery_send_many --
+-- celery_enqueue_many of messages with no send key, for a role with no row privilege.
+select x.id
+  from x_celery_send(%(now)s, %(task_ids)b::text[], %(ids)b::uuid[], %(names)b::text[],
+                     %(queues)b::text[], %(inputs)b::text[],
+                     array_fill(%(max_attempts)s::int, array[cardinality(%(ids)b::uuid[])]),
+                     %(priorities)b::smallint[], %(run_ats)b::timestamptz[],
+                     %(traceparents)b::text[], %(revoked_reason)s::text) as x(id)
+
+-- celery_result_get_by_key --
+-- celery_result_get and celery_result_mget for a role that reads no table (a producer).
+select r.key, r.value from x_celery_result_get(%(keys)s::text[], %(now)s) as r(key, value)
+
+-- celery_jobs_of_task_by_id --
+-- celery_jobs_of_task for a role that reads no table.
+select j.id, j.state, j.last_error, j.updated_at
+  from x_celery_jobs_of_task(%(task_id)s::text, %(include_done)s::boolean)
+       as j(id, state, last_error, updated_at)
+
+-- celery_task_ids_sent_here_by_id --
+-- celery_task_ids_sent_here for a role that reads no table.
+select t.task_id from x_celery_task_ids_sent_here(%(task_ids)s::text[]) as t(task_id)
+
+-- celery_group_save --
+-- celery_result_set of a group's result for a role with no row privilege (a producer): through
+-- x_celery_group_save (0006_duties), group keys only, written once. A row back: it was written.
+select g.key from x_celery_group_save(%(key)s::text, %(value)s::text, %(ttl_s)s::float8,
+                                      %(now)s::timestamptz) as g(key)
+
+-- celery_group_expire --
+-- celery_result_expire of a group key for a role with no row privilege (x_celery_group_expire).
+select g.key from x_celery_group_expire(%(key)s::text, %(ttl_s)s::float8, %(now)s::timestamptz)
+       as g(key)

@@ -4,8 +4,9 @@ Why it exists: Flower's habits (``--address``, ``--port``, ``--url-prefix``) on 
 database, safe by default: it binds 127.0.0.1; any other address requires ``--auth user:pass``
 or a token in ``$UJOBS_DASHBOARD_TOKEN`` (it refuses to start otherwise, and refuses a blank
 or whitespace-only token, user or password); it answers only the hosts it is bound to and the
-localhost names unless ``--allowed-host`` adds more; ``--read-only`` hides and refuses every
-action.
+localhost names unless ``--allowed-host`` adds more; a browser's session ends after
+``--session-idle`` without a request and ``--session-max-age`` after it began; ``--read-only``
+hides and refuses every action.
 
 What it is not: the app (``dashboard/app.py``).
 """
@@ -18,8 +19,14 @@ import os
 import click
 
 from ujobs_bridge._internal.cli.options import APP, app_database, dsn_option, log_format_option
+from ujobs_bridge._internal.cli.purge import parse_duration
 from ujobs_bridge._internal.cli.scheduler import load_tasks, resolve_app
-from ujobs_bridge._internal.dashboard.config import DashboardConfig, default_allowed_hosts
+from ujobs_bridge._internal.dashboard.config import (
+    SESSION_IDLE_S,
+    SESSION_MAX_AGE_S,
+    DashboardConfig,
+    default_allowed_hosts,
+)
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge._internal.observe.logs import LogFormat
 from ujobs_bridge.errors import ConfigError, ErrorCode
@@ -69,6 +76,17 @@ def _token(value: str | None) -> str | None:
     return value
 
 
+def _duration_text(seconds: float) -> str:
+    return f"{int(seconds // 3600)}h" if seconds % 3600 == 0 else f"{int(seconds // 60)}m"
+
+
+def _session_duration(flag: str, text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ConfigError as exc:
+        raise click.UsageError(f"{flag}: {exc.render()}") from exc
+
+
 @click.command()
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=5555, show_default=True, type=click.IntRange(0, 65535))
@@ -86,6 +104,20 @@ def _token(value: str | None) -> str | None:
 )
 @click.option("--read-only", is_flag=True, help="Show everything, allow no action.")
 @click.option(
+    "--session-idle",
+    default=_duration_text(SESSION_IDLE_S),
+    show_default=True,
+    metavar="DURATION",
+    help="End a browser's session after this long without a request (90s, 30m, 12h).",
+)
+@click.option(
+    "--session-max-age",
+    default=_duration_text(SESSION_MAX_AGE_S),
+    show_default=True,
+    metavar="DURATION",
+    help="End a browser's session this long after it began, however active (90s, 30m, 12h).",
+)
+@click.option(
     "--loglevel",
     default="INFO",
     show_default=True,
@@ -101,6 +133,8 @@ def dashboard(
     auth: str | None,
     allowed_hosts: tuple[str, ...],
     read_only: bool,
+    session_idle: str,
+    session_max_age: str,
     loglevel: str,
     log_format: LogFormat,
     app_spec: str | None,
@@ -119,6 +153,8 @@ def dashboard(
         ) from exc
     credentials = _credentials(auth)
     token = _token(os.environ.get(TOKEN_ENV))
+    idle_s = _session_duration("--session-idle", session_idle)
+    max_age_s = _session_duration("--session-max-age", session_max_age)
     if not _local(address) and credentials is None and token is None:
         raise click.UsageError(
             f"--address {address} is not local: give --auth USER:PASS or set ${TOKEN_ENV}, "
@@ -138,6 +174,8 @@ def dashboard(
         tasks=tasks,
         app_spec=app_spec,
         allowed_hosts=default_allowed_hosts(address, allowed_hosts),
+        session_idle_s=idle_s,
+        session_max_age_s=max_age_s,
     )
     app = create_app(config)
     where = f"http://{address}:{port}{config.url_prefix}/"

@@ -20,6 +20,7 @@ from ujobs_bridge._internal.cli import jobs_steer
 from ujobs_bridge._internal.cli.options import (
     APP,
     app_database,
+    checked_filters,
     dsn_option,
     json_option,
     print_json,
@@ -115,8 +116,7 @@ def _attempts_table(attempts: list[AttemptRow], show_secrets: bool = False) -> T
 def _paging(limit: int, offset: int) -> None:
     try:
         validation.positive_int("--limit", limit, maximum=10_000)
-        if offset < 0:
-            raise ConfigError(f"--offset {offset} is negative", hint="pass 0 or more")
+        validation.offset("--offset", offset)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
 
@@ -159,6 +159,7 @@ def ls(
     as_json: bool,
 ) -> None:
     """List jobs, newest first."""
+    checked_filters(name=name, task_id=task_id)
     try:
         parsed, kind = parse_shown_state(state)
         if queue is not None:
@@ -288,6 +289,12 @@ def dead(
 ) -> None:
     """List dead letters, most recent first (a Celery task's FAILURE is not one: `jobs ls
     --state FAILURE` lists those)."""
+    checked_filters(name=name)
+    try:
+        if queue is not None:
+            validation.queue_name(queue)
+    except ConfigError as exc:
+        raise click.UsageError(exc.render()) from exc
     _paging(limit, offset)
     records = _introspector(app_spec, dsn, as_json).dead(
         limit=limit, offset=offset, queue=queue, name=name
@@ -318,6 +325,7 @@ def stats(stranded_after: float, app_spec: str | None, dsn: str | None, as_json:
     claimed (a name no running worker declares waits until one that does starts)."""
     try:
         after = validation.seconds("--stranded-after", stranded_after, allow_zero=True)
+        validation.lookback("--stranded-after", after)
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     introspector = _introspector(app_spec, dsn, as_json)

@@ -16,6 +16,7 @@ import click
 from ujobs_bridge._internal.cli.options import (
     APP,
     app_database,
+    checked_filters,
     dsn_option,
     json_option,
     print_json,
@@ -65,6 +66,7 @@ def _steer(
     dsn: str | None,
     as_json: bool,
 ) -> None:
+    checked_filters(name=name, task_id=task_id)
     introspector = Introspector(app_database(app_spec, dsn, quiet=as_json).dsn)
     bulk = any(v is not None for v in (queue, name, state, task_id))
     if job_id is not None and bulk:

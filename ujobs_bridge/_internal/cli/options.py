@@ -27,6 +27,7 @@ from ujobs_bridge._internal.config.dsn import (
 )
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db.connections import Role
+from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.observe import logs
 from ujobs_bridge.errors import ConfigError
 
@@ -185,6 +186,18 @@ def resolved_database() -> ResolvedDatabase | None:
     context = click.get_current_context(silent=True)
     found = None if context is None else context.meta.get(RESOLVED_KEY)
     return found if isinstance(found, ResolvedDatabase) else None
+
+
+def checked_filters(**flags: str | None) -> None:
+    """Refuse, as a usage error (exit 2), a filter flag's text no stored value can match (a NUL,
+    a lone surrogate, empty or too long) before any query: ``checked_filters(name=name)``."""
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        try:
+            validation.filter_text(f"--{flag.replace('_', '-')}", value)
+        except ConfigError as exc:
+            raise click.UsageError(exc.render()) from exc
 
 
 def print_json(value: Any) -> None:

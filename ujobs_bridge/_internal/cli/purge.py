@@ -8,6 +8,7 @@ What it is not: the job (``purge.py``), which the scheduler fires hourly.
 
 from __future__ import annotations
 
+import math
 import re
 
 import click
@@ -21,6 +22,7 @@ from ujobs_bridge._internal.cli.options import (
 )
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK
 from ujobs_bridge._internal.db import connections
+from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.jobs.purge import DEFAULT_OLDER_THAN_S, cutoff_for, run_pass
 from ujobs_bridge.errors import ConfigError
 
@@ -35,6 +37,10 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not a duration", hint="write a number and a unit: 90s, 30m, 12h, 7d or 2w"
         )
     seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ConfigError(
+            f"{text[:80]!r} is past any duration", hint="write a finite number and a unit, e.g. 7d"
+        )
     if seconds <= 0:
         raise ConfigError(
             f"{text!r} is not a positive duration", hint="use a duration above zero, e.g. 7d"
@@ -54,7 +60,7 @@ def parse_duration(text: str) -> float:
 def purge(older_than: str, dsn: str | None, as_json: bool) -> None:
     """Remove finished jobs (with their steps), old events, published outbox rows and old fire records."""
     try:
-        seconds = parse_duration(older_than)
+        seconds = validation.lookback("--older-than", parse_duration(older_than))
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     resolved = database(dsn, quiet=as_json)

@@ -51,8 +51,6 @@ class Guard(BaseHTTPMiddleware):
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         config = self.site.config
         path = request.url.path.removeprefix(config.url_prefix)
-        session = security.session_of(request)
-        minted = session is None
         response: Response
         if path in OPEN_PATHS:
             response = await call_next(request)
@@ -76,12 +74,14 @@ class Guard(BaseHTTPMiddleware):
                 headers={"WWW-Authenticate": 'Basic realm="ujobs-bridge", charset="UTF-8"'},
             )
         else:
-            request.scope[security.SESSION_SCOPE_KEY] = session or security.new_session()
+            session = security.session_of(config, request)
+            request.scope[security.SESSION_SCOPE_KEY] = session
             response = await call_next(request)
-            if minted:
+            if security.session_cookie_due(request, session):
                 response.set_cookie(
-                    security.SESSION_COOKIE,
-                    request.scope[security.SESSION_SCOPE_KEY],
+                    security.session_cookie(request),
+                    session.cookie(config, request),
+                    max_age=session.max_age(config),
                     path=config.url_prefix or "/",
                     secure=request.url.scheme == "https",
                     httponly=True,

@@ -16,6 +16,10 @@ from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.scheduling.task import PeriodicTask
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+# A dashboard session ends after 30 minutes without a request, and 12 hours after it began
+# (OWASP ASVS's level-2 session limits).
+SESSION_IDLE_S = 30 * 60.0
+SESSION_MAX_AGE_S = 12 * 3600.0
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 (names, not a bind)
 
 
@@ -47,7 +51,9 @@ class DashboardConfig:
     """``credentials``: (user, password) required on every request, or None (local only).
     ``token``: accepted as the password of any user, or as ``Authorization: Bearer``.
     ``secret``: keys the CSRF tokens (random per process unless given).
-    ``allowed_hosts``: the host names a request's ``Host`` may carry (``*``: any)."""
+    ``allowed_hosts``: the host names a request's ``Host`` may carry (``*``: any).
+    ``session_idle_s``/``session_max_age_s``: a session ends after this long without a request,
+    and this long after it began (``--session-idle``, ``--session-max-age``)."""
 
     dsn: str
     url_prefix: str = ""
@@ -60,6 +66,8 @@ class DashboardConfig:
     clock: Clock = SYSTEM_CLOCK
     page_size: int = 50
     allowed_hosts: frozenset[str] = LOCAL_HOSTS
+    session_idle_s: float = SESSION_IDLE_S
+    session_max_age_s: float = SESSION_MAX_AGE_S
 
     @property
     def guarded(self) -> bool:

@@ -45,10 +45,9 @@ class BadFilter(Exception):
     pass
 
 
-# The longest filter text taken (a name glob, a task id): longer cannot match a stored one.
-MAX_FILTER_CHARS = 1024
-# The largest offset: PostgreSQL's bigint, what ``OFFSET`` takes.
-MAX_OFFSET = 2**63 - 1
+# The longest filter text taken and the largest offset: the CLI's (``validation``).
+MAX_FILTER_CHARS = validation.MAX_FILTER_CHARS
+MAX_OFFSET = validation.MAX_OFFSET
 
 
 def checked_text(key: str, value: str) -> str:

@@ -80,6 +80,13 @@ class DashboardSite:
         if self.config.read_only:
             return PlainTextResponse("the dashboard is read-only (--read-only)\n", 403)
         if not security.csrf_valid(self.config, request, form.get(security.CSRF_FIELD)):
+            session = request.scope.get(security.SESSION_SCOPE_KEY)
+            if session is not None and session.started is security.Started.EXPIRED:
+                return PlainTextResponse(
+                    "your dashboard session expired (idle too long, or past its maximum age): "
+                    "reload the page and act again\n",
+                    403,
+                )
             return PlainTextResponse("missing or wrong CSRF token: reload the page\n", 403)
         return None
 

@@ -116,7 +116,7 @@ def targets() -> list[PurgeTarget]:
 def cutoff_for(conn: psycopg.Connection[Any], clock: Clock, older_than_s: float) -> datetime:
     """The one cutoff of a pass: the earlier of the injected clock and the database's clock,
     minus ``older_than_s`` (see the module docstring for why both)."""
-    validation.seconds("older_than", older_than_s)
+    validation.lookback("older_than", validation.seconds("older_than", older_than_s))
     now: datetime = min(clock.now(), session.database_now(conn))
     return now - timedelta(seconds=older_than_s)
 

@@ -117,6 +117,21 @@ def seconds(
     return number
 
 
+# The longest look back a command takes (``purge --older-than``, ``jobs stats
+# --stranded-after``): its cutoff stays well within the years Python and PostgreSQL share.
+MAX_LOOKBACK_S = 100 * 31_557_600.0
+
+
+def lookback(what: str, number: float) -> float:
+    """A look back of ``number`` seconds from now: finite, at most ``MAX_LOOKBACK_S``."""
+    if not math.isfinite(number) or number > MAX_LOOKBACK_S:
+        raise ConfigError(
+            f"{what} is {number:g}s, past the longest look back (100 years)",
+            hint=f"set {what} to at most 100 years ({MAX_LOOKBACK_S:g} seconds)",
+        )
+    return number
+
+
 def text_problem(value: object, *, max_length: int) -> str | None:
     """Why ``value`` is not a non-empty string PostgreSQL can store (at most ``max_length``
     characters, no NUL, no lone surrogate), as the end of a sentence; None when it is one."""
@@ -131,6 +146,36 @@ def text_problem(value: object, *, max_length: int) -> str | None:
     except UnicodeEncodeError:
         return "holds a lone surrogate, which is not valid Unicode"
     return None
+
+
+# The longest filter text taken (a name glob, a task id, a reason): longer cannot match a stored
+# one. The largest offset: PostgreSQL's bigint, what ``OFFSET`` takes. The dashboard's query
+# strings and the CLI's flags are held to the same.
+MAX_FILTER_CHARS = 1024
+MAX_OFFSET = 2**63 - 1
+
+
+def filter_text(what: str, value: str) -> str:
+    """A filter's text (a ``--name`` glob, a ``--task-id``, a ``--reason``) when the database
+    can compare it: no NUL, no lone surrogate, 1 to ``MAX_FILTER_CHARS`` characters."""
+    problem = text_problem(value, max_length=MAX_FILTER_CHARS)
+    if problem is not None:
+        raise ConfigError(
+            f"{what} {problem}: no stored value can match it",
+            hint=f"pass {what} as plain text of 1 to {MAX_FILTER_CHARS} characters",
+        )
+    return value
+
+
+def offset(what: str, value: int) -> int:
+    """A paging offset: 0 up to what ``OFFSET`` takes."""
+    if value < 0:
+        raise ConfigError(f"{what} {value} is negative", hint="pass 0 or more")
+    if value > MAX_OFFSET:
+        raise ConfigError(
+            f"{what} {value} is past the largest offset", hint=f"pass at most {MAX_OFFSET}"
+        )
+    return value
 
 
 def text_option(what: str, value: object, *, max_length: int) -> str:

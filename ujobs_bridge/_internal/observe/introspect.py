@@ -132,8 +132,9 @@ class Introspector:
             ids = lookup_ids(conn, text)
             records = [r for r in (reads_db.job_get(conn, i) for i in ids) if r is not None]
         if not records:
+            shown = text[:200] if text[:200].isprintable() else repr(text[:200])  # no control
             raise JobNotFoundError(
-                f"no job {text}: neither a job id nor a known Celery task id",
+                f"no job {shown}: neither a job id nor a known Celery task id",
                 hint="check the id with `ujobs-bridge jobs ls`",
             )
         return records

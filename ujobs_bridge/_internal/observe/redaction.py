@@ -207,7 +207,7 @@ def redact(value: Any) -> Any:
         for k, v in value.items():
             if is_secret_key(k):
                 out[k] = REDACTED
-            elif k in REPR_KEYS and isinstance(v, str):
+            elif (k in REPR_KEYS or k in CONTEXT_REPR_KEYS) and isinstance(v, str):
                 out[k] = redact_repr(v)
             else:
                 out[k] = redact(v)
@@ -224,6 +224,11 @@ def redact(value: Any) -> Any:
 # Headers that repeat a job's arguments as text (Celery's protocol: ``repr()`` of args and
 # kwargs); redacted like the arguments themselves.
 REPR_KEYS = frozenset({"argsrepr", "kwargsrepr"})
+# Where Celery puts those reprs as text beside other fields: its log record's context
+# (``celery.app.trace``'s ``extra={"data": {"args": ..., "kwargs": ...}}``) and its task events.
+# Only a string under these keys is read as a repr; a job's own args list or kwargs dict is
+# data, redacted by key.
+CONTEXT_REPR_KEYS = frozenset({"args", "kwargs"})
 MAX_REPR = 64 * 1024
 MAX_JSON_TEXT = 1024 * 1024
 # In a repr that cannot be parsed (cut short, or custom): 'secret-key': value, up to , } or ).
@@ -283,13 +288,7 @@ def redact_text(text: str, *, quote: Any = json.dumps) -> str:
     """Text that could not be parsed (a body cut short, a malformed message): every
     ``'key': value`` or ``"key": value`` pair with a secret-looking key gets ``***`` (written by
     ``quote``), and every URL its password masked."""
-    hidden = _REPR_PAIR.sub(
-        lambda m: (
-            m.group("key") + quote(REDACTED) if is_secret_key(m.group("name")) else m.group(0)
-        ),
-        text,
-    )
-    return redact_message(hidden)
+    return redact_message(_hide_repr_pairs(text, lambda _value: str(quote(REDACTED))))
 
 
 def _quoted_like(value: str) -> str:
@@ -306,15 +305,52 @@ def redact_message(text: str) -> str:
     if not text:
         return text
     text = mask_urls(text)
-    text = _REPR_PAIR.sub(
-        lambda m: (
-            m.group("key") + _quoted_like(m.group("value"))
-            if is_secret_key(m.group("name"))
-            else m.group(0)
-        ),
-        text,
-    )
+    text = _hide_repr_pairs(text, _quoted_like)
     return _text_pair_pattern().sub(_hide_pair, text)
+
+
+_OPENERS = {"{": "}", "[": "]", "(": ")"}
+
+
+def _hide_repr_pairs(text: str, hidden: Any) -> str:
+    """Every ``'key': value`` or ``"key": value`` pair whose key names a secret with its value
+    replaced by ``hidden(value)``. A value that opens a dict, a list or a tuple is hidden to its
+    matching close (all of it: ``'credentials': {'user': 'u', 'pw': 'x'}``), or to the end of
+    the text when it never closes (a repr cut short)."""
+    out: list[str] = []
+    pos = 0
+    for m in _REPR_PAIR.finditer(text):
+        if m.start() < pos or not is_secret_key(m.group("name")):
+            continue
+        start = m.start("value")
+        end = _value_end(text, start) if text[start : start + 1] in _OPENERS else m.end("value")
+        out += [text[pos:start], hidden(text[start:end])]
+        pos = end
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the bracketed value opening at ``start`` closes (after its closing bracket), its
+    quoted strings skipped; the end of the text when it never closes."""
+    closing: list[str] = []
+    i, n = start, len(text)
+    while i < n:
+        ch = text[i]
+        if ch in "'\"":
+            i += 1
+            while i < n and text[i] != ch:
+                i += 2 if text[i] == "\\" else 1
+        elif ch in _OPENERS:
+            closing.append(_OPENERS[ch])
+        elif closing and ch == closing[-1]:
+            closing.pop()
+            if not closing:
+                return i + 1
+        i += 1
+    return n
 
 
 def _hide_pair(m: re.Match[str]) -> str:
