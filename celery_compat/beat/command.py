@@ -34,6 +34,15 @@ from ujobs_bridge.ext.cli import serve_scheduler as serve
 from ujobs_bridge.ext.scheduling import DEFAULT_INTERVAL_S
 
 DEFAULT_SCHEDULER = "celery_compat.beat.scheduler:BeatScheduler"
+# django-celery-beat's scheduler, named by every project that uses it, runs as the subclass that
+# sends bridge occurrences (django_scheduler.py), so it can run beside the bridge scheduler.
+DJANGO_BEAT = frozenset(
+    {
+        "django_celery_beat.schedulers:DatabaseScheduler",
+        "django_celery_beat.schedulers.DatabaseScheduler",
+    }
+)
+DJANGO_BEAT_HANDOVER = "celery_compat.beat.django_scheduler:DatabaseScheduler"
 
 
 def _same_class(a: str, b: str) -> bool:
@@ -108,7 +117,10 @@ class Beat:
             # import cost: Celery's own beat loads only when it is the one asked for
             from celery.apps.beat import Beat as CeleryBeat
 
-            CeleryBeat(app=app, **self.kwargs).run()
+            kwargs = dict(self.kwargs)
+            if kwargs.get("scheduler") in DJANGO_BEAT:
+                kwargs["scheduler"] = DJANGO_BEAT_HANDOVER
+            CeleryBeat(app=app, **kwargs).run()
             return
         # Celery's CLI has no --log-format: the bridge's environment variable sets it
         json_logs = os.environ.get("UJOBS_LOG_FORMAT") == "json"
