@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -314,7 +319,7 @@ def test_two_schedulers_and_django_celery_beats_beat_send_each_occurrence_once(
     class, ticked in a thread as ``celery beat`` ticks it) on one 1-second interval row."""
     from celery_compat.beat.django_scheduler import DatabaseScheduler
 
-    periodic(m, "handover", "h", interval=every(m, 1))
+    m.PeriodicTask.objects.create(name="handover", task=TASK, args='["h"]', interval=every(m, 1))
     caplog.set_level(logging.INFO, logger="celery_compat.beat_scheduler")
     stop = threading.Event()
     beat = DatabaseScheduler(app=app, lazy=False)
@@ -335,7 +340,9 @@ def test_two_schedulers_and_django_celery_beats_beat_send_each_occurrence_once(
 
         def by_both() -> bool:
             beat_sent = any("beat_scheduler.sent" in r.getMessage() for r in caplog.records)
-            return beat_sent and sum(s.counts.fired for s in schedulers) >= 2 and len(sent(dsn)) >= 6
+            return (
+                beat_sent and sum(s.counts.fired for s in schedulers) >= 2 and len(sent(dsn)) >= 6
+            )
 
         wait_for(by_both, timeout=60, what="occurrences sent by beat and by a scheduler")
     finally:
@@ -343,7 +350,58 @@ def test_two_schedulers_and_django_celery_beats_beat_send_each_occurrence_once(
         thread.join(timeout=10)
         for s in schedulers:
             s.stop()
-    counts = Counter(occurrences(sent(dsn)))
+    rows = sent(dsn)
+    assert all("ujobs_occurrence" in headers_of(r) for r in rows)  # beat sent occurrences too
+    counts = Counter(occurrences(rows))
     assert counts and max(counts.values()) == 1, counts
     ids = [headers_of(r)["id"] for r in sent(dsn)]
     assert len(ids) == len(set(ids))
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "django_celery_beat"
+
+
+def test_manage_py_ujobs_scheduler_fires_the_rows_and_applies_an_edit_live(
+    m: Any, dsn: str
+) -> None:
+    """The example project (Celery's Django-guide layout): ``manage.py ujobs_scheduler`` with
+    nothing but Django's settings fires a row, picks up an ORM edit while it runs, and stops on
+    SIGTERM with exit 0."""
+    task = "reports.tasks.nightly_report"
+    row = m.PeriodicTask.objects.create(
+        name="nightly", task=task, args='["before"]', interval=every(m, 1)
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "proj.settings",
+        "DATABASE_URL": dsn,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("UJOBS_DATABASE_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "ujobs_scheduler", "--interval", "0.5"],
+        cwd=EXAMPLE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+    def labels() -> list[Any]:
+        return [body_of(r)["args"][0] for r in jobs(dsn, task)]
+
+    try:
+        wait_for(lambda: "before" in labels(), timeout=60, what="a message of the row")
+        row.refresh_from_db()
+        row.args = '["after"]'
+        row.save()  # the admin's save: PeriodicTasks.changed moves
+        wait_for(lambda: "after" in labels(), timeout=60, what="a message of the edited row")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    assert "scheduler stopped" in out, out
+    assert m.PeriodicTask.objects.get(name="nightly").total_run_count == len(labels())

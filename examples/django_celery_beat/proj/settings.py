@@ -1,0 +1,51 @@
+"""Settings of the example project: periodic tasks kept in django-celery-beat's tables (edited
+in the admin), fired by ``python manage.py ujobs_scheduler`` (or ``ujobs-bridge scheduler -A
+proj``) and run by ``ujobs-bridge worker -A proj``.
+
+The database is Django's ``default`` on PostgreSQL through psycopg 3, named by ``DATABASE_URL``
+(a libpq DSN or URL); django-celery-beat's tables and the jobs live in it. Set up once::
+
+    ujobs-bridge db upgrade --dsn "$DATABASE_URL"
+    python manage.py migrate
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-a-secret")
+DEBUG = False
+ALLOWED_HOSTS: list[str] = []
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django_celery_beat",
+    "ujobs_django",  # manage.py ujobs_scheduler / ujobs_worker
+    "reports",
+]
+
+
+def database(url: str) -> dict[str, Any]:
+    """Django's DATABASES entry for a libpq DSN or URL."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": info.get("dbname", ""),
+        "USER": info.get("user", ""),
+        "PASSWORD": info.get("password", ""),
+        "HOST": info.get("host", ""),
+        "PORT": str(info.get("port", "")),
+    }
+
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "postgresql:///proj")
+DATABASES = {"default": database(DATABASE_URL)}
+
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_UJOBS_DATABASE_URL = DATABASE_URL
