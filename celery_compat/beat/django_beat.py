@@ -67,7 +67,7 @@ from celery_compat.beat.entries import (
     engine_task_name,
     send_occurrence,
 )
-from celery_compat.db import q
+from celery_compat.db import django_beat as store
 from celery_compat.sending.transaction import enqueue_in
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.ext.jobs import EnqueueRequest
@@ -257,7 +257,7 @@ class DjangoBeatSource:
         self, conn: psycopg.Connection[Any], now: datetime
     ) -> Mapping[str, PeriodicTask] | None:
         try:
-            found = conn.execute(q("django_beat_changed")).fetchone()
+            marker = store.changed_marker(conn)
         except psycopg.errors.UndefinedTable as exc:
             raise ConfigError(
                 "beat_scheduler names django-celery-beat's DatabaseScheduler, but its tables "
@@ -266,12 +266,10 @@ class DjangoBeatSource:
                 "bridge uses (or set beat_scheduler to another scheduler)",
                 code=ErrorCode.SCHEDULE_INVALID,
             ) from exc
-        marker = found[0] if found is not None else None
         fresh = self._read_at is not None and now - self._read_at < FULL_READ
         if fresh and marker == self._marker:
             return None
-        expired = conn.execute(q("django_beat_expire"), {"now": now}).fetchall()
-        for (name,) in expired:
+        for name in store.expire(conn, now):
             log.info("celery_compat.django_beat.expired: %s is disabled (past its expires)", name)
         tasks = self.read(conn)
         self._marker, self._read_at = marker, now
@@ -281,10 +279,7 @@ class DjangoBeatSource:
         """Every enabled row as a task; refused rows are in ``self.refused`` with the reason."""
         out: dict[str, PeriodicTask] = {}
         self.refused = {}
-        with conn.cursor() as cur:
-            cur.execute(q("django_beat_entries"))
-            rows = [Row(*r) for r in cur.fetchall()]
-        for row in rows:
+        for row in [Row(*r) for r in store.entries(conn)]:
             try:
                 built = self.task_of(row)
             except (Unmappable, ConfigError) as exc:
@@ -312,22 +307,22 @@ class DjangoBeatSource:
             # ``conn`` is the fire's transaction: the message, the count and the fire record
             # commit together; a duplicate fire rolls all of them back.
             if overlap == "skip":
-                busy = conn.execute(q("django_beat_unfinished"), {"name": row.name}).fetchone()
+                busy = store.unfinished_job(conn, row.name)
                 if busy is not None:
                     log.info(
                         "celery_compat.django_beat.overlap: %s occurrence %s not sent: job %s "
                         "of an earlier one has not finished",
                         row.name,
                         occurrence.at.isoformat(),
-                        busy[0],
+                        busy,
                     )
                     return []
-            ran = conn.execute(q("django_beat_ran"), {"id": row.id, "now": now()}).fetchone()
-            if ran is None:
+            one_off = store.ran(conn, row.id, now())
+            if one_off is None:
                 log.info("celery_compat.django_beat.gone: %s was disabled or deleted", row.name)
                 return []
-            if ran[0]:  # a one-off is done: every scheduler re-reads the schedule
-                conn.execute(q("django_beat_mark_changed"), {"now": now()})
+            if one_off:  # a one-off is done: every scheduler re-reads the schedule
+                store.mark_changed(conn, now())
             with enqueue_in(conn):
                 send_occurrence(app, entry, occurrence)
             return []
@@ -339,11 +334,8 @@ class DjangoBeatSource:
 def convert_tables(app: Any, conn: psycopg.Connection[Any]) -> list[Conversion]:
     """What ``beat convert`` lists for the rows: each enabled row's engine form or why not."""
     source = DjangoBeatSource(app)
-    with conn.cursor() as cur:
-        cur.execute(q("django_beat_entries"))
-        rows = [Row(*r) for r in cur.fetchall()]
     out: list[Conversion] = []
-    for row in rows:
+    for row in [Row(*r) for r in store.entries(conn)]:
         engine = engine_task_name(row.name)
         try:
             built = source.task_of(row)

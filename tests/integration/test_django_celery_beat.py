@@ -325,8 +325,13 @@ def test_two_schedulers_and_django_celery_beats_beat_send_each_occurrence_once(
     beat = DatabaseScheduler(app=app, lazy=False)
 
     def beat_loop() -> None:
-        while not stop.is_set():
-            stop.wait(min(beat.tick(), 0.2))
+        from django.db import connections
+
+        try:
+            while not stop.is_set():
+                stop.wait(min(beat.tick(), 0.2))
+        finally:
+            connections.close_all()  # this thread's own Django connection
 
     schedulers = [
         Scheduler(dsn, {}, holder=f"live-{i}", interval_s=0.5, source=DjangoBeatSource(app))
