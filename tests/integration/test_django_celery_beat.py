@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -410,3 +411,110 @@ def test_manage_py_ujobs_scheduler_fires_the_rows_and_applies_an_edit_live(
     assert proc.returncode == 0, out
     assert "scheduler stopped" in out, out
     assert m.PeriodicTask.objects.get(name="nightly").total_run_count == len(labels())
+
+
+def manage(dsn: str, *args: str, timeout: float = 120) -> str:
+    """``python manage.py ARGS`` in the example project, on the test database."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=EXAMPLE,
+        env=example_env(dsn),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def example_env(dsn: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "proj.settings",
+        "DATABASE_URL": dsn,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("UJOBS_DATABASE_URL", None)
+    return env
+
+
+STAFF = (
+    "from django.contrib.auth.models import User\n"
+    "u, _ = User.objects.get_or_create(username='ops')\n"
+    "u.is_staff = u.is_superuser = True\n"
+    "u.set_password('ops-password')\n"
+    "u.save()\n"
+)
+
+
+def test_an_admin_edit_in_chromium_changes_what_the_running_scheduler_sends(
+    m: Any, dsn: str
+) -> None:
+    """The example's admin (``runserver``) and ``manage.py ujobs_scheduler`` side by side: a
+    staff user changes a row's arguments in headless Chromium; the next message carries them."""
+    from dashboard_support import browser
+    from selenium.webdriver.common.by import By
+
+    driver = browser()
+    manage(dsn, "migrate", "--noinput")
+    manage(dsn, "shell", "-c", STAFF)
+    task = "reports.tasks.nightly_report"
+    row = m.PeriodicTask.objects.create(
+        name="from the admin", task=task, args='["before"]', interval=every(m, 1)
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", *argv],
+            cwd=EXAMPLE,
+            env=example_env(dsn),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for argv in (
+            ["ujobs_scheduler", "--interval", "0.5"],
+            ["runserver", "--noreload", "--insecure", f"127.0.0.1:{port}"],
+        )
+    ]
+
+    def labels() -> list[Any]:
+        return [body_of(r)["args"][0] for r in jobs(dsn, task)]
+
+    base = f"http://127.0.0.1:{port}/admin/"
+    try:
+        wait_for(lambda: "before" in labels(), timeout=60, what="a message of the row")
+
+        def login_page() -> bool:
+            driver.get(f"{base}login/")
+            return bool(driver.find_elements(By.NAME, "username"))
+
+        wait_for(login_page, timeout=60, what="the admin's login page")
+        driver.find_element(By.NAME, "username").send_keys("ops")
+        driver.find_element(By.NAME, "password").send_keys("ops-password")
+        driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        driver.get(f"{base}django_celery_beat/periodictask/{row.pk}/change/")
+        for summary in driver.find_elements(By.CSS_SELECTOR, "fieldset details summary"):
+            summary.click()  # open the collapsed sections ("Arguments" is one)
+        args = driver.find_element(By.NAME, "args")
+        args.clear()
+        args.send_keys('["after"]')
+        driver.find_element(By.NAME, "_save").click()
+        wait_for(
+            lambda: "was changed successfully" in driver.page_source,
+            timeout=30,
+            what="the admin's confirmation",
+        )
+        wait_for(lambda: "after" in labels(), timeout=60, what="a message of the edited row")
+    finally:
+        driver.quit()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert procs[0].returncode == 0
