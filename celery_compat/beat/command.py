@@ -14,7 +14,9 @@ accepted and have nothing to do here (the schedule's state is rows in Postgres);
 A scheduler class named explicitly (``-S`` on the command line, or a ``beat_scheduler`` other
 than celery_compat's default, such as django-celery-beat's) keeps Celery's own beat with that
 class: ``-S celery_compat.beat.scheduler:BeatScheduler`` is the hand-over mode in which beat
-sends the bridge scheduler's occurrence ids (``beat_scheduler.py``).
+sends the bridge scheduler's occurrence ids (``beat_scheduler.py``). django-celery-beat's
+``DatabaseScheduler`` (named by ``CELERY_BEAT_SCHEDULER`` in a Django project) runs as
+``celery_compat.beat.django_scheduler:DatabaseScheduler``, its hand-over form.
 
 What it is not: the scheduler (``ujobs_bridge._internal.scheduling``) or the beat conversion (``beat.py``).
 """

@@ -518,3 +518,26 @@ def test_an_admin_edit_in_chromium_changes_what_the_running_scheduler_sends(
                 proc.kill()
                 proc.wait()
     assert procs[0].returncode == 0
+
+
+def test_celery_beat_with_django_celery_beats_scheduler_runs_the_hand_over_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``celery beat`` on a celery_compat app whose ``beat_scheduler`` is django-celery-beat's
+    (what ``CELERY_BEAT_SCHEDULER`` says) runs Celery's beat with the class that sends bridge
+    occurrences, so it can run beside the bridge scheduler."""
+    import celery.apps.beat
+
+    given: dict[str, Any] = {}
+
+    class Recorded:
+        def __init__(self, **kwargs: Any) -> None:
+            given.update(kwargs)
+
+        def run(self) -> None:
+            given["ran"] = True
+
+    monkeypatch.setattr(celery.apps.beat, "Beat", Recorded)
+    APP.Beat(scheduler=APP.conf.beat_scheduler).run()
+    assert given["scheduler"] == "celery_compat.beat.django_scheduler:DatabaseScheduler"
+    assert given["ran"]
