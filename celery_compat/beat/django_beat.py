@@ -7,7 +7,8 @@ has), ``ujobs-bridge scheduler -A proj`` (and ``celery beat``, ``manage.py ujobs
 read those rows instead of asking for a ``beat_schedule`` in code. ``DjangoBeatSource`` is the
 engine scheduler's ``TaskSource``: every round, on the leader's connection, it reads
 ``PeriodicTasks.last_update`` (the marker django-celery-beat moves on every save or delete) and
-re-reads the enabled rows when it moved (or every ``FULL_READ``), so an admin edit takes effect
+re-reads the enabled rows when it moved (or every ``FULL_READ``, or when a row's ``expires``
+has come), so an admin edit takes effect
 at the next round without a restart. Each row becomes a ``PeriodicTask`` named
 ``engine_task_name(row.name)`` (``beat:<name>``, the name a ``beat_schedule`` entry of the same
 name has, so the hand-over from code to table keeps its watermark):
@@ -250,6 +251,7 @@ class DjangoBeatSource:
         self._now = now  # the injected clock's SQL instant (None: the database's now())
         self._marker: datetime | None = None
         self._read_at: datetime | None = None
+        self._next_expiry: datetime | None = None  # the soonest ``expires`` of the rows read
         self._warned: dict[str, str] = {}
         self.refused: dict[str, str] = {}
 
@@ -267,7 +269,8 @@ class DjangoBeatSource:
                 code=ErrorCode.SCHEDULE_INVALID,
             ) from exc
         fresh = self._read_at is not None and now - self._read_at < FULL_READ
-        if fresh and marker == self._marker:
+        expiring = self._next_expiry is not None and now >= self._next_expiry
+        if fresh and marker == self._marker and not expiring:
             return None
         for name in store.expire(conn, now):
             log.info("celery_compat.django_beat.expired: %s is disabled (past its expires)", name)
@@ -279,7 +282,10 @@ class DjangoBeatSource:
         """Every enabled row as a task; refused rows are in ``self.refused`` with the reason."""
         out: dict[str, PeriodicTask] = {}
         self.refused = {}
-        for row in [Row(*r) for r in store.entries(conn)]:
+        rows = [Row(*r) for r in store.entries(conn)]
+        expiries = [r.expires for r in rows if r.expires is not None]
+        self._next_expiry = min(expiries) if expiries else None
+        for row in rows:
             try:
                 built = self.task_of(row)
             except (Unmappable, ConfigError) as exc:

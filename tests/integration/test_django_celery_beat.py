@@ -245,6 +245,27 @@ def test_a_clocked_one_off_fires_once_and_is_disabled(
     assert (done.enabled, done.total_run_count) == (False, 1)
 
 
+def test_start_time_and_expires_bound_the_fires_and_an_expired_row_is_disabled(
+    m: Any, make: Callable[..., Scheduler], clock: FrozenClock, dsn: str
+) -> None:
+    t0 = clock.now() + timedelta(seconds=1)
+    ten = every(m, 10)
+    periodic(m, "late start", "start", interval=ten, start_time=t0 + timedelta(seconds=15))
+    periodic(m, "expiring", "expires", interval=ten, expires=t0 + timedelta(seconds=25))
+    s = make(clock)
+    s.tick()
+    for k in range(5):
+        run(s, clock, t0 + timedelta(seconds=10 * k, milliseconds=100))
+    assert occurrences(sent(dsn, "start")) == [
+        (t0 + timedelta(seconds=k)).isoformat() for k in (20, 30, 40)
+    ]
+    assert occurrences(sent(dsn, "expires")) == [
+        (t0 + timedelta(seconds=k)).isoformat() for k in (0, 10, 20)
+    ]
+    expired = m.PeriodicTask.objects.get(name="expiring")
+    assert (expired.enabled, expired.total_run_count) == (False, 3)
+
+
 def test_thirty_minutes_of_downtime_give_what_each_catch_up_policy_says(
     m: Any, make: Callable[..., Scheduler], clock: FrozenClock, dsn: str
 ) -> None:
