@@ -14,7 +14,9 @@ accepted and have nothing to do here (the schedule's state is rows in Postgres);
 A scheduler class named explicitly (``-S`` on the command line, or a ``beat_scheduler`` other
 than celery_compat's default, such as django-celery-beat's) keeps Celery's own beat with that
 class: ``-S celery_compat.beat.scheduler:BeatScheduler`` is the hand-over mode in which beat
-sends the bridge scheduler's occurrence ids (``beat_scheduler.py``).
+sends the bridge scheduler's occurrence ids (``beat_scheduler.py``). django-celery-beat's
+``DatabaseScheduler`` (named by ``CELERY_BEAT_SCHEDULER`` in a Django project) runs as
+``celery_compat.beat.django_scheduler:DatabaseScheduler``, its hand-over form.
 
 What it is not: the scheduler (``ujobs_bridge._internal.scheduling``) or the beat conversion (``beat.py``).
 """
@@ -34,6 +36,15 @@ from ujobs_bridge.ext.cli import serve_scheduler as serve
 from ujobs_bridge.ext.scheduling import DEFAULT_INTERVAL_S
 
 DEFAULT_SCHEDULER = "celery_compat.beat.scheduler:BeatScheduler"
+# django-celery-beat's scheduler, named by every project that uses it, runs as the subclass that
+# sends bridge occurrences (django_scheduler.py), so it can run beside the bridge scheduler.
+DJANGO_BEAT = frozenset(
+    {
+        "django_celery_beat.schedulers:DatabaseScheduler",
+        "django_celery_beat.schedulers.DatabaseScheduler",
+    }
+)
+DJANGO_BEAT_HANDOVER = "celery_compat.beat.django_scheduler:DatabaseScheduler"
 
 
 def _same_class(a: str, b: str) -> bool:
@@ -108,7 +119,10 @@ class Beat:
             # import cost: Celery's own beat loads only when it is the one asked for
             from celery.apps.beat import Beat as CeleryBeat
 
-            CeleryBeat(app=app, **self.kwargs).run()
+            kwargs = dict(self.kwargs)
+            if kwargs.get("scheduler") in DJANGO_BEAT:
+                kwargs["scheduler"] = DJANGO_BEAT_HANDOVER
+            CeleryBeat(app=app, **kwargs).run()
             return
         # Celery's CLI has no --log-format: the bridge's environment variable sets it
         json_logs = os.environ.get("UJOBS_LOG_FORMAT") == "json"

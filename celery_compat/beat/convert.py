@@ -20,6 +20,9 @@ Intervals (``timedelta``, a number of seconds, ``schedule(run_every=)``) become 
 run: here occurrences sit on a fixed grid from 2000-01-01T00:00Z, the same on every scheduler and
 after every restart.
 
+django-celery-beat's ``clocked`` (a ``ClockedSchedule``: one instant) becomes a ``OnceSchedule``,
+whose only occurrence is that instant.
+
 What it is not: the beat entry reader or the sender (``beat.py``). ``solar`` and custom schedule
 classes are refused with the reason (``Unmappable``), never approximated.
 """
@@ -45,6 +48,27 @@ _FIELDS: tuple[tuple[str, int, int], ...] = (
 )
 
 
+# What "no occurrence after this one" answers (the Schedule protocol asks for an instant).
+NEVER = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class OnceSchedule:
+    """One instant and nothing after it (django-celery-beat's ``ClockedSchedule``)."""
+
+    at: datetime
+
+    @property
+    def resolution(self) -> timedelta:
+        return timedelta(microseconds=1)
+
+    def describe(self) -> str:
+        return f"once at {self.at.astimezone(UTC).isoformat()}"
+
+    def next_after(self, instant: datetime) -> datetime:
+        return self.at.astimezone(UTC) if instant < self.at else NEVER
+
+
 class Unmappable(Exception):
     """This schedule has no exact engine form; ``reason`` says why and what to do."""
 
@@ -57,8 +81,8 @@ class Unmappable(Exception):
 class Mapped:
     """The engine form of one Celery schedule."""
 
-    kind: Literal["cron", "interval"]
-    schedule: CronSchedule | IntervalSchedule
+    kind: Literal["cron", "interval", "once"]
+    schedule: CronSchedule | IntervalSchedule | OnceSchedule
     cron: str | None = None
     day_or: bool | None = None
     tz: str | None = None
@@ -159,6 +183,12 @@ def convert_schedule(value: Any, app: Any, *, relative: bool = False) -> Mapped:
         )
     if isinstance(s, crontab):
         return _from_crontab(s)
+    clocked_time = getattr(s, "clocked_time", None)  # django-celery-beat's ``clocked``
+    if isinstance(s, BaseSchedule) and isinstance(clocked_time, datetime):
+        if clocked_time.utcoffset() is None:
+            raise Unmappable(f"clocked time {clocked_time!r} is not timezone-aware")
+        once = OnceSchedule(clocked_time.astimezone(UTC))
+        return Mapped("once", once, notes=("fires once, at the clocked time",))
     if isinstance(s, schedule):
         return _from_interval(s)
     if isinstance(s, BaseSchedule):
@@ -169,9 +199,14 @@ def convert_schedule(value: Any, app: Any, *, relative: bool = False) -> Mapped:
     raise Unmappable(f"schedule {value!r} is not a Celery schedule, timedelta or number")
 
 
-def _from_crontab(c: Any) -> Mapped:
+def crontab_in_zone(c: Any, zone: str) -> Mapped:
+    """A crontab's engine form in the IANA zone ``zone`` (a ``CrontabSchedule`` row's own)."""
+    return _from_crontab(c, zone)
+
+
+def _from_crontab(c: Any, zone: str | None = None) -> Mapped:
     expr, day_or = crontab_to_cron(c)
-    name = zone_name(c.tz)
+    name = zone if zone is not None else zone_name(c.tz)
     try:
         cron = CronSchedule(expr, name, day_or=day_or)
     except ConfigError as exc:

@@ -35,7 +35,7 @@ import heapq
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.beat import PersistentScheduler, SchedulingError, event_t
 from celery.schedules import schedstate
@@ -46,6 +46,11 @@ from celery_compat.beat.entries import BeatEntry, _entry, _policy, engine_task_n
 from celery_compat.sending.send import BRIDGE_PRODUCER
 from ujobs_bridge.errors import ConfigError
 from ujobs_bridge.ext.scheduling import DEFAULT_INTERVAL_S, CatchUpPolicy, Occurrence, missed
+
+if TYPE_CHECKING:  # the mixin's methods call Celery's Scheduler (untyped) through super()
+    from celery.beat import Scheduler as _SchedulerBase
+else:
+    _SchedulerBase = object
 
 log = logging.getLogger("celery_compat.beat_scheduler")
 
@@ -72,14 +77,23 @@ def _utc(value: datetime) -> datetime:
     return maybe_make_aware(value).astimezone(UTC)  # type: ignore[no-any-return]
 
 
-class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
-    """Celery's ``PersistentScheduler`` sending bridge occurrences (see the module docstring)."""
+class OccurrenceSending(_SchedulerBase):  # type: ignore[misc]
+    """What a Celery beat ``Scheduler`` subclass mixes in (first) to send bridge occurrences:
+    ``BeatScheduler`` here, django-celery-beat's ``DatabaseScheduler`` in ``django_scheduler``."""
+
+    app: Any
+    _heap: Any
+    _tasks_since_sync: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._plans: dict[str, _Plan] = {}
         self._warned: set[str] = set()
         self._reserved: dict[str, Occurrence] = {}
         super().__init__(*args, **kwargs)
+
+    def beat_entry(self, entry: Any) -> BeatEntry:
+        """The ``BeatEntry`` a Celery ``ScheduleEntry`` stands for (a subclass may read more)."""
+        return _entry(entry.name, entry)
 
     @property
     def producer(self) -> Any:
@@ -97,7 +111,7 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         if cached is not None and entry.editable_fields_equal(cached.source):
             return cached
         try:
-            beat_entry = _entry(entry.name, entry)
+            beat_entry = self.beat_entry(entry)
             mapped = convert_schedule(entry.schedule, self.app)
             policy, bound = _policy(beat_entry)
             plan = _Plan(entry, beat_entry, mapped, policy, bound)
@@ -202,4 +216,8 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         return result
 
 
-__all__ = ["GRACE", "BeatScheduler"]
+class BeatScheduler(OccurrenceSending, PersistentScheduler):  # type: ignore[misc]
+    """Celery's ``PersistentScheduler`` sending bridge occurrences (see the module docstring)."""
+
+
+__all__ = ["GRACE", "BeatScheduler", "OccurrenceSending"]

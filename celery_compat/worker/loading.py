@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # types only: a command that just reads the app (migrate) imp
     from celery_compat.worker.signals import WorkerInstance
     from ujobs_bridge.ext.jobs import JobDefinition
     from ujobs_bridge.ext.loaders import RunningWorker
-    from ujobs_bridge.ext.scheduling import PeriodicTask
+    from ujobs_bridge.ext.scheduling import PeriodicTask, TaskSource
     from ujobs_bridge.ext.worker import ExtraChannel
 
 
@@ -129,6 +129,13 @@ class CeleryApp(LoadedApp):
         from celery_compat.beat.entries import scheduler_tasks
 
         return scheduler_tasks(self.target, self.app)
+
+    def task_source(self) -> TaskSource | None:
+        """django-celery-beat's tables, when the app's ``beat_scheduler`` names its scheduler."""
+        # import cost: read for the scheduler only
+        from celery_compat.beat.django_beat import source_for
+
+        return source_for(self.app)
 
     def database_url(self) -> str | None:
         value = self.app.conf.get("ujobs_database_url")

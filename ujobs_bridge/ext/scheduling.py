@@ -14,11 +14,12 @@ from ujobs_bridge._internal.scheduling.cron import (
     IntervalSchedule,
     missed,
 )
-from ujobs_bridge._internal.scheduling.scheduler import DEFAULT_INTERVAL_S, Scheduler
+from ujobs_bridge._internal.scheduling.scheduler import DEFAULT_INTERVAL_S, Scheduler, TaskSource
 from ujobs_bridge._internal.scheduling.task import (
     DEFAULT_MAX_CATCH_UP,
     Occurrence,
     PeriodicTask,
+    Plan,
     tasks_from_module,
 )
 
@@ -32,7 +33,9 @@ __all__ = [
     "IntervalSchedule",
     "Occurrence",
     "PeriodicTask",
+    "Plan",
     "Scheduler",
+    "TaskSource",
     "missed",
     "tasks_from_module",
 ]

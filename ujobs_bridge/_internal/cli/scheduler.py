@@ -163,7 +163,13 @@ def serve(
         app.bind(resolved.dsn)
     ensure_schema(resolved)
     try:
-        runner = Scheduler(resolved.dsn, tasks, ttl_s=ttl_s, interval_s=interval_s)
+        runner = Scheduler(
+            resolved.dsn,
+            tasks,
+            ttl_s=ttl_s,
+            interval_s=interval_s,
+            source=app.task_source() if app is not None else None,
+        )
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
     # The relay shares the scheduler's connection: the process holds one at rest.

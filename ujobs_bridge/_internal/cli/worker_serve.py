@@ -213,7 +213,7 @@ def embedded_scheduler(app: LoadedApp, dsn: str) -> Scheduler:
 
     tasks = load_tasks(app, with_purge=True)
     try:
-        return Scheduler(dsn, tasks)
+        return Scheduler(dsn, tasks, source=app.task_source())
     except ConfigError as exc:
         raise click.UsageError(exc.render()) from exc
 

@@ -34,6 +34,7 @@ from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.job import JobDefinition
 
 if TYPE_CHECKING:
+    from ujobs_bridge._internal.scheduling.scheduler import TaskSource
     from ujobs_bridge._internal.scheduling.task import PeriodicTask
     from ujobs_bridge._internal.worker.control import CommandSet, Panel
     from ujobs_bridge._internal.worker.listener import ExtraChannel
@@ -169,6 +170,10 @@ class LoadedApp:
                 hint="point -A at the module that declares the task()s",
             )
         return tasks_from_module(self.target)
+
+    def task_source(self) -> TaskSource | None:
+        """Periodic tasks the app keeps in tables (read by the scheduler every round), if any."""
+        return None
 
     def database_url(self) -> str | None:
         """The database the app itself names (below ``--dsn``, above the environment)."""

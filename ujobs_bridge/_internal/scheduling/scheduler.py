@@ -14,7 +14,11 @@ and keeps its watermark (it catches up by its policy once fixed); the other task
 The scheduler's connection ends any transaction left idle past the lease (a paused leader's
 half-done fire), so a successor is never blocked behind its row lock. The same process relays
 the outbox. A task built with ``enqueue_in_fire=`` is handed the fire transaction's connection
-explicitly, so what it writes commits (or rolls back) with the fire record.
+explicitly, so what it writes commits (or rolls back) with the fire record. A ``source``
+(``TaskSource``) is asked at the start of every round, on the round's connection, whether its
+tasks changed (a schedule kept in tables, edited while the scheduler runs): when it answers with
+a mapping, that mapping replaces the source's tasks from this round on; a task that leaves keeps
+its watermark, so coming back it catches up by its policy (or by what the source's plan says).
 
 What it is not: a worker (tasks only enqueue; workers run the jobs), nor SQL: the statements are
 run by ``ujobs_bridge._internal.db.scheduling``.
@@ -30,7 +34,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -49,12 +53,23 @@ from ujobs_bridge._internal.scheduling.task import PeriodicTask, task
 from ujobs_bridge._internal.service import Service
 from ujobs_bridge.errors import ConfigError
 
-__all__ = ["Scheduler", "SchedulerCounts", "purge_task"]
+__all__ = ["Scheduler", "SchedulerCounts", "TaskSource", "purge_task"]
 
 log = logging.getLogger("ujobs.scheduler")
 
 DEFAULT_TTL_S = 15.0
 DEFAULT_INTERVAL_S = 1.0
+
+
+class TaskSource(Protocol):
+    """Periodic tasks kept outside the code (rows a user edits): asked once per round."""
+
+    def refresh(
+        self, conn: psycopg.Connection[Any], now: datetime
+    ) -> Mapping[str, PeriodicTask] | None:
+        """The source's tasks when they changed since the last call (all of them, not a
+        difference), else None. Runs on the leader's round connection, outside a transaction."""
+        ...
 
 
 def purge_task() -> PeriodicTask:
@@ -90,9 +105,12 @@ class Scheduler(Service):
         interval_s: float = DEFAULT_INTERVAL_S,
         holder: str | None = None,
         group: str = DEFAULT_GROUP,
+        source: TaskSource | None = None,
     ) -> None:
         self.dsn = dsn
         self.tasks = dict(tasks)
+        self.source = source
+        self._sourced: dict[str, PeriodicTask] = {}
         self.clock = clock
         self.interval_s = seconds("scheduler interval", interval_s)
         ttl = seconds("scheduler lease", ttl_s)
@@ -156,9 +174,11 @@ class Scheduler(Service):
 
     def _round(self, conn: psycopg.Connection[Any]) -> int:
         now = self._now(conn)  # ONE reading for the whole round
+        if self.source is not None:
+            self._refresh(conn, now)
         marks = watermarks(conn)
         fired = 0
-        for periodic in self.tasks.values():
+        for periodic in [*self.tasks.values(), *self._sourced.values()]:
             if not self.leader.is_leader:
                 log.warning("ujobs.scheduler.trust_lapsed: stopping the round")
                 break
@@ -170,6 +190,21 @@ class Scheduler(Service):
                 self.counts.failed += 1
                 log.exception("ujobs.scheduler.task_failed: %s keeps its watermark", periodic.name)
         return fired
+
+    def _refresh(self, conn: psycopg.Connection[Any], now: datetime) -> None:
+        """Take the source's tasks when they changed; a name the code declares stays the code's."""
+        assert self.source is not None
+        changed = self.source.refresh(conn, now)
+        if changed is None:
+            return
+        kept: dict[str, PeriodicTask] = {}
+        for name, periodic in changed.items():
+            if name in self.tasks:
+                log.warning("ujobs.scheduler.source_shadowed: %s is declared in code too", name)
+                continue
+            kept[name] = periodic
+        log.info("ujobs.scheduler.source_changed: %d task(s) from the source", len(kept))
+        self._sourced = kept
 
     def _dispatch(
         self,

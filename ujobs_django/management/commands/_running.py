@@ -16,13 +16,14 @@ from ujobs_bridge.errors import UjobsError
 from ujobs_django.project import DjangoTasksApp
 
 
-def project_app() -> DjangoTasksApp:
-    """The project's ``UjobsTaskBackend`` tasks; refused when ``settings.TASKS`` has none."""
+def project_app(*, beat: bool = False) -> DjangoTasksApp:
+    """The project's ``UjobsTaskBackend`` tasks; refused when ``settings.TASKS`` has none
+    (``beat``: unless django-celery-beat's rows give the scheduler something to fire)."""
     try:
-        app = DjangoTasksApp()
+        app = DjangoTasksApp(beat=beat)
     except UjobsError as exc:
         raise CommandError(exc.render()) from exc
-    if not app.backends:
+    if not app.backends and not (beat and app.celery_app is not None):
         raise CommandError(
             "settings.TASKS names no ujobs_django.backend.UjobsTaskBackend: there is nothing "
             "to run\nhint: TASKS = {'default': {'BACKEND': "

@@ -1,10 +1,12 @@
 """``python manage.py ujobs_scheduler``: the bridge's leader-elected scheduler for a Django
 project, on the database Django's settings name: the engine ``task()``s declared in the scanned
 task modules, the retention sweep and the outbox relay, exactly as ``ujobs-bridge scheduler``
-runs them. Run one or many: one leads, the others wait to take over.
+runs them. Run one or many: one leads, the others wait to take over. With ``django_celery_beat``
+installed it also fires django-celery-beat's ``PeriodicTask`` rows, live (admin edits apply at
+the next round), through the project's celery_compat app: no ``-A``, no DSN.
 
-What it is not: django-celery-beat's scheduler (a Celery project keeps
-``ujobs-bridge scheduler -A proj``).
+What it is not: django-celery-beat's beat (which may run beside it during a hand-over with
+``celery_compat.beat.django_scheduler:DatabaseScheduler``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class Command(BaseCommand):  # type: ignore[misc]
         parser.add_argument("-l", "--loglevel", default="INFO", help="Log level.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        app = project_app()
+        app = project_app(beat=True)
         setup_logging(log_level(options["loglevel"]), None)
         interval = options["interval"]
         serve_in_click(
