@@ -35,9 +35,13 @@ from apps.celery_harness import (
 
 pytestmark = pytest.mark.timeout(180)
 NODE = f"celery@{socket.gethostname()}"
-# The frame a Celery worker's stack protection (``setup_worker_optimizations``) adds to every
-# traceback; the bridge worker calls the task as Celery's tracer does without it.
-PROTECTED_CALL = re.compile(r'  File "[^"]*", line \d+, in __protected_call__\n.*\n(?:\s*\^+\n)?')
+# The one frame each worker puts between Celery's tracer and the task's function: a Celery
+# worker's stack protection (``setup_worker_optimizations``: ``__protected_call__``), the bridge
+# worker's start of work (``celery_compat/worker/work_start.py``: ``run``).
+PROTECTED_CALL = re.compile(
+    r'  File "[^"]*(?:", line \d+, in __protected_call__|work_start\.py", line \d+, in run)\n'
+    r".*\n(?:\s*\^+\n)?"
+)
 COLUMNS = (
     "task_id, task_name, task_args, task_kwargs, status, worker, content_type, content_encoding,"
     " result, traceback, meta, periodic_task_name, date_created, date_started, date_done"
