@@ -1,7 +1,9 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
-explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size and
+explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size,
 the one range of instants a row may hold (``storable_instant``: what the Celery sender and
-``migrate`` check ``eta``/``expires`` against).
+``migrate`` check ``eta``/``expires`` against) and the send commit a user chooses
+(``send_commit``: its values, their check, the level a send's own statement sets, the refusal
+on a caller's transaction).
 
 What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported at the root).
 """
@@ -9,6 +11,7 @@ What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported
 from __future__ import annotations
 
 from ujobs_bridge._internal.ids import new_job_id, new_job_ids
+from ujobs_bridge._internal.jobs import send_commit
 from ujobs_bridge._internal.jobs.context import AttemptSignal, JobContext, current_job, node_name
 from ujobs_bridge._internal.jobs.instants import (
     EARLIEST_INSTANT,
@@ -49,5 +52,6 @@ __all__ = [
     "queue_name",
     "result_size",
     "result_too_large",
+    "send_commit",
     "storable_instant",
 ]

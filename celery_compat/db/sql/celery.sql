@@ -11,6 +11,9 @@
 -- .delay() is one round trip and one durable commit, and the PL/pgSQL call (its SPI execution,
 -- the set-returning call's tuplestore, the lateral join) is work on that path it need not pay
 -- (`python -m bench --cells delay-one`).
+-- %(send_commit)s, when not null, is the synchronous_commit of this statement's own transaction
+-- (a send through the app's pool: ujobs_send_commit), set when it writes a row; null on a
+-- caller's transaction, whose commit is the caller's.
 with m as (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
                as cancel_reason
@@ -35,12 +38,14 @@ with m as (
 select inserted.id,
        case when inserted.state = 'ready'
                  and exists (select from x_queue_waiters as w where w.queue = inserted.queue)
-            then pg_notify('x_jobs_ready', inserted.queue) end as woken
+            then pg_notify('x_jobs_ready', inserted.queue) end as woken,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from inserted
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;
--- a key already taken absorbs the message (no row back).
+-- a key already taken absorbs the message (no row back). %(send_commit)s: as celery_enqueue's.
 with ledger as (
     insert into x_celery_tasks (task_id, retries, nesting, sent_by, ordinal, job_id, created_at)
     values (%(key_task_id)s, %(key_retries)s, %(key_nesting)s, %(sent_by)s, %(ordinal)s, %(id)s,
@@ -48,7 +53,9 @@ with ledger as (
     on conflict (task_id, retries, nesting, sent_by, ordinal) do nothing
     returning job_id
 )
-select x.id
+select x.id,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from ledger
   left join x_celery_revoked as r on r.task_id = %(task_id)s
  cross join lateral x_jobs_insert(
@@ -99,6 +106,11 @@ select x.id
            %(now)s, kept.ids, kept.names, kept.queues, kept.inputs, null, kept.max_attempts,
            kept.priorities, kept.run_ats, kept.delays, null, null, null, kept.traceparents,
            kept.enqueued_bys, kept.cancel_reasons) as x(id)
+
+-- celery_send_commit_set --
+-- The synchronous_commit of the rest of this transaction, one the sender owns (a group's sends
+-- through the pool): the app's ujobs_send_commit; it ends with the transaction.
+select set_config('synchronous_commit', %(level)s::text, true)
 
 -- celery_jobs_of_task --
 -- Through x_jobs_celery_task_idx (migration 0013): the rows of a task id that are not done
