@@ -158,8 +158,11 @@ class CompatSystem:
         """``cells.SENDER_THREADS`` threads of this process sharing the app (its pool: the
         default size), then ``producers.PRODUCERS`` processes; each way with the default send
         commit and with ``"off"``."""
-        from . import producers
-        from .compat_tasks import noop
+        from . import compat_tasks, producers
+
+        # The app's own task, not the shared_task proxy: in a thread other than the one that
+        # made the app current, a proxy resolves to Celery's default app (as under real Celery).
+        noop = compat_tasks.app.tasks[compat_tasks.noop.name]
 
         def send(count: int) -> None:
             for _ in range(count):

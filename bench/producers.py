@@ -93,7 +93,7 @@ def _sender(kind: str, dsn: str, *extra: str) -> Callable[[], object]:
         compat_tasks.app.use_ujobs_client(connect(dsn, upgrade=False))
         compat_tasks.app.set_current()
         compat_tasks.app.conf.ujobs_send_commit = "off" if kind == "compat-off" else "on"
-        return compat_tasks.noop.delay
+        return compat_tasks.app.tasks[compat_tasks.noop.name].delay  # type: ignore[no-any-return]
     if kind == "celery":
         from .celery_app import make_app
 
