@@ -17,6 +17,8 @@ It applies only to a transaction the send owns (the client's or app's pooled con
 statement or one batch). A send that joins the caller's transaction (``conn=``,
 ``enqueue_in``, Django's ``atomic()``) commits when and as the caller commits: a per-call choice
 there is refused (``UJ_SEND_COMMIT_IN_TRANSACTION``), a client's or app's default is not used.
+A Celery task's own re-send that the worker writes with the task's outcome (``self.retry``,
+under a send key) is as durable as that outcome's commit.
 
 What it is not: a server setting. The level is set with ``set_config(..., true)`` inside the
 send's own statement (``db/sql``), so it ends with that transaction and never reaches another.
