@@ -9,6 +9,7 @@ it like any finished job."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,7 @@ import pytest
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401
 from celery_compat import enqueue_in
-from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.db import nodes, session
 from ujobs_bridge._internal.jobs.purge import run_pass
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,8 +69,8 @@ def test_a_message_for_a_revoked_task_id_is_born_finished_and_purged(
 def test_only_the_insert_function_and_the_one_row_sends_insert_job_rows() -> None:
     """A job row's column list is written in x_jobs_insert (0012 replaces it with the same insert,
     which now also wakes the workers; 0017 gives it a single-row branch with the same columns;
-    0021 wakes only waiting workers), in celery_enqueue and in job_enqueue_one, held to it by the
-    tests below; no other statement inserts into x_jobs."""
+    0021 wakes only waiting workers, 0025 one per job), in celery_enqueue and in job_enqueue_one,
+    held to it by the tests below; no other statement inserts into x_jobs."""
     inserting = re.compile(r"insert\s+into\s+x_jobs\b", re.IGNORECASE)
     found = sorted(
         str(path.relative_to(ROOT))
@@ -85,6 +86,7 @@ def test_only_the_insert_function_and_the_one_row_sends_insert_job_rows() -> Non
         "ujobs_bridge/_internal/db/migrations/0012_lean_jobs.sql",
         "ujobs_bridge/_internal/db/migrations/0017_insert_one_row.sql",
         "ujobs_bridge/_internal/db/migrations/0021_queue_waiters.sql",
+        "ujobs_bridge/_internal/db/migrations/0025_wake_one.sql",
         "ujobs_bridge/_internal/db/sql/jobs.sql",
     ]
 
@@ -157,6 +159,14 @@ def test_a_message_sent_alone_wakes_only_a_queue_a_worker_waits_for(app: Any, ds
         first = [n.payload for n in db.notifies(timeout=10, stop_after=1)]
         assert first == ["celery"]
         nodes.node_delete(db, "h:1:a")
+        nodes.node_register(db, dataclasses.replace(node, worker_id="h:2:b"), 30.0, None)
+        channel = session.wake_channel("2b")  # 0025: a mark naming its worker's own channel
+        session.listen_for_wake(db, channel)
+        nodes.queue_waiting_mark(db, "h:2:b", ["waited"], None, channel)
+        t.add.apply_async((5, 5), queue="waited")
+        woken = db.notifies(timeout=10, stop_after=1)
+        assert [(n.channel, n.payload) for n in woken] == [(channel, "waited")]
+        nodes.node_delete(db, "h:2:b")
 
 
 # An engine job's row: every column but its own id and those the clock sets (compared below as
@@ -220,3 +230,28 @@ def test_an_engine_job_enqueued_alone_is_the_row_the_insert_function_writes(
     assert full[0]["priority"] == -7 and full[0]["queue"] == "other"
     assert keyed[1] == timedelta(hours=1) and keyed[0]["idempotency_key"] == "key"
     assert {found[f"keyed-{p}"][4] for p in ("one", "many", "conn")} == {run_at + timedelta(1)}
+
+
+def test_an_engine_job_enqueued_alone_wakes_one_waiting_worker(dsn: str, client: Any) -> None:
+    """``job_enqueue_one`` wakes as ``x_jobs_insert`` does (0025): one ready job notifies one
+    worker that marked its queue, on that worker's own channel; a queue nobody waits for sends
+    nothing."""
+    from apps import basic_jobs
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        channels = [session.wake_channel(token) for token in ("e1", "e2")]
+        for index, channel in enumerate(channels):
+            node = nodes.NodeSpec(
+                worker_id=f"h:{index}:e", name=f"w{index}@h", hostname="h", pid=index,
+                queues=["basic"], concurrency=1, pool="threads", info={},
+            )  # fmt: skip
+            nodes.node_register(db, node, 30.0, None)
+            session.listen_for_wake(db, channel)
+            nodes.queue_waiting_mark(db, node.worker_id, ["basic"], None, channel)
+        basic_jobs.add.configure(client=client, queue="other").enqueue(1, 2)  # nobody waits
+        basic_jobs.add.configure(client=client).enqueue(1, 2)
+        woken = [(n.channel, n.payload) for n in db.notifies(timeout=10, stop_after=1)]
+        assert len(woken) == 1 and woken[0][0] in channels and woken[0][1] == "basic"
+        assert list(db.notifies(timeout=0.5)) == []  # one job, one wake-up
+        for index in range(2):
+            nodes.node_delete(db, f"h:{index}:e")

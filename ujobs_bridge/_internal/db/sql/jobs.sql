@@ -17,7 +17,7 @@ select id
 
 -- job_enqueue_one --
 -- One job from a client's own connection (Client.enqueue_spec in autocommit: one round trip, one
--- statement, its own commit): the one-row form of x_jobs_insert (migration 0021) written as one
+-- statement, its own commit): the one-row form of x_jobs_insert (migration 0025) written as one
 -- plain statement, the same columns and values (tests/integration/test_insert_path.py compares
 -- the rows column by column), as celery_enqueue is for a .delay(). Why not the function: its
 -- PL/pgSQL call, its one-element arrays and its SECURITY DEFINER switch are work a one-by-one
@@ -26,8 +26,9 @@ select id
 -- Answers (id, existing, woken, commit level): the new job; else the live job holding the key,
 -- when this statement's snapshot sees it; else no row (the id exists, or the holder committed
 -- after the snapshot: the caller asks again, as job_enqueue's caller does). A ready job wakes
--- the workers only when one of them waits for its queue. %(send_commit)s, when not null, is the
--- synchronous_commit of this statement's own transaction, set when it writes a row.
+-- one worker waiting for its queue, if one waits (x_jobs_wake, migration 0025), as the insert
+-- function does. %(send_commit)s, when not null, is the synchronous_commit of this statement's
+-- own transaction, set when it writes a row.
 with inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
@@ -46,8 +47,7 @@ with inserted as (
     returning x_jobs.id, x_jobs.queue
 )
 select inserted.id, false as existing,
-       case when exists (select from x_queue_waiters as w where w.queue = inserted.queue)
-            then pg_notify('x_jobs_ready', inserted.queue) end as woken,
+       x_jobs_wake(inserted.queue, 1) as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from inserted
@@ -71,7 +71,7 @@ with inserted as (
                          array[%(traceparent)s::text], array[%(enqueued_by)s::text], null)
            as x(id)
 )
-select inserted.id, false as existing, null::text as woken,
+select inserted.id, false as existing, null::integer as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from inserted
