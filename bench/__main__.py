@@ -9,7 +9,7 @@ docs can always be re-checked on the machine at hand::
     python -m bench --only ujobs --cells steps --jobs 5000   # step overhead only
     python -m bench --only ujobs,raw --cells enqueue-producers --jobs 8000   # 8 producers
     python -m bench --only celery-compat,celery-redis,celery-rabbitmq \
-        --cells delay-one,delay-tx,drain-shared              # the Celery-shaped cells
+        --cells delay-one,delay-concurrent,delay-tx,drain-shared   # the Celery-shaped cells
     python -m bench --only migrate --cells drain-broker     # migrate: Redis/RabbitMQ -> Postgres
     python -m bench --only ujobs --cells lean --lean-jobs 100000   # the lean-table cell
     python -m bench --only migrate,celery-redis,celery-rabbitmq \

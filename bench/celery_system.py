@@ -166,6 +166,27 @@ class CelerySystem:
     def delay_one(self, n: int) -> dict[str, float]:
         return {".delay()": self.enqueue_one_by_one(n)[".delay()"]}
 
+    def delay_concurrent(self, n: int) -> dict[str, float]:
+        """``cells.SENDER_THREADS`` threads of this process sharing the app (its producer
+        pool), then ``producers.PRODUCERS`` processes, each with its own app."""
+        from . import producers
+
+        def send(count: int) -> None:
+            for _ in range(count):
+                self.noop.delay()
+
+        threads = cells.SENDER_THREADS
+        out = {
+            f"{threads} threads of one process": cells.threaded_rate(send, n, self._reset, threads)
+        }
+        self._reset()
+        out[f"{producers.PRODUCERS} processes"] = producers.rate(
+            "celery", self.broker_url, n, producers.PRODUCERS,
+            self.queue_name, REDIS_URL, self.counter_key,
+        )  # fmt: skip
+        self._reset()
+        return out
+
     def delay_tx(self, n: int) -> dict[str, float]:
         def send(count: int) -> None:  # the blocks of the bridge's transactions, without them
             for start in range(0, count, cells.TX_SIZE):

@@ -23,7 +23,11 @@ systems if it is measured the same way. So the clock placement lives here, once:
   ``step.run`` costs (its latency: nothing to share a commit with).
 - the Celery-shaped cells (``CeleryShaped``: real Celery and celery_compat on the bridge, the
   same procedure on both sides): ``.delay()`` of a no-op one by one (on the bridge each one a
-  durable commit); ``.delay()`` in blocks of ``TX_SIZE`` (on the bridge inside
+  durable commit, and again with ``ujobs_send_commit="off"``: each returns before the WAL
+  flush); ``.delay()`` from concurrent senders (``SENDER_THREADS`` threads of one process
+  sharing its app, timed from their common start to the last one's end by
+  ``threaded_rate``; and ``producers.PRODUCERS`` processes, ``producers.py``), on the bridge
+  with both send commits; ``.delay()`` in blocks of ``TX_SIZE`` (on the bridge inside
   ``celery_compat.enqueue_in(conn)`` and one commit per block; Celery has no transaction, so
   its figure is its plain rate for the same calls); a ``timed_drain`` of N pre-enqueued no-op
   ``@shared_task`` messages (the bridge: ONE worker process; Celery: ``prefork -c 2``). Results
@@ -45,6 +49,7 @@ What it is not: any system's code. Systems pass in how to spawn, count, send and
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -75,9 +80,11 @@ RSS_CORE = "worker RSS, per-core drain"
 STEPS = "step overhead: drain, plain job vs 5 no-op steps"
 TX_SIZE = 1000
 DELAY_ONE = "Celery-shaped: .delay() one by one"
+SENDER_THREADS = 8  # the threads of one (web) process sending at once
+DELAY_MANY = "Celery-shaped: .delay() from concurrent senders, one message each"
 DELAY_TX = f"Celery-shaped: {TX_SIZE:,} .delay() in one transaction"
 DRAIN_SHARED = "Celery-shaped: drain no-op @shared_task"
-CELERY_SHAPED = (DELAY_ONE, DELAY_TX, DRAIN_SHARED)
+CELERY_SHAPED = (DELAY_ONE, DELAY_MANY, DELAY_TX, DRAIN_SHARED)
 CELERY_PREFORK = 2  # the Celery drain the bridge's one-process drain is held against
 MIGRATE = "migrate: drain a Celery backlog into Postgres"
 RSS_MIGRATE = "migrate: drainer RSS"
@@ -99,6 +106,7 @@ SELECTABLE = {
     "fleet-latency": FLEET_LATENCY,
     "steps": STEPS,
     "delay-one": DELAY_ONE,
+    "delay-concurrent": DELAY_MANY,
     "delay-tx": DELAY_TX,
     "drain-shared": DRAIN_SHARED,
     "drain-broker": MIGRATE,
@@ -190,6 +198,11 @@ class CeleryShaped(Protocol):
         """Label -> tasks/s for ``n`` calls of ``noop.delay()``. Leaves nothing enqueued."""
         ...
 
+    def delay_concurrent(self, n: int) -> dict[str, float]:
+        """Label -> tasks/s for ``n`` ``noop.delay()`` split over ``SENDER_THREADS`` threads of
+        this process, and over ``producers.PRODUCERS`` processes. Leaves nothing enqueued."""
+        ...
+
     def delay_tx(self, n: int) -> dict[str, float]:
         """Label -> tasks/s for ``n`` ``noop.delay()`` in blocks of ``TX_SIZE`` (one transaction
         per block where the system has transactions). Leaves nothing enqueued."""
@@ -246,6 +259,45 @@ def enqueue_rate(send: Callable[[int], object], n: int, reset: Callable[[], obje
     t0 = time.perf_counter()
     send(n)
     rate = n / (time.perf_counter() - t0)
+    reset()
+    return rate
+
+
+def threaded_rate(
+    send: Callable[[int], object], n: int, reset: Callable[[], object], threads: int
+) -> float:
+    """Jobs/s of ``n`` sends split over ``threads`` threads of this process (``send(count)`` in
+    each), after each thread's ``WARMUP_ENQUEUES``; timed from a common start to the last
+    thread's end; ``reset()`` clears each away. A thread's error is raised here."""
+    share = max(1, n // threads)
+    start = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            send(WARMUP_ENQUEUES)
+            start.wait()
+            start.wait()  # the warm-ups are cleared away: go
+            send(share)
+        except BaseException as exc:  # reported by the timing thread
+            errors.append(exc)
+            start.abort()
+
+    workers = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    try:
+        start.wait()
+        reset()
+        t0 = time.perf_counter()
+        start.wait()
+    except threading.BrokenBarrierError:
+        pass
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    rate = share * threads / (time.perf_counter() - t0)
     reset()
     return rate
 

@@ -6,6 +6,8 @@ drives the bridge only through Celery's API, as an unchanged codebase would
 ignored as in ``bench.celery_app``)::
 
     noop.delay()                                      # one by one: each one a durable commit
+    app.conf.ujobs_send_commit = "off"; noop.delay()  # one by one, before the WAL flush
+    8 threads x noop.delay(); 8 processes x noop.delay()   # concurrent senders, both ways
     with celery_compat.enqueue_in(conn, batch=True):  # 1,000 per block (one INSERT), ONE commit
         for _ in range(1000): noop.delay()
     conn.commit()
@@ -130,6 +132,11 @@ class CompatSystem:
         }
 
     # -- Celery-shaped cells --------------------------------------------------------------
+    def _send_commit(self, value: str) -> None:
+        from . import compat_tasks
+
+        compat_tasks.app.conf.ujobs_send_commit = value
+
     def delay_one(self, n: int) -> dict[str, float]:
         from .compat_tasks import noop
 
@@ -137,7 +144,46 @@ class CompatSystem:
             for _ in range(count):
                 noop.delay()
 
-        return {".delay() (each one a commit)": cells.enqueue_rate(send, n, self._reset)}
+        out = {".delay() (each one a commit)": cells.enqueue_rate(send, n, self._reset)}
+        self._send_commit("off")
+        try:
+            out['.delay(), ujobs_send_commit="off" (returns before the WAL flush)'] = (
+                cells.enqueue_rate(send, n, self._reset)
+            )
+        finally:
+            self._send_commit("on")
+        return out
+
+    def delay_concurrent(self, n: int) -> dict[str, float]:
+        """``cells.SENDER_THREADS`` threads of this process sharing the app (its pool: the
+        default size), then ``producers.PRODUCERS`` processes; each way with the default send
+        commit and with ``"off"``."""
+        from . import compat_tasks, producers
+
+        # The app's own task, not the shared_task proxy: in a thread other than the one that
+        # made the app current, a proxy resolves to Celery's default app (as under real Celery).
+        noop = compat_tasks.app.tasks[compat_tasks.noop.name]
+
+        def send(count: int) -> None:
+            for _ in range(count):
+                noop.delay()
+
+        threads, procs = cells.SENDER_THREADS, producers.PRODUCERS
+        out: dict[str, float] = {}
+        for commit in ("on", "off"):
+            suffix = "" if commit == "on" else ', ujobs_send_commit="off"'
+            self._send_commit(commit)
+            try:
+                out[f"{threads} threads of one process{suffix}"] = cells.threaded_rate(
+                    send, n, self._reset, threads
+                )
+            finally:
+                self._send_commit("on")
+            self._reset()
+            kind = "compat" if commit == "on" else "compat-off"
+            out[f"{procs} processes{suffix}"] = producers.rate(kind, self.dsn, n)
+            self._reset()
+        return out
 
     def delay_tx(self, n: int) -> dict[str, float]:
         rate = cells.enqueue_rate(self._send_in_blocks, n, self._reset)

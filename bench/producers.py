@@ -9,7 +9,11 @@ a queue that a worker waits for, so this cell measures the bridge both ways: no 
 (every worker busy with a backlog: the inserts send nothing) and a worker waiting (a node
 registered with its queue marked, as an idle worker does: every insert notifies, which is what
 every insert did before 0021). The raw ceiling runs the same processes with a bare autocommit
-``INSERT`` and with the ``INSERT`` plus a ``pg_notify`` in the same statement.
+``INSERT`` and with the ``INSERT`` plus a ``pg_notify`` in the same statement. The same
+processes send Celery-shaped ``.delay()`` calls for the concurrent-senders cell
+(``cells.DELAY_MANY``): on the bridge (``compat``; ``compat-off``: ``ujobs_send_commit="off"``)
+and through real Celery to its broker (``celery``: the DSN argument is the broker URL, the
+queue follows it).
 
 Each of ``PRODUCERS`` processes (``python -m bench.producers KIND DSN COUNT``) connects, sends
 ``WARMUP_ENQUEUES`` jobs, says ``ready``, waits for ``go`` on stdin, sends its share and says
@@ -32,12 +36,13 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WAITING_WORKER = "bench:waiting-worker"  # the node whose mark stands for a waiting worker
 
 
-def rate(kind: str, dsn: str, n: int, producers: int = PRODUCERS) -> float:
-    """Jobs/s of ``n`` one-by-one enqueues of ``kind`` split over ``producers`` processes."""
+def rate(kind: str, dsn: str, n: int, producers: int = PRODUCERS, *extra: str) -> float:
+    """Jobs/s of ``n`` one-by-one enqueues of ``kind`` split over ``producers`` processes
+    (``extra``: more arguments of ``kind``'s sender)."""
     share = max(1, n // producers)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "bench.producers", kind, dsn, str(share)],
+            [sys.executable, "-m", "bench.producers", kind, dsn, str(share), *extra],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -71,14 +76,33 @@ def _expect(proc: subprocess.Popen[str], word: str) -> None:
         raise RuntimeError(f"a producer process said {line!r} instead of {word!r}")
 
 
-def _sender(kind: str, dsn: str) -> Callable[[], object]:
-    if kind == "ujobs":
+def _sender(kind: str, dsn: str, *extra: str) -> Callable[[], object]:
+    if kind in ("ujobs", "ujobs-off"):
         from ujobs_bridge import connect
 
         from .ujobs_tasks import noop
 
-        call = noop.configure(client=connect(dsn, upgrade=False))
+        client = connect(dsn, upgrade=False, send_commit="off" if kind == "ujobs-off" else "on")
+        call = noop.configure(client=client)
         return call.enqueue
+    if kind in ("compat", "compat-off"):
+        from ujobs_bridge import connect
+
+        from . import compat_tasks
+
+        compat_tasks.app.use_ujobs_client(connect(dsn, upgrade=False))
+        compat_tasks.app.set_current()
+        compat_tasks.app.conf.ujobs_send_commit = "off" if kind == "compat-off" else "on"
+        return compat_tasks.app.tasks[compat_tasks.noop.name].delay  # type: ignore[no-any-return]
+    if kind == "celery":
+        from .celery_app import make_app
+
+        queue, redis_url, counter_key = extra
+        app = make_app(
+            broker=dsn, queue=queue, redis_url=redis_url, counter_key=counter_key,
+            latency_key=counter_key,
+        )  # fmt: skip
+        return app.tasks["ujb_bench.noop"].delay
     import psycopg
 
     from .raw_system import INSERT_NOTIFY, INSERT_ONE, PAYLOAD
@@ -89,10 +113,10 @@ def _sender(kind: str, dsn: str) -> Callable[[], object]:
     return lambda: conn.execute(INSERT_NOTIFY, (PAYLOAD, time.time()))
 
 
-def main(kind: str, dsn: str, count: int) -> None:
+def main(kind: str, dsn: str, count: int, *extra: str) -> None:
     from . import cells
 
-    send = _sender(kind, dsn)
+    send = _sender(kind, dsn, *extra)
     for _ in range(cells.WARMUP_ENQUEUES):
         send()
     print("ready", flush=True)
@@ -104,4 +128,4 @@ def main(kind: str, dsn: str, count: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])

@@ -313,6 +313,7 @@ class Runner:
         """The Celery-shaped cells. A Celery system's ``prefork -c 2`` drain is the per-core drain
         of this same round when that one ran with 2 processes (one drain, not two)."""
         self.rates(rnd, name, cells.DELAY_ONE, system.delay_one)
+        self.rates(rnd, name, cells.DELAY_MANY, system.delay_concurrent)
         self.rates(rnd, name, cells.DELAY_TX, system.delay_tx)
         if not self.settings.wants(cells.DRAIN_SHARED):
             return

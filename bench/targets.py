@@ -20,6 +20,7 @@ from rich.markup import escape
 
 from . import cells
 from .figure_text import fmt
+from .producers import PRODUCERS
 from .results import Results, Row
 from .settings import TITLES
 
@@ -324,6 +325,9 @@ def _cpu_bound_target(results: Results, broker: str, drains: Sequence[Row], pref
     return Target(name, measured, spread, "informational", None, value)
 
 
+DELAY_OFF = '.delay(), ujobs_send_commit="off" (returns before the WAL flush)'
+
+
 def celery_shaped_targets(results: Results) -> list[Target]:
     """celery_compat vs real Celery, the same calls in the same run."""
     r = results
@@ -335,6 +339,13 @@ def celery_shaped_targets(results: Results) -> list[Target]:
             r.find("celery-redis", cells.DELAY_ONE, "rate"),
             0.8,
         ),
+        _ratio_target(
+            'celery_compat .delay() one by one, ujobs_send_commit="off" ÷ Celery+Redis .delay()',
+            r.rows.get((compat, cells.DELAY_ONE, DELAY_OFF)),
+            r.find("celery-redis", cells.DELAY_ONE, "rate"),
+            1.2,
+        ),
+        *_concurrent_targets(results),
         _ratio_target(
             f"celery_compat {cells.TX_SIZE:,} .delay() in one transaction ÷ Celery+Redis "
             f"{cells.TX_SIZE:,} .delay()",
@@ -350,6 +361,30 @@ def celery_shaped_targets(results: Results) -> list[Target]:
             2,
         ),
     ]
+
+
+def _concurrent_targets(results: Results) -> list[Target]:
+    """The concurrent-senders cell (informational): celery_compat's ``.delay()`` rate from
+    threads of one process and from several processes, with each send commit, ÷ Celery+Redis's
+    from as many."""
+    out = []
+    for label in (f"{cells.SENDER_THREADS} threads of one process", f"{PRODUCERS} processes"):
+        for suffix in ("", ', ujobs_send_commit="off"'):
+            name = f"celery_compat .delay() from {label}{suffix} ÷ Celery+Redis from as many"
+            row = results.rows.get(("celery-compat", cells.DELAY_MANY, label + suffix))
+            celery = results.rows.get(("celery-redis", cells.DELAY_MANY, label))
+            if row is None or celery is None or not celery.median:
+                out.append(Target(name, "not measured", "", "informational", None))
+                continue
+            value = row.median / celery.median
+            rounds = _per_round(row, [celery], max)
+            spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+            measured = (
+                f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
+                f"{fmt(celery.median, 'jobs/s')} jobs/s)[/dim]"
+            )
+            out.append(Target(name, measured, spread, "informational", None, value))
+    return out
 
 
 def _producer_targets(results: Results) -> list[Target]:

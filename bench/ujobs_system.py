@@ -4,7 +4,8 @@ Why it exists: this is the system the targets are about. It is kept apart from t
 that the engine can change under it: everything it uses is the documented surface::
 
     from ujobs_bridge import connect            # a Client owning a psycopg pool
-    noop.configure(client=client).enqueue()      # one-by-one, one round trip
+    noop.configure(client=client).enqueue()      # one-by-one, one round trip, one statement
+    noop.configure(client=client, send_commit="off").enqueue()   # the same, before the flush
     client.enqueue_many([noop.call() ...])       # batched, one statement
     ujobs-bridge db upgrade --dsn DSN            # schema
     ujobs-bridge worker --dsn DSN -A bench.ujobs_tasks -Q bench -c 8
@@ -127,13 +128,21 @@ class UjobsSystem:
     def enqueue_one_by_one(self, n: int) -> dict[str, float]:
         from .ujobs_tasks import noop
 
-        call = noop.configure(client=self.client)
+        out: dict[str, float] = {}
+        for label, call in (
+            ("configure(client=).enqueue()", noop.configure(client=self.client)),
+            (
+                'configure(client=, send_commit="off").enqueue() (before the WAL flush)',
+                noop.configure(client=self.client, send_commit="off"),
+            ),
+        ):
 
-        def send(count: int) -> None:
-            for _ in range(count):
-                call.enqueue()
+            def send(count: int, call: Any = call) -> None:
+                for _ in range(count):
+                    call.enqueue()
 
-        return {"configure(client=).enqueue()": cells.enqueue_rate(send, n, self._reset)}
+            out[label] = cells.enqueue_rate(send, n, self._reset)
+        return out
 
     def enqueue_producers(self, n: int) -> dict[str, float]:
         """``producers.PRODUCERS`` processes, each ``noop.enqueue()`` on its own client: with no
@@ -146,6 +155,8 @@ class UjobsSystem:
         out: dict[str, float] = {}
         self._reset()
         out["no worker waiting"] = producers.rate("ujobs", self.dsn, n)
+        self._reset()
+        out['no worker waiting, send_commit="off"'] = producers.rate("ujobs-off", self.dsn, n)
         self._reset()
         node = nodes.NodeSpec(
             worker_id=producers.WAITING_WORKER, name=producers.WAITING_WORKER, hostname="bench",

@@ -2,10 +2,13 @@
 
 Why it exists: producers need somewhere to send jobs that is not a global. ``connect()`` resolves
 the database (flag, env, embedded), checks the schema (read-only, ``schema_access``), and returns
-a ``Client`` that owns an autocommit pool, so a one-by-one enqueue is one round trip. The pool
-holds at most ``max_size`` connections (default 4), opens the first on first use and gives idle
-ones back (``connections.pool``): a producer at rest holds none. Passing
-``conn=`` instead runs the insert on the CALLER's connection, inside the caller's transaction.
+a ``Client`` that owns an autocommit pool, so a one-by-one enqueue is one round trip and one
+statement (``enqueue.OwnEnqueues``). The pool holds at most ``max_size`` connections (default
+4), opens the first on first use and gives idle ones back (``connections.pool``): a producer at
+rest holds none. Passing ``conn=`` instead runs the insert on the CALLER's connection, inside
+the caller's transaction. ``send_commit`` is the client's default send commit
+(``jobs/send_commit.py``): how durable an enqueue on the client's own connections is when it
+returns.
 
 What it is not: a worker, or the job registry. ``default_client()`` exists only so that
 ``my_job.enqueue()`` works in a script without wiring; anything long-lived should hold a Client.
@@ -26,8 +29,10 @@ from ujobs_bridge._internal.config.dsn import ResolvedDatabase, resolve
 from ujobs_bridge._internal.config.schema_access import ensure_schema
 from ujobs_bridge._internal.db import connections
 from ujobs_bridge._internal.db import enqueue as enqueue_db
-from ujobs_bridge._internal.db.enqueue import EnqueueSpec
+from ujobs_bridge._internal.db.enqueue import EnqueueSpec, OwnEnqueues
 from ujobs_bridge._internal.ids import new_job_ids
+from ujobs_bridge._internal.jobs import send_commit as commits
+from ujobs_bridge._internal.jobs.send_commit import SendCommit
 from ujobs_bridge._internal.observe import tracing
 from ujobs_bridge.errors import ConfigError, ErrorCode
 from ujobs_bridge.records import JobRef
@@ -75,13 +80,16 @@ class Client:
         clock: Clock = SYSTEM_CLOCK,
         min_size: int = 0,
         max_size: int = 4,
+        send_commit: SendCommit = commits.DEFAULT,
     ) -> None:
         self.database = database
         self.dsn = database.dsn
         self.clock = clock
+        self.send_commit: SendCommit = commits.checked(send_commit, what="send_commit")
         self.pool: connections.Pool = connections.pool(
             self.dsn, CLIENT_ROLE, min_size=min_size, max_size=max_size, name="ujobs-client"
         )
+        self._own = OwnEnqueues()
 
     def __repr__(self) -> str:
         return f"Client({self.database.masked})"
@@ -96,23 +104,51 @@ class Client:
         self.close()
 
     def enqueue_spec(
-        self, spec: EnqueueSpec, conn: psycopg.Connection[Any] | None = None
+        self,
+        spec: EnqueueSpec,
+        conn: psycopg.Connection[Any] | None = None,
+        send_commit: SendCommit | None = None,
     ) -> JobRef:
+        """Insert ``spec``: on ``conn`` in the caller's transaction, else on a pooled connection
+        as one statement committed with ``send_commit`` (None: the client's)."""
         now = self.clock.sql_now()
         if conn is not None:
+            if send_commit is not None:
+                raise commits.refused_in_transaction("send_commit")
             return enqueue_db.job_enqueue(conn, spec, now)
-        with self.pool.connection() as pooled:
-            return enqueue_db.job_enqueue(pooled, spec, now)
+        level = commits.level(send_commit or self.send_commit)
+        # Borrowed and given back without ``pool.connection()``: its ``with conn:`` commit
+        # (nothing to commit in autocommit), its timing stats and its generator are work a
+        # one-by-one enqueue need not pay. ``putconn`` still rolls back a connection returned
+        # in a transaction and replaces a broken one; the checkout still runs the pool's check.
+        pool = self.pool
+        pooled = pool.getconn()
+        try:
+            return self._own.enqueue(pooled, spec, now, level)
+        finally:
+            pool.putconn(pooled)
 
     def enqueue_many(
-        self, requests: Iterable[Request], *, conn: psycopg.Connection[Any] | None = None
+        self,
+        requests: Iterable[Request],
+        *,
+        conn: psycopg.Connection[Any] | None = None,
+        send_commit: SendCommit | None = None,
     ) -> list[JobRef]:
-        """Enqueue ``job.call(...)`` requests in one statement (one transaction)."""
+        """Enqueue ``job.call(...)`` requests in one statement (one transaction): on ``conn`` in
+        the caller's transaction, else on a pooled connection, committed with ``send_commit``
+        (None: the client's)."""
+        if send_commit is not None:
+            commits.checked(send_commit, what="send_commit")
+            if conn is not None:
+                raise commits.refused_in_transaction("send_commit")
         specs: Sequence[EnqueueSpec] = specs_of(requests)
         now = self.clock.sql_now()
         if conn is not None:
             return enqueue_db.job_enqueue_many(conn, specs, now)
+        level = commits.level(send_commit or self.send_commit)
         with self.pool.connection() as pooled, pooled.transaction():
+            enqueue_db.set_send_commit(pooled, level)
             return enqueue_db.job_enqueue_many(pooled, specs, now)
 
 
@@ -122,12 +158,16 @@ def connect(
     clock: Clock = SYSTEM_CLOCK,
     upgrade: bool | None = None,
     max_size: int = 4,
+    send_commit: SendCommit = commits.DEFAULT,
 ) -> Client:
     """Open a Client on ``dsn`` (else ``UJOBS_DATABASE_URL``, else the embedded Postgres).
 
     The schema is checked read-only and a missing migration refused with the fix; ``upgrade=None``
     applies it only on the embedded database or under ``UJOBS_AUTO_UPGRADE=1``, ``True`` always,
-    ``False`` skips the check (the caller vouches for the schema, as test kits do)."""
+    ``False`` skips the check (the caller vouches for the schema, as test kits do).
+    ``send_commit``: how durable an enqueue on the client's own connections is when it returns
+    (``"on"``, the default: flushed; ``"local"``; ``"off"``: see the guarantees page)."""
+    commits.checked(send_commit, what="send_commit")
     if dsn is not None and not isinstance(dsn, str):
         raise ConfigError(
             f"the database DSN must be text, got {type(dsn).__name__}",
@@ -137,7 +177,7 @@ def connect(
     database = resolve(dsn, given_as="database DSN")
     if upgrade is not False:
         ensure_schema(database, upgrade=upgrade)
-    return Client(database, clock=clock, max_size=max_size)
+    return Client(database, clock=clock, max_size=max_size, send_commit=send_commit)
 
 
 _default: Client | None = None

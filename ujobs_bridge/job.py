@@ -9,6 +9,7 @@ import, so a NaN timeout or a bad queue name fails the deploy, not the first ret
 
     send_welcome.enqueue(42)                                   # default client
     send_welcome.configure(delay=60, conn=conn).enqueue(42)    # in the caller's transaction
+    send_welcome.configure(send_commit="off").enqueue(42)      # returns before the WAL flush
     client.enqueue_many([send_welcome.call(i) for i in ids])   # one statement
 
 What it is not: a registry. Workers find jobs by scanning the module named with ``-A``
@@ -30,6 +31,7 @@ import psycopg
 from ujobs_bridge._internal.db import enqueue as enqueue_db
 from ujobs_bridge._internal.db.enqueue import EnqueueSpec
 from ujobs_bridge._internal.ids import new_job_id
+from ujobs_bridge._internal.jobs import send_commit as commits
 from ujobs_bridge._internal.jobs import validation
 from ujobs_bridge._internal.jobs.instants import instant_option
 from ujobs_bridge._internal.jobs.payload import encode_input
@@ -47,6 +49,7 @@ from ujobs_bridge.records import ClaimedJob, JobRef
 if TYPE_CHECKING:
     from uuid import UUID
 
+    from ujobs_bridge._internal.jobs.send_commit import SendCommit
     from ujobs_bridge.client import Client
 
 
@@ -215,7 +218,11 @@ class EnqueueRequest:
 
 
 class JobCall(Generic[P, R]):
-    """A job with enqueue options bound: ``send.configure(delay=5).enqueue(42)``."""
+    """A job with enqueue options bound: ``send.configure(delay=5).enqueue(42)``.
+
+    Where the row goes (``client``, ``conn``) and how durable its own commit is
+    (``send_commit``) belong to the call, not to the row: ``call()`` keeps none of them (a batch is
+    sent by ``client.enqueue_many``, which takes its own)."""
 
     def __init__(
         self,
@@ -223,11 +230,13 @@ class JobCall(Generic[P, R]):
         options: EnqueueOptions,
         client: Client | None,
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None,
+        send_commit: SendCommit | None = None,
     ) -> None:
         self.definition = definition
         self.options = options
         self.client = client
         self.conn = conn
+        self.send_commit = send_commit
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
         return EnqueueRequest(self.definition, tuple(args), dict(kwargs), self.options)
@@ -246,7 +255,7 @@ class JobCall(Generic[P, R]):
             if conn is not None:
                 return enqueue_db.job_enqueue(conn, spec, None)
             client = default_client()
-        return client.enqueue_spec(spec, conn)
+        return client.enqueue_spec(spec, conn, self.send_commit)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobRef:
         """Enqueue from async code. With an ``AsyncConnection`` (``conn=``) the row joins that
@@ -314,8 +323,16 @@ class JobDefinition(Generic[P, R]):
         tenant_id: str | None = None,
         traceparent: str | None = None,
         enqueued_by: str | None = None,
+        send_commit: SendCommit | None = None,
     ) -> JobCall[P, R]:
+        """Bind enqueue options. ``send_commit``: how durable this enqueue's own commit is when
+        it returns (``"on"``: flushed, ``"local"``, ``"off"``; default: the client's); refused
+        with ``conn=``, whose transaction commits as its owner commits it."""
         _check_target(client, conn)
+        if send_commit is not None:
+            commits.checked(send_commit, what="send_commit")
+            if conn is not None:
+                raise commits.refused_in_transaction("send_commit")
         options = _options(
             delay=delay,
             run_at=run_at,
@@ -327,7 +344,7 @@ class JobDefinition(Generic[P, R]):
             traceparent=traceparent,
             enqueued_by=enqueued_by,
         )
-        return JobCall(self, options, client, conn)
+        return JobCall(self, options, client, conn, send_commit)
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueRequest:
         return EnqueueRequest(self, tuple(args), dict(kwargs), _NO_OPTIONS)

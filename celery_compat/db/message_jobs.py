@@ -44,12 +44,16 @@ def enqueue(
     now: datetime | None = None,
     input_json: str | None = None,
     key: SendKey | None = None,
+    commit_level: str | None = None,
 ) -> UUID | None:
     """Insert one message as a job; ``None`` when ``key`` was taken before (the ledger absorbed
     a duplicate). ``conn``: a connection, or a cursor to reuse (the one-by-one send's).
-    ``input_json``: the message's ``input_json()`` when the caller already encoded it."""
+    ``input_json``: the message's ``input_json()`` when the caller already encoded it.
+    ``commit_level``: the ``synchronous_commit`` of the statement's own transaction (an
+    autocommit send through the pool; None: set nothing, always on a caller's transaction)."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
+    params["send_commit"] = commit_level
     if key is None:
         statement = q("celery_enqueue") if row_access.of(conn).writes_rows else q("celery_send_one")
         try:
@@ -79,20 +83,35 @@ def enqueue_direct(
     max_attempts: int,
     now: datetime | None = None,
     input_json: str | None = None,
+    commit_level: str | None = None,
 ) -> UUID | None:
     """``enqueue`` of a message with no send key, on an autocommit connection at rest that the
     caller holds alone (``DirectStatement.usable``): the same statement, run through libpq
     directly (``ujobs_bridge._internal.db.direct``): a one-by-one ``.delay()``."""
     params = message.params(max_attempts, now, input_json=input_json)
     params["revoked_reason"] = REVOKED_REASON
+    params["send_commit"] = commit_level
     if not row_access.of(conn).writes_rows:  # a producer: through its function
-        return enqueue(conn, message, max_attempts=max_attempts, now=now, input_json=input_json)
+        return enqueue(
+            conn,
+            message,
+            max_attempts=max_attempts,
+            now=now,
+            input_json=input_json,
+            commit_level=commit_level,
+        )
     try:
         found = _ENQUEUE_DIRECT.first_value(conn, params)
     except psycopg.errors.InsufficientPrivilege:
         row_access.forget(conn)
         raise
     return found if isinstance(found, UUID) else None
+
+
+def set_send_commit(conn: Conn, level: str) -> None:
+    """``synchronous_commit`` for the rest of ``conn``'s open transaction, one the sender owns
+    (a group's sends through the pool): the app's ``ujobs_send_commit``."""
+    conn.execute(q("celery_send_commit_set"), {"level": level})
 
 
 def enqueue_many(

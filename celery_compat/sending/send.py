@@ -8,7 +8,11 @@ step, ``send_task_message``: it resolves the queue the way Celery does, fires
 unpack ``body`` or read ``headers["id"]`` keep working), and inserts the row: on the caller's
 connection inside ``enqueue_in``/Django ``atomic()``, else through the pool in autocommit,
 retried as Celery retries a publish (``publish_retry``: ``retry``/``retry_policy``, then kombu's
-``OperationalError``) when the database cannot be reached.
+``OperationalError``) when the database cannot be reached. A send on a transaction of its own
+(the pool's, one statement; a group's, one batch) commits with the send commit the app
+(``ujobs_send_commit``) or the call (``apply_async(..., ujobs_send_commit=...)``) chose; one
+that joins the caller's transaction commits as the caller does, and a per-call choice there is
+refused (``ujobs_bridge/_internal/jobs/send_commit.py``).
 
 Tasks whose names match ``ujobs_broker_tasks`` still go to the real broker through Celery's
 own sender, so Celery workers keep running them during a cutover.
@@ -38,6 +42,7 @@ from celery_compat.sending.message_row import CeleryMessage, check_limits, check
 from celery_compat.sending.queue_names import bridge_queue
 from celery_compat.sending.transaction import Held, batch_hold, current_connection, write_held
 from ujobs_bridge.ext.database import DirectStatement, Role, connect
+from ujobs_bridge.ext.jobs import send_commit as commits
 from ujobs_bridge.ext.observe import redact_repr
 
 # How long a send waits for the pool to hand out a connection before it opens one of its own;
@@ -45,6 +50,7 @@ from ujobs_bridge.ext.observe import redact_repr
 POOL_WAIT_S = 1.0
 POOL_WAIT_LAGGING_S = 0.05
 SEND_ROLE = Role("client")
+SEND_COMMIT_OPTION = "ujobs_send_commit"  # the app setting, and the per-call option
 
 
 class _NoBrokerConnection:
@@ -186,6 +192,8 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
             confirm_timeout: Any = None,
             **kwargs: Any,
         ) -> None:
+            # The bridge's own option: never a message property, never a broker publish's.
+            send_commit = kwargs.pop(SEND_COMMIT_OPTION, None) if kwargs else None
             if not isinstance(producer, BridgeProducer) and amqp.to_broker(name):
                 return broker_send(  # type: ignore[no-any-return]
                     producer,
@@ -239,7 +247,7 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                 queue=qname,
                 properties=_json_properties(properties),
             )
-            amqp.insert(row, retry=retry, retry_policy=retry_policy)
+            amqp.insert(row, retry=retry, retry_policy=retry_policy, send_commit=send_commit)
             send_after_publish(
                 sender=name,
                 body=body,
@@ -300,13 +308,19 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         *,
         retry: bool | None = None,
         retry_policy: dict[str, Any] | None = None,
+        send_commit: Any = None,
     ) -> None:
         """Write ``row`` where it belongs now: the caller's transaction, a batch or group being
-        gathered, or the pool under Celery's publish retry policy (``publish_retry``)."""
+        gathered, or the pool under Celery's publish retry policy (``publish_retry``).
+        ``send_commit``: the call's ``ujobs_send_commit`` (None: the app's), for a send on a
+        transaction of its own; refused on the caller's."""
         check_limits(row.headers, row.properties)  # the limits migrate holds a drained one to
         payload = row.input_json()  # EncodeError before any SQL: the caller's transaction lives on
+        commit = self.send_commit(send_commit)
         key, held = send_keys.key_of(row)
         conn = current_connection(self.app.ujobs_dsn_params)
+        if conn is not None and send_commit is not None:
+            raise commits.refused_in_transaction(SEND_COMMIT_OPTION)
         if conn is None and held:
             assert key is not None
             send_keys.hold(row, key)  # this task's own re-send: sent once its outcome is stored
@@ -325,8 +339,11 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                     raise publish_retry.in_transaction_lost(exc, what) from exc
                 raise
             return
+        level = commits.level(commit)
         publish_retry.publish(
-            lambda: self.insert_now(row, payload=payload, key=key, max_attempts=max_attempts),
+            lambda: self.insert_now(
+                row, payload=payload, key=key, max_attempts=max_attempts, commit_level=level
+            ),
             retry=lambda: self.publish_retries(retry),
             policy=lambda: self.retry_policy(retry_policy),
             what=what,
@@ -349,8 +366,14 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         return group_sends.gathered(self._write_gathered)
 
     def _write_gathered(self, held: list[Held]) -> None:
+        """A group's sends, in a transaction of their own committed with the app's send commit
+        (a member's per-call choice does not change a commit the whole chunk shares)."""
+        level = commits.level(self.send_commit())
+
         def write() -> None:
             with self._send_connection() as conn, conn.transaction():
+                if level is not None:
+                    message_jobs.set_send_commit(conn, level)
                 write_held(conn, held)
 
         publish_retry.publish(
@@ -394,6 +417,15 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
     def max_attempts(self) -> int:
         return int(conf_value(self.app.conf, "ujobs_max_deliveries") or 3)
 
+    def send_commit(self, given: Any = None) -> commits.SendCommit:
+        """The call's ``ujobs_send_commit``, else the app's (default ``"on"``), checked."""
+        if given is not None:
+            return commits.checked(given, what=SEND_COMMIT_OPTION)
+        configured = conf_value(self.app.conf, SEND_COMMIT_OPTION)
+        if configured is None:
+            return commits.DEFAULT
+        return commits.checked(configured, what=f"app.conf.{SEND_COMMIT_OPTION}")
+
     def insert_now(
         self,
         row: CeleryMessage,
@@ -402,8 +434,11 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         payload: str | None = None,
         key: send_keys.SendKey | None = None,
         max_attempts: int | None = None,
+        commit_level: str | None = None,
     ) -> None:
-        """Insert ``row`` now: on ``conn`` (the caller's transaction) or through the pool."""
+        """Insert ``row`` now: on ``conn`` (the caller's transaction: its commit is the
+        caller's) or through the pool, one statement committed at ``commit_level`` (the
+        ``synchronous_commit`` it sets; None: the server's)."""
         if max_attempts is None:
             max_attempts = self.max_attempts()
         if conn is not None:
@@ -419,7 +454,11 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
         with self._send_connection() as conn:
             if key is None and DirectStatement.usable(conn):
                 message_jobs.enqueue_direct(
-                    conn, row, max_attempts=max_attempts, input_json=payload
+                    conn,
+                    row,
+                    max_attempts=max_attempts,
+                    input_json=payload,
+                    commit_level=commit_level,
                 )
             else:
                 message_jobs.enqueue(
@@ -428,4 +467,5 @@ class BridgeAMQP(AMQP):  # type: ignore[misc]
                     max_attempts=max_attempts,
                     input_json=payload,
                     key=key,
+                    commit_level=commit_level,
                 )

@@ -34,7 +34,7 @@ from ujobs_bridge._internal.db import testing as testing_db
 from ujobs_bridge._internal.db import unclaimed as unclaimed_db
 from ujobs_bridge._internal.db.far_instants import FarInstant, tolerate_far_instants
 from ujobs_bridge._internal.db.steps import Lease, StepResult
-from ujobs_bridge.errors import ErrorCode, SchemaError
+from ujobs_bridge.errors import ErrorCode, JobStateError, SchemaError
 from ujobs_bridge.records import JobState, Settlement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,52 @@ def test_enqueue_inserts_once_and_a_live_key_answers_with_its_holder(db: Any) ->
     record = reads_db.job_get(db, many[2].id)
     assert record is not None and record.state is JobState.READY
     assert record.run_at - record.created_at >= timedelta(seconds=59)
+
+
+@pytest.mark.parametrize("way", ["direct", "cursor", "definer"])
+def test_an_own_enqueue_answers_as_job_enqueue_in_one_statement(
+    dsn: str, db: Any, way: str
+) -> None:
+    """``OwnEnqueues`` (a client's one-by-one enqueue): through libpq directly, through the
+    cursor (prepared statements off, as behind PgBouncer) and as a producer role sends (through
+    x_jobs_insert), the same answers: a new job; the live holder of a key, as ``existing``; a
+    new job once the holder finished; an id that exists refused; the due time and expiry from
+    the delay."""
+    own = enqueue_db.OwnEnqueues()
+    own.definer = way == "definer"
+    prepare = None if way == "cursor" else 5
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=prepare) as conn:
+        first = own.enqueue(conn, spec(idempotency_key="own"), None, None)
+        again = own.enqueue(conn, spec(idempotency_key="own"), None, "off")
+        assert not first.existing and again.existing and again.id == first.id
+        db.execute("update x_jobs set state = 'done' where id = %s", (first.id,))
+        fresh = own.enqueue(conn, spec(idempotency_key="own"), None, None)
+        assert not fresh.existing and fresh.id != first.id
+        taken = spec()
+        own.enqueue(conn, taken, None, None)
+        with pytest.raises(JobStateError):
+            own.enqueue(conn, taken, None, None)
+        later = own.enqueue(conn, spec(delay_s=60.0, expires_in_s=30.0), None, "local")
+        level = conn.execute("select current_setting('synchronous_commit')").fetchone()
+        assert level == ("on",)  # the level chosen ended with the send's own transaction
+    record = reads_db.job_get(db, later.id)
+    assert record is not None and record.state is JobState.READY
+    assert record.run_at - record.created_at == timedelta(seconds=60)
+    assert record.expires_at is not None
+    assert record.expires_at - record.run_at == timedelta(seconds=30)
+    assert db.execute("select count(*) from x_jobs").fetchone() == (4,)
+
+
+def test_set_send_commit_lasts_as_long_as_the_transaction(dsn: str) -> None:
+    """``set_send_commit`` (an ``enqueue_many`` through the pool): the level for the rest of the
+    open transaction only; None sets nothing."""
+    with psycopg.connect(dsn) as conn:
+        enqueue_db.set_send_commit(conn, "off")
+        assert conn.execute("show synchronous_commit").fetchone() == ("off",)
+        conn.commit()
+        assert conn.execute("show synchronous_commit").fetchone() == ("on",)
+        enqueue_db.set_send_commit(conn, None)
+        assert conn.execute("show synchronous_commit").fetchone() == ("on",)
 
 
 def test_settle_then_claim_writes_outcomes_and_claims_in_one_transaction(db: Any) -> None:

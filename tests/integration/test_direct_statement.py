@@ -34,6 +34,12 @@ ECHO = DirectStatement(
     " where %(a)s::text <> 'none'",
 )
 
+ROW = DirectStatement(
+    "test_direct_row",
+    "select %(b)s::uuid, %(f)s::float8 = 0.30000000000000004::float8, %(f)s::float8::text,"
+    " null::text",
+)
+
 
 @pytest.fixture
 def conn(dsn: str) -> Iterator[psycopg.Connection[Any]]:
@@ -62,6 +68,10 @@ def test_values_go_as_psycopgs_text_dumpers_write_them(conn: psycopg.Connection[
     assert got == f"é 'x'|{job}|-7|2031-05-06 07:08:09.123456+00"
     assert ECHO.first_value(conn, {"a": "none", "b": job, "c": 1, "d": at}) is None  # no row
     assert ECHO.params == ["a", "b", "c", "d"]  # each name once, in order of appearance
+    # A float goes as the shortest text that reads back as itself; a row's later columns come
+    # back typed (uuid, boolean, text, null).
+    row = ROW.first_row(conn, {"f": 0.1 + 0.2, "b": job}, 4)
+    assert row == (job, True, repr(0.1 + 0.2), None)
 
 
 def test_values_go_in_the_connections_client_encoding(dsn: str, db: Any) -> None:
@@ -82,8 +92,8 @@ def test_a_refused_value_writes_nothing_and_the_connection_lives_on(
 ) -> None:
     with pytest.raises(psycopg.DataError, match="NUL"):
         message_jobs.enqueue_direct(conn, message(name="bad\x00name"), max_attempts=3)
-    with pytest.raises(TypeError, match="float"):
-        ECHO.first_value(conn, {"a": "x", "b": uuid.uuid4(), "c": 1.5, "d": None})
+    with pytest.raises(TypeError, match="bytes"):
+        ECHO.first_value(conn, {"a": "x", "b": uuid.uuid4(), "c": b"1", "d": None})
     assert conn.execute("select count(*) from x_jobs").fetchone() == (0,)
     assert message_jobs.enqueue_direct(conn, message(), max_attempts=3) is not None
 

@@ -1,10 +1,11 @@
 """Job rows are inserted by the ``x_jobs_insert`` function (migration 0008 and its successors) and,
-for a Celery message sent one at a time, by ``celery_enqueue``, the same insert written as one
-plain statement (a one-by-one ``.delay()`` is a round trip and a durable commit, and the
-function call is work it need not pay). Both write the same columns with the same values, which
-the column-by-column comparison below holds them to: a Celery message for a revoked task id is
-born ``cancelled`` with ``finished_at`` and ``last_error`` whichever path wrote it, and the
-retention purge deletes it like any finished job."""
+one at a time on a connection of the sender's own, by the same insert written as one plain
+statement: ``celery_enqueue`` for a Celery message, ``job_enqueue_one`` for an engine enqueue (a
+one-by-one send is a round trip and a durable commit, and the function call is work it need
+not pay). They write the same columns with the same values, which the column-by-column
+comparisons below hold them to: a Celery message for a revoked task id is born ``cancelled``
+with ``finished_at`` and ``last_error`` whichever path wrote it, and the retention purge deletes
+it like any finished job."""
 
 from __future__ import annotations
 
@@ -65,11 +66,11 @@ def test_a_message_for_a_revoked_task_id_is_born_finished_and_purged(
         assert left == (0,)
 
 
-def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() -> None:
+def test_only_the_insert_function_and_the_one_row_sends_insert_job_rows() -> None:
     """A job row's column list is written in x_jobs_insert (0012 replaces it with the same insert,
     which now also wakes the workers; 0017 gives it a single-row branch with the same columns;
-    0021 wakes only waiting workers, 0025 one per job) and in celery_enqueue, held to it by the test below; no
-    other statement inserts into x_jobs."""
+    0021 wakes only waiting workers, 0025 one per job), in celery_enqueue and in job_enqueue_one,
+    held to it by the tests below; no other statement inserts into x_jobs."""
     inserting = re.compile(r"insert\s+into\s+x_jobs\b", re.IGNORECASE)
     found = sorted(
         str(path.relative_to(ROOT))
@@ -86,6 +87,7 @@ def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() 
         "ujobs_bridge/_internal/db/migrations/0017_insert_one_row.sql",
         "ujobs_bridge/_internal/db/migrations/0021_queue_waiters.sql",
         "ujobs_bridge/_internal/db/migrations/0025_wake_one.sql",
+        "ujobs_bridge/_internal/db/sql/jobs.sql",
     ]
 
 
@@ -165,3 +167,91 @@ def test_a_message_sent_alone_wakes_only_a_queue_a_worker_waits_for(app: Any, ds
         woken = db.notifies(timeout=10, stop_after=1)
         assert [(n.channel, n.payload) for n in woken] == [(channel, "waited")]
         nodes.node_delete(db, "h:2:b")
+
+
+# An engine job's row: every column but its own id and those the clock sets (compared below as
+# relations: due after its delay, at the run_at given, expiring relative to that or at an
+# instant).
+_ENGINE_SAME = (
+    "select j.tenant_id,"
+    "       to_jsonb(j) - array['id', 'tenant_id', 'created_at', 'updated_at', 'run_at',"
+    "                           'expires_at'],"
+    "       j.run_at - j.created_at, j.run_at, j.expires_at - j.run_at, j.expires_at"
+    "  from x_jobs j"
+)
+
+
+def test_an_engine_job_enqueued_alone_is_the_row_the_insert_function_writes(
+    dsn: str, client: Any
+) -> None:
+    """``job_enqueue_one`` (a client's one-by-one enqueue, one plain statement) writes what
+    ``x_jobs_insert`` writes for the same call (``enqueue_many``, and an enqueue in the
+    caller's transaction), column by column: due now, after a delay or at ``run_at``, expiring
+    relative to that, with its key, priority, queue, tenant, trace context and enqueuer."""
+    from apps import basic_jobs
+
+    run_at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    shapes = {
+        "plain": {},
+        "full": dict(
+            run_at=run_at, priority=-7, queue="other", expires=90.0, enqueued_by="me",
+            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ),
+        "keyed": dict(idempotency_key="key-", delay=3600, expires=run_at + timedelta(days=1)),
+    }  # fmt: skip
+
+    def options(shape: str, path: str) -> dict[str, Any]:
+        given = dict(shapes[shape], tenant_id=f"{shape}-{path}")
+        if "idempotency_key" in given:
+            given["idempotency_key"] = f"key-{path}"
+        return given
+
+    for shape in shapes:
+        basic_jobs.add.configure(client=client, **options(shape, "one")).enqueue(1, 2)
+        client.enqueue_many([basic_jobs.add.configure(**options(shape, "many")).call(1, 2)])
+        with psycopg.connect(dsn) as conn:
+            basic_jobs.add.configure(conn=conn, **options(shape, "conn")).enqueue(1, 2)
+    with psycopg.connect(dsn) as conn:
+        found = {row[0]: row[1:] for row in conn.execute(_ENGINE_SAME).fetchall()}
+    assert len(found) == 9
+    for shape in shapes:
+        one, many, joined = (found[f"{shape}-{p}"] for p in ("one", "many", "conn"))
+        for key in ("idempotency_key", "live_key"):  # the key differs by path, by design
+            for row in (one, many, joined):
+                row[0][key] = row[0][key] and row[0][key].rsplit("-", 1)[0]
+        assert one[0] == many[0] == joined[0], shape
+        if shape != "full":  # due after its delay, counted from its creation
+            assert one[1] == many[1] == joined[1], shape
+        if shape != "keyed":  # expiring relative to when it is due
+            assert one[3] == many[3] == joined[3], shape
+    plain, full, keyed = (found[f"{shape}-one"] for shape in shapes)
+    assert plain[1] == timedelta(0) and plain[3] is None and plain[0]["state"] == "ready"
+    assert full[2] == run_at and full[3] == timedelta(seconds=90)
+    assert full[0]["priority"] == -7 and full[0]["queue"] == "other"
+    assert keyed[1] == timedelta(hours=1) and keyed[0]["idempotency_key"] == "key"
+    assert {found[f"keyed-{p}"][4] for p in ("one", "many", "conn")} == {run_at + timedelta(1)}
+
+
+def test_an_engine_job_enqueued_alone_wakes_one_waiting_worker(dsn: str, client: Any) -> None:
+    """``job_enqueue_one`` wakes as ``x_jobs_insert`` does (0025): one ready job notifies one
+    worker that marked its queue, on that worker's own channel; a queue nobody waits for sends
+    nothing."""
+    from apps import basic_jobs
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        channels = [session.wake_channel(token) for token in ("e1", "e2")]
+        for index, channel in enumerate(channels):
+            node = nodes.NodeSpec(
+                worker_id=f"h:{index}:e", name=f"w{index}@h", hostname="h", pid=index,
+                queues=["basic"], concurrency=1, pool="threads", info={},
+            )  # fmt: skip
+            nodes.node_register(db, node, 30.0, None)
+            session.listen_for_wake(db, channel)
+            nodes.queue_waiting_mark(db, node.worker_id, ["basic"], None, channel)
+        basic_jobs.add.configure(client=client, queue="other").enqueue(1, 2)  # nobody waits
+        basic_jobs.add.configure(client=client).enqueue(1, 2)
+        woken = [(n.channel, n.payload) for n in db.notifies(timeout=10, stop_after=1)]
+        assert len(woken) == 1 and woken[0][0] in channels and woken[0][1] == "basic"
+        assert list(db.notifies(timeout=0.5)) == []  # one job, one wake-up
+        for index in range(2):
+            nodes.node_delete(db, f"h:{index}:e")

@@ -125,8 +125,10 @@ def test_each_duty_does_its_work_as_its_own_role(cluster: Cluster, tmp_path: Pat
     grant_all(cluster)
     dsns = cluster.dsns
 
-    # The producer enqueues (an idempotency key a live job holds answers that job's id).
-    with connect(dsns["producer"]) as producer:
+    # The producer enqueues (an idempotency key a live job holds answers that job's id), with
+    # the relaxed send commit: a role without row privileges sends through x_jobs_insert, and
+    # may still set its own transaction's synchronous_commit.
+    with connect(dsns["producer"], send_commit="off") as producer:
         added = basic_jobs.add.configure(client=producer).enqueue(2, 3)
         keyed = basic_jobs.add.configure(client=producer, idempotency_key="k1", delay=3600)
         first = keyed.enqueue(1, 1)

@@ -1,9 +1,11 @@
 """Jobs as an upper package declares and runs them: definitions, what a running body sees,
 explicit outcomes (``Fail``: a terminal failure in the package's own word), retry policies, job ids, name validation, the limit on a result's size,
 ``work_starts`` (a body with a prologue of its own, declared ``work_starts_late``, says when its
-real work starts: a worker that dies before that is not charged for it) and
-the one range of instants a row may hold (``storable_instant``: what the Celery sender and
-``migrate`` check ``eta``/``expires`` against).
+real work starts: a worker that dies before that is not charged for it), the one range of
+instants a row may hold (``storable_instant``: what the Celery sender and ``migrate`` check
+``eta``/``expires`` against) and the send commit a user chooses
+(``send_commit``: its values, their check, the level a send's own statement sets, the refusal
+on a caller's transaction).
 
 What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported at the root).
 """
@@ -11,6 +13,7 @@ What it is not: the user's ``@job`` decorator (``ujobs_bridge.job``, re-exported
 from __future__ import annotations
 
 from ujobs_bridge._internal.ids import new_job_id, new_job_ids
+from ujobs_bridge._internal.jobs import send_commit
 from ujobs_bridge._internal.jobs.context import (
     AttemptSignal,
     JobContext,
@@ -57,6 +60,7 @@ __all__ = [
     "queue_name",
     "result_size",
     "result_too_large",
+    "send_commit",
     "storable_instant",
     "work_starts",
 ]

@@ -11,6 +11,9 @@
 -- function: a one-by-one .delay() is one round trip and one durable commit, and the PL/pgSQL
 -- insert (its SPI execution, the set-returning call's tuplestore, the lateral join) is work on
 -- that path it need not pay (`python -m bench --cells delay-one`).
+-- %(send_commit)s, when not null, is the synchronous_commit of this statement's own transaction
+-- (a send through the app's pool: ujobs_send_commit), set when it writes a row; null on a
+-- caller's transaction, whose commit is the caller's.
 with m as (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
                as cancel_reason
@@ -33,12 +36,14 @@ with m as (
     returning x_jobs.id, x_jobs.queue, x_jobs.state
 )
 select inserted.id,
-       case when inserted.state = 'ready' then x_jobs_wake(inserted.queue, 1) end as woken
+       case when inserted.state = 'ready' then x_jobs_wake(inserted.queue, 1) end as woken,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from inserted
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;
--- a key already taken absorbs the message (no row back).
+-- a key already taken absorbs the message (no row back). %(send_commit)s: as celery_enqueue's.
 with ledger as (
     insert into x_celery_tasks (task_id, retries, nesting, sent_by, ordinal, job_id, created_at)
     values (%(key_task_id)s, %(key_retries)s, %(key_nesting)s, %(sent_by)s, %(ordinal)s, %(id)s,
@@ -46,7 +51,9 @@ with ledger as (
     on conflict (task_id, retries, nesting, sent_by, ordinal) do nothing
     returning job_id
 )
-select x.id
+select x.id,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from ledger
   left join x_celery_revoked as r on r.task_id = %(task_id)s
  cross join lateral x_jobs_insert(
@@ -97,6 +104,11 @@ select x.id
            %(now)s, kept.ids, kept.names, kept.queues, kept.inputs, null, kept.max_attempts,
            kept.priorities, kept.run_ats, kept.delays, null, null, null, kept.traceparents,
            kept.enqueued_bys, kept.cancel_reasons) as x(id)
+
+-- celery_send_commit_set --
+-- The synchronous_commit of the rest of this transaction, one the sender owns (a group's sends
+-- through the pool): the app's ujobs_send_commit; it ends with the transaction.
+select set_config('synchronous_commit', %(level)s::text, true)
 
 -- celery_jobs_of_task --
 -- Through x_jobs_celery_task_idx (migration 0013): the rows of a task id that are not done
@@ -306,8 +318,10 @@ select has_table_privilege('x_jobs', 'INSERT') and has_table_privilege('x_celery
 
 -- celery_send_one --
 -- celery_enqueue for a role with no row privilege (a producer): the same row, through
--- x_celery_send (0006_duties).
-select x.id
+-- x_celery_send (0006_duties). %(send_commit)s: as celery_enqueue's.
+select x.id,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
   from x_celery_send(%(now)s, array[%(task_id)s::text], array[%(id)s::uuid], array[%(name)s::text],
                      array[%(queue)s::text], array[%(input)s::text], array[%(max_attempts)s::int],
                      array[%(priority)s::smallint], array[%(run_at)s::timestamptz],

@@ -13,7 +13,7 @@ What psycopg guarantees and this keeps:
   pooled connection it borrowed), and never where server-side prepared statements are off
   (``prepare_threshold`` None: PgBouncer in transaction mode); ``usable`` says so, and the caller
   runs its cursor otherwise.
-- **Values**: None, str, int, UUID and datetime, written as psycopg's text dumpers write them, in
+- **Values**: None, str, int, float, UUID and datetime, written as psycopg's text dumpers write them, in
   the connection's client encoding (``PGCLIENTENCODING`` or ``options`` may make it other than
   UTF-8), and text read back in it too; a NUL character is refused with psycopg's ``DataError``
   (libpq would cut the string there); anything else is a ``TypeError`` (the caller's mistake,
@@ -26,7 +26,7 @@ What psycopg guarantees and this keeps:
   connection: its result may still arrive, and no later statement may read it as its own. The
   pool replaces a closed connection.
 
-What it is not: a query API. Statements in a transaction, with more than one value back, or with
+What it is not: a query API. Statements in a transaction, with more than one row back, or with
 values psycopg's adaptation must decide (json, arrays, binary) go through psycopg's cursor.
 """
 
@@ -57,7 +57,7 @@ class DirectStatement:
     """One statement of a package's ``db/sql`` (named ``%(name)s`` placeholders), run directly.
 
     ``first_value(conn, params)`` runs it and returns the first column of its first row, or None
-    when it returns no row."""
+    when it returns no row; ``first_row`` the first ``width`` columns of that row."""
 
     def __init__(self, name: str, query: LiteralString) -> None:
         self.name = name.encode()
@@ -85,6 +85,13 @@ class DirectStatement:
         )
 
     def first_value(self, conn: Conn, params: Mapping[str, Any]) -> Any:
+        row = self.first_row(conn, params, 1)
+        return None if row is None else row[0]
+
+    def first_row(
+        self, conn: Conn, params: Mapping[str, Any], width: int
+    ) -> tuple[Any, ...] | None:
+        """The first ``width`` columns of the first row (None: no row)."""
         encoding = conn.info.encoding
         values = [_text(params[name], encoding) for name in self.params]
         if conn not in self._prepared:
@@ -96,8 +103,7 @@ class DirectStatement:
         _raise_for(conn, result)
         if result.ntuples == 0:
             return None
-        raw = result.get_value(0, 0)
-        return None if raw is None else _load(result.ftype(0), raw, encoding)
+        return tuple(_value(result, column, encoding) for column in range(width))
 
     def _prepare(self, conn: Conn) -> None:
         result = self._run(conn, lambda pgconn: pgconn.send_prepare(self.name, self.query))
@@ -145,6 +151,11 @@ def _wait(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
     return first
 
 
+def _value(result: pq.abc.PGresult, column: int, encoding: str) -> Any:
+    raw = result.get_value(0, column)
+    return None if raw is None else _load(result.ftype(column), raw, encoding)
+
+
 def _state(result: pq.abc.PGresult) -> bytes | None:
     if result.status == pq.ExecStatus.FATAL_ERROR:
         return result.error_field(pq.DiagnosticField.SQLSTATE)
@@ -175,6 +186,8 @@ def _text(value: Any, encoding: str) -> bytes | None:
         text = value
     elif isinstance(value, UUID) or (isinstance(value, int) and not isinstance(value, bool)):
         text = str(value)
+    elif isinstance(value, float):
+        text = repr(value)  # the shortest text that reads back as the same float, as psycopg's
     elif isinstance(value, datetime):
         text = value.isoformat()
     else:
@@ -185,13 +198,16 @@ def _text(value: Any, encoding: str) -> bytes | None:
 
 
 _UUID_OID = 2950
+_BOOL_OID = 16
 _TEXT_OIDS = frozenset({25, 1043})
 
 
 def _load(oid: int, raw: bytes, encoding: str) -> Any:
-    """The first value back: a uuid or text (what the direct statements return)."""
+    """A value back: a uuid, a boolean or text (what the direct statements return)."""
     if oid == _UUID_OID:
         return UUID(raw.decode("ascii"))
     if oid in _TEXT_OIDS:
         return raw.decode(encoding)
+    if oid == _BOOL_OID:
+        return raw == b"t"
     raise TypeError(f"a direct statement returns no value of type oid {oid}")

@@ -2,10 +2,14 @@
 
 Why it exists: the engine's enqueues (``Client.enqueue`` and ``enqueue_many``, a job's
 ``enqueue`` in the caller's transaction, sync or async, the outbox relay, the scheduler's fires,
-the test kit's ``perform``) all insert through these statements and so through the one insert
-(``x_jobs_insert``), with one rule for an idempotency key a live job holds: the holder answers,
-as ``existing``. Each function runs on the connection it is given, so an enqueue commits with
-the caller's own writes when the caller wants it to.
+the test kit's ``perform``) all insert through these statements, with one rule for an
+idempotency key a live job holds: the holder answers, as ``existing``. Each function runs on the
+connection it is given, so an enqueue commits with the caller's own writes when the caller
+wants it to. They insert through the one insert (``x_jobs_insert``), except a one-by-one enqueue
+on a client's own connection (``OwnEnqueues``): one plain statement (``job_enqueue_one``, the
+same columns and values), run through libpq directly where it can (``direct.py``), so it is one
+round trip, one statement and one commit, with the send commit the user chose
+(``jobs/send_commit.py``) set inside that statement.
 
 What it is not: the validation of what is enqueued (``client.py``, ``job.py``) or a claim
 (``leases.py``): nothing here takes a lease.
@@ -13,7 +17,8 @@ What it is not: the validation of what is enqueued (``client.py``, ``job.py``) o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -21,11 +26,13 @@ from uuid import UUID
 import psycopg
 
 from ujobs_bridge._internal.db import arrays
+from ujobs_bridge._internal.db.direct import DirectStatement
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.errors import JobStateError
 from ujobs_bridge.records import JobRef
 
 Conn = psycopg.Connection[Any]
+log = logging.getLogger("ujobs.db")
 
 
 class EnqueueSpec(NamedTuple):
@@ -80,23 +87,91 @@ def _id_taken(spec: EnqueueSpec) -> JobStateError:
 def job_enqueue(conn: Conn, spec: EnqueueSpec, now: datetime | None) -> JobRef:
     """Insert one row through the one insert (``x_jobs_insert``); a live job holding the key
     answers instead, as ``existing``."""
-    row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
-    if row is not None:
-        return JobRef(row[0], spec.name)
+
+    def insert() -> JobRef | None:
+        row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
+        return None if row is None else JobRef(row[0], spec.name)
+
+    return _answered(conn, spec, insert)
+
+
+def _answered(conn: Conn, spec: EnqueueSpec, insert: Callable[[], JobRef | None]) -> JobRef:
+    """``insert()``'s job; when it inserted nothing and named no holder, the live job holding
+    the key (asked once more if the holder finished in between), else the id was taken."""
+    ref = insert()
+    if ref is not None:
+        return ref
     if spec.idempotency_key is None:
         raise _id_taken(spec)
     existing = conn.execute(
         q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
     ).fetchone()
     if existing is None:  # the live holder finished between the two statements: try once more
-        row = conn.execute(q("job_enqueue"), spec.params(now)).fetchone()
-        if row is not None:
-            return JobRef(row[0], spec.name)
+        ref = insert()
+        if ref is not None:
+            return ref
         existing = conn.execute(
             q("job_get_live_by_key"), {"idempotency_key": spec.idempotency_key}
         ).fetchone()
         assert existing is not None
     return JobRef(existing[0], spec.name, existing=True)
+
+
+_ONE = DirectStatement("ujobs_job_enqueue_one", q("job_enqueue_one"))
+_ONE_DEFINER = DirectStatement("ujobs_job_enqueue_one_definer", q("job_enqueue_one_definer"))
+
+
+class OwnEnqueues:
+    """One-by-one enqueues on connections a client holds alone, in autocommit (its pool's):
+    ``job_enqueue_one``, one statement that is its own transaction, through libpq directly where
+    ``DirectStatement.usable`` says so (else psycopg's cursor: behind PgBouncer).
+
+    A role that may not insert into ``x_jobs`` itself (a producer, granted only the functions:
+    ``db grant --producer``) is refused the plain statement: from then on this client sends
+    ``job_enqueue_one_definer`` (the same answer through ``x_jobs_insert``). The refused
+    statement wrote nothing (it was its own transaction)."""
+
+    def __init__(self) -> None:
+        self.definer = False
+
+    def enqueue(
+        self, conn: Conn, spec: EnqueueSpec, now: datetime | None, commit_level: str | None
+    ) -> JobRef:
+        """``spec``'s job, or the live job holding its key; ``commit_level``: the
+        ``synchronous_commit`` of the statement's own transaction (None: the server's)."""
+        params = spec.params(now)
+        params["send_commit"] = commit_level
+
+        def insert() -> JobRef | None:
+            row = self._row(conn, params)
+            return None if row is None else JobRef(row[0], spec.name, existing=bool(row[1]))
+
+        return _answered(conn, spec, insert)
+
+    def _row(self, conn: Conn, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        if not self.definer:
+            try:
+                return _run(_ONE, "job_enqueue_one", conn, params)
+            except psycopg.errors.InsufficientPrivilege:
+                log.debug("ujobs.db.enqueue_as_definer: this role may not insert into x_jobs")
+                self.definer = True
+        return _run(_ONE_DEFINER, "job_enqueue_one_definer", conn, params)
+
+
+def _run(
+    statement: DirectStatement, name: str, conn: Conn, params: dict[str, Any]
+) -> tuple[Any, ...] | None:
+    if DirectStatement.usable(conn):
+        return statement.first_row(conn, params, 2)
+    row = conn.execute(q(name), params).fetchone()
+    return None if row is None else tuple(row)
+
+
+def set_send_commit(conn: Conn, commit_level: str | None) -> None:
+    """``synchronous_commit`` for the rest of ``conn``'s open transaction (one the engine owns:
+    ``enqueue_many`` through the pool); None: nothing to set."""
+    if commit_level is not None:
+        conn.execute(q("send_commit_set"), {"level": commit_level})
 
 
 async def job_enqueue_async(

@@ -15,6 +15,71 @@ select id
                      array[%(tenant_id)s::text], array[%(traceparent)s::text],
                      array[%(enqueued_by)s::text], null) as id
 
+-- job_enqueue_one --
+-- One job from a client's own connection (Client.enqueue_spec in autocommit: one round trip, one
+-- statement, its own commit): the one-row form of x_jobs_insert (migration 0025) written as one
+-- plain statement, the same columns and values (tests/integration/test_insert_path.py compares
+-- the rows column by column), as celery_enqueue is for a .delay(). Why not the function: its
+-- PL/pgSQL call, its one-element arrays and its SECURITY DEFINER switch are work a one-by-one
+-- enqueue need not pay (`python -m bench --cells enqueue-one`). A role that may not insert into
+-- x_jobs (a producer's) runs job_enqueue_one_definer instead.
+-- Answers (id, existing, woken, commit level): the new job; else the live job holding the key,
+-- when this statement's snapshot sees it; else no row (the id exists, or the holder committed
+-- after the snapshot: the caller asks again, as job_enqueue's caller does). A ready job wakes
+-- one worker waiting for its queue, if one waits (x_jobs_wake, migration 0025), as the insert
+-- function does. %(send_commit)s, when not null, is the synchronous_commit of this statement's
+-- own transaction, set when it writes a row.
+with inserted as (
+    insert into x_jobs
+        (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
+         state, last_error, finished_at, tenant_id, traceparent, enqueued_by,
+         created_at, updated_at)
+    select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb,
+           %(idempotency_key)s::text, %(max_attempts)s::int, %(priority)s::smallint, d.due,
+           coalesce(%(expires_at)s::timestamptz,
+                    d.due + make_interval(secs => %(expires_in_s)s::float8)),
+           'ready', null, null, %(tenant_id)s::text, %(traceparent)s::text,
+           %(enqueued_by)s::text, now(), now()
+      from (select coalesce(%(run_at)s::timestamptz,
+                            coalesce(%(now)s::timestamptz, now())
+                                + make_interval(secs => %(delay_s)s::float8)) as due) as d
+    on conflict do nothing
+    returning x_jobs.id, x_jobs.queue
+)
+select inserted.id, false as existing,
+       x_jobs_wake(inserted.queue, 1) as woken,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
+  from inserted
+union all
+select j.id, true, null, null
+  from x_jobs as j
+ where j.live_key = %(idempotency_key)s::text and not exists (select from inserted)
+
+-- job_enqueue_one_definer --
+-- job_enqueue_one for a role without row privileges on x_jobs (a producer, migration 0023):
+-- through the one insert (x_jobs_insert) and x_job_live_by_key, which run as the schema owner;
+-- the same answer.
+with inserted as (
+    select x.id
+      from x_jobs_insert(%(now)s, array[%(id)s::uuid], array[%(name)s::text],
+                         array[%(queue)s::text], array[%(input)s::text],
+                         array[%(idempotency_key)s::text], array[%(max_attempts)s::int],
+                         array[%(priority)s::smallint], array[%(run_at)s::timestamptz],
+                         array[%(delay_s)s::float8], array[%(expires_at)s::timestamptz],
+                         array[%(expires_in_s)s::float8], array[%(tenant_id)s::text],
+                         array[%(traceparent)s::text], array[%(enqueued_by)s::text], null)
+           as x(id)
+)
+select inserted.id, false as existing, null::integer as woken,
+       case when %(send_commit)s::text is not null
+            then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
+  from inserted
+union all
+select held.id, true, null, null
+  from x_job_live_by_key(%(idempotency_key)s::text) as held(id)
+ where %(idempotency_key)s::text is not null and not exists (select from inserted)
+
 -- job_enqueue_many --
 -- The whole batch as parallel binary arrays, through the one insert (x_jobs_insert). A field no
 -- row sets comes as NULL (unnest pads it with nulls). Answers the ids it did NOT insert (a live
@@ -32,6 +97,12 @@ with inserted as materialized (
 select batch.id
   from unnest(%(ids)b::uuid[]) as batch (id)
  where not exists (select 1 from inserted where inserted.id = batch.id)
+
+-- send_commit_set --
+-- The synchronous_commit of the rest of this transaction, one the engine owns (an enqueue_many
+-- through the pool, a group of Celery sends): the send commit the user chose
+-- (jobs/send_commit.py); it ends with the transaction.
+select set_config('synchronous_commit', %(level)s::text, true)
 
 -- job_get_live_by_key --
 -- Through x_job_live_by_key (migration 0023): a producer holds no row privilege on x_jobs.
