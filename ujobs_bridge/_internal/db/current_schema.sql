@@ -1,5 +1,5 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0024_failure_kind) leave, as pg_dump prints it (no owners, no grants).
+-- through 0025_count_kinds) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
@@ -378,7 +378,8 @@ CREATE TABLE public.x_job_counts (
     dead bigint DEFAULT 0 NOT NULL,
     picked bigint DEFAULT 0 NOT NULL,
     wait_sum_s double precision DEFAULT 0 NOT NULL,
-    wait_max_s double precision DEFAULT 0 NOT NULL
+    wait_max_s double precision DEFAULT 0 NOT NULL,
+    kind text DEFAULT ''::text NOT NULL
 )
 WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
@@ -587,7 +588,7 @@ ALTER TABLE ONLY public.x_job_attempts
 
 -- Name: x_job_counts x_job_counts_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_counts
-    ADD CONSTRAINT x_job_counts_pkey PRIMARY KEY (minute, queue, backend);
+    ADD CONSTRAINT x_job_counts_pkey PRIMARY KEY (minute, queue, backend, kind);
 
 -- Name: x_job_events x_job_events_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_events
