@@ -1,12 +1,13 @@
-"""The dashboard as a real server (``ujobs-bridge dashboard`` subprocess on a free port) and a
-real headless Chromium driving it (Debian's ``chromium`` and ``chromium-driver``), for
-``test_dashboard*.py``. Screenshots go to ``artifacts/dashboard/`` (ignored by git)."""
+"""The dashboard as a real server (``ujobs-bridge dashboard`` subprocess on a free port, or
+``InProcessDashboard``: uvicorn in a thread) and a real headless Chromium driving it (Debian's
+``chromium`` and ``chromium-driver``), for ``test_dashboard*.py`` and tests that act through it. Screenshots go to ``artifacts/dashboard/`` (ignored by git)."""
 
 from __future__ import annotations
 
 import base64
 import shutil
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -119,3 +120,39 @@ def screenshot(driver: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
+
+
+class InProcessDashboard:
+    """``create_app`` served by uvicorn in a thread of this process (no subprocess)."""
+
+    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
+        import uvicorn
+
+        from ujobs_bridge._internal.dashboard.app import create_app
+        from ujobs_bridge._internal.dashboard.config import DashboardConfig
+
+        port = free_port()
+        app = create_app(DashboardConfig(dsn=dsn, read_only=read_only))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.http = Dashboard.__new__(Dashboard)
+        self.http.base, self.http.port = f"http://127.0.0.1:{port}", port
+        self.http.cookies, self.http.set_cookies = {}, []
+        wait_for(lambda: self.http.request("/healthz")[0] == 200, timeout=30, what="dashboard")
+
+    def get(self, path: str) -> tuple[int, str]:
+        return self.http.request(path)
+
+    def post(self, path: str, page: str) -> tuple[int, str]:
+        """POST as the page ``page`` would (its session, its CSRF token)."""
+        status, body = self.http.request(page)
+        assert status == 200, body[:300]
+        token = body.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        return self.http.request(path, data={"csrf_token": token})
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)

@@ -11,7 +11,6 @@ record or changes a table or function.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import psycopg
 import pytest
 from cli_proc import CliProc
 from click.testing import CliRunner
-from dashboard_support import Dashboard, free_port
+from dashboard_support import InProcessDashboard
 from psycopg import sql
 
 from conftest import ADMIN_DSN, _dsn_for, wait_for
@@ -91,42 +90,6 @@ def grant_all(cluster: Cluster) -> None:
     assert result.exit_code == 0, result.output
     assert f"granted {r['producer']} (producer)" in result.output
     assert f"granted {r['app']} (producer, worker)" in result.output
-
-
-class InProcessDashboard:
-    """``create_app`` served by uvicorn in a thread of this process (no subprocess)."""
-
-    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
-        import uvicorn
-
-        from ujobs_bridge._internal.dashboard.app import create_app
-        from ujobs_bridge._internal.dashboard.config import DashboardConfig
-
-        port = free_port()
-        app = create_app(DashboardConfig(dsn=dsn, read_only=read_only))
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        self.http = Dashboard.__new__(Dashboard)
-        self.http.base, self.http.port = f"http://127.0.0.1:{port}", port
-        self.http.cookies, self.http.set_cookies = {}, []
-        wait_for(lambda: self.http.request("/healthz")[0] == 200, timeout=30, what="dashboard")
-
-    def get(self, path: str) -> tuple[int, str]:
-        return self.http.request(path)
-
-    def post(self, path: str, page: str) -> tuple[int, str]:
-        """POST as the page ``page`` would (its session, its CSRF token)."""
-        status, body = self.http.request(page)
-        assert status == 200, body[:300]
-        token = body.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-        return self.http.request(path, data={"csrf_token": token})
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def state_of(cluster: Cluster, job_id: uuid.UUID) -> str | None:
