@@ -1,4 +1,4 @@
-"""Migrations 0014 and 0025 on a database that already holds jobs: the dashboard's numbers are
+"""Migrations 0014 and 0026 on a database that already holds jobs: the dashboard's numbers are
 the same before and after the upgrade that moved them onto indexes a settle does not change, and
 the last hour's failures with a kind move out of the dead letters' count.
 
@@ -32,9 +32,9 @@ def old_dsn() -> Iterator[str]:
 
 
 @pytest.fixture
-def dsn_0024() -> Iterator[str]:
-    """A fresh database at schema version 0024 (the last before failure kinds were counted)."""
-    yield from _database_at(24)
+def dsn_0025() -> Iterator[str]:
+    """A fresh database at schema version 0025 (the last before failure kinds were counted)."""
+    yield from _database_at(25)
 
 
 def _database_at(before: int) -> Iterator[str]:
@@ -111,12 +111,12 @@ def test_an_upgrade_keeps_every_count_and_the_last_hour(old_dsn: str) -> None:
         assert not indexes & {"x_jobs_open_idx", "x_jobs_finished_idx"}
 
 
-def test_an_upgrade_moves_the_last_hours_failures_out_of_the_dead_letters(dsn_0024: str) -> None:
-    """Before 0025 a settle counted a FAILURE as dead; after it, the chart shows the last hour's
+def test_an_upgrade_moves_the_last_hours_failures_out_of_the_dead_letters(dsn_0025: str) -> None:
+    """Before 0026 a settle counted a FAILURE as dead; after it, the chart shows the last hour's
     FAILUREs under their kind and the dead letters without them."""
     now = datetime.now(UTC)
     minute = now.replace(second=0, microsecond=0) - timedelta(minutes=2)
-    with psycopg.connect(dsn_0024, autocommit=True) as conn:
+    with psycopg.connect(dsn_0025, autocommit=True) as conn:
         for kind in ("FAILURE", "FAILURE", None):
             conn.execute(
                 "insert into x_jobs (id, name, queue, input, state, max_attempts, run_at,"
@@ -124,12 +124,12 @@ def test_an_upgrade_moves_the_last_hours_failures_out_of_the_dead_letters(dsn_00
                 " (%s, 'up.job', 'up', '{}', 'dead', 3, %s, %s, %s, %s)",
                 (uuid.uuid4(), now, minute, minute, kind),
             )
-        conn.execute(  # as the settles of two backends counted them before 0025
+        conn.execute(  # as the settles of two backends counted them before 0026
             "insert into x_job_counts (minute, queue, backend, done, dead)"
             " values (%s, 'up', 7, 4, 2), (%s, 'up', 8, 0, 1)",
             (minute, minute),
         )
-    assert schema.upgrade(dsn_0024)[0].version == 25
-    with psycopg.connect(dsn_0024, autocommit=True) as conn:
+    assert schema.upgrade(dsn_0025)[0].version == 26
+    with psycopg.connect(dsn_0025, autocommit=True) as conn:
         chart = {m.state: m.jobs for m in observe.observe_finished_per_minute(conn, 60, None)}
     assert chart == {"done": 4, "dead": 1, "FAILURE": 2}

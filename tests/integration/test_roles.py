@@ -324,7 +324,7 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     assert upgraded == {
         "ujobs_bridge 0023_duties",
         "ujobs_bridge 0024_failure_kind",
-        "ujobs_bridge 0025_count_kinds",
+        "ujobs_bridge 0026_count_kinds",
         "migrate 0002_duties",
     }
 

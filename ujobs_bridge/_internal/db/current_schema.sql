@@ -378,8 +378,7 @@ CREATE TABLE public.x_job_counts (
     dead bigint DEFAULT 0 NOT NULL,
     picked bigint DEFAULT 0 NOT NULL,
     wait_sum_s double precision DEFAULT 0 NOT NULL,
-    wait_max_s double precision DEFAULT 0 NOT NULL,
-    kind text DEFAULT ''::text NOT NULL
+    wait_max_s double precision DEFAULT 0 NOT NULL
 )
 WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
@@ -404,6 +403,16 @@ ALTER TABLE public.x_job_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY
     NO MAXVALUE
     CACHE 1
 );
+
+-- Name: x_job_failure_counts; Type: TABLE; Schema: public
+CREATE TABLE public.x_job_failure_counts (
+    minute timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    backend integer NOT NULL,
+    kind text NOT NULL,
+    jobs bigint DEFAULT 0 NOT NULL
+)
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
 
 -- Name: x_job_leases; Type: TABLE; Schema: public
 CREATE TABLE public.x_job_leases (
@@ -588,11 +597,15 @@ ALTER TABLE ONLY public.x_job_attempts
 
 -- Name: x_job_counts x_job_counts_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_counts
-    ADD CONSTRAINT x_job_counts_pkey PRIMARY KEY (minute, queue, backend, kind);
+    ADD CONSTRAINT x_job_counts_pkey PRIMARY KEY (minute, queue, backend);
 
 -- Name: x_job_events x_job_events_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_events
     ADD CONSTRAINT x_job_events_pkey PRIMARY KEY (id);
+
+-- Name: x_job_failure_counts x_job_failure_counts_pkey; Type: CONSTRAINT; Schema: public
+ALTER TABLE ONLY public.x_job_failure_counts
+    ADD CONSTRAINT x_job_failure_counts_pkey PRIMARY KEY (minute, queue, backend, kind);
 
 -- Name: x_job_leases x_job_leases_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_leases

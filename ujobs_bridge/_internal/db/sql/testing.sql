@@ -81,7 +81,7 @@ with picked as materialized (
            max(wait_s)
       from claimed
      group by queue
-    on conflict (minute, queue, backend, kind)
+    on conflict (minute, queue, backend)
     do update set picked = c.picked + excluded.picked,
                   wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
                   wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
