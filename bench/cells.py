@@ -60,6 +60,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .dashboard_bench import DashboardResult
+    from .fleet_latency import FleetPoint
     from .many_workers import ScalePoint
 
 ENQ_ONE = "enqueue, one-by-one"
@@ -68,6 +69,7 @@ ENQ_PRODUCERS = "enqueue, 8 producer processes at once, one commit per job"
 DRAIN_1 = "drain, 1 worker process"
 DRAIN_CORE = "drain, 1 worker process per core"
 LATENCY = "idle pick-up latency"
+FLEET_LATENCY = "idle pick-up latency, idle fleets of 1, 8 and 32 workers"
 RSS_1 = "worker RSS, 1-process drain"
 RSS_CORE = "worker RSS, per-core drain"
 STEPS = "step overhead: drain, plain job vs 5 no-op steps"
@@ -83,8 +85,8 @@ LEAN = "lean table: N jobs through enqueue -> claim -> settle, purge running"
 SCALE = "many workers: 1..32 worker processes, one queue and 8 queues"
 DASHBOARD = "dashboard: page times with N rows in x_jobs"
 CELLS = (
-    ENQ_ONE, ENQ_BATCH, ENQ_PRODUCERS, DRAIN_1, DRAIN_CORE, LATENCY, RSS_1, RSS_CORE, STEPS,
-    *CELERY_SHAPED, MIGRATE, RSS_MIGRATE, LEAN, SCALE, DASHBOARD,
+    ENQ_ONE, ENQ_BATCH, ENQ_PRODUCERS, DRAIN_1, DRAIN_CORE, LATENCY, FLEET_LATENCY, RSS_1,
+    RSS_CORE, STEPS, *CELERY_SHAPED, MIGRATE, RSS_MIGRATE, LEAN, SCALE, DASHBOARD,
 )  # fmt: skip
 # ``--cells`` names. A drain cell brings its RSS cell with it (both come from the same drain).
 SELECTABLE = {
@@ -94,6 +96,7 @@ SELECTABLE = {
     "drain-1": DRAIN_1,
     "drain-core": DRAIN_CORE,
     "latency": LATENCY,
+    "fleet-latency": FLEET_LATENCY,
     "steps": STEPS,
     "delay-one": DELAY_ONE,
     "delay-tx": DELAY_TX,
@@ -211,6 +214,13 @@ class DashboardCells(Protocol):
     """The dashboard cell (``dashboard_bench``): ujobs-bridge only, first round only."""
 
     def dashboard_pages(self, rows: int) -> DashboardResult: ...
+
+
+@runtime_checkable
+class FleetLatencyCells(Protocol):
+    """The idle-fleet cell (``fleet_latency``): ujobs-bridge only, first round only."""
+
+    def fleet_latency(self) -> list[FleetPoint]: ...
 
 
 @runtime_checkable

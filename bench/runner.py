@@ -30,6 +30,7 @@ from rich.markup import escape
 from . import cells, machine_facts, procs, scale_chart
 from .cells import System
 from .dashboard_bench import DashboardResult, summary
+from .fleet_latency import FleetPoint
 from .lean_table import LeanResult
 from .many_workers import ScalePoint
 from .results import Results
@@ -161,6 +162,13 @@ class Runner:
                 rnd, name, cells.LEAN, partial(system.lean_table, self.settings.lean_jobs)
             )
             self.lean(rnd, name, lean)
+        if (
+            isinstance(system, cells.FleetLatencyCells)
+            and self.settings.wants(cells.FLEET_LATENCY)
+            and rnd == 0
+        ):
+            fleet = self.attempt(rnd, name, cells.FLEET_LATENCY, system.fleet_latency)
+            self.fleet_latency(rnd, name, fleet)
         if isinstance(system, cells.ScaleCells) and self.settings.wants(cells.SCALE) and rnd == 0:
             points = self.attempt(
                 rnd,
@@ -207,6 +215,23 @@ class Runner:
             {"system": name, "cell": cell, "round": rnd, "lean": got.__dict__}
         )
         self.say(rnd, name, f"{cell}: {escape(got.summary())}")
+
+    def fleet_latency(self, rnd: int, name: str, points: list[FleetPoint] | None) -> None:
+        """Record the idle-fleet cell: p50, p99 and claims per job for each fleet size."""
+        add, cell = self.results.add, cells.FLEET_LATENCY
+        for p in points or []:
+            label = f"{p.workers} idle worker{'s' if p.workers > 1 else ''}"
+            label += " · PgBouncer" if p.bouncer else ""
+            add(name, cell, label + " · p50", "p50", rnd, p.p50)
+            add(name, cell, label + " · p99", "p99", rnd, p.p99)
+            add(name, cell, label + " · claims a job", "ratio", rnd, p.claims_per_job)
+            add(name, cell, label + " · empty claims a job", "ratio", rnd, p.empty_per_job)
+            self.results.detail.append(
+                {"system": name, "cell": cell, "round": rnd, "workers": p.workers,
+                 "samples_ms": p.samples_ms, "claims": p.claims, "empty_claims": p.empty_claims,
+                 "jobs": p.jobs}
+            )  # fmt: skip
+            self.say(rnd, name, f"{cell}: {escape(p.summary())}")
 
     def scale(self, rnd: int, name: str, points: list[ScalePoint] | None) -> None:
         """Record the many-workers cell (one row per layout and count) and draw its chart."""

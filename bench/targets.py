@@ -75,6 +75,48 @@ def _ratio_target(
     )
 
 
+def _fleet_targets(r: Results) -> list[Target]:
+    """Idle fleets of 8 and 32: p50 at most twice the one-worker fleet's, at most 2 claims a
+    job (one insert wakes one worker)."""
+    rows = r.find("ujobs", cells.FLEET_LATENCY, "p50")
+    alone = next((x for x in rows if x.label.startswith("1 idle worker ")), None)
+    out: list[Target] = []
+    for size in (8, 32):
+        p50 = next((x for x in rows if x.label.startswith(f"{size} idle workers")), None)
+        out.append(
+            _ratio_target(
+                f"ujobs p50, {size} idle workers ÷ 1 idle worker",
+                p50,
+                [alone] if alone else [],
+                None,
+                maximum=2.0,
+            )
+        )
+        per_job = next(
+            (
+                x
+                for x in r.find("ujobs", cells.FLEET_LATENCY, "ratio")
+                if x.label.startswith(f"{size} idle workers") and x.label.endswith("· claims a job")
+            ),
+            None,
+        )
+        if per_job is None:
+            out.append(Target(f"ujobs claims a job, {size} idle workers", "not measured", "",
+                              "≤ 2", None))  # fmt: skip
+        else:
+            out.append(
+                Target(
+                    f"ujobs claims a job, {size} idle workers",
+                    f"{per_job.median:.2f}",
+                    f"{per_job.low:.2f} - {per_job.high:.2f}",
+                    "≤ 2",
+                    _verdict(per_job.median, None, 2.0),
+                    per_job.median,
+                )
+            )
+    return out
+
+
 def _goal(minimum: float | None, maximum: float | None) -> str:
     return f"≥ {minimum:g}" if minimum is not None else f"≤ {maximum:g}"
 
@@ -136,6 +178,7 @@ def targets(results: Results) -> list[Target]:
                         f"ujobs {kind} ÷ {TITLES[system]} {kind}", row, other, None, maximum=1.0
                     )
                 )
+    out.extend(_fleet_targets(r))
     out.append(
         _ratio_target(
             "ujobs enqueue_many ÷ raw multi-row INSERT",

@@ -31,7 +31,16 @@ from typing import Any
 import psycopg
 import redis
 
-from . import bridge_cli, cells, dashboard_bench, lean_table, many_workers, pg, private_pg
+from . import (
+    bridge_cli,
+    cells,
+    dashboard_bench,
+    fleet_latency,
+    lean_table,
+    many_workers,
+    pg,
+    private_pg,
+)
 from .bridge_cli import CONCURRENCY
 from .procs import Group
 from .settings import REDIS_URL, Settings
@@ -219,6 +228,27 @@ class UjobsSystem:
             settings=self.settings,
             log_dir=self.log_dir,
         )
+
+    def fleet_latency(self) -> list[fleet_latency.FleetPoint]:
+        from .ujobs_tasks import ping
+
+        self._reset()
+        self.redis.delete(self.latency_key)
+        call = ping.configure(client=self.client)
+        try:
+            return fleet_latency.run(
+                conn=self.conn,
+                dbname=self.dbname,
+                url=self.dsn,
+                env={"BENCH_REDIS_URL": REDIS_URL, "BENCH_LATENCY_KEY": self.latency_key},
+                send=lambda sent: call.enqueue(sent),
+                receive=cells.redis_receiver(self.redis, self.latency_key),
+                settings=self.settings,
+                log_dir=self.log_dir,
+            )
+        finally:
+            self.redis.delete(self.latency_key)
+            self._reset()
 
     def idle_latency(self) -> list[float]:
         from .ujobs_tasks import ping

@@ -8,7 +8,9 @@ to the outside is swapped:
 * sending → ``x_jobs`` (``sending.BridgeAMQP``), except task names matching
   ``ujobs_broker_tasks`` globs, which still go to the Celery broker;
 * results → ``backend.PostgresBackend`` (whatever ``result_backend`` says; that backend is still
-  read for a task Postgres never saw, one kept on the broker: ``backend/elsewhere.py``);
+  read for a task Postgres never saw, one kept on the broker: ``backend/elsewhere.py``), except
+  ``result_backend = "django-db"``: django-celery-results' ``TaskResult`` rows, written as that
+  package writes them (``contrib/django/results.py``);
 * ``control.revoke`` → a durable row change, remote control (``inspect``, ``broadcast``,
   ``purge``) → the Postgres mailbox and job rows (``control.BridgeControl``);
 * ``celery purge`` → cancels ready messages in Postgres (``purge_command.py``).
@@ -38,6 +40,7 @@ from typing import Any
 import celery
 import psycopg
 
+from celery_compat.backend.django_db import names_django_db
 from celery_compat.cli import purge as purge_command
 from celery_compat.sending.send import BRIDGE_PRODUCER, BridgeProducer, conf_value
 from celery_compat.sending.send_options import check_send
@@ -147,6 +150,16 @@ class Celery(celery.Celery):  # type: ignore[misc]
         """What ``celery -A proj beat`` builds and runs: the bridge scheduler, unless a scheduler
         class is named (``beat_service.py``)."""
         return self.subclass_with_self("celery_compat.beat.command:Beat")
+
+    def _get_backend(self) -> Any:
+        """Postgres, unless ``result_backend`` names django-celery-results' ``django-db``: then
+        its rows (``contrib/django/results.py``), read and written as that package does."""
+        if names_django_db(self.conf.result_backend):
+            # optional: django-celery-results, and its models need a configured Django project
+            from celery_compat.contrib.django.results import DjangoResultsBackend
+
+            return DjangoResultsBackend(app=self, url=self.conf.result_backend)
+        return super()._get_backend()
 
     def close(self) -> None:
         backend = self._local.__dict__.get("backend") or self._backend_cache

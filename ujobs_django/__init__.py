@@ -13,5 +13,6 @@ Django 6 does not install, the same API comes from the ``django-tasks`` package 
 DEP 14 was developed as); ``compat.py`` picks whichever is installed.
 
 What it is not: Celery's Django integration (``celery_compat.contrib.django``) — nothing here
-imports Celery — nor a Django model layer over the engine's tables.
+imports Celery. The read-only models over the engine's tables and their admin are an app of
+their own, opt-in: ``ujobs_django.jobs``.
 """

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 from django.conf import settings
-from django.db import connections
 
 from ujobs_bridge.ext.jobs import JobDefinition
 from ujobs_bridge.ext.loaders import LoadedApp
@@ -23,6 +21,7 @@ from ujobs_bridge.ext.scheduling import PeriodicTask, tasks_from_module
 from ujobs_django.backend import UjobsTaskBackend
 from ujobs_django.compat import task_backends
 from ujobs_django.discovery import task_modules
+from ujobs_django.dsn import dsn_of
 
 
 def ujobs_backends() -> list[UjobsTaskBackend]:
@@ -36,16 +35,8 @@ def ujobs_backends() -> list[UjobsTaskBackend]:
 
 
 def database_url(backend: UjobsTaskBackend) -> str:
-    """The DSN of the backend's Django database, from Django's own connection parameters (the
-    libpq keywords among them: host, port, dbname, user, password, sslmode ...)."""
-    params = connections[backend.database_alias].get_connection_params()
-    keywords = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
-    given = {
-        k: v
-        for k, v in params.items()
-        if k in keywords and isinstance(v, str | int) and not isinstance(v, bool) and v != ""
-    }
-    return psycopg.conninfo.make_conninfo("", **given)
+    """The DSN of the backend's Django database (``dsn.py``)."""
+    return dsn_of(backend.database_alias)
 
 
 class DjangoTasksApp(LoadedApp):

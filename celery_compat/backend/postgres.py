@@ -152,6 +152,34 @@ def revoked_reason(last_error: str | None) -> str:
     return last_error or "revoked"
 
 
+def meta_from_jobs(backend: Any, task_id: str, rows: Any) -> dict[str, Any] | None:
+    """A task's meta as its job rows (``message_jobs.jobs_of_task``, newest first) tell it when
+    no final result was stored: FAILURE for a dead-lettered message (``NotRegistered`` when no
+    live worker had its task, else ``WorkerLostError``), REVOKED for a cancelled one; None when
+    the rows say nothing final. ``backend`` encodes the exception (``prepare_exception``)."""
+    _job_id, state, last_error, updated_at = rows[0]
+    unknown = UNREGISTERED.match(last_error or "") if state == "dead" else None
+    if unknown is not None:  # no live worker consuming its queue has the task: Celery's words
+        exc: BaseException = NotRegistered(unknown.group(1))
+        status = states.FAILURE
+    elif state == "dead":
+        exc = WorkerLostError(last_error or "the job was dead-lettered")
+        status = states.FAILURE
+    elif state == "cancelled":
+        exc = TaskRevokedError(revoked_reason(last_error))
+        status = states.REVOKED
+    else:
+        return None
+    return {
+        "status": status,
+        "result": backend.prepare_exception(exc),
+        "traceback": last_error,
+        "children": [],
+        "date_done": updated_at.isoformat(),
+        "task_id": task_id,
+    }
+
+
 def _refuse_unstorable_key(key: str) -> None:
     if not storable_key(key):
         raise EncodeError(
@@ -420,27 +448,7 @@ class PostgresBackend(KeyValueStoreBackend):  # type: ignore[misc]
         return frozenset(task_ids) - here
 
     def _meta_from_jobs(self, task_id: str, rows: Any) -> dict[str, Any] | None:
-        _job_id, state, last_error, updated_at = rows[0]
-        unknown = UNREGISTERED.match(last_error or "") if state == "dead" else None
-        if unknown is not None:  # no live worker consuming its queue has the task: Celery's words
-            exc: BaseException = NotRegistered(unknown.group(1))
-            status = states.FAILURE
-        elif state == "dead":
-            exc = WorkerLostError(last_error or "the job was dead-lettered")
-            status = states.FAILURE
-        elif state == "cancelled":
-            exc = TaskRevokedError(revoked_reason(last_error))
-            status = states.REVOKED
-        else:
-            return None
-        return {
-            "status": status,
-            "result": self.prepare_exception(exc),
-            "traceback": last_error,
-            "children": [],
-            "date_done": updated_at.isoformat(),
-            "task_id": task_id,
-        }
+        return meta_from_jobs(self, task_id, rows)
 
     # -- waiting ------------------------------------------------------------------------------
 

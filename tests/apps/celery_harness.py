@@ -71,12 +71,16 @@ def worker(
     start: bool = True,
     max_result_bytes: int | None = None,
     sweep_s: float | None = None,
+    node_name: str | None = None,
 ) -> Iterator[Worker]:
     """A bridge worker thread running ``app``'s tasks (started unless ``start=False``: tick it);
     ``max_result_bytes``: its ``--max-result-bytes`` (default: the worker's); ``sweep_s``: how
-    often it sweeps (rescues, unknown task names). Unknown task names fail as under
+    often it sweeps (rescues, unknown task names); ``node_name``: its ``-n`` (default
+    ``ujobs@<host>``). Unknown task names fail as under
     ``ujobs-bridge worker -A`` (``UNKNOWN_TASK_FAILS_AFTER_S``)."""
-    limit: dict[str, Any] = {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    limit: dict[str, Any] = (
+        {} if max_result_bytes is None else {"max_result_bytes": max_result_bytes}
+    )
     if sweep_s is not None:
         limit["sweep_s"] = sweep_s
     w = Worker(
@@ -92,6 +96,7 @@ def worker(
         ),
         clock=clock or SystemClock(),
         channels=(revoked_ids.channel(),),
+        node_name=node_name,
     )
     if start:
         w.start()

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from ujobs_bridge._internal.db import enqueue as enqueue_db
-from ujobs_bridge._internal.db import mailbox, nodes
+from ujobs_bridge._internal.db import mailbox, nodes, session
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -117,3 +117,39 @@ def test_an_insert_wakes_only_a_queue_a_registered_worker_waits_for(
     assert nodes.queue_waiting_mark(db, "h:1:a", ["a"], T0) == (True, 1)
     assert nodes.node_delete(db, "h:1:a")
     assert nodes.queue_waiters(db) == []  # deleted with its node
+
+
+def test_an_insert_wakes_one_waiting_worker_per_ready_job_on_its_own_channel(
+    db: psycopg.Connection[Any],
+) -> None:
+    """0025: each mark names its worker's own channel, and an insert notifies at most as many
+    marked workers of the queue as it made jobs ready, one notification each; nothing goes to
+    ``x_jobs_ready`` then. A mark without a channel (an older worker's) still gets
+    ``x_jobs_ready``."""
+    channels = {}
+    for n in range(3):
+        worker_id = f"h:{n}:w"
+        nodes.node_register(db, spec(worker_id, f"w{n}@h"), 30.0, T0)
+        channels[worker_id] = session.wake_channel(f"{n:02x}" * 8)
+        assert nodes.queue_waiting_mark(db, worker_id, ["a"], T0, channels[worker_id]) == (True, 1)
+        session.listen_for_wake(db, channels[worker_id])
+    db.execute("listen x_jobs_ready")
+    assert sorted(c for _q, _w, c in nodes.queue_waiter_channels(db)) == sorted(channels.values())
+
+    def woken() -> list[tuple[str, str]]:
+        return sorted((n.channel, n.payload) for n in db.notifies(timeout=0.3))
+
+    enqueue_db.job_enqueue(db, _job("a"), None)
+    (one,) = woken()
+    assert one[0] in channels.values() and one[1] == "a"
+    enqueue_db.job_enqueue_many(db, [_job("a"), _job("a")], None)
+    two = woken()
+    assert len(two) == 2 and len({c for c, _p in two}) == 2  # two jobs: two workers
+    enqueue_db.job_enqueue_many(db, [_job("a") for _ in range(5)] + [_job("b")], None)
+    assert {c for c, _p in woken()} == set(channels.values())  # five jobs, three workers
+    nodes.node_register(db, spec("h:9:old", "old@h"), 30.0, T0)
+    assert nodes.queue_waiting_mark(db, "h:9:old", ["a"], T0) == (True, 1)  # no channel
+    enqueue_db.job_enqueue(db, _job("a"), None)
+    got = [c for c, _p in woken()]
+    assert "x_jobs_ready" in got and len(got) == 2  # the older worker's, and one channel
+    assert set(got) - {"x_jobs_ready"} <= set(channels.values())

@@ -108,15 +108,6 @@ def test_a_fleet_still_rescues_a_lost_lease(
     assert "UJ_WORKER_LOST" in state()[2]
 
 
-def test_in_a_fleet_an_empty_claim_pauses_the_next_one_briefly_alone_never() -> None:
-    assert fleet.empty_pause(0, 10, 1.0) == 0.0  # the last claim found something
-    assert fleet.empty_pause(5, 1, 1.0) == 0.0  # alone: nobody else would take the job
-    assert fleet.empty_pause(1, 10, 1.0, rand=lambda: 0.5) == fleet.EMPTY_PAUSE_S
-    assert fleet.empty_pause(3, 10, 1.0, rand=lambda: 0.5) == 4 * fleet.EMPTY_PAUSE_S
-    assert fleet.empty_pause(99, 10, 1.0, rand=lambda: 0.5) == 10 * fleet.EMPTY_PAUSE_PER_WORKER_S
-    assert fleet.empty_pause(99, 10, 0.05, rand=lambda: 0.5) == 0.05  # never past the poll
-
-
 def test_a_fleet_runs_a_trickle_of_single_jobs(
     client: Client, fleet_of_three: list[Worker], db: psycopg.Connection[Any]
 ) -> None:

@@ -8,6 +8,7 @@ retention purge deletes it like any finished job."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ import pytest
 from apps import celery_tasks as t
 from apps.celery_harness import bound, celery_listeners_closed  # noqa: F401
 from celery_compat import enqueue_in
-from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.db import nodes, session
 from ujobs_bridge._internal.jobs.purge import run_pass
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +68,7 @@ def test_a_message_for_a_revoked_task_id_is_born_finished_and_purged(
 def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() -> None:
     """A job row's column list is written in x_jobs_insert (0012 replaces it with the same insert,
     which now also wakes the workers; 0017 gives it a single-row branch with the same columns;
-    0021 wakes only waiting workers) and in celery_enqueue, held to it by the test below; no
+    0021 wakes only waiting workers, 0025 one per job) and in celery_enqueue, held to it by the test below; no
     other statement inserts into x_jobs."""
     inserting = re.compile(r"insert\s+into\s+x_jobs\b", re.IGNORECASE)
     found = sorted(
@@ -84,6 +85,7 @@ def test_only_the_insert_function_and_the_one_row_celery_send_insert_job_rows() 
         "ujobs_bridge/_internal/db/migrations/0012_lean_jobs.sql",
         "ujobs_bridge/_internal/db/migrations/0017_insert_one_row.sql",
         "ujobs_bridge/_internal/db/migrations/0021_queue_waiters.sql",
+        "ujobs_bridge/_internal/db/migrations/0025_wake_one.sql",
     ]
 
 
@@ -155,3 +157,11 @@ def test_a_message_sent_alone_wakes_only_a_queue_a_worker_waits_for(app: Any, ds
         first = [n.payload for n in db.notifies(timeout=10, stop_after=1)]
         assert first == ["celery"]
         nodes.node_delete(db, "h:1:a")
+        nodes.node_register(db, dataclasses.replace(node, worker_id="h:2:b"), 30.0, None)
+        channel = session.wake_channel("2b")  # 0025: a mark naming its worker's own channel
+        session.listen_for_wake(db, channel)
+        nodes.queue_waiting_mark(db, "h:2:b", ["waited"], None, channel)
+        t.add.apply_async((5, 5), queue="waited")
+        woken = db.notifies(timeout=10, stop_after=1)
+        assert [(n.channel, n.payload) for n in woken] == [(channel, "waited")]
+        nodes.node_delete(db, "h:2:b")

@@ -321,12 +321,7 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
             )
 
     upgraded = {m.label for m in schema.upgrade(cluster.owner_dsn)}
-    assert upgraded == {
-        "ujobs_bridge 0023_duties",
-        "ujobs_bridge 0024_failure_kind",
-        "ujobs_bridge 0026_count_kinds",
-        "migrate 0002_duties",
-    }
+    assert {"ujobs_bridge 0023_duties", "migrate 0002_duties"} <= upgraded  # and what follows
 
     # It still enqueues, reads by id and steers (the functions were granted to it) ...
     dsn = cluster.dsns["app"]

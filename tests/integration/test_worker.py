@@ -15,7 +15,7 @@ from apps import basic_jobs
 from conftest import wait_for
 from ujobs_bridge import FrozenClock, SystemClock, Worker, WorkerConfig
 from ujobs_bridge._internal.config.loading import from_module
-from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.db import nodes, session
 from ujobs_bridge._internal.observe.introspect import Introspector
 from ujobs_bridge._internal.worker import claims
 from ujobs_bridge.client import Client
@@ -236,13 +236,15 @@ def test_a_busy_worker_is_not_notified_and_waits_again_once_its_slots_free(
     idle(db, worker)  # its one slot is taken: the mark is gone
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("listen x_jobs_ready")
+        session.listen_for_wake(listener, worker.wake_channel)
         queued = basic_jobs.add.configure(client=client).enqueue(1, 2)
         assert [n.payload for n in listener.notifies(timeout=0.5)] == []
         Introspector(dsn).cancel(blocker.id)
         wait_for(lambda: row(db, queued.id)["state"] == "done", timeout=10, what="the queued job")
         idle(db, worker, "basic")
         later = basic_jobs.add.configure(client=client).enqueue(3, 4)
-        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+        woken = listener.notifies(timeout=10, stop_after=1)
+        assert [(n.channel, n.payload) for n in woken] == [(worker.wake_channel, "basic")]
     wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="the notified job")
 
 
@@ -262,12 +264,42 @@ def test_marks_reaped_with_the_node_come_back_once_the_node_does(
     ).fetchall()  # reaped: its marks go with it (the contract test checks the cascade)
     assert deleted == [(worker.id,)]
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute("listen x_jobs_ready")
+        session.listen_for_wake(listener, worker.wake_channel)
         polled = basic_jobs.add.configure(client=client).enqueue(1, 1)
         wait_for(lambda: row(db, polled.id)["state"] == "done", timeout=10, what="a polled claim")
         idle(db, worker, "basic")  # the node is back (its heartbeat, every second here)
         basic_jobs.add.configure(client=client).enqueue(2, 2)
         assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+
+
+def test_one_insert_wakes_exactly_one_of_several_idle_workers(
+    client: Client, make_worker: Any, db: Any, dsn: str
+) -> None:
+    """0025: an idle fleet hears one notification per job, on one worker's own channel; that
+    worker claims it once, and the others claim nothing (no herd, so no pause after empty
+    claims); the wake-ups for the body's start and its outcome claim nothing either."""
+    fleet = [make_worker(frozen=False, poll_s=60) for _ in range(4)]
+    for worker in fleet:
+        worker.start()
+    for worker in fleet:
+        assert worker.listener.listening.wait(10)
+        idle(db, worker, "basic")
+    by_channel = {w.wake_channel: w for w in fleet}
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("listen x_jobs_ready")
+        for channel in by_channel:
+            session.listen_for_wake(listener, channel)
+        for rnd in range(3):
+            before = [w.counts.claims for w in fleet]
+            ref = basic_jobs.add.configure(client=client).enqueue(rnd, 1)
+            wait_for(lambda r=ref: row(db, r.id)["state"] == "done", timeout=10, what="the job")
+            woken = [n.channel for n in listener.notifies(timeout=0.5)]
+            assert len(woken) == 1 and woken[0] in by_channel, woken  # one worker, no broadcast
+            ran = by_channel[woken[0]]
+            wait_for(lambda w=ran: marked(db, w) == ["basic"], timeout=10, what="idle again")
+            claimed = [w.counts.claims - b for w, b in zip(fleet, before, strict=True)]
+            assert [c for w, c in zip(fleet, claimed, strict=True) if w is not ran] == [0, 0, 0]
+            assert claimed[fleet.index(ran)] == 1  # the start and the outcome claim nothing
 
 
 def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(

@@ -4,8 +4,10 @@ entry the code has: every command of the CLI (its synopsis; mkdocs-click renders
 the commands themselves), every environment variable the packages read, every Celery app setting
 celery_compat reads, every ``WorkerConfig`` field and every ``UJ_*`` error code with a hint. Each
 completeness check is shown failing when an entry is removed from its page. The README stays a
-front door: short, its links pointing at files that exist; every Python snippet of the README
-and the docs parses (the README's first quickstart also runs: ``test_readme_snippets.py``).
+front door: short, its links pointing at files that exist; every fence of the README and the docs
+names its language, and every snippet (Python or shell) is run by
+``tests/integration/test_doc_snippets.py`` or carries a marker with the reason it cannot run
+(``tests/doc_snippets.py``: the convention).
 
 Needs no service: the build runs once per session (the one subprocess here); the rest reads files
 and walks the click commands and the source's syntax trees."""
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 import click
+import doc_snippets
 import pytest
 from click.testing import CliRunner
 
@@ -259,15 +262,43 @@ def test_the_readme_is_a_short_front_door_whose_links_resolve() -> None:
     assert broken == []
 
 
-def test_the_python_snippets_of_the_readme_and_the_docs_are_valid_python() -> None:
-    snippets = readme_blocks("python")
-    assert len(snippets) >= 4
-    for path in sorted(DOCS.rglob("*.md")):
-        found = re.findall(r"^```python\n(.*?)^```", path.read_text(), re.M | re.S)
-        snippets += [f"# {path.relative_to(ROOT)}\n{block}" for block in found]
-    assert len(snippets) >= 20
-    for snippet in snippets:
-        ast.parse(snippet)  # a SyntaxError names the page (its first line) and the line
+def test_every_snippet_is_run_or_says_why_not() -> None:
+    problems = [
+        problem for page in doc_snippets.pages() for problem in doc_snippets.unmarked_problems(page)
+    ]
+    assert problems == []
+    every = [b for page in doc_snippets.pages() for b in doc_snippets.blocks(page) if b.snippet]
+    run = [b for b in every if b.skip_reason is None]
+    assert len(every) >= 40 and len(run) >= 25, (len(every), len(run))
+    assert len(doc_snippets.runnable_pages()) >= 10
+
+
+def test_the_snippet_check_fails_on_a_bare_fence_a_skip_without_reason_or_broken_python() -> None:
+    index = DOCS / "index.md"
+    text = index.read_text()
+    marker = text[
+        text.index("<!-- snippet: skip") : text.index("-->", text.index("<!-- snippet: skip")) + 3
+    ]
+    assert doc_snippets.unmarked_problems(index, text) == []
+    bare = text.replace(marker + "\n```bash", "```")
+    assert [p.split(": ", 1)[1] for p in doc_snippets.unmarked_problems(index, bare)] == [
+        "a fence without a language (text, if not a snippet)"
+    ]
+    no_reason = text.replace(marker, "<!-- snippet: skip -->")
+    assert [p.split(": ", 1)[1] for p in doc_snippets.unmarked_problems(index, no_reason)] == [
+        'skip without reason="..."'
+    ]
+    unmarked = text.replace(marker + "\n", "")
+    assert doc_snippets.unmarked_problems(index, unmarked) == []  # then it runs: pip install...
+    assert [b.skip_reason for b in doc_snippets.blocks(index, unmarked) if b.snippet] == [None]
+    jobs = DOCS / "reference/jobs.md"
+    awaited = jobs.read_text().replace(
+        "async def charge_later(async_conn: psycopg.AsyncConnection) -> None:\n    await",
+        "await",
+    )
+    assert [
+        "'await' outside function" in p for p in doc_snippets.unmarked_problems(jobs, awaited)
+    ] == [True]
 
 
 def test_the_version_is_single_sourced() -> None:
@@ -277,3 +308,22 @@ def test_the_version_is_single_sourced() -> None:
     assert result.exit_code == 0 and result.output.strip().endswith(__version__)
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert f"## [{__version__}]" in changelog
+
+
+def test_a_shell_block_runs_one_command_a_line_and_bounds_the_ones_that_run_until_stopped() -> None:
+    block = "ujobs-bridge db grant --dsn x \\\n    --producer web  # once\n\n# a comment\nls\n"
+    assert list(doc_snippets.commands(block)) == [
+        "ujobs-bridge db grant --dsn x --producer web  # once",
+        "ls",
+    ]
+    console = "$ ujobs-bridge jobs ls\n6 job(s)\n$ echo done\n"
+    assert list(doc_snippets.commands(console, "console")) == ["ujobs-bridge jobs ls", "echo done"]
+    bounded = [
+        "ujobs-bridge worker -A tasks  # Ctrl-C",
+        "ujobs-bridge scheduler -A proj",
+        "ujobs-bridge migrate -A proj -Q emails --follow",
+        "ujobs-bridge outbox relay --source x",
+    ]
+    assert all(doc_snippets.long_running(command) for command in bounded)
+    ends = ["ujobs-bridge migrate -A proj --all-queues", "ujobs-bridge jobs ls", "python x.py"]
+    assert not any(doc_snippets.long_running(command) for command in ends)

@@ -17,6 +17,8 @@ One module per concern an upper package extends:
 - ``scheduling``: schedules, periodic tasks and the scheduler a beat replacement runs;
 - ``retention``: purge targets (the ``ujobs_bridge.retention`` entry point);
 - ``observe``: metrics, health, logs, tracing, redaction, introspection;
+- ``operator``: an operator's actions on jobs (requeue, cancel, discard), for a package's own
+  interface (Django's admin);
 - ``dashboard``: panels an upper package adds to the dashboard (needs the ``dashboard`` extra);
 - ``cli``: options, output and serve functions a contributed command composes.
 

@@ -4,13 +4,13 @@
 
 -- celery_enqueue --
 -- One Celery message with no send key → one job, no ledger row: the one-row form of
--- x_jobs_insert (migration 0021) written as one plain statement, the same columns and values
+-- x_jobs_insert (migrations 0021, 0025) written as one plain statement, the same columns and values
 -- (tests/test_insert_path.py compares the rows column by column). A message for a revoked task
 -- id is born cancelled (it never runs) with %(revoked_reason)s as last_error; a ready job wakes
--- the workers only when one of them waits for its queue. Why not the function: a one-by-one
--- .delay() is one round trip and one durable commit, and the PL/pgSQL call (its SPI execution,
--- the set-returning call's tuplestore, the lateral join) is work on that path it need not pay
--- (`python -m bench --cells delay-one`).
+-- one worker waiting for its queue, if one waits (the engine's x_jobs_wake). Why not the insert
+-- function: a one-by-one .delay() is one round trip and one durable commit, and the PL/pgSQL
+-- insert (its SPI execution, the set-returning call's tuplestore, the lateral join) is work on
+-- that path it need not pay (`python -m bench --cells delay-one`).
 with m as (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
                as cancel_reason
@@ -33,9 +33,7 @@ with m as (
     returning x_jobs.id, x_jobs.queue, x_jobs.state
 )
 select inserted.id,
-       case when inserted.state = 'ready'
-                 and exists (select from x_queue_waiters as w where w.queue = inserted.queue)
-            then pg_notify('x_jobs_ready', inserted.queue) end as woken
+       case when inserted.state = 'ready' then x_jobs_wake(inserted.queue, 1) end as woken
   from inserted
 
 -- celery_enqueue_keyed --

@@ -308,7 +308,9 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     app.on_worker_shutdown(runner)
     c = runner.counts
     logs.say(
-        f"worker stopped: done={c.done} retried={c.retried} dead={c.dead} handed_back={c.handed_back} fenced={c.fenced}"
+        f"worker stopped: done={c.done} retried={c.retried} dead={c.dead}"
+        f" handed_back={c.handed_back} fenced={c.fenced} claims={c.claims}"
+        f" empty_claims={c.empty_claims}"
     )
     flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()

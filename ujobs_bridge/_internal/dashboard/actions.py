@@ -4,8 +4,8 @@ every dead letter a filter matches.
 Why it exists: an operator steers from the page they are reading. Every action is refused
 unless the request carries this server's CSRF token, and always under ``--read-only``
 (``site.action_allowed``); a database role without the operator duty is refused too (403,
-naming ``db grant --operator``). Each does exactly what the CLI's action does (``db/bulk.py``),
-then redirects back (303) with what it did in the address, so a reload never repeats it.
+naming ``db grant --operator``). Each does exactly what the CLI's action does (``jobs/operator.py``, also
+the Django admin's actions), then redirects back (303) with what it did in the address, so a reload never repeats it.
 
 What it is not: the pages (``pages.py``).
 """
@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from ujobs_bridge._internal.dashboard.pages import BadFilter, checked_text
 from ujobs_bridge._internal.db import bulk
-from ujobs_bridge._internal.jobs import validation
+from ujobs_bridge._internal.jobs import operator, validation
 from ujobs_bridge._internal.observe.introspect import name_pattern
 from ujobs_bridge.errors import ConfigError
 
@@ -101,10 +101,4 @@ def routes(site: DashboardSite) -> list[BaseRoute]:
 
 
 def _act(conn: psycopg.Connection[Any], action: str, where: bulk.JobFilter, now: Any) -> int | None:
-    if action == "requeue":
-        return bulk.job_requeue_matching(conn, where, now)
-    if action == "cancel":
-        return bulk.job_cancel_matching(conn, where, CANCEL_ERROR)
-    if action == "discard":
-        return bulk.job_discard_matching(conn, where)
-    return None
+    return operator.act(conn, action, where, now, cancel_error=CANCEL_ERROR)

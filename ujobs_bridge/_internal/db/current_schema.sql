@@ -1,5 +1,5 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0025_count_kinds) leave, as pg_dump prints it (no owners, no grants).
+-- through 0026_count_kinds) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
@@ -229,9 +229,8 @@ begin
         on conflict do nothing
         returning x_jobs.id, x_jobs.queue, x_jobs.state into v_id, v_queue, v_state;
         if v_id is not null then
-            if v_state = 'ready'
-               and exists (select from x_queue_waiters as w where w.queue = v_queue) then
-                perform pg_notify('x_jobs_ready', v_queue);
+            if v_state = 'ready' then
+                perform x_jobs_wake(v_queue, 1);
             end if;
             return next v_id;
         end if;
@@ -265,9 +264,9 @@ begin
         on conflict do nothing
         returning x_jobs.id, x_jobs.queue, x_jobs.state
     ), woken as materialized (
-        select count(pg_notify('x_jobs_ready', q.queue)) as queues
-          from (select distinct queue from inserted where state = 'ready') as q
-         where exists (select from x_queue_waiters as w where w.queue = q.queue)
+        select sum(x_jobs_wake(q.queue, q.jobs)) as notified
+          from (select queue, count(*)::int as jobs from inserted where state = 'ready'
+                 group by queue) as q
     )
     select inserted.id from inserted cross join woken;
 end
@@ -304,6 +303,35 @@ $$;
 
 -- Name: FUNCTION x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_now timestamp with time zone); Type: COMMENT; Schema: public
 COMMENT ON FUNCTION public.x_jobs_requeue_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_now timestamp with time zone) IS 'duties: operator worker. Requeue the ended jobs a filter matches.';
+
+-- Name: x_jobs_wake(text, integer); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_wake(p_queue text, p_jobs integer) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    v_channel text;
+    v_sent    integer := 0;
+begin
+    for v_channel in
+        select w.channel from x_queue_waiters as w
+         where w.queue = p_queue and w.channel is not null
+         order by random()
+         limit greatest(p_jobs, 0)
+    loop
+        perform pg_notify(v_channel, p_queue);
+        v_sent := v_sent + 1;
+    end loop;
+    if exists (select from x_queue_waiters as w where w.queue = p_queue and w.channel is null) then
+        perform pg_notify('x_jobs_ready', p_queue);
+        v_sent := v_sent + 1;
+    end if;
+    return v_sent;
+end
+$$;
+
+-- Name: FUNCTION x_jobs_wake(p_queue text, p_jobs integer); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_wake(p_queue text, p_jobs integer) IS 'duties: producer worker. Wake the workers waiting for a queue that got ready jobs.';
 
 -- Name: x_server_up_since(); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_server_up_since() RETURNS timestamp with time zone
@@ -528,7 +556,8 @@ ALTER TABLE public.x_outbox ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 CREATE TABLE public.x_queue_waiters (
     queue text NOT NULL,
     worker_id text NOT NULL,
-    since timestamp with time zone DEFAULT now() NOT NULL
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    channel text
 );
 
 -- Name: x_scheduler_fires; Type: TABLE; Schema: public

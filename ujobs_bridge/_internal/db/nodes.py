@@ -96,14 +96,20 @@ def node_reap(conn: Conn, now: datetime | None) -> list[str]:
 
 
 def queue_waiting_mark(
-    conn: Conn, worker_id: str, queues: Sequence[str], now: datetime | None
+    conn: Conn,
+    worker_id: str,
+    queues: Sequence[str],
+    now: datetime | None,
+    channel: str | None = None,
 ) -> tuple[bool, int]:
-    """Mark ``queues`` as waited for by this worker (0021: inserts into them then wake it).
-    Returns (registered, added): not registered (its node was reaped, or is not back yet after
-    an outage), nothing is marked and its poll wakes it until it is; ``added``: the marks that
-    were not there before."""
+    """Mark ``queues`` as waited for by this worker (0021: inserts into them then wake it; 0025:
+    on ``channel``, the one it listens on alone, or on ``x_jobs_ready`` when None). Returns
+    (registered, added): not registered (its node was reaped, or is not back yet after an
+    outage), nothing is marked and its poll wakes it until it is; ``added``: the marks that were
+    not there before."""
     row = conn.execute(
-        q("queue_waiting_mark"), {"worker_id": worker_id, "queues": list(queues), "now": now}
+        q("queue_waiting_mark"),
+        {"worker_id": worker_id, "queues": list(queues), "now": now, "channel": channel},
     ).fetchone()
     assert row is not None
     return bool(row[0]), int(row[1])
@@ -117,6 +123,12 @@ def queue_waiting_unmark(conn: Conn, worker_id: str) -> None:
 def queue_waiters(conn: Conn) -> list[tuple[str, str, datetime]]:
     """Every mark, as (queue, worker_id, since), by queue."""
     return [(str(r[0]), str(r[1]), r[2]) for r in conn.execute(q("queue_waiters")).fetchall()]
+
+
+def queue_waiter_channels(conn: Conn) -> list[tuple[str, str, str | None]]:
+    """Every mark, as (queue, worker_id, channel), by queue."""
+    rows = conn.execute(q("queue_waiter_channels")).fetchall()
+    return [(str(r[0]), str(r[1]), r[2]) for r in rows]
 
 
 def nodes_live(conn: Conn, now: datetime | None) -> list[NodeRecord]:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from ujobs_bridge._internal.db.sql import q
 
@@ -25,6 +26,20 @@ def listen_for_jobs(conn: Conn) -> None:
     (payload: a cancelled job's id)."""
     conn.execute(q("listen_ready"))
     conn.execute(q("listen_cancel"))
+
+
+def listen_for_wake(conn: Conn, channel: str) -> None:
+    """LISTEN on a worker's own channel (``wake_channel``): its marks name it, so an insert
+    wakes this worker alone."""
+    conn.execute(sql.SQL(q("listen_wake")).format(channel=sql.Identifier(channel)))
+
+
+def wake_channel(token: str) -> str:
+    """The channel a worker listens on alone, from a token of lowercase hex (its random part):
+    a name Postgres keeps as it is (under 64 bytes, no case folding once quoted)."""
+    if not token or len(token) > 40 or any(c not in "0123456789abcdef" for c in token):
+        raise ValueError(f"a wake channel token is 1-40 lowercase hex digits, not {token!r}")
+    return f"x_jobs_wake_{token}"
 
 
 def claims_commit_async(conn: Conn) -> None:

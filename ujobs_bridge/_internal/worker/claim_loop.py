@@ -9,8 +9,10 @@ written item by item to isolate the bad one. Being
 a ``Service``, it restarts after an error with a growing pause and ends the worker after
 ``CLAIM_ERROR_STREAK`` errors in a row that are not database errors. Before it waits with free
 slots it marks its queues as waited for (migration 0021: only then does an insert into them
-notify), and it removes the marks once its claims fill every free slot, so that producers send
-no notification while every worker of a queue is busy with a backlog. The worker composes it
+notify, and then this worker alone per job, on its own channel: 0025), and it removes the marks
+once its claims fill every free slot, so that producers send no notification while every worker
+of a queue is busy with a backlog. Since one job wakes one worker, an empty claim needs no pause
+after it: there is no herd of woken workers to damp. The worker composes it
 and passes in what it drives (the claims, the in-flight table, the outcome batch, the stopper,
 the worker's dispatch and wake-up); it never imports the worker back.
 
@@ -32,7 +34,6 @@ import psycopg
 from ujobs_bridge._internal.db.connections import Backoff, connection_state
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.service import Service
-from ujobs_bridge._internal.worker import fleet
 from ujobs_bridge._internal.worker.outcome_writes import write_isolating
 from ujobs_bridge.records import ClaimedJob
 
@@ -88,13 +89,26 @@ class ClaimLoop(Service):
         self.starts = starts
         self.wake, self.worker_stopping, self.listening = wake, worker_stopping, listening
         self.backoff = Backoff(cap_s=RETRY_PAUSE_MAX_S)
-        self.empties = 0  # claims in a row that found nothing
-        self.quiet_until = 0.0  # monotonic: no claim before (fleet.empty_pause); outcomes go on
-        self.deferred = False  # a claim was asked for (a wake-up) during the pause
         self.short: bool | None = None  # the last pass's claim: fewer rows than free slots?
+        self.look = True  # the next pass claims even while marked (see notified, _worth_a_claim)
+        self.poll_at = 0.0  # monotonic: the poll's claim is due (poll_s after the last claim)
         self.waiting: tuple[str, ...] | None = None  # the queues marked as waited for (0021)
         self.unsure = False  # the marks may differ from ``waiting`` (an error; a poll's re-check)
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
+
+    def notified(self) -> None:
+        """The listener's wake-up: an insert picked this worker (or, after a reconnect, anything
+        committed while nobody listened may be there): the next pass claims."""
+        self.look = True
+        self.wake.set()
+
+    def _worth_a_claim(self) -> bool:
+        """Whether a pass with free slots claims. Always, unless this worker's queues are
+        marked as waited for with certainty: then an insert into them notifies it (and a job
+        that comes due later is found by the poll), so only a notification, a poll or a mark
+        just added is a reason to look. Wake-ups for a body's start or an outcome are not:
+        claiming on each of them found nothing, two empty claims per job in an idle fleet."""
+        return self.waiting is None or self.unsure or self.look or time.monotonic() >= self.poll_at
 
     def tick(self) -> bool:
         """One pass: write due outcomes, claim free slots; True if every free slot was filled."""
@@ -113,17 +127,18 @@ class ClaimLoop(Service):
         if filled:
             return  # every free slot filled, or more outcomes due: the next pass at once
         if self.short and self._mark_waiting():
+            self.look = True
             return  # marked just now: claim once more before waiting (see _mark_waiting)
-        wait = self.claims.config.poll_s
+        wait = self.poll_at - time.monotonic()
+        if wait <= 0:  # no claim this pass (no free slot to fill): a poll's length from now
+            wait = self.claims.config.poll_s
         if self.outcomes or self.starts:
             wait = min(wait, self.claims.config.ack_interval_s)
         if self.table.timed():
             wait = min(wait, 0.05)
-        quiet = self.quiet_until - time.monotonic()
-        if self.deferred and quiet > 0:
-            wait = min(wait, quiet)  # the claim asked for during the pause, at its end
-        if not self.wake.wait(wait):  # woken by the poll: the mark is asserted again before the
-            self.unsure = True  # next wait (a mark the database lost, or reaped with the node)
+        if not self.wake.wait(wait) and time.monotonic() >= self.poll_at:
+            self.unsure = True  # the poll: its claim asserts the mark again (a mark the
+            # database lost, or reaped with the node), and finds jobs that came due meanwhile
 
     def _mark_waiting(self) -> bool:
         """Before waiting with free slots: mark this worker's queues as waited for (migration
@@ -171,9 +186,11 @@ class ClaimLoop(Service):
             and (not held or free >= max(1, capacity // 2))
         ):
             want = min(free, self.claims.config.claim_batch)
-        if want and time.monotonic() < self.quiet_until:
-            want = 0  # paused after empty claims (fleet.py): claimed when the pause ends
-            self.deferred = True
+        if want and not self._worth_a_claim():
+            want = 0
+        elif want:
+            self.look = False  # a notification from now on asks for the next claim
+            self.poll_at = time.monotonic() + self.claims.config.poll_s
         starts = self.starts.take(  # with the outcomes, or alone once due
             interval_s=self.claims.config.ack_interval_s,
             force=bool(batch),
@@ -208,8 +225,9 @@ class ClaimLoop(Service):
                 self.outcomes.written(batch, matched)
                 self.dispatch(rows)
                 if want:
-                    self._claimed(len(rows))
                     self.short = len(rows) < free
+                    self.claims.counts.claims += 1
+                    self.claims.counts.empty_claims += 0 if rows else 1
         if batch:
             self.claims.sweep()
         if rows:
@@ -223,17 +241,6 @@ class ClaimLoop(Service):
         except Exception:
             self.starts.restore(starts)
             raise
-
-    def _claimed(self, rows: int) -> None:
-        """After a claim: an empty one pauses the next in a fleet (``fleet.empty_pause``)."""
-        self.deferred = False
-        if rows:
-            self.empties = 0
-            self.quiet_until = 0.0
-            return
-        self.empties += 1
-        pause = fleet.empty_pause(self.empties, self.claims.fleet_size(), self.claims.config.poll_s)
-        self.quiet_until = time.monotonic() + pause if pause else 0.0
 
     def _pass(self) -> float:
         if self.worker_stopping.is_set():  # asked before start(): take no pass at all

@@ -100,10 +100,13 @@ class Claims:
         clock: Clock,
         counts: WorkerCounts,
         fleet_size: Callable[[], int] = lambda: 1,
+        wake_channel: str | None = None,
     ) -> None:
         """``fleet_size``: how many workers are live (``Presence.fleet``); the sweep, which
-        works for all of them, is spread over them (``fleet.py``)."""
+        works for all of them, is spread over them (``fleet.py``). ``wake_channel``: the channel
+        this worker's listener listens on alone, named in its marks (``mark_waiting``)."""
         self.worker_id = worker_id
+        self.wake_channel = wake_channel
         self.queues = queues
         self.names = names
         self.config = config
@@ -327,10 +330,15 @@ class Claims:
 
     def mark_waiting(self) -> tuple[bool, int]:
         """Mark this worker's queues as waited for (migration 0021: an insert into a marked
-        queue notifies): (registered, marks added), as ``nodes.queue_waiting_mark``."""
+        queue notifies, 0025: this worker's own channel): (registered, marks added), as
+        ``nodes.queue_waiting_mark``."""
         with self._conn.using():
             return nodes.queue_waiting_mark(
-                self.connection(), self.worker_id, self.queues, self.clock.sql_now()
+                self.connection(),
+                self.worker_id,
+                self.queues,
+                self.clock.sql_now(),
+                self.wake_channel,
             )
 
     def unmark_waiting(self) -> None:

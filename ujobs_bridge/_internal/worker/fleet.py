@@ -11,15 +11,8 @@ runs a chore about once per interval whatever its size. A lone worker keeps the 
 and runs its first sweep at once, as before; in a fleet the first run falls at a random point of
 one gap, so a fleet started together does not sweep together.
 
-The same fleet size damps the herd a NOTIFY wakes: every idle worker hears each insert's
-notification and claims, and all but one find nothing. In a fleet, a worker whose claims come
-back empty waits a little before claiming again (``empty_pause``: 5 ms doubling per empty claim
-in a row, up to 10 ms per live worker and never past the poll interval, jittered): the fleet's
-empty claims stay bounded whatever its size, instead of one per worker per insert. The
-others, and it once the pause is over, still claim at once, so a job waits for the first worker
-out of its pause (N staggered pauses of up to N x 10 ms: about 10 ms). An idle fleet is never
-paused when a job arrives: its last empty claim was a poll, a second ago. A lone worker never
-pauses.
+It no longer damps a herd of woken workers: an insert wakes one waiting worker per job, on that
+worker's own channel (migration 0025), so an idle fleet claims once per job whatever its size.
 
 What it is not: a leader election (no worker is special; whoever survives still sweeps), nor
 where the fleet's size comes from (``presence.py`` counts the live nodes at each beat).
@@ -66,18 +59,3 @@ class Chore:
     def ran(self, now: float) -> None:
         self._last = now
         self._jitter = self._rand()
-
-
-EMPTY_PAUSE_S = 0.005  # the pause after one empty claim, in a fleet
-EMPTY_PAUSE_PER_WORKER_S = 0.01  # the longest pause: this per live worker (a fleet's budget)
-
-
-def empty_pause(
-    empties: int, fleet: int, poll_s: float, rand: Callable[[], float] = random.random
-) -> float:
-    """Seconds before this worker claims again after ``empties`` empty claims in a row."""
-    if empties < 1 or fleet <= 1:
-        return 0.0
-    longest = min(EMPTY_PAUSE_PER_WORKER_S * fleet, poll_s)
-    pause = min(longest, EMPTY_PAUSE_S * (1 << min(empties - 1, 16)))
-    return pause * (0.5 + rand())

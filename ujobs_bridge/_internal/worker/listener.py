@@ -3,7 +3,10 @@
 Why it exists: polling alone makes pick-up latency the poll interval; a notification sent by the
 insert at commit wakes the claim loop within a millisecond. The insert notifies only a queue some
 worker has marked as waited for (migration 0021: the claim loop marks its queues before it waits
-with free slots, and only while this listener listens). Polling stays the floor, so a lost
+with free slots, and only while this listener listens), and only as many of the marked workers as
+it made jobs ready, each on the channel it listens on alone (``wake_channel``, migration 0025),
+so one job wakes one idle worker, not the fleet. It still hears ``x_jobs_ready``, which an older
+version's insert sends to every worker. Polling stays the floor, so a lost
 notification (connection drop, restart, a mark lost) costs at most one poll interval, never a job.
 It also carries operator cancellations (``x_jobs_cancel``) so a cancel reaches a running body at
 once instead of at the next heartbeat, and extra channels (``ExtraChannel``: celery_compat's
@@ -69,10 +72,12 @@ class Listener(Service):
         on_cancel: Callable[[str], None],
         role: Role,
         channels: Sequence[ExtraChannel] = (),
+        wake_channel: str | None = None,
         reconnect_s: float = 1.0,
     ) -> None:
         self.dsn = dsn
         self.queues = frozenset(queues)
+        self.wake_channel = wake_channel  # this worker's own channel (its marks name it; 0025)
         self.on_ready = on_ready
         self.on_cancel = on_cancel
         self.role = role
@@ -97,6 +102,8 @@ class Listener(Service):
             assert self.dsn is not None, "no listen DSN: nothing to listen on"
             self._conn = connections.connect(self.dsn, self.role)
             session.listen_for_jobs(self._conn)
+            if self.wake_channel is not None:
+                session.listen_for_wake(self._conn, self.wake_channel)
             self._join_extra(self._conn)
             self.listening.set()
             self.on_ready()  # anything committed while we were not listening
@@ -107,7 +114,9 @@ class Listener(Service):
         seen = 0
         for note in self._connection().notifies(timeout=0.2, stop_after=64):
             seen += 1
-            if note.channel == READY_CHANNEL:
+            if note.channel == self.wake_channel:
+                self.on_ready()  # an insert picked this worker's mark (payload: its queue)
+            elif note.channel == READY_CHANNEL:
                 if note.payload in self.queues:
                     self.on_ready()
             elif note.channel == CANCEL_CHANNEL:

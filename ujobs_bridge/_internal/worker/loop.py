@@ -54,7 +54,7 @@ from typing import Any
 
 from ujobs_bridge._internal.clock import SYSTEM_CLOCK, Clock
 from ujobs_bridge._internal.config.dsn import mask_dsn
-from ujobs_bridge._internal.db import nodes
+from ujobs_bridge._internal.db import nodes, session
 from ujobs_bridge._internal.db.connections import (
     Reconnecting,
     Role,
@@ -127,6 +127,7 @@ class Worker:
         self.queues = tuple(self.config.queues or sorted({d.queue for d in self.registry.values()}))
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.wake_channel = session.wake_channel(uuid.uuid4().hex)  # its marks name it (0025)
         self.node = node_name or default_node_name()
         self.dsn_host = mask_dsn(dsn)
         self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
@@ -185,6 +186,7 @@ class Worker:
             clock=clock,
             counts=self.counts,
             fleet_size=lambda: self.presence.fleet,
+            wake_channel=self.wake_channel,
         )
         self.heartbeat = Heartbeat(
             self.claims.shared,
@@ -209,10 +211,11 @@ class Worker:
         self.listener = Listener(
             listen_dsn(dsn, listen),
             queues=self.queues,
-            on_ready=self._wake.set,
+            on_ready=lambda: self.claim_loop.notified(),
             on_cancel=self.stopper.cancel_notified,
             role=Role(f"worker:{self.id}:listen"),
             channels=(*channels, self.presence.channel()),
+            wake_channel=self.wake_channel,
         )
         self.autoscaler: Autoscaler | None = None  # --autoscale MAX,MIN
         if self.config.autoscale is not None:
@@ -372,7 +375,7 @@ class Worker:
             self.queues, self.names = chosen, tuple(sorted(registry))
             self.claims.queues, self.claims.names = self.queues, self.names
             self.listener.queues = frozenset(chosen)
-        self._wake.set()
+        self.claim_loop.notified()  # its new queues: claim now, marked anew before it waits
 
     @property
     def stopping(self) -> bool:
@@ -429,7 +432,7 @@ class Worker:
         self.runtimes.resize(concurrency)
         self.config = self.claims.config = config
         self.presence.refresh_soon()
-        self._wake.set()
+        self.claim_loop.notified()  # new slots: claim for them now
         return None
 
     def _describe(self) -> nodes.NodeSpec:
@@ -449,6 +452,8 @@ class Worker:
                 "prefetch_count": self.config.capacity,
                 "freq": self.config.heartbeat_interval_s,
                 "active": len(self.table),
+                "claims": self.counts.claims,  # claim passes that asked for work
+                "empty_claims": self.counts.empty_claims,  # of those, the ones that found none
             },
         )
 

@@ -49,6 +49,8 @@ class WorkerCounts:
     handed_back: int = 0
     fenced: int = 0
     rescued: int = 0
+    claims: int = 0  # claim passes that asked for work (polls and wake-ups alike)
+    empty_claims: int = 0  # of those, the ones that found nothing
 
 
 class OutcomeBatch:

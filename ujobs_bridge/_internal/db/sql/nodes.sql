@@ -62,15 +62,15 @@ select q.queue, count(*)::int
 
 -- queue_waiting_mark --
 -- A worker about to wait for work marks its queues (0021: an insert notifies only a marked
--- queue). Marks only for a registered node (the mark belongs to it and leaves with it); a mark
--- already there is kept as it is. Returns whether the node is registered, i.e. whether the
--- worker's queues are marked now.
+-- queue; 0025: on the worker's own channel). Marks only for a registered node (the mark belongs
+-- to it and leaves with it); a mark already there is kept as it is. Returns whether the node is
+-- registered, i.e. whether the worker's queues are marked now.
 with node as (
     select worker_id from x_worker_nodes where worker_id = %(worker_id)s
 ),
 marked as (
-    insert into x_queue_waiters (queue, worker_id, since)
-    select q.queue, node.worker_id, coalesce(%(now)s, now())
+    insert into x_queue_waiters (queue, worker_id, since, channel)
+    select q.queue, node.worker_id, coalesce(%(now)s, now()), %(channel)s
       from node cross join unnest(%(queues)s::text[]) as q(queue)
     on conflict (queue, worker_id) do nothing
     returning queue
@@ -84,6 +84,10 @@ delete from x_queue_waiters where worker_id = %(worker_id)s
 -- queue_waiters --
 -- Which workers wait for which queue (tests and operators).
 select queue, worker_id, since from x_queue_waiters order by queue, worker_id
+
+-- queue_waiter_channels --
+-- The channel each mark is woken on (tests and operators).
+select queue, worker_id, channel from x_queue_waiters order by queue, worker_id
 
 -- control_send --
 -- A request and its NOTIFY in one statement (so at one commit). Returns the seq.

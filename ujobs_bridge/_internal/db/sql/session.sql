@@ -14,6 +14,11 @@ listen x_jobs_ready
 -- listen_cancel --
 listen x_jobs_cancel
 
+-- listen_wake --
+-- A worker's own channel (0025: an insert notifies one waiting worker on the channel its mark
+-- names); the name is passed as an identifier.
+listen {channel}
+
 -- session_claims_async --
 -- The worker's claim connection commits claims without waiting for the WAL flush: a claim lost
 -- in a server crash only leaves the job ready again (a re-run the at-least-once contract covers),

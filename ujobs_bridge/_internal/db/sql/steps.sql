@@ -108,7 +108,7 @@ returning e.payload
 
 -- event_send --
 -- Store the event, then wake every job waiting for it (a waiter that loses the race to consume it
--- suspends again). Notifications go out at commit, one per queue that has a waiting worker (0021).
+-- suspends again). Notifications go out at commit: one waiting worker per woken job (0025).
 with sent as (
     insert into x_job_events (event, correlation_key, payload, created_at)
     values (%(event)s, %(correlation_key)s, %(payload)s::jsonb, coalesce(%(now)s, now()))
@@ -123,9 +123,9 @@ woken as (
     returning j.id, j.queue
 ),
 notified as (
-    select pg_notify('x_jobs_ready', q.queue) from (select distinct queue from woken) as q
-     where exists (select from x_queue_waiters as w where w.queue = q.queue)
+    select x_jobs_wake(q.queue, q.jobs) as sent
+      from (select queue, count(*)::int as jobs from woken group by queue) as q
 )
 select (select id from sent) as event_id,
        (select count(*) from woken) as woken,
-       (select count(*) from notified) as notified
+       (select count(*) from notified where sent > 0) as notified
