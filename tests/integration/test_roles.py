@@ -335,9 +335,7 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
     # ... settles as a worker (the settle counts in x_job_failure_counts, made by 0026) ...
     with connect(dsn) as client:
         failing = basic_jobs.always_fails.configure(client=client).enqueue()
-    run_until_idle(
-        Worker(dsn, loading.load("apps.basic_jobs"), WorkerConfig(queues=("basic",)))
-    )
+    run_until_idle(Worker(dsn, loading.load("apps.basic_jobs"), WorkerConfig(queues=("basic",))))
     assert state_of(cluster, failing.id) == "dead"
     entry = quarantined(cluster)
     assert not refused(dsn, "select x_migrate_quarantine_resolve(%s, 'discarded', null)", entry)
