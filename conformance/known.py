@@ -27,11 +27,16 @@ REASONS: dict[str, str] = {
         "load average about 2, both passed on both sides)"
     ),
     "test_chord_on_error": (
-        "everything Celery's words decide passes (the errback runs with the body's id, the "
-        "body's ChordError names the failed part: 'Dependency <id> raised ...', the failed "
-        "part's group_id); then the test reads the Redis result backend's own chord list "
-        "(the `<group>.j` sorted set) with a raw Redis client, a Redis internal: "
-        "celery_compat's backend keeps a chord's parts in Postgres"
+        "every assertion up to the last step passes (the errback runs with the body's id; the "
+        "body's ChordError names the failed part, 'Dependency <id> raised ExpectedException'; "
+        "the failed part's meta carries its group_id); the last step reads the Redis result "
+        "backend's own chord list with a raw Redis client, "
+        "`zrange(backend.get_key_for_group(group_id, '.j'), 0, 3)` (the sorted set Celery's "
+        "RedisBackend.on_chord_part_return keeps), and gets [] (`assert [] == [3, 7]`). "
+        "celery_compat's result backend is Postgres: a chord's parts are rows of "
+        "x_celery_chord_parts, their results rows of x_celery_results, and the result_backend "
+        "URL is only read for task ids Postgres never saw; answering the raw read would mean "
+        "writing a Redis copy the bridge itself never reads, so the difference stays"
     ),
     "test_asyncresult_forget_cancels_subscription": REDIS_PUBSUB,
     "test_asyncresult_get_cancels_subscription": REDIS_PUBSUB,

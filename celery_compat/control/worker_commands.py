@@ -406,7 +406,8 @@ def commands(app: Any) -> dict[str, Handler]:
         return out
 
     def revoked(state: ControlState, **_: Any) -> Any:
-        return list(revoked_ids.REVOKED.ids())
+        # the revokes, and the tasks cancelled from the engine's side (jobs cancel, dashboard)
+        return revoked_ids.listed(app)
 
     def conf(state: ControlState, with_defaults: Any = False, **_: Any) -> Any:
         return jsonify(
@@ -450,7 +451,7 @@ def commands(app: Any) -> dict[str, Handler]:
         if from_node == state.node:
             return None
         log.info("sync with %s", from_node)
-        return {"revoked": revoked_ids.REVOKED.ids(), "clock": app.clock.forward()}
+        return {"revoked": revoked_ids.listed(app), "clock": app.clock.forward()}
 
     def pool_restart(state: ControlState, **_: Any) -> Any:
         # Flower's "restart pool" button: Celery's refusal when restarts are off; the bridge

@@ -1,5 +1,5 @@
 """Celery messages as job rows: the insert (single and batch, keyed or not), the rows of a
-task id, and the purge of ready messages.
+task id, the purge of ready messages, and the task ids whose rows were cancelled lately.
 
 Why it exists: a Celery message becomes a job through the engine's insert (``x_jobs_insert``,
 migration 0008 and its successors) or, one message at a time, through ``celery_enqueue``, the
@@ -214,3 +214,14 @@ def purge_ready(conn: Conn, queues: Sequence[str]) -> dict[str, int]:
         q("celery_purge_ready"), {"queues": list(queues), "error": PURGED_REASON}
     ).fetchall()
     return {str(r[0]): int(r[1]) for r in rows}
+
+
+def cancelled_recent(
+    conn: Conn, window_s: float, limit: int, now: datetime | None = None
+) -> list[tuple[str, float]]:
+    """``(task id, age in seconds)`` of the Celery tasks whose rows were cancelled within
+    ``window_s`` other than by a purge (an operator's cancel, a revoke, an expiry), the newest
+    ``limit``, oldest first."""
+    params = {"window_s": window_s, "limit": limit, "now": now, "purged": PURGED_REASON}
+    rows = conn.execute(q("celery_cancelled_recent"), params).fetchall()
+    return [(str(r[0]), float(r[1])) for r in rows]

@@ -18,6 +18,12 @@ While no listener of the process is connected (a worker driven by ``tick()``, a 
 reconnecting), a notification could be missed, so the answer comes from the table instead: one
 primary-key lookup per task until the listener is back.
 
+``listed`` is what ``inspect revoked`` (and a Celery worker's Mingle ``hello``) answers: this set,
+and the task ids whose rows were cancelled from the engine's side (``ujobs-bridge jobs cancel``,
+the dashboard's cancel), which the engine records on the job row as every cancel; read from the
+rows when asked, so a requeued job is no longer listed. Those ids do not join the set: the
+engine's cancel already keeps their rows from running, and a requeue must be able to run them.
+
 What it is not: the revoke (``control.py``) or what a revoked request does (``execution.py``,
 ``worker_request.py``: REVOKED and ``task_revoked``, as Celery's worker). It is per process,
 like Celery's: ids are task ids, not database-qualified.
@@ -25,6 +31,7 @@ like Celery's: ids are task ids, not database-qualified.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -32,11 +39,13 @@ from typing import Any
 
 import psycopg
 
-from celery_compat.db import revocations
+from celery_compat.db import message_jobs, revocations
 from ujobs_bridge.ext.retention import DEFAULT_OLDER_THAN_S
 from ujobs_bridge.ext.worker import ExtraChannel
 
 CHANNEL = "x_celery_revoked"
+log = logging.getLogger("ujobs.control")
+
 WINDOW_S = DEFAULT_OLDER_THAN_S
 
 
@@ -111,6 +120,24 @@ class RevokedIds:
 
 
 REVOKED = RevokedIds()
+
+# Celery's worker keeps at most this many revoked ids (celery.worker.state.REVOKES_MAX).
+LISTED_MAX = 50_000
+
+
+def listed(app: Any) -> list[str]:
+    """The ids ``inspect revoked`` lists, oldest first: the revoked ones this process knows,
+    then the tasks cancelled from the engine's side within the window (see the module
+    docstring). With the database out of reach, the ones in memory."""
+    ids = REVOKED.ids()
+    try:
+        with app.ujobs_client.pool.connection() as conn:
+            cancelled = message_jobs.cancelled_recent(conn, REVOKED.window_s, LISTED_MAX)
+    except psycopg.Error as exc:
+        log.debug("inspect revoked: cancelled jobs not read (%s)", exc)
+        return ids
+    known = set(ids)
+    return ids + [tid for tid, _age in cancelled if tid not in known]
 
 
 def channel() -> ExtraChannel:

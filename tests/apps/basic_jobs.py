@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from collections import Counter
 from typing import Any
@@ -43,6 +44,8 @@ def flaky(key: str) -> str:
 def always_fails() -> None:
     CALLS["always_fails"] += 1
     logging.getLogger("apps.basic_jobs").warning("always_fails: about to fail")
+    print("always_fails: printed")  # a body's own output (JSON lines: a log record too)
+    print("always_fails: printed on stderr", file=sys.stderr)
     raise Transient("this job never works")
 
 

@@ -118,6 +118,11 @@ def test_a_celery_failure_is_failure_everywhere_and_not_a_dead_letter(
     overview = _get(dsn, "/")
     assert re.search(r'data-col="dead">.*>1</a>', overview)
     assert 'data-kind="FAILURE"' in overview and "1 FAILURE" in overview
+    throughput = overview.split('id="throughput"', 1)[1].split('id="latency"', 1)[0]
+    legend = re.sub(r"<[^>]+>|\s+", " ", throughput.split("<svg", 1)[0])
+    assert "dead letters 1" in legend and "FAILURE 1" in legend  # the chart tells them apart
+    assert re.search(r'class="dead"[^>]*><title>\d\d:\d\d: 1 dead letters<', throughput)
+    assert re.search(r'class="failed"[^>]*><title>\d\d:\d\d: 1 FAILURE<', throughput)
     page = _get(dsn, f"/jobs/{listed[t.fail.name]['id']}")
     assert 'data-state="FAILURE"' in page and "1 of 3" not in page
     listing = _get(dsn, "/jobs?state=FAILURE")

@@ -1,7 +1,8 @@
 """A revoke is real whichever door it comes through: Celery's own CLI (``celery -A proj control
 revoke|terminate``, a raw ``broadcast``), ``app.control.revoke`` with any ``terminate``/``signal``
 Celery accepts (Flower sends ``terminate=0``), and a worker's pidbox hearing it from a plain
-Celery app. Each is recorded: ``inspect revoked`` lists the id on the worker, and the task never
+Celery app; and a cancel from the engine's side (``ujobs-bridge jobs cancel``, the dashboard's
+cancel). Each is recorded: ``inspect revoked`` lists the id on the worker, and the task never
 runs (or, terminated, stops). Celery's CLI runs in this process (its click group, unchanged)."""
 
 from __future__ import annotations
@@ -181,3 +182,48 @@ def test_a_revoke_the_worker_hears_first_is_recorded_by_the_worker(app: Any, dsn
     assert later.state == states.REVOKED
     assert revoke_row(dsn, later.id) == (False,)
     assert [r["state"] for r in jobs(dsn, rt.mark.name)] == ["cancelled"]
+
+
+def test_a_cancel_from_the_cli_or_the_dashboard_is_listed_by_inspect_revoked(
+    app: Any, dsn: str
+) -> None:
+    """An operator cancels a Celery task's job with ``ujobs-bridge jobs cancel`` or the
+    dashboard's button: ``inspect revoked`` (Celery's CLI, a live bridge worker) lists it, and it
+    never runs. Requeued, it is live again, no longer listed, and runs; a purged one is never
+    listed (Celery's purge revokes nothing)."""
+    from dashboard_support import InProcessDashboard
+
+    from ujobs_bridge._internal.cli import cli as engine_cli
+
+    by_cli = rt.mark.apply_async(("by-cli",), countdown=3600)
+    by_dashboard = rt.mark.apply_async(("by-dashboard",), countdown=3600)
+    purged = rt.mark.apply_async(("purged",), queue="to_purge")
+    rows = {r["input"]["headers"]["id"]: r["id"] for r in jobs(dsn, rt.mark.name)}
+    out = CliRunner().invoke(engine_cli, ["jobs", "cancel", str(rows[by_cli.id]), "--dsn", dsn])
+    assert out.exit_code == 0, out.output
+    dashboard = InProcessDashboard(dsn)
+    try:
+        page = f"/jobs/{rows[by_dashboard.id]}"
+        status, _ = dashboard.post(f"{page}/cancel", page)
+        assert status == 303
+    finally:
+        dashboard.close()
+    assert celery("purge", "-f", "-Q", "to_purge").exit_code == 0
+    with start_worker(app, concurrency=1, perform_ping_check=False, hostname=NODE):
+        listed = revoked_on_worker(app)
+        assert by_cli.id in listed and by_dashboard.id in listed
+        assert purged.id not in listed  # Celery's purge revokes nothing
+        out = celery("inspect", "revoked", "--timeout", "5")  # Celery's own command says so too
+        assert by_cli.id in out.output and by_dashboard.id in out.output, out.output
+        requeued = CliRunner().invoke(
+            engine_cli, ["jobs", "requeue", str(rows[by_cli.id]), "--dsn", dsn]
+        )
+        assert requeued.exit_code == 0, requeued.output
+        assert by_cli.id not in revoked_on_worker(app)  # live again: no longer revoked
+        assert by_cli.get(timeout=30) == "by-cli"  # and it runs (not dropped as revoked)
+    assert rt.RAN["by-dashboard"] == 0
+    assert {r["input"]["headers"]["id"]: r["state"] for r in jobs(dsn, rt.mark.name)} == {
+        by_cli.id: "done",
+        by_dashboard.id: "cancelled",
+        purged.id: "cancelled",
+    }

@@ -89,7 +89,7 @@ def test_overview_numbers_match_the_database_and_every_page_renders(
     assert shown[("basic", "ready")] == 3 and shown[("basic", "scheduled")] == 1
     assert shown[("basic", "dead")] == 2 and shown[("emails", "ready")] == 2
     assert "done 0" in driver.find_element(By.CSS_SELECTOR, ".legend").text
-    assert "failed 2" in driver.find_element(By.CSS_SELECTOR, ".legend").text
+    assert "dead letters 2" in driver.find_element(By.CSS_SELECTOR, ".legend").text
     screenshot(driver, "overview")
     for name, path in [("jobs", "/jobs"), ("dead", "/dead"), ("scheduled", "/scheduled"),
                        ("workers-none", "/workers"), ("quarantine", "/quarantine")]:  # fmt: skip

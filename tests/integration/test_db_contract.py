@@ -296,15 +296,21 @@ def test_observe_depth_counts_each_state_from_its_own_set_and_matches_the_table(
 
 
 def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> None:
+    """A dead letter and a package's own failure (a failure kind) are counted apart, so the
+    dashboard's chart shows FAILURE apart from the dead letters, as every other view does."""
+    from ujobs_bridge._internal.dashboard.views import chart
     from ujobs_bridge._internal.db import observe
 
-    enqueue_db.job_enqueue_many(db, [spec(), spec()], None)
-    first, second = claim_one(db), claim_one(db)
+    enqueue_db.job_enqueue_many(db, [spec(), spec(), spec(), spec()], None)
+    first, second, third, fourth = claim_one(db), claim_one(db), claim_one(db), claim_one(db)
     settled = [
         Settlement(first.id, first.lease_token, state=JobState.DONE),
         Settlement(second.id, second.lease_token, state=JobState.DEAD, error="boom"),
-    ]
-    assert leases_db.job_settle(db, settled, None) == {first.id, second.id}
+        Settlement(third.id, third.lease_token, state=JobState.DEAD, error="no", failure_kind="FAILURE"),
+    ]  # fmt: skip
+    assert leases_db.job_settle(db, settled, None) == {first.id, second.id, third.id}
+    failure = Settlement(fourth.id, fourth.lease_token, state=JobState.DEAD, failure_kind="FAILURE")
+    assert leases_db.job_settle(db, [failure], None) == {fourth.id}  # the same row, added to
     enqueue_db.job_enqueue(db, spec(max_attempts=1), None)
     lost = claim_one(db)  # its last attempt: the rescue dead-letters it
     db.execute("update x_jobs set lease_expires_at = now() - interval '1 second' where id = %s",
@@ -322,11 +328,17 @@ def test_every_way_a_job_ends_done_or_dead_is_counted_per_minute(db: Any) -> Non
     totals: dict[str, int] = {}
     for m in per_minute:
         totals[m.state] = totals.get(m.state, 0) + m.jobs
-    assert totals == {"done": 1, "dead": 3}
+    assert totals == {"done": 1, "dead": 3, "FAILURE": 2}
     finished = db.execute(
-        "select state, count(*) from x_jobs where finished_at is not null group by state"
+        "select coalesce(failure_kind, state), count(*) from x_jobs"
+        " where finished_at is not null group by 1"
     ).fetchall()
     assert dict(finished) == totals
+    now = db.execute("select now()").fetchone()[0]
+    drawn = chart(db, now)
+    assert (drawn.total_done, drawn.total_dead, drawn.total_failed) == (1, 3, {"FAILURE": 2})
+    assert [b.label.split(": ")[1] for b in drawn.dead] == ["3 dead letters"]
+    assert [b.label.split(": ")[1] for b in drawn.failed] == ["2 FAILURE"]
 
 
 def test_dead_letters_and_stats_per_queue_and_state(db: Any) -> None:

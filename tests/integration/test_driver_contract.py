@@ -387,6 +387,15 @@ def test_purge_of_job_counts_deletes_only_minutes_older_than_the_cutoff(db: Any)
     assert retention.purge_job_counts(db, PurgeBatch(cutoff, 1)) == 1  # bounded by the limit
     assert retention.purge_job_counts(db, PurgeBatch(cutoff, 100)) == 1
     assert db.execute("select done from x_job_counts").fetchall() == [(3,)]
+    db.execute(
+        "insert into x_job_failure_counts (minute, queue, backend, kind, jobs) values"
+        " (date_trunc('minute', now() - interval '9 days'), 'q', 1, 'FAILURE', 1),"
+        " (date_trunc('minute', now() - interval '9 days'), 'q', 1, 'OTHER', 1),"
+        " (date_trunc('minute', now()), 'q', 1, 'FAILURE', 2)"
+    )
+    assert retention.purge_job_failure_counts(db, PurgeBatch(cutoff, 1)) == 1  # bounded
+    assert retention.purge_job_failure_counts(db, PurgeBatch(cutoff, 100)) == 1
+    assert db.execute("select jobs from x_job_failure_counts").fetchall() == [(2,)]
 
 
 def test_purge_of_events_outbox_and_fires_keeps_what_must_stay(client: Client, db: Any) -> None:

@@ -63,6 +63,12 @@ def test_a_failing_plain_job_logs_its_retry_and_dead_letter_as_json_lines(
     assert [line["message"] for line in lines if line["logger"] == "apps.basic_jobs"] == [
         "always_fails: about to fail"
     ] * 2
+    # and so is what it prints, as Celery's worker logs a body's stdout/stderr (redirected)
+    printed = [line for line in lines if line["logger"] == "ujobs_bridge.redirected"]
+    assert [(line["level"], line["message"]) for line in printed] == [
+        ("WARNING", "always_fails: printed"),
+        ("WARNING", "always_fails: printed on stderr"),
+    ] * 2
     mine = [line for line in lines if line.get("job_id") == str(ref.id)]
     by_outcome = {line["outcome"]: line for line in mine}
     retry, dead = by_outcome["retried"], by_outcome["dead"]
@@ -126,3 +132,45 @@ def test_a_plain_input_has_no_task_id() -> None:
     assert logs.celery_task_id({"headers": "x"}) is None
     assert logs.celery_task_id([1, 2]) is None
     assert logs.celery_task_id({"a": 1}) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["worker", "--log-format", "json", "--bogus"], "error: No such option '--bogus'."),
+        (["worker", "--log-format=json", "-A"], "error: Option '-A' requires an argument."),
+        (["scheduler", "--pool", "x", "--log-format", "json"], "error: No such option '--pool'."),
+        (["worker"], "error: Missing option '-A' / '--app'."),  # by $UJOBS_LOG_FORMAT
+        (["worker", "-A", "x", "--pool", "bogus"], "error: [UJ_CONFIG_INVALID] pool 'bogus'"),
+    ],
+)
+def test_a_usage_error_is_one_json_object_too(
+    args: list[str], error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """click's own lines (usage, the hint, the error) are one JSON object under JSON lines,
+    whether asked on the command line or by $UJOBS_LOG_FORMAT; exit code 2 as before."""
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    monkeypatch.setenv("UJOBS_LOG_FORMAT", "json")
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    (line,) = _json_lines(result.output)
+    assert line["level"] == "ERROR" and str(line["message"]).startswith(error), line
+    assert line["exit_code"] == 2
+
+
+def test_help_under_json_lines_and_read_commands_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from ujobs_bridge._internal.cli import cli
+
+    helped = CliRunner().invoke(cli, ["worker", "--log-format", "json", "--help"])
+    assert helped.exit_code == 0
+    assert any("--log-format" in str(line["message"]) for line in _json_lines(helped.output))
+    monkeypatch.setenv("UJOBS_LOG_FORMAT", "json")  # a read command takes no --log-format
+    plain = CliRunner().invoke(cli, ["jobs", "ls", "--bogus"])
+    assert plain.exit_code == 2 and "Usage: cli jobs ls" in plain.output

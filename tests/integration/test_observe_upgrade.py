@@ -1,5 +1,6 @@
-"""Migration 0014 on a database that already holds jobs: the dashboard's numbers are the same
-before and after the upgrade that moved them onto indexes a settle does not change.
+"""Migrations 0014 and 0026 on a database that already holds jobs: the dashboard's numbers are
+the same before and after the upgrade that moved them onto indexes a settle does not change, and
+the last hour's failures with a kind move out of the dead letters' count.
 
 The promise: an operator who upgrades sees every live, suspended, running and dead job counted
 as before, and the last hour's chart keeps the jobs that finished before the upgrade.
@@ -26,7 +27,17 @@ BEFORE = 13  # the last migration before 0014
 
 @pytest.fixture
 def old_dsn() -> Iterator[str]:
-    """A fresh database at schema version 0012."""
+    """A fresh database at schema version 0013."""
+    yield from _database_at(BEFORE)
+
+
+@pytest.fixture
+def dsn_0025() -> Iterator[str]:
+    """A fresh database at schema version 0025 (the last before failure kinds were counted)."""
+    yield from _database_at(25)
+
+
+def _database_at(before: int) -> Iterator[str]:
     name = f"ujb_test_upgrade_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(ADMIN_DSN, autocommit=True) as admin:
         admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
@@ -36,7 +47,7 @@ def old_dsn() -> Iterator[str]:
             conn.execute(q("schema_version_table"))
             conn.execute(q("schema_version_parts"))
             for migration in schema.available([schema.ENGINE]):
-                if migration.version <= BEFORE:
+                if migration.version <= before:
                     conn.execute(migration.sql)
                     conn.execute(
                         q("schema_version_record"),
@@ -98,3 +109,27 @@ def test_an_upgrade_keeps_every_count_and_the_last_hour(old_dsn: str) -> None:
             ).fetchall()
         }
         assert not indexes & {"x_jobs_open_idx", "x_jobs_finished_idx"}
+
+
+def test_an_upgrade_moves_the_last_hours_failures_out_of_the_dead_letters(dsn_0025: str) -> None:
+    """Before 0026 a settle counted a FAILURE as dead; after it, the chart shows the last hour's
+    FAILUREs under their kind and the dead letters without them."""
+    now = datetime.now(UTC)
+    minute = now.replace(second=0, microsecond=0) - timedelta(minutes=2)
+    with psycopg.connect(dsn_0025, autocommit=True) as conn:
+        for kind in ("FAILURE", "FAILURE", None):
+            conn.execute(
+                "insert into x_jobs (id, name, queue, input, state, max_attempts, run_at,"
+                " finished_at, updated_at, failure_kind) values"
+                " (%s, 'up.job', 'up', '{}', 'dead', 3, %s, %s, %s, %s)",
+                (uuid.uuid4(), now, minute, minute, kind),
+            )
+        conn.execute(  # as the settles of two backends counted them before 0026
+            "insert into x_job_counts (minute, queue, backend, done, dead)"
+            " values (%s, 'up', 7, 4, 2), (%s, 'up', 8, 0, 1)",
+            (minute, minute),
+        )
+    assert schema.upgrade(dsn_0025)[0].version == 26
+    with psycopg.connect(dsn_0025, autocommit=True) as conn:
+        chart = {m.state: m.jobs for m in observe.observe_finished_per_minute(conn, 60, None)}
+    assert chart == {"done": 4, "dead": 1, "FAILURE": 2}

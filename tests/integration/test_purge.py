@@ -117,6 +117,12 @@ def seed(db: Db, now: datetime) -> dict[str, uuid.UUID]:
         " (date_trunc('minute', %s::timestamptz), 'retention', 1, 1)",
         (now - 8 * DAY, now - 6 * DAY),
     )
+    db.execute(
+        "insert into x_job_failure_counts (minute, queue, backend, kind, jobs) values"
+        " (date_trunc('minute', %s::timestamptz), 'retention', 1, 'FAILURE', 1),"
+        " (date_trunc('minute', %s::timestamptz), 'retention', 1, 'FAILURE', 1)",
+        (now - 8 * DAY, now - 6 * DAY),
+    )
     add_event(db, "event-old", 8 * DAY, now)
     add_event(db, "event-young", 6 * DAY, now)
     add_event(db, "event-old-held-by-live-job", 8 * DAY, now, consumed_by=ids["waiting-old"])
@@ -197,6 +203,7 @@ def test_purge_deletes_only_expired_terminal_rows(dsn: str, pdb: Db, ahead: time
     assert result["output"] == {
         "x_jobs": 3,
         "x_job_counts": 1,
+        "x_job_failure_counts": 1,
         "x_job_events": 2,
         "x_outbox": 1,
         "x_scheduler_fires": 2,
@@ -330,6 +337,7 @@ def test_a_pass_killed_between_tables_resumes_at_the_table_it_stopped_on(
         "cutoff": 1,
         "purge:x_jobs": 1,
         "purge:x_job_counts": 2,
+        "purge:x_job_failure_counts": 2,
         "purge:x_job_events": 2,
         "purge:x_outbox": 2,
         "purge:x_scheduler_fires": 2,

@@ -25,12 +25,14 @@ from dashboard_support import InProcessDashboard
 from psycopg import sql
 
 from conftest import ADMIN_DSN, _dsn_for, wait_for
-from ujobs_bridge import connect
+from ujobs_bridge import Worker, WorkerConfig, connect
 from ujobs_bridge._internal.cli import cli
+from ujobs_bridge._internal.config import loading
 from ujobs_bridge._internal.db import schema
 from ujobs_bridge._internal.db.sql import q
 from ujobs_bridge.errors import ErrorCode, SchemaError
 from ujobs_bridge.ext.observe import Introspector
+from ujobs_bridge.testing import run_until_idle
 from ujobs_bridge.testing.database import dsn_as
 
 pytestmark = pytest.mark.timeout(300)
@@ -335,6 +337,11 @@ def test_a_role_an_older_grant_made_keeps_working_through_the_upgrade(cluster: C
 
         ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
     assert Introspector(dsn).cancel(ref.id).state == "cancelled"
+    # ... settles as a worker (the settle counts in x_job_failure_counts, made by 0026) ...
+    with connect(dsn) as client:
+        failing = basic_jobs.always_fails.configure(client=client).enqueue()
+    run_until_idle(Worker(dsn, loading.load("apps.basic_jobs"), WorkerConfig(queues=("basic",))))
+    assert state_of(cluster, failing.id) == "dead"
     entry = quarantined(cluster)
     assert not refused(dsn, "select x_migrate_quarantine_resolve(%s, 'discarded', null)", entry)
     assert not refused(dsn, "select count(*) from x_celery_result_get(array['k'], null)")

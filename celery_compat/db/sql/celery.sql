@@ -284,6 +284,28 @@ select task_id, extract(epoch from (coalesce(%(now)s, now()) - created_at))::flo
  where created_at > coalesce(%(now)s, now()) - make_interval(secs => %(window_s)s)
  order by created_at, task_id
 
+-- celery_cancelled_recent --
+-- The Celery task ids whose rows were cancelled within the window other than by a purge (Celery's
+-- purge revokes nothing): an operator's cancel (`jobs cancel`, the dashboard's action, any caller
+-- of x_job_cancel), which the engine records on the row as it records every cancel, besides the
+-- revokes and expiries; each with the age of its latest cancel in seconds, the newest
+-- %(limit)s, oldest first. A requeued row is live again, so no longer listed. For `inspect
+-- revoked` only, read when asked: no index serves it (one on state or finished_at would make
+-- every settle a non-HOT update).
+select task_id, age_s
+  from (select coalesce(j.input -> 'headers' ->> 'id', j.input ->> 'id') as task_id,
+               min(extract(epoch from (coalesce(%(now)s, now()) - j.finished_at)))::float8
+                   as age_s
+          from x_jobs as j
+         where j.enqueued_by = 'celery_compat' and j.state = 'cancelled'
+           and j.finished_at > coalesce(%(now)s, now()) - make_interval(secs => %(window_s)s)
+           and j.last_error is distinct from %(purged)s
+         group by 1
+         order by 2
+         limit %(limit)s) as c
+ where task_id is not null
+ order by age_s desc, task_id
+
 -- celery_purge_ready --
 -- Celery's purge: the ready messages of the given queues are cancelled (they never run; the
 -- retention sweep deletes them later), per queue, in one statement. Running, sleeping and waiting

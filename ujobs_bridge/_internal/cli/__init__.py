@@ -15,6 +15,7 @@ What it is not: business logic. Commands parse flags, call the engine and print.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -23,6 +24,7 @@ import click
 from ujobs_bridge._internal.cli.failures import fail, one_line_errors
 from ujobs_bridge._internal.config import plugins
 from ujobs_bridge._internal.config.dsn import RESOLVED_KEY, ResolvedDatabase
+from ujobs_bridge._internal.observe import logs
 
 # Each command's module is imported only when that command runs (or --help lists them): a
 # `worker` never pays for the demo's or a plugin's imports, and a broken optional command cannot
@@ -122,6 +124,34 @@ def _unavailable(name: str, value: str, exc: ImportError) -> click.Command:
 
 
 class _Group(click.Group):
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        """Under ``--log-format json`` (or ``$UJOBS_LOG_FORMAT=json`` for a command that takes
+        it), every line this run writes is one JSON object, click's own too: a usage error is
+        one ``error: ...`` object (with ``usage`` and ``exit_code``), ``--help`` one per line."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if not _json_lines_asked(self, argv):
+            return super().main(argv, *rest, **kwargs)
+        saved = logs.snapshot()
+        logs.redirect_lines()
+        try:
+            kwargs["standalone_mode"] = False
+            try:
+                code = super().main(argv, *rest, **kwargs)
+            except click.ClickException as exc:
+                fields: dict[str, Any] = {"exit_code": exc.exit_code}
+                ctx = getattr(exc, "ctx", None)
+                if ctx is not None:
+                    fields["usage"] = ctx.get_usage()
+                    fields["hint"] = f"try '{ctx.command_path} {ctx.help_option_names[0]}' for help"
+                logs.say(f"error: {exc.format_message()}", level="ERROR", **fields)
+                sys.exit(exc.exit_code)
+            except click.exceptions.Abort:
+                logs.say("Aborted!", level="ERROR")
+                sys.exit(1)
+            sys.exit(code if isinstance(code, int) else 0)
+        finally:
+            logs.restore(saved)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*ENGINE_COMMANDS, *_plugin_names()]
 
@@ -141,6 +171,32 @@ class _Group(click.Group):
                 f"the `{command}` command is unavailable: {exc}\n"
                 f"hint: install its missing dependency ({exc.name or exc}), e.g. pip install 'ujobs-bridge'"
             )
+
+
+def _json_lines_asked(group: click.Group, argv: list[str]) -> bool:
+    """Does this command line ask for JSON lines? The last ``--log-format`` on it decides;
+    without one, ``$UJOBS_LOG_FORMAT`` does for a command that takes ``--log-format`` (a read
+    command's own output is left alone)."""
+    asked: str | None = None
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--log-format" and i + 1 < len(argv):
+            asked = argv[i + 1]
+        elif word.startswith("--log-format="):
+            asked = word.partition("=")[2]
+    if asked is not None:
+        return asked == "json"
+    if os.environ.get("UJOBS_LOG_FORMAT") != "json":
+        return False
+    command: click.Command | None = group
+    for word in argv:
+        if not isinstance(command, click.Group):
+            break
+        if word.startswith("-"):
+            continue
+        command = command.get_command(click.Context(command), word)
+    return command is not None and any(p.name == "log_format" for p in command.params)
 
 
 def _upgrade_command(ctx: click.Context) -> str | None:

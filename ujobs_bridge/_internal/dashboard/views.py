@@ -54,13 +54,16 @@ class Bar:
 
 @dataclass
 class Chart:
-    """Bars per minute: done stacked under failed (dead), in an SVG of ``CHART_W``x``CHART_H``."""
+    """Bars per minute, stacked: done, then the dead letters, then a package's own failures (its
+    failure kinds: FAILURE), in an SVG of ``CHART_W``x``CHART_H``."""
 
     done: list[Bar] = field(default_factory=list)
+    dead: list[Bar] = field(default_factory=list)
     failed: list[Bar] = field(default_factory=list)
     peak: int = 0
     total_done: int = 0
-    total_failed: int = 0
+    total_dead: int = 0
+    total_failed: dict[str, int] = field(default_factory=dict)  # failure kind: its jobs
     start: datetime | None = None
     end: datetime | None = None
     width: int = CHART_W
@@ -132,36 +135,51 @@ def queue_rows(conn: psycopg.Connection[Any], now: datetime | None) -> list[Queu
 
 
 def chart(conn: psycopg.Connection[Any], now: datetime) -> Chart:
-    """The last hour, a bar per minute: done in one colour, failed above it (every job that
-    ended dead: the dead letters and a package's own failures, FAILURE)."""
+    """The last hour, a bar per minute: done, the dead letters above it, and above them the
+    jobs a package ended with its own failure kind (FAILURE), each in its colour."""
     counts = observe.observe_finished_per_minute(conn, CHART_MINUTES, now)
     end = now.replace(second=0, microsecond=0)
     start = end - timedelta(minutes=CHART_MINUTES - 1)
     done: dict[datetime, int] = {}
-    failed: dict[datetime, int] = {}
-    for c in counts:
-        target = failed if c.state == "dead" else done if c.state == "done" else None
-        if target is not None:
-            target[c.minute] = target.get(c.minute, 0) + c.jobs
+    dead: dict[datetime, int] = {}
+    failed: dict[datetime, dict[str, int]] = {}
     out = Chart(start=start, end=end)
+    for c in counts:
+        if c.state == "done":
+            done[c.minute] = done.get(c.minute, 0) + c.jobs
+        elif c.state == "dead":
+            dead[c.minute] = dead.get(c.minute, 0) + c.jobs
+        else:  # a failure kind
+            kinds = failed.setdefault(c.minute, {})
+            kinds[c.state] = kinds.get(c.state, 0) + c.jobs
+            out.total_failed[c.state] = out.total_failed.get(c.state, 0) + c.jobs
     out.total_done = sum(done.values())
-    out.total_failed = sum(failed.values())
+    out.total_dead = sum(dead.values())
     minutes = [start + timedelta(minutes=i) for i in range(CHART_MINUTES)]
-    out.peak = max([done.get(m, 0) + failed.get(m, 0) for m in minutes] + [0])
+
+    def total(m: datetime) -> int:
+        return done.get(m, 0) + dead.get(m, 0) + sum(failed.get(m, {}).values())
+
+    out.peak = max([total(m) for m in minutes] + [0])
     if out.peak == 0:
         return out
     slot = CHART_W / CHART_MINUTES
     scale = (CHART_H - 20) / out.peak
     for i, minute in enumerate(minutes):
-        ok, bad = done.get(minute, 0), failed.get(minute, 0)
+        ok, lost, kinds = done.get(minute, 0), dead.get(minute, 0), failed.get(minute, {})
+        bad = sum(kinds.values())
         label = minute.strftime("%H:%M")
         x = i * slot + 1
-        h_ok, h_bad = ok * scale, bad * scale
+        h_ok, h_lost, h_bad = ok * scale, lost * scale, bad * scale
         if ok:
             out.done.append(Bar(x, CHART_H - h_ok, slot - 2, h_ok, f"{label}: {ok} done"))
+        if lost:
+            y = CHART_H - h_ok - h_lost
+            out.dead.append(Bar(x, y, slot - 2, h_lost, f"{label}: {lost} dead letters"))
         if bad:
-            y = CHART_H - h_ok - h_bad
-            out.failed.append(Bar(x, y, slot - 2, h_bad, f"{label}: {bad} failed"))
+            y = CHART_H - h_ok - h_lost - h_bad
+            words = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            out.failed.append(Bar(x, y, slot - 2, h_bad, f"{label}: {words}"))
     return out
 
 

@@ -1,5 +1,5 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0025_wake_one) leave, as pg_dump prints it (no owners, no grants).
+-- through 0026_count_kinds) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
@@ -432,6 +432,16 @@ ALTER TABLE public.x_job_events ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY
     CACHE 1
 );
 
+-- Name: x_job_failure_counts; Type: TABLE; Schema: public
+CREATE TABLE public.x_job_failure_counts (
+    minute timestamp with time zone NOT NULL,
+    queue text NOT NULL,
+    backend integer NOT NULL,
+    kind text NOT NULL,
+    jobs bigint DEFAULT 0 NOT NULL
+)
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_cost_delay='0');
+
 -- Name: x_job_leases; Type: TABLE; Schema: public
 CREATE TABLE public.x_job_leases (
     job_id uuid NOT NULL,
@@ -621,6 +631,10 @@ ALTER TABLE ONLY public.x_job_counts
 -- Name: x_job_events x_job_events_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_events
     ADD CONSTRAINT x_job_events_pkey PRIMARY KEY (id);
+
+-- Name: x_job_failure_counts x_job_failure_counts_pkey; Type: CONSTRAINT; Schema: public
+ALTER TABLE ONLY public.x_job_failure_counts
+    ADD CONSTRAINT x_job_failure_counts_pkey PRIMARY KEY (minute, queue, backend, kind);
 
 -- Name: x_job_leases x_job_leases_pkey; Type: CONSTRAINT; Schema: public
 ALTER TABLE ONLY public.x_job_leases

@@ -42,7 +42,8 @@ class Depth:
 
 @dataclass(frozen=True, slots=True)
 class MinuteCount:
-    """Jobs that finished ``done`` or ``dead`` (``state``) in the minute starting at ``minute``."""
+    """Jobs that finished in the minute starting at ``minute``: ``state`` is ``done``, ``dead``
+    (the dead letters) or the failure kind a package ended them with (``FAILURE``)."""
 
     minute: datetime
     state: str

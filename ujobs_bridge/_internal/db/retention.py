@@ -43,6 +43,11 @@ def purge_job_counts(conn: Conn, batch: PurgeBatch) -> int:
     return conn.execute(q("purge_job_counts"), batch.params()).rowcount
 
 
+def purge_job_failure_counts(conn: Conn, batch: PurgeBatch) -> int:
+    """Per-minute counts of the dead jobs with a failure kind, older than the cutoff."""
+    return conn.execute(q("purge_job_failure_counts"), batch.params()).rowcount
+
+
 def purge_events(conn: Conn, batch: PurgeBatch) -> int:
     """Old events, except one a live job consumed."""
     return conn.execute(q("purge_events"), batch.params()).rowcount

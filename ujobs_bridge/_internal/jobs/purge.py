@@ -71,6 +71,7 @@ def builtin_targets() -> list[PurgeTarget]:
     return [
         PurgeTarget("x_jobs", _batched(retention.purge_jobs)),
         PurgeTarget("x_job_counts", _batched(retention.purge_job_counts)),
+        PurgeTarget("x_job_failure_counts", _batched(retention.purge_job_failure_counts)),
         PurgeTarget("x_job_events", _batched(retention.purge_events)),
         PurgeTarget("x_outbox", _batched(retention.purge_outbox)),
         PurgeTarget("x_scheduler_fires", _batched(retention.purge_fires)),

@@ -10,6 +10,10 @@ as ``extra=`` so both formats carry them. A command's own status lines (``databa
 ``worker ... ready``, ``worker: shutting down``, ``worker stopped: ...``) go through ``say``:
 plain text for people, and under ``--log-format json`` one JSON object like every log line (as
 do Python's warnings), so a log shipper reading stderr never meets a line it cannot parse.
+Under ``--log-format json`` whatever else reaches stdout or stderr is a JSON object too
+(``redirect_lines``): a task body's ``print()`` is logged by ``ujobs_bridge.redirected`` at
+WARNING, as Celery's worker logs it by ``celery.redirected`` (``worker_redirect_stdouts``), and
+click's own lines (a usage error, ``--help``) are said as they come.
 
 Every line goes through the one redaction (``redaction.py``): a password in a message, a
 traceback or an ``extra=`` field is hidden.
@@ -24,6 +28,7 @@ import io
 import json
 import logging
 import sys
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -118,6 +123,105 @@ class _Chosen:
 
     format: LogFormat = "text"
     setup: tuple[int | str, LogFormat, str | None] | None = None
+    logging_ready = False  # setup installed a handler: redirected lines are log records
+
+
+REDIRECTED_LOGGER = "ujobs_bridge.redirected"
+REDIRECTED_LEVEL = "WARNING"  # Celery's worker_redirect_stdouts_level
+
+
+class RedirectedLines(io.TextIOBase):
+    """Stands in for ``sys.stdout``/``sys.stderr`` under JSON lines: every line written is one
+    JSON object. Once ``setup`` has run, a line is a log record of ``ujobs_bridge.redirected``
+    at WARNING (a body's ``print()``, as Celery's worker logs it), formatted and written where
+    every log line goes; before that (click parsing the command line), it is ``say``-ed on the
+    stream it replaced. A line written while one is being written (a handler failing and
+    printing) goes to that stream as it is, never round again."""
+
+    def __init__(self, stream: Any, *, level: str) -> None:
+        super().__init__()
+        self.stream = stream
+        self.level = level
+        self._pending = ""
+        self._busy = threading.local()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(getattr(self.stream, "encoding", None) or "utf-8")
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return int(self.stream.fileno())
+
+    def write(self, text: str, /) -> int:
+        if getattr(self._busy, "on", False):
+            self.stream.write(text)
+            return len(text)
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending and not getattr(self._busy, "on", False):
+            line, self._pending = self._pending, ""
+            self._emit(line)
+        self.stream.flush()
+
+    def _emit(self, line: str) -> None:
+        line = line.rstrip("\r")
+        if not line.strip():
+            return
+        self._busy.on = True
+        try:
+            if _Chosen.logging_ready:
+                logging.getLogger(REDIRECTED_LOGGER).log(
+                    logging.getLevelName(REDIRECTED_LEVEL), line
+                )
+            else:
+                say(line, level=self.level, stream=self.stream)
+        finally:
+            self._busy.on = False
+
+
+def unwrapped(stream: Any) -> Any:
+    """The stream a ``RedirectedLines`` stands in for (the stream itself otherwise)."""
+    return stream.stream if isinstance(stream, RedirectedLines) else stream
+
+
+def redirect_lines() -> None:
+    """Every line on stdout and stderr one JSON object from now on (see ``RedirectedLines``);
+    ``say`` and the log handler write to the streams replaced. Called again, it does nothing."""
+    _Chosen.format = "json"
+    if not isinstance(sys.stdout, RedirectedLines) and sys.stdout is not None:
+        sys.stdout = RedirectedLines(sys.stdout, level="INFO")
+    if not isinstance(sys.stderr, RedirectedLines) and sys.stderr is not None:
+        sys.stderr = RedirectedLines(sys.stderr, level="WARNING")
+
+
+def snapshot() -> tuple[LogFormat, bool]:
+    """What ``restore`` puts back: a command run in this process (as a test runs one) leaves
+    the process's output as it found it."""
+    return _Chosen.format, _Chosen.logging_ready
+
+
+def restore(saved: tuple[LogFormat, bool]) -> None:
+    restore_lines()
+    _Chosen.format, _Chosen.logging_ready = saved
+
+
+def restore_lines() -> None:
+    """Undo ``redirect_lines``."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedirectedLines):
+            stream.flush()
+            setattr(sys, name, stream.stream)
 
 
 def chosen() -> tuple[int | str, LogFormat, str | None] | None:
@@ -131,10 +235,18 @@ def json_chosen() -> bool:
     return _Chosen.format == "json"
 
 
-def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli", **fields: Any) -> None:
-    """A command's status line on stderr, whatever the log level: ``text`` as it is, or under
-    ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``, ``message``, then
-    ``fields``, which the text form leaves out). Secrets in ``text`` are hidden either way."""
+def say(
+    text: str,
+    *,
+    level: str = "INFO",
+    logger: str = "ujobs_bridge.cli",
+    stream: Any = None,
+    **fields: Any,
+) -> None:
+    """A command's status line on stderr (or ``stream``), whatever the log level: ``text`` as it
+    is, or under ``--log-format json`` one JSON object (``ts``, ``level``, ``logger``,
+    ``message``, then ``fields``, which the text form leaves out). Secrets in ``text`` are
+    hidden either way."""
     text = redact_message(text)
     if _Chosen.format == "json":
         record = logging.makeLogRecord(
@@ -142,8 +254,9 @@ def say(text: str, *, level: str = "INFO", logger: str = "ujobs_bridge.cli", **f
         )
         record.msg = text
         text = JsonFormatter().format(record)
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+    out = unwrapped(stream if stream is not None else sys.stderr)
+    out.write(text + "\n")
+    out.flush()
 
 
 class SaidLines(io.StringIO):
@@ -191,10 +304,17 @@ def setup(level: int | str, fmt: LogFormat = "text", logfile: str | None = None)
     if fmt not in FORMATS:
         raise ValueError(f"log format {fmt!r} is not one of {', '.join(FORMATS)}")
     handler: logging.Handler = (
-        logging.FileHandler(logfile, encoding="utf-8") if logfile else logging.StreamHandler()
+        logging.FileHandler(logfile, encoding="utf-8")
+        if logfile
+        else logging.StreamHandler(unwrapped(sys.stderr))
     )
     handler.setFormatter(formatter(fmt))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     _Chosen.format = fmt
     _Chosen.setup = (level, fmt, logfile)
+    _Chosen.logging_ready = True
     logging.captureWarnings(fmt == "json")  # a warning is a log line too (py.warnings)
+    if fmt == "json":
+        redirect_lines()  # a body's print(), or anything else written, is a JSON line too
+    else:
+        restore_lines()

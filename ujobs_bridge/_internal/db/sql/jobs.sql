@@ -195,7 +195,7 @@ returning l.job_id
 -- kind, migration 0024: null for a dead letter)}]. The settled leases leave x_job_leases; the jobs it
 -- finished done or dead are added to this backend's row of x_job_counts for the current minute
 -- (migration 0014: the dashboard's chart, without an index on finished_at that would make this
--- update non-HOT). "outage" (1: handed back because the body met a database outage) is given
+-- update non-HOT), the dead ones with a failure kind to x_job_failure_counts instead (0026). "outage" (1: handed back because the body met a database outage) is given
 -- back only %(outage_cap)s times per job (migration 0015): past that it counts as an attempt,
 -- and the job is dead once its attempts are spent, so a body that keeps causing outages ends.
 -- Each settled attempt is appended to x_job_attempts (0016) with the worker and claim time its
@@ -248,12 +248,20 @@ with settled as (
 ), counted as (
     insert into x_job_counts as c (minute, queue, backend, done, dead)
     select date_trunc('minute', now()), queue, pg_backend_pid(),
-           count(*) filter (where state = 'done'), count(*) filter (where state = 'dead')
+           count(*) filter (where state = 'done'),
+           count(*) filter (where state = 'dead' and failure_kind is null)
       from settled
-     where state in ('done', 'dead')
+     where state = 'done' or (state = 'dead' and failure_kind is null)
      group by queue
     on conflict (minute, queue, backend)
     do update set done = c.done + excluded.done, dead = c.dead + excluded.dead
+), failed as (
+    insert into x_job_failure_counts as c (minute, queue, backend, kind, jobs)
+    select date_trunc('minute', now()), queue, pg_backend_pid(), failure_kind, count(*)
+      from settled
+     where state = 'dead' and failure_kind is not null
+     group by queue, failure_kind
+    on conflict (minute, queue, backend, kind) do update set jobs = c.jobs + excluded.jobs
 )
 select id from settled
 

@@ -61,7 +61,9 @@ select queue, state, jobs, oldest_due
 -- Jobs that finished done or dead in the last `minutes` whole minutes up to `now`, per minute
 -- and final state: the throughput and failure chart, from x_job_counts (migration 0014; the
 -- statements that finish jobs count them there, stamped with the database's clock, as
--- finished_at is). Cancelled jobs are not counted.
+-- finished_at is). `dead` is the dead letters; a dead job a package ended with its own failure
+-- kind (0024) is counted in x_job_failure_counts under that kind (0026), given as the state
+-- (`FAILURE`). Cancelled jobs are not counted.
 select m.minute, v.state, v.jobs
   from (select minute, sum(done)::bigint as done, sum(dead)::bigint as dead
           from x_job_counts
@@ -70,7 +72,14 @@ select m.minute, v.state, v.jobs
          group by minute) as m
  cross join lateral (values ('done', m.done), ('dead', m.dead)) as v(state, jobs)
  where v.jobs > 0
- order by m.minute, v.state
+union all
+select minute, kind, sum(jobs)::bigint
+  from x_job_failure_counts
+ where minute > coalesce(%(now)s, now()) - make_interval(mins => %(minutes)s)
+   and minute <= coalesce(%(now)s, now())
+ group by minute, kind
+having sum(jobs) > 0
+ order by 1, 2
 
 -- observe_outbox_lag --
 -- Rows staged in the outbox and not yet published: how many, and the oldest one's age.

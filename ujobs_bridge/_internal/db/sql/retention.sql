@@ -23,6 +23,17 @@ with gone as (
 delete from x_job_counts as c using gone
  where c.minute = gone.minute and c.queue = gone.queue and c.backend = gone.backend
 
+-- purge_job_failure_counts --
+-- Per-minute counts of the dead jobs with a failure kind (x_job_failure_counts, migration 0026),
+-- kept as long as x_job_counts.
+with gone as (
+    select minute, queue, backend, kind from x_job_failure_counts
+     where minute < %(cutoff)s limit %(limit)s
+)
+delete from x_job_failure_counts as c using gone
+ where c.minute = gone.minute and c.queue = gone.queue and c.backend = gone.backend
+   and c.kind = gone.kind
+
 -- purge_events --
 -- Old events, except one a live job consumed: its step may still read the payload back on replay.
 with gone as (
