@@ -62,7 +62,7 @@ class CompatSystem:
         return self._tx
 
     def _reset(self) -> None:
-        self.admin.execute("truncate x_jobs, x_celery_tasks, x_celery_results cascade")
+        pg.empty_jobs(self.admin, "x_celery_tasks", "x_celery_results")
 
     def _done(self) -> int:
         from .compat_tasks import QUEUE

@@ -6,9 +6,9 @@ and all but one find nothing (claims per job grow with the fleet), or, damped by
 empty claim, costs the next pick-up that pause. This cell measures both at once, for each fleet
 size P in ``SIZES``:
 
-- P ``ujobs-bridge worker -c 8`` processes serve queue ``bench``; from ``many_workers.
-  BOUNCER_FROM`` processes on they connect through a real PgBouncer in transaction mode with a
-  direct LISTEN connection (``--listen-dsn``), as a large fleet is deployed;
+- P ``ujobs-bridge worker -c 8`` processes serve queue ``bench``; from ``BOUNCER_FROM``
+  processes on they connect through a real PgBouncer in transaction mode with a direct LISTEN
+  connection (``--listen-dsn``), as a large fleet is deployed (a smaller one directly);
 - once every worker has marked the queue as waited for (``x_queue_waiters``: it is idle and
   listening), the claim counters every worker writes into its node row at each beat are read;
 - ``cells.idle_latency`` sends one job at a time (the same procedure as the one-worker
@@ -35,12 +35,13 @@ from typing import Any
 
 import psycopg
 
-from . import bridge_cli, cells
-from .many_workers import BOUNCER_FROM, bouncer
+from . import bridge_cli, cells, pg
+from .many_workers import bouncer
 from .procs import BenchTimeout, Group
 from .settings import Settings
 
 SIZES = (1, 8, 32)
+BOUNCER_FROM = 32  # fleets this large connect through PgBouncer (a direct listen beside it)
 POLL_S = 120.0  # the workers' --poll: no poll falls inside a point, so claims are wake-ups
 LEASE_S = 6.0  # --lease: a beat every 2 s, so the counters are read soon after the samples
 IDLE_TIMEOUT_S = 180.0  # 32 interpreters start on a few cores: generous
@@ -141,7 +142,7 @@ def run(
     points: list[FleetPoint] = []
     for workers in sizes:
         via = workers >= BOUNCER_FROM
-        conn.execute("truncate x_jobs cascade")
+        pg.empty_jobs(conn)
         with bouncer() if via else contextlib.nullcontext() as b:
             extra = ["--poll", str(POLL_S), "--lease", str(LEASE_S)]
             if b is not None:
@@ -168,5 +169,5 @@ def run(
                     group.stop()
         jobs = settings.latency_warmup + settings.latency_samples
         points.append(FleetPoint(workers, via, samples, jobs, claims1 - claims0, empty1 - empty0))
-    conn.execute("truncate x_jobs cascade")
+    pg.empty_jobs(conn)
     return points

@@ -179,7 +179,7 @@ def _fill(client: Any, conn: psycopg.Connection[Any], n: int, layout: str) -> No
 
     names = queue_names(layout)
     calls = [noop.configure(queue=q) for q in names]
-    conn.execute("truncate x_jobs cascade")
+    pg.empty_jobs(conn)
     batch = 5_000
     for start in range(0, n, batch):
         client.enqueue_many(
@@ -253,5 +253,5 @@ def run(
                     ScalePoint(layout, processes, via, drain, p50, p99, sampler.peak, ok, open_,
                                dead, again, all_up)
                 )  # fmt: skip
-    conn.execute("truncate x_jobs cascade")
+    pg.empty_jobs(conn)
     return points

@@ -71,3 +71,15 @@ def server_version() -> str:
     with _admin() as conn:
         row = conn.execute("show server_version").fetchone()
     return str(row[0]) if row else "?"
+
+
+def empty_jobs(conn: psycopg.Connection[Any], *more: str) -> None:
+    """Empty the job tables between cells: ``x_jobs`` and what references it, and the two tables
+    the engine keeps beside it by trigger and by claim, which no foreign key cascades to (the
+    claimable rows, the leases). A truncate fires no row trigger, so emptying ``x_jobs`` alone
+    left every claimable row of the jobs it removed, and the next cell's claims scanned past
+    them. ``more``: other tables of the cell's own (celery_compat's)."""
+    tables = ["x_jobs", "x_job_claimable", "x_job_leases", *more]
+    conn.execute(
+        sql.SQL("truncate {} cascade").format(sql.SQL(", ").join(map(sql.Identifier, tables)))
+    )

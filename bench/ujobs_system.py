@@ -68,7 +68,7 @@ class UjobsSystem:
         return self._conn
 
     def _reset(self) -> None:
-        self.conn.execute("truncate x_jobs cascade")  # steps etc. reference it
+        pg.empty_jobs(self.conn)  # steps etc. reference x_jobs
 
     def _done(self) -> int:
         return bridge_cli.done_count(self.conn, "bench")
