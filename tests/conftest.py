@@ -188,6 +188,26 @@ def db(dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 
 
 @pytest.fixture
+def ledger(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> psycopg.Connection[tuple[object, ...]]:
+    """The effect ledger and the gates of ``apps.fault_jobs`` (the fault tests' bodies record
+    each phase there and wait on its gates), empty. Tests of one session database share the
+    tables, hence ``if not exists`` and the added columns."""
+    db.execute(
+        "create table if not exists test_effects (key text, job_id uuid, attempt int, pid int,"
+        " phase text, at timestamptz default clock_timestamp(), detail text)"
+    )
+    db.execute(
+        "alter table test_effects add column if not exists at timestamptz"
+        " default clock_timestamp(), add column if not exists detail text"
+    )
+    db.execute("create table if not exists test_gates (name text primary key)")
+    db.execute("truncate test_effects, test_gates")
+    return db
+
+
+@pytest.fixture
 def clock() -> FrozenClock:
     return FrozenClock()
 

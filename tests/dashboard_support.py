@@ -173,39 +173,3 @@ def screenshot(driver: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     driver.save_screenshot(str(path))
     return path
-
-
-class InProcessDashboard:
-    """``create_app`` served by uvicorn in a thread of this process (no subprocess)."""
-
-    def __init__(self, dsn: str, *, read_only: bool = False) -> None:
-        import uvicorn
-
-        from ujobs_bridge._internal.dashboard.app import create_app
-        from ujobs_bridge._internal.dashboard.config import DashboardConfig
-
-        port = free_port()
-        app = create_app(DashboardConfig(dsn=dsn, read_only=read_only))
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        self.http = Dashboard.__new__(Dashboard)
-        self.http.base, self.http.port = f"http://127.0.0.1:{port}", port
-        self.http.cookies, self.http.set_cookies = {}, []
-        wait_for(lambda: self.http.request("/healthz")[0] == 200, timeout=30, what="dashboard")
-
-    def get(self, path: str) -> tuple[int, str]:
-        return self.http.request(path)
-
-    def post(self, path: str, page: str) -> tuple[int, str]:
-        """POST as the page ``page`` would (its session, its CSRF token)."""
-        status, body = self.http.request(page)
-        assert status == 200, body[:300]
-        token = body.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-        return self.http.request(path, data={"csrf_token": token})
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)

@@ -34,22 +34,6 @@ Db = psycopg.Connection[Any]
 
 
 @pytest.fixture
-def ledger(db: Db) -> Db:
-    """The effect ledger and the gates of ``fault_jobs``, empty."""
-    db.execute(
-        "create table if not exists test_effects (key text, job_id uuid, attempt int, pid int,"
-        " phase text, at timestamptz default clock_timestamp(), detail text)"
-    )
-    db.execute(
-        "alter table test_effects add column if not exists at timestamptz"
-        " default clock_timestamp(), add column if not exists detail text"
-    )
-    db.execute("create table if not exists test_gates (name text primary key)")
-    db.execute("truncate test_effects, test_gates")
-    return db
-
-
-@pytest.fixture
 def workers(dsn: str, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProc] = []
 

@@ -42,23 +42,6 @@ def queue() -> str:
 
 
 @pytest.fixture
-def ledger(db: Db) -> Db:
-    """The effect ledger and the gates, empty. The step fault tests share the tables (same
-    session database), hence ``if not exists`` and the added columns."""
-    db.execute(
-        "create table if not exists test_effects (key text, job_id uuid, attempt int, pid int,"
-        " phase text, at timestamptz default clock_timestamp(), detail text)"
-    )
-    db.execute(
-        "alter table test_effects add column if not exists at timestamptz"
-        " default clock_timestamp(), add column if not exists detail text"
-    )
-    db.execute("create table if not exists test_gates (name text primary key)")
-    db.execute("truncate test_effects, test_gates")
-    return db
-
-
-@pytest.fixture
 def workers(dsn: str, queue: str, tmp_path: Path) -> Iterator[Any]:
     """Start worker subprocesses on this test's queue; all are killed (process group) at the end
     and their logs printed (pytest shows them when the test fails)."""
