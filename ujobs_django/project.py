@@ -44,9 +44,10 @@ def celery_beat_app() -> Any:
     """The project's celery_compat app when ``django_celery_beat`` is installed, else None."""
     if not apps.is_installed("django_celery_beat"):
         return None
-    # import cost: Celery loads only for a project that uses django-celery-beat
+    # optional: Celery and celery_compat load only for a project that uses django-celery-beat
     from celery import current_app
 
+    # optional: (the same) the app class to check the project's app against
     from celery_compat import Celery
 
     app = current_app._get_current_object()
@@ -101,6 +102,7 @@ class DjangoTasksApp(LoadedApp):
     def task_source(self) -> TaskSource | None:
         if self.celery_app is None:
             return None
+        # optional: celery_compat, only for a project that uses django-celery-beat
         from celery_compat.beat.django_beat import DjangoBeatSource
 
         return DjangoBeatSource(self.celery_app)
@@ -108,6 +110,7 @@ class DjangoTasksApp(LoadedApp):
     def bind(self, dsn: str) -> None:
         """The celery_compat app's sends (django-celery-beat's rows) go to ``dsn``."""
         if self.celery_app is not None:
+            # optional: celery_compat, only for a project that uses django-celery-beat
             from celery_compat.worker.loading import CeleryApp
 
             CeleryApp("django", None, self.celery_app).bind(dsn)

@@ -52,6 +52,7 @@ def _schedule_text(row: dict[str, Any]) -> str:
 
 def _table_conversions(app: Any, dsn: str | None, quiet: bool) -> list[Any]:
     """django-celery-beat's rows, when the app's ``beat_scheduler`` is its scheduler."""
+    # optional: the django-celery-beat reader, only for an app that uses its scheduler
     from celery_compat.beat.django_beat import convert_tables, wants_tables
 
     if not wants_tables(app):

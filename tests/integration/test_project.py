@@ -68,8 +68,9 @@ def test_package_is_lint_and_type_clean(tool: str) -> None:
 # -- layers: every package depends only downward ---------------------------------------------------
 # ujobs_bridge (the engine) <- celery_compat (the facade) <- migrate (the drain). A package may
 # import the packages below it, never one above it; the engine needs none of Celery's libraries.
-# ujobs_django (Django's django.tasks backend and manage.py commands) stands on the engine alone:
-# no Celery, and nothing else imports it.
+# ujobs_django (Django's django.tasks backend, admin and manage.py commands) stands on the engine:
+# nothing imports it; for a project with django-celery-beat installed its scheduler command
+# loads celery_compat (and with it Celery), inside the functions that need them, never at import.
 
 PACKAGES = ("ujobs_bridge", "celery_compat", "migrate", "ujobs_django")
 CELERY_LIBRARIES = ("celery", "kombu", "redis", "amqp", "vine", "billiard")
@@ -77,8 +78,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "ujobs_bridge": ("celery_compat", "migrate", "ujobs_django", *CELERY_LIBRARIES),
     "celery_compat": ("migrate", "ujobs_django"),
     "migrate": ("ujobs_django",),
-    "ujobs_django": ("celery_compat", "migrate", *CELERY_LIBRARIES),
+    "ujobs_django": ("migrate",),
 }
+# ujobs_django's imports of celery_compat and Celery stay inside functions (checked below).
+LAZY_ONLY: dict[str, tuple[str, ...]] = {"ujobs_django": ("celery_compat", *CELERY_LIBRARIES)}
 
 
 def imported_modules(
@@ -164,6 +167,24 @@ def test_no_package_imports_upward() -> None:
         )
     ]
     assert upward == []
+
+
+def test_ujobs_django_loads_celery_only_inside_functions() -> None:
+    """celery_compat and Celery's libraries never load when ujobs_django is imported: no
+    module-level import of them (``LAZY_ONLY``), so a django.tasks project needs no Celery."""
+    at_import = []
+    for module, path in package_modules():
+        lazy = LAZY_ONLY.get(module.split(".")[0], ())
+        for node in ast.parse(path.read_text()).body:
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            at_import += [f"{module}:{node.lineno} {n}" for n in names if n.split(".")[0] in lazy]
+    assert at_import == []
 
 
 def test_the_layering_check_catches_an_upward_import() -> None:
