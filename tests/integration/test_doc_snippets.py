@@ -60,6 +60,9 @@ def page_run(dsn: str, tmp_path: Path) -> Iterator[PageRun]:
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     env.pop("PYTHONPATH", None)
+    # a page's project names its own settings (``os.environ.setdefault`` in its celery.py, as
+    # Celery's Django guide does); a value another test of this process set must not win
+    env.pop("DJANGO_SETTINGS_MODULE", None)
     work = tmp_path / "page"
     work.mkdir()
     yield PageRun(work, env, dsn)

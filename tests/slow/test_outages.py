@@ -32,6 +32,7 @@ from celery_compat import enqueue_in
 from conftest import wait_for
 from ujobs_bridge import connect
 from ujobs_bridge._internal.db import leases as leases_db
+from ujobs_bridge._internal.db import session
 from ujobs_bridge.testing import PrivateCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -313,7 +314,8 @@ def test_an_idle_worker_whose_mark_was_lost_in_a_crash_is_woken_by_inserts_again
     private_cluster.restart("immediate")
     wait_for(lambda: waiting_queues(outage_dsn) == ["outage"], timeout=60, what="its mark again")
     with psycopg.connect(outage_dsn, autocommit=True) as listener:
-        listener.execute("listen x_jobs_ready")
+        ((channel,),) = listener.execute("select channel from x_queue_waiters").fetchall()
+        session.listen_for_wake(listener, channel)  # the worker's own channel (0025)
         with connect(outage_dsn, upgrade=False) as client:
             ref = client.enqueue_spec(
                 outage_jobs.finish.configure(queue="outage").call("woken").spec()
