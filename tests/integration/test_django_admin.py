@@ -76,6 +76,7 @@ def broken_add(a: int, b: int) -> int:
 @pytest.fixture(scope="module")
 def site(pg_dsn: str) -> Iterator[str]:
     """The admin's settings in force and a Django server on a free port: its address."""
+    had_settings_module = "DJANGO_SETTINGS_MODULE" in os.environ
     from django.conf import settings
 
     if not settings.configured:
@@ -107,6 +108,8 @@ def site(pg_dsn: str) -> Iterator[str]:
             from django.db import connections
 
             connections.close_all()
+    if not had_settings_module:  # the project package sets it; later tests of this process
+        os.environ.pop("DJANGO_SETTINGS_MODULE", None)  # must not load Django through Celery
 
 
 @pytest.fixture

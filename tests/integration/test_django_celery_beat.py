@@ -45,6 +45,7 @@ TASK = "dcb.tick"
 @pytest.fixture(scope="module")
 def beat_models(pg_dsn: str) -> Iterator[Any]:
     """django_celery_beat installed and migrated on the session database."""
+    had_settings_module = "DJANGO_SETTINGS_MODULE" in os.environ
     from django.conf import settings
 
     if not settings.configured:
@@ -60,6 +61,11 @@ def beat_models(pg_dsn: str) -> Iterator[Any]:
         from django_celery_beat import models
 
         yield models
+        from django.db import connections
+
+        connections.close_all()
+    if not had_settings_module:  # the project package sets it; later tests of this process
+        os.environ.pop("DJANGO_SETTINGS_MODULE", None)  # must not load Django through Celery
         from django.db import connections
 
         connections.close_all()

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from test_worker_faults import effects, ledger, open_gate, row
+from test_worker_faults import effects, open_gate, row
 from worker_proc import WorkerProc
 
 from apps import wedge_jobs
@@ -33,7 +33,6 @@ from ujobs_bridge.client import Client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 APP = "apps.wedge_jobs"
-__all__ = ["ledger"]  # a fixture, used as a parameter
 
 
 @pytest.fixture
