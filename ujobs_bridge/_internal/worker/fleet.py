@@ -11,8 +11,9 @@ runs a chore about once per interval whatever its size. A lone worker keeps the 
 and runs its first sweep at once, as before; in a fleet the first run falls at a random point of
 one gap, so a fleet started together does not sweep together.
 
-It no longer damps a herd of woken workers: an insert wakes one waiting worker per job, on that
-worker's own channel (migration 0025), so an idle fleet claims once per job whatever its size.
+It damps no herd of woken workers, since there is none: an insert wakes one waiting worker per
+job, on that worker's own channel (migration 0025), so an idle fleet claims once per job whatever
+its size.
 
 What it is not: a leader election (no worker is special; whoever survives still sweeps), nor
 where the fleet's size comes from (``presence.py`` counts the live nodes at each beat).
