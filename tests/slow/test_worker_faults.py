@@ -213,7 +213,8 @@ def test_a_worker_paused_past_its_lease_cannot_overwrite_the_rescuers_result(
     )
     paused = workers()
     wait_for(lambda: effects(ledger, "start"), what="the body to start")
-    paused.pause()
+    wait_for(lambda: start_recorded(ledger, ref.id), what="the body's start to be recorded")
+    paused.pause()  # its attempt is charged: the rescuer's is the second, which does not block
     wait_for(lambda: lease_ran_out(ledger, ref.id), timeout=15, what="the paused lease to run out")
     taker = workers()
     wait_for(lambda: row(ledger, ref.id)["state"] == "done", timeout=30, what="the rescue")

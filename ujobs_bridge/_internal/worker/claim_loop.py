@@ -176,8 +176,8 @@ class ClaimLoop(Service):
         ):
             capacity += 1
         batch = self.take_due()
-        if not batch:
-            self.claims.sweep()
+        if not batch and self.claims.sweep():
+            self.look = True  # rescued jobs are ready again, and no insert announced them
         free = capacity - held
         want = 0
         if (
@@ -228,8 +228,8 @@ class ClaimLoop(Service):
                     self.short = len(rows) < free
                     self.claims.counts.claims += 1
                     self.claims.counts.empty_claims += 0 if rows else 1
-        if batch:
-            self.claims.sweep()
+        if batch and self.claims.sweep():
+            self.look = True  # the next pass claims what the sweep made ready again
         if rows:
             self.claims.tidy(len(rows))
         return (want > 0 and len(rows) == want) or self.outcomes.more()

@@ -240,13 +240,13 @@ class Claims:
         if sum(size_of(s) for s in batch) >= LARGE_STATEMENT:
             self._conn.reset()
 
-    def sweep(self, *, force: bool = False) -> None:
+    def sweep(self, *, force: bool = False) -> int:
         """Rescue the jobs of expired leases and expire stale jobs, every ``sweep_s`` (alone;
         in a fleet of N, every N ``sweep_s`` or so, jittered: the fleet sweeps every
-        ``sweep_s``, see ``fleet.py``)."""
+        ``sweep_s``, see ``fleet.py``). Returns how many jobs it rescued (0 when not due)."""
         now = time.monotonic()
         if not force and not self._sweeps.due(now, self.fleet_size()):
-            return
+            return 0
         self._sweeps.ran(now)
         with self._conn.using():
             conn = self.connection()
@@ -273,6 +273,7 @@ class Claims:
             )
             self._dead_unregistered(conn)
             self._report_unregistered(conn, now)
+        return len(rescued)
 
     def _report_grace(self, conn: psycopg.Connection[Any]) -> None:
         """Once per start of the server, while it is recent: say until when the leases that ran
