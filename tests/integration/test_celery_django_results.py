@@ -65,11 +65,22 @@ def django_results(pg_dsn: str) -> Iterator[Any]:
     from django.test.utils import override_settings
 
     apps = [*settings.INSTALLED_APPS, "django_celery_results"]
+    from celery.signals import task_postrun
+
+    def close_thread_connections(**_: Any) -> None:
+        """The workers' threads each open a Django connection for the rows; it is closed after
+        each task, in its thread, so none is left for the garbage collector of a later test."""
+        from django.db import connections
+
+        connections.close_all()
+
+    task_postrun.connect(close_thread_connections, weak=False)
     with override_settings(INSTALLED_APPS=apps):
         call_command("migrate", "django_celery_results", verbosity=0)
         from apps import celery_django_results as project
 
         yield project
+        task_postrun.disconnect(close_thread_connections)
         for app in (project.bridge, project.plain):
             app.close()
         from django.db import connections
