@@ -275,6 +275,8 @@ class ClaimLoop(Service):
         if not batch and self.claims.sweep():
             self.look = True  # rescued jobs are ready again, and no insert announced them
         free = capacity - held
+        if handed and free <= 0:
+            self.short = False  # hand-offs filled every free slot: busy, as a full claim says
         want = 0
         if (
             free > 0
