@@ -4,7 +4,6 @@ job rows (done, retried with backoff, dead-lettered, expired, cancelled, timed o
 from __future__ import annotations
 
 import json
-
 import os
 from collections.abc import Iterator
 from datetime import timedelta
