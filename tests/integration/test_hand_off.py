@@ -142,3 +142,26 @@ def test_jobs_not_due_keyed_or_too_large_for_a_notification_are_woken_not_handed
     small = basic_jobs.add.configure(client=client).enqueue(2, 2)
     wait_for(lambda: row(db, small.id)["state"] == "done", timeout=10, what="the small job")
     assert worker.counts.hand_offs == 1
+
+
+def test_after_a_reload_a_job_of_a_name_the_worker_no_longer_runs_is_not_handed_to_it(
+    client: Client, make_worker: Any, db: Any
+) -> None:
+    worker = make_worker(frozen=False, poll_s=60)
+    worker.start()
+    ready_for_hand_off(db, worker, "basic")
+    kept = {name: d for name, d in worker.registry.items() if name != basic_jobs.add.name}
+    worker.reload(kept, queues=("basic",))
+
+    def names() -> list[str]:
+        found = db.execute(
+            "select names from x_queue_waiters where worker_id = %s and armed", (worker.id,)
+        ).fetchone()
+        return list(found[0]) if found else []
+
+    wait_for(lambda: names() == sorted(kept), timeout=10, what="marks naming the kept jobs")
+    dropped = basic_jobs.add.configure(client=client).enqueue(1, 1)
+    assert row(db, dropped.id)["state"] == "ready" and worker.counts.hand_offs == 0
+    ran = basic_jobs.whereami.configure(client=client).enqueue()
+    wait_for(lambda: row(db, ran.id)["state"] == "done", timeout=10, what="a job it runs")
+    assert worker.counts.hand_offs == 1

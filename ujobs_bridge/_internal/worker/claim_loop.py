@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ujobs.worker")
 
-RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
+RETRY_PAUSE_MAX_S = 5.0
+RECOVERED_KEPT = 4096  # hand-offs found by asking whose late notification is still dropped  # the longest pause after failed passes of the claim loop
 CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
 
 
@@ -102,6 +103,10 @@ class ClaimLoop(Service):
         self.armed = False  # the marks are armed for a hand-off (0027), as far as this loop knows
         self.handed: list[ClaimedJob] = []  # hand-offs heard, not yet taken (the listener adds)
         self.recover = False  # ask for hand-offs whose notification was missed (``relisten``)
+        self.stale_marks = False  # the marks name task names this worker no longer runs
+        # Hand-offs found by asking (``recover``), whose notification may still come: never
+        # run twice (bounded: the oldest are forgotten first).
+        self._recovered: dict[UUID, None] = {}
         self._handed_lock = threading.Lock()
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
@@ -124,9 +129,17 @@ class ClaimLoop(Service):
 
     def relisten(self) -> None:
         """The listener is listening again (a fresh connection): hand-offs sent while it was
-        away were never heard; the next pass asks for them, and claims."""
+        away were never heard; the next pass asks for them, claims, and arms the marks again
+        (a hand-off it never heard disarmed them)."""
         with self._handed_lock:
             self.recover = True
+            self.armed = False
+        self.notified()
+
+    def names_changed(self) -> None:
+        """A reload changed the task names: the marks are written anew before the next wait
+        (a hand-off must never bring a job of a name this worker no longer runs)."""
+        self.stale_marks = True
         self.notified()
 
     def _take_handed(self) -> list[ClaimedJob]:
@@ -135,17 +148,28 @@ class ClaimLoop(Service):
         with self._handed_lock:
             rows, self.handed = self.handed, []
             recover, self.recover = self.recover, False
+        heard: list[ClaimedJob] = []
+        for r in rows:
+            if r.id in self._recovered:
+                del self._recovered[r.id]  # found by asking already: its late notification
+            else:
+                heard.append(r)
         if recover:
             held = {job_id for job_id, _ in self.table.held_leases() + self.outcomes.leases()}
-            held.update(r.id for r in rows)
+            held.update(r.id for r in heard)
             try:
-                rows += self.claims.handed_unknown(held)
+                found = self.claims.handed_unknown(held)
             except BaseException:
                 with self._handed_lock:
                     self.recover = True
-                    self.handed[:0] = rows
+                    self.handed[:0] = heard
                 raise
-        return [r for r in rows if self.table.get(r.id) is None]
+            for r in found:
+                self._recovered[r.id] = None
+            while len(self._recovered) > RECOVERED_KEPT:
+                del self._recovered[next(iter(self._recovered))]
+            heard += found
+        return [r for r in heard if self.table.get(r.id) is None]
 
     def _run_handed(self, rows: list[ClaimedJob]) -> list[ClaimedJob]:
         """Run hand-offs as claimed rows (under ``jobs_lock``); those this worker cannot run (a
@@ -225,11 +249,12 @@ class ClaimLoop(Service):
         queues = self.claims.queues
         if self.worker_stopping.is_set() or not self.listening.is_set():
             return False
-        if self.waiting == queues and not self.unsure:
+        if self.waiting == queues and not self.unsure and not self.stale_marks:
             return False
-        if self.waiting not in (None, queues):
-            self.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
+        if self.waiting is not None and (self.waiting != queues or self.stale_marks):
+            self.claims.unmark_waiting()  # a reload changed its queues or names: marks anew
             self.waiting = None
+        self.stale_marks = False
         registered, added = self.claims.mark_waiting()
         self.waiting, self.unsure = (queues if registered else None), False
         self.armed = registered and added > 0 and self.claims.hand_offs is not None

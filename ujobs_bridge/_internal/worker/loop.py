@@ -397,7 +397,7 @@ class Worker:
             self.queues, self.names = chosen, tuple(sorted(registry))
             self.claims.queues, self.claims.names = self.queues, self.names
             self.listener.queues = frozenset(chosen)
-        self.claim_loop.notified()  # its new queues: claim now, marked anew before it waits
+        self.claim_loop.names_changed()  # claim now, marked anew (names, queues) before it waits
 
     @property
     def stopping(self) -> bool:
