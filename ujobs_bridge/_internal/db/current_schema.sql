@@ -174,8 +174,19 @@ begin
             return;
         end if;
     end if;
-    if p_wake then
-        perform x_jobs_wake(p_queue, 1);
+    if p_wake then  -- x_jobs_wake(p_queue, 1), inlined: one call per send, not two
+        select w.channel into v_channel
+          from x_queue_waiters as w
+         where w.queue = p_queue and w.channel is not null
+         order by random()
+         limit 1;
+        if v_channel is not null then
+            perform pg_notify(v_channel, p_queue);
+        end if;
+        if exists (select from x_queue_waiters as w
+                    where w.queue = p_queue and w.channel is null) then
+            perform pg_notify('x_jobs_ready', p_queue);
+        end if;
     end if;
     return;
 end

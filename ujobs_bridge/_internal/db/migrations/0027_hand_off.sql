@@ -29,9 +29,9 @@ alter table x_queue_waiters
 
 -- One job arrives in p_queue: hand it to a live, armed worker of that queue that runs p_name
 -- (p_handable: the caller's job is due now, has no idempotency key and fits in a notification),
--- or else wake one waiting worker (x_jobs_wake) when p_wake. A hand-off answers the lease the
--- caller's insert must write into the job's row (token, worker, lease_s) and the channel to
--- notify; a wake answers no row. Called before the caller's insert in the same statement, so the
+-- or else wake one waiting worker (as x_jobs_wake(p_queue, 1) does) when p_wake. A hand-off
+-- answers the lease the caller's insert must write into the job's row (token, worker, lease_s)
+-- and the channel to notify; a wake answers no row. Called before the caller's insert in the same statement, so the
 -- lease row is written for a job id the caller then inserts (p_id: new, never a conflict: a keyed
 -- job is never handable). Run as the owner: senders read and change no mark themselves.
 create function x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean,
@@ -73,8 +73,19 @@ begin
             return;
         end if;
     end if;
-    if p_wake then
-        perform x_jobs_wake(p_queue, 1);
+    if p_wake then  -- x_jobs_wake(p_queue, 1), inlined: one call per send, not two
+        select w.channel into v_channel
+          from x_queue_waiters as w
+         where w.queue = p_queue and w.channel is not null
+         order by random()
+         limit 1;
+        if v_channel is not null then
+            perform pg_notify(v_channel, p_queue);
+        end if;
+        if exists (select from x_queue_waiters as w
+                    where w.queue = p_queue and w.channel is null) then
+            perform pg_notify('x_jobs_ready', p_queue);
+        end if;
     end if;
     return;
 end
