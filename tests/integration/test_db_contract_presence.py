@@ -196,6 +196,8 @@ def test_a_one_row_insert_hands_its_job_to_a_live_armed_worker_that_runs_its_nam
         handed = _job("a")
         own.enqueue(sender, handed, None, None)
         assert state(handed.id) == ("running", 1, "h:1:a")
+        leased = db.execute("select count(*) from x_job_leases where job_id = %s", (handed.id,))
+        assert leased.fetchone() == (1,)  # one hand-off, one lease row
         (note,) = listen.notifies(timeout=1, stop_after=1)
         got = leases_db.handed_job(note.payload)
         assert note.channel == hand and got is not None

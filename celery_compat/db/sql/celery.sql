@@ -17,22 +17,22 @@
 -- %(send_commit)s, when not null, is the synchronous_commit of this statement's own transaction
 -- (a send through the app's pool: ujobs_send_commit), set when it writes a row; null on a
 -- caller's transaction, whose commit is the caller's.
-with m as (
+with m as materialized (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
                as cancel_reason,
            coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())) as due
       from (select %(task_id)s::text as task_id) as t
       left join x_celery_revoked as r on r.task_id = t.task_id
 ), arrival as materialized (
-    select a.token, a.worker, a.lease_s, a.hand_channel
-      from m cross join lateral x_jobs_arrive(
+    select x_jobs_arrive(
                %(queue)s::text, %(name)s::text, %(id)s::uuid,
                m.cancel_reason is null
                    and m.due <= coalesce(%(now)s::timestamptz, now())
                    and octet_length(%(input)s::text) <= 7000
                    and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
                        + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
-               m.cancel_reason is null) as a
+               m.cancel_reason is null) as h
+      from m
 ), inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
@@ -41,22 +41,22 @@ with m as (
     select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb, null,
            %(max_attempts)s::int, %(priority)s::smallint, m.due, null,
            case when m.cancel_reason is not null then 'cancelled'
-                when h.token is not null then 'running'
+                when (a.h).token is not null then 'running'
                 else 'ready' end,
            m.cancel_reason,
            case when m.cancel_reason is null then null else now() end,
            null, %(traceparent)s::text, %(enqueued_by)s::text, now(), now(),
-           case when h.token is null then 0 else 1 end,
-           case when h.token is null then 0 else 1 end,
-           h.token, now() + make_interval(secs => h.lease_s), h.worker
-      from m left join arrival as h on true
+           case when (a.h).token is null then 0 else 1 end,
+           case when (a.h).token is null then 0 else 1 end,
+           (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
+      from m, arrival as a
     on conflict do nothing
     returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
               x_jobs.run_at, x_jobs.lease_token
 )
 select inserted.id,
-       case when h.hand_channel is not null
-            then (select 1 from pg_notify(h.hand_channel,
+       case when (a.h).hand_channel is not null
+            then (select 1 from pg_notify((a.h).hand_channel,
                            json_build_object('id', inserted.id, 'token', inserted.lease_token,
                                              'name', inserted.name, 'queue', inserted.queue,
                                              'max_attempts', inserted.max_attempts,
@@ -66,7 +66,7 @@ select inserted.id,
                            || chr(10) || %(input)s::text)) end as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted left join arrival as h on true
+  from inserted, arrival as a
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;

@@ -3,6 +3,14 @@
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
 
+-- Name: x_hand_off; Type: TYPE; Schema: public
+CREATE TYPE public.x_hand_off AS (
+	token uuid,
+	worker text,
+	lease_s double precision,
+	hand_channel text
+);
+
 -- Name: x_job_cancel(uuid, text); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_job_cancel(p_id uuid, p_error text) RETURNS SETOF uuid
     LANGUAGE sql SECURITY DEFINER
@@ -135,7 +143,7 @@ $$;
 COMMENT ON FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) IS 'duties: operator worker. Requeue one ended job.';
 
 -- Name: x_jobs_arrive(text, text, uuid, boolean, boolean); Type: FUNCTION; Schema: public
-CREATE FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) RETURNS TABLE(token uuid, worker text, lease_s double precision, hand_channel text)
+CREATE FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) RETURNS public.x_hand_off
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -143,7 +151,11 @@ declare
     v_worker  text;
     v_lease_s float8;
     v_channel text;
+    v_token   uuid;
 begin
+    if not exists (select from x_queue_waiters as w where w.queue = p_queue) then
+        return null;
+    end if;
     if p_handable then
         -- The advisory lock class 1970958178 ('ujob') is the hand-off's: a live listen session
         -- holds its worker's key exclusively, so a shared try fails for it alone (a dead
@@ -159,19 +171,15 @@ begin
         if v_worker is not null then
             update x_queue_waiters as w set armed = false
              where w.queue = p_queue and w.worker_id = v_worker;
-            token := gen_random_uuid();
-            worker := v_worker;
-            lease_s := v_lease_s;
-            hand_channel := v_channel;
+            v_token := gen_random_uuid();
             insert into x_job_leases (job_id, token, worker, claimed_at, attempt, started_at,
                                       lease_s)
-            values (p_id, token, v_worker, now(), 1, null, v_lease_s);
+            values (p_id, v_token, v_worker, now(), 1, null, v_lease_s);
             insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
             values (date_trunc('minute', now()), p_queue, pg_backend_pid(), 1, 0, 0)
             on conflict (minute, queue, backend)
             do update set picked = c.picked + 1;
-            return next;
-            return;
+            return row(v_token, v_worker, v_lease_s, v_channel)::x_hand_off;
         end if;
     end if;
     if p_wake then  -- x_jobs_wake(p_queue, 1), inlined: one call per send, not two
@@ -188,7 +196,7 @@ begin
             perform pg_notify('x_jobs_ready', p_queue);
         end if;
     end if;
-    return;
+    return null;
 end
 $$;
 

@@ -27,22 +27,31 @@ alter table x_queue_waiters
     add column hand_channel text,
     add column armed boolean not null default false;
 
+-- What a hand-off gives the insert that makes it: the lease it writes into the job's row (token,
+-- worker, lease_s) and the channel it notifies.
+create type x_hand_off as (token uuid, worker text, lease_s float8, hand_channel text);
+
 -- One job arrives in p_queue: hand it to a live, armed worker of that queue that runs p_name
 -- (p_handable: the caller's job is due now, has no idempotency key and fits in a notification),
--- or else wake one waiting worker (as x_jobs_wake(p_queue, 1) does) when p_wake. A hand-off
--- answers the lease the caller's insert must write into the job's row (token, worker, lease_s)
--- and the channel to notify; a wake answers no row. Called before the caller's insert in the same statement, so the
--- lease row is written for a job id the caller then inserts (p_id: new, never a conflict: a keyed
--- job is never handable). Run as the owner: senders read and change no mark themselves.
+-- or else wake one waiting worker (as x_jobs_wake(p_queue, 1) does) when p_wake. Answers the
+-- hand-off, or null (woken, or nobody waits). Called before the caller's insert in the same
+-- statement, so the lease row is written for a job id the caller then inserts (p_id: new, never
+-- a conflict: a keyed job is never handable). Run as the owner: senders read and change no
+-- mark themselves. A scalar, not a set: the one-row statements that call it stay cheap to run
+-- and to plan. A queue nobody waits for (a busy fleet) costs one index probe.
 create function x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean,
                               p_wake boolean)
-returns table (token uuid, worker text, lease_s float8, hand_channel text)
+returns x_hand_off
 language plpgsql volatile security definer as $fn$
 declare
     v_worker  text;
     v_lease_s float8;
     v_channel text;
+    v_token   uuid;
 begin
+    if not exists (select from x_queue_waiters as w where w.queue = p_queue) then
+        return null;
+    end if;
     if p_handable then
         -- The advisory lock class 1970958178 ('ujob') is the hand-off's: a live listen session
         -- holds its worker's key exclusively, so a shared try fails for it alone (a dead
@@ -58,19 +67,15 @@ begin
         if v_worker is not null then
             update x_queue_waiters as w set armed = false
              where w.queue = p_queue and w.worker_id = v_worker;
-            token := gen_random_uuid();
-            worker := v_worker;
-            lease_s := v_lease_s;
-            hand_channel := v_channel;
+            v_token := gen_random_uuid();
             insert into x_job_leases (job_id, token, worker, claimed_at, attempt, started_at,
                                       lease_s)
-            values (p_id, token, v_worker, now(), 1, null, v_lease_s);
+            values (p_id, v_token, v_worker, now(), 1, null, v_lease_s);
             insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
             values (date_trunc('minute', now()), p_queue, pg_backend_pid(), 1, 0, 0)
             on conflict (minute, queue, backend)
             do update set picked = c.picked + 1;
-            return next;
-            return;
+            return row(v_token, v_worker, v_lease_s, v_channel)::x_hand_off;
         end if;
     end if;
     if p_wake then  -- x_jobs_wake(p_queue, 1), inlined: one call per send, not two
@@ -87,7 +92,7 @@ begin
             perform pg_notify('x_jobs_ready', p_queue);
         end if;
     end if;
-    return;
+    return null;
 end
 $fn$;
 

@@ -31,20 +31,18 @@ select id
 -- written as that worker's running claim and the job is sent on its hand-off channel: its body
 -- starts without a claim); otherwise one waiting worker is woken. %(send_commit)s, when not
 -- null, is the synchronous_commit of this statement's own transaction, set when it writes a row.
-with d as (
-    select coalesce(%(run_at)s::timestamptz,
-                    coalesce(%(now)s::timestamptz, now())
-                        + make_interval(secs => %(delay_s)s::float8)) as due
-), arrival as materialized (
-    select a.token, a.worker, a.lease_s, a.hand_channel
-      from d cross join lateral x_jobs_arrive(
+with arrival as materialized (
+    select x_jobs_arrive(
                %(queue)s::text, %(name)s::text, %(id)s::uuid,
                %(idempotency_key)s::text is null
-                   and d.due <= coalesce(%(now)s::timestamptz, now())
+                   and coalesce(%(run_at)s::timestamptz,
+                                coalesce(%(now)s::timestamptz, now())
+                                    + make_interval(secs => %(delay_s)s::float8))
+                       <= coalesce(%(now)s::timestamptz, now())
                    and octet_length(%(input)s::text) <= 7000
                    and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
                        + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
-               true) as a
+               true) as h
 ), inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
@@ -54,12 +52,15 @@ with d as (
            %(idempotency_key)s::text, %(max_attempts)s::int, %(priority)s::smallint, d.due,
            coalesce(%(expires_at)s::timestamptz,
                     d.due + make_interval(secs => %(expires_in_s)s::float8)),
-           case when h.token is null then 'ready' else 'running' end, null, null,
+           case when (a.h).token is null then 'ready' else 'running' end, null, null,
            %(tenant_id)s::text, %(traceparent)s::text, %(enqueued_by)s::text, now(), now(),
-           case when h.token is null then 0 else 1 end,
-           case when h.token is null then 0 else 1 end,
-           h.token, now() + make_interval(secs => h.lease_s), h.worker
-      from d left join arrival as h on true
+           case when (a.h).token is null then 0 else 1 end,
+           case when (a.h).token is null then 0 else 1 end,
+           (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
+      from (select coalesce(%(run_at)s::timestamptz,
+                            coalesce(%(now)s::timestamptz, now())
+                                + make_interval(secs => %(delay_s)s::float8)) as due) as d,
+           arrival as a
     on conflict do nothing
     returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
               x_jobs.run_at, x_jobs.lease_token,
@@ -67,8 +68,8 @@ with d as (
                   and x_jobs.expires_at <= coalesce(%(now)s::timestamptz, now()) as expired
 )
 select inserted.id, false as existing,
-       case when h.hand_channel is not null
-            then (select 1 from pg_notify(h.hand_channel,
+       case when (a.h).hand_channel is not null
+            then (select 1 from pg_notify((a.h).hand_channel,
                            json_build_object('id', inserted.id, 'token', inserted.lease_token,
                                              'name', inserted.name, 'queue', inserted.queue,
                                              'max_attempts', inserted.max_attempts,
@@ -78,7 +79,7 @@ select inserted.id, false as existing,
                            || chr(10) || %(input)s::text)) end as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted left join arrival as h on true
+  from inserted, arrival as a
 union all
 select j.id, true, null, null
   from x_jobs as j
