@@ -15,7 +15,9 @@ size P in ``SIZES``:
   ``latency`` cell: ``time.time()`` before the send, the body's ``time.time()`` back through
   Redis, a gap between jobs);
 - once every node has beaten again, the counters are read again: claims per job and empty
-  claims per job are the fleet's claim passes (and those that found nothing) over the jobs sent.
+  claims per job are the fleet's claim passes (and those that found nothing) over the jobs sent;
+  hand-offs per job, the jobs an insert claimed for an idle worker itself (migration 0027: no
+  claim pass at all).
 
 The workers poll every ``POLL_S`` (longer than a point lasts), so the counts are the wake-ups'
 and the claims that come with each job's outcome, not the polls'.
@@ -55,6 +57,7 @@ class FleetPoint:
     jobs: int  # jobs sent (warm-ups included): the divisor of the claim counts
     claims: int
     empty_claims: int
+    hand_offs: int = 0  # jobs the inserts claimed for an idle worker (migration 0027)
 
     @property
     def p50(self) -> float:
@@ -69,6 +72,10 @@ class FleetPoint:
         return self.claims / self.jobs if self.jobs else float("nan")
 
     @property
+    def hand_offs_per_job(self) -> float:
+        return self.hand_offs / self.jobs if self.jobs else float("nan")
+
+    @property
     def empty_per_job(self) -> float:
         return self.empty_claims / self.jobs if self.jobs else float("nan")
 
@@ -76,8 +83,8 @@ class FleetPoint:
         via = "PgBouncer + direct listen" if self.bouncer else "direct"
         return (
             f"{self.workers} idle worker(s) ({via}): p50 {self.p50:.2f} ms, p99 {self.p99:.2f} ms, "
-            f"{self.claims_per_job:.2f} claims a job ({self.empty_per_job:.2f} empty; "
-            f"n={len(self.samples_ms)})"
+            f"{self.claims_per_job:.2f} claims a job ({self.empty_per_job:.2f} empty), "
+            f"{self.hand_offs_per_job:.2f} hand-offs a job (n={len(self.samples_ms)})"
         )
 
 
@@ -105,8 +112,9 @@ def _waiting(conn: psycopg.Connection[Any], queue: str) -> int:
 
 def _counters(
     conn: psycopg.Connection[Any], groups: Sequence[Group], workers: int
-) -> tuple[int, int]:
-    """Every node's claim counters, once each node has beaten after this instant."""
+) -> tuple[int, int, int]:
+    """Every node's claim and hand-off counters, once each node has beaten after this
+    instant."""
     since = _scalar(conn, "select now()")
     _wait(
         "a beat of every worker",
@@ -118,10 +126,11 @@ def _counters(
     )
     row = conn.execute(
         "select coalesce(sum((info ->> 'claims')::bigint), 0),"
-        " coalesce(sum((info ->> 'empty_claims')::bigint), 0) from x_worker_nodes"
+        " coalesce(sum((info ->> 'empty_claims')::bigint), 0),"
+        " coalesce(sum((info ->> 'hand_offs')::bigint), 0) from x_worker_nodes"
     ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 def run(
@@ -159,15 +168,19 @@ def run(
                     lambda size=workers: _waiting(conn, QUEUE) >= size,
                     groups,
                 )
-                claims0, empty0 = _counters(conn, groups, workers)
+                claims0, empty0, hands0 = _counters(conn, groups, workers)
                 samples = cells.idle_latency(
                     send=send, receive=receive, settings=settings, watch=groups
                 )
-                claims1, empty1 = _counters(conn, groups, workers)
+                claims1, empty1, hands1 = _counters(conn, groups, workers)
             finally:
                 for group in groups:
                     group.stop()
         jobs = settings.latency_warmup + settings.latency_samples
-        points.append(FleetPoint(workers, via, samples, jobs, claims1 - claims0, empty1 - empty0))
+        points.append(
+            FleetPoint(
+                workers, via, samples, jobs, claims1 - claims0, empty1 - empty0, hands1 - hands0
+            )
+        )
     pg.empty_jobs(conn)
     return points

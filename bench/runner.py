@@ -226,9 +226,11 @@ class Runner:
             add(name, cell, label + " · p99", "p99", rnd, p.p99)
             add(name, cell, label + " · claims a job", "ratio", rnd, p.claims_per_job)
             add(name, cell, label + " · empty claims a job", "ratio", rnd, p.empty_per_job)
+            add(name, cell, label + " · hand-offs a job", "ratio", rnd, p.hand_offs_per_job)
             self.results.detail.append(
                 {"system": name, "cell": cell, "round": rnd, "workers": p.workers,
                  "samples_ms": p.samples_ms, "claims": p.claims, "empty_claims": p.empty_claims,
+                 "hand_offs": p.hand_offs,
                  "jobs": p.jobs}
             )  # fmt: skip
             self.say(rnd, name, f"{cell}: {escape(p.summary())}")

@@ -22,7 +22,7 @@ from celery.worker.request import Request
 
 from celery_compat import Celery
 from celery_compat.contrib.testing.worker import start_worker
-from conftest import ADMIN_DSN
+from conftest import ADMIN_DSN, wait_for
 from ujobs_bridge import connect
 
 pytest_plugins = ["pytester"]
@@ -409,3 +409,28 @@ def test_revoke_by_stamped_headers_discards_a_stamped_task_and_replies_like_cele
             assert (ran.get(timeout=10), plain.get(timeout=10)) == (4, 6)
     finally:
         worker_state.revoked_stamps.clear()
+
+
+def test_a_delay_to_an_idle_worker_is_handed_to_it_and_runs_once(app: Any, dsn: str) -> None:
+    """The engine's hand-off (migration 0027) on Celery's send path: a ``.delay()`` into a queue
+    whose worker waits idle is claimed for it by the insert and runs once, attempt 1."""
+    with start_worker(app, perform_ping_check=False) as w, psycopg.connect(dsn) as conn:
+        engine = w.worker
+
+        def armed() -> bool:
+            row = conn.execute(
+                "select count(*) from x_queue_waiters where worker_id = %s and armed",
+                (engine.id,),
+            ).fetchone()
+            conn.commit()
+            return bool(row and row[0] == len(engine.queues))
+
+        wait_for(armed, timeout=10, what="the worker's marks armed for a hand-off")
+        before = engine.counts.hand_offs
+        assert app.tasks["contrib.add"].delay(20, 22).get(timeout=10) == 42
+        assert engine.counts.hand_offs == before + 1
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select state, attempt from x_jobs where name = 'contrib.add'"
+        ).fetchall()
+    assert rows == [("done", 1)]

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from ujobs_bridge._internal.db import enqueue as enqueue_db
+from ujobs_bridge._internal.db import leases as leases_db
 from ujobs_bridge._internal.db import mailbox, nodes, session
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -77,9 +78,9 @@ def test_requests_reach_their_nodes_once_and_replies_come_back(db: psycopg.Conne
     assert [n.payload for n in db.notifies(timeout=1, stop_after=1)] == [str(seq)]
 
 
-def _job(queue: str) -> enqueue_db.EnqueueSpec:
+def _job(queue: str, name: str = "t") -> enqueue_db.EnqueueSpec:
     return enqueue_db.EnqueueSpec(
-        id=uuid.uuid4(), name="t", queue=queue, input_json=json.dumps({}), max_attempts=1
+        id=uuid.uuid4(), name=name, queue=queue, input_json=json.dumps({}), max_attempts=1
     )
 
 
@@ -153,3 +154,59 @@ def test_an_insert_wakes_one_waiting_worker_per_ready_job_on_its_own_channel(
     got = [c for c, _p in woken()]
     assert "x_jobs_ready" in got and len(got) == 2  # the older worker's, and one channel
     assert set(got) - {"x_jobs_ready"} <= set(channels.values())
+
+
+def test_a_one_row_insert_hands_its_job_to_a_live_armed_worker_that_runs_its_name(
+    db: psycopg.Connection[Any], dsn: str
+) -> None:
+    """0027: a mark armed for hand-offs (``HandOffs``) gets the job itself, written as its
+    worker's running claim, only while a session holds the mark's lock key; the hand-off
+    disarms the mark until ``queue_waiting_arm``; a job of a name the worker does not run, or
+    one arriving while the key is not held, is only woken. ``job_handed_unknown`` finds the
+    hand-offs the worker does not hold, in a claim's shape."""
+    nodes.node_register(db, spec("h:1:a", "w1@h"), 30.0, T0)
+    wake = session.wake_channel("ab" * 8)
+    hand = session.hand_channel(wake)
+    offer = nodes.HandOffs(names=("t",), lease_s=30.0, lock_key=4242, channel=hand)
+    assert nodes.queue_waiting_mark(db, "h:1:a", ["a"], T0, wake, offer) == (True, 1)
+    own = enqueue_db.OwnEnqueues()
+
+    def state(job_id: uuid.UUID) -> tuple[Any, ...] | None:
+        return db.execute(
+            "select state, attempt, claimed_by from x_jobs where id = %s", (job_id,)
+        ).fetchone()
+
+    with (
+        psycopg.connect(dsn, autocommit=True) as sender,
+        psycopg.connect(dsn, autocommit=True) as listen,
+    ):
+        session.listen_for_wake(listen, wake)
+        session.listen_for_wake(listen, hand)
+        unheld = _job("a")
+        own.enqueue(sender, unheld, None, None)
+        assert state(unheld.id) == ("ready", 0, None)  # nobody holds the key: woken only
+        assert [n.channel for n in listen.notifies(timeout=0.3)] == [wake]
+        assert session.hold_hand_off_lock(listen, 4242)
+        with psycopg.connect(dsn, autocommit=True) as other:
+            assert not session.hold_hand_off_lock(other, 4242)  # held by another session
+        other_name = _job("a", "u")
+        own.enqueue(sender, other_name, None, None)
+        assert state(other_name.id) == ("ready", 0, None)
+        assert [n.channel for n in listen.notifies(timeout=0.3)] == [wake]
+        handed = _job("a")
+        own.enqueue(sender, handed, None, None)
+        assert state(handed.id) == ("running", 1, "h:1:a")
+        leased = db.execute("select count(*) from x_job_leases where job_id = %s", (handed.id,))
+        assert leased.fetchone() == (1,)  # one hand-off, one lease row
+        (note,) = listen.notifies(timeout=1, stop_after=1)
+        got = leases_db.handed_job(note.payload)
+        assert note.channel == hand and got is not None
+        assert (got.id, got.name, got.queue, got.input, got.attempt) == (handed.id, "t", "a", {}, 1)
+        assert leases_db.handed_job("a") is None  # a wake's payload is no hand-off
+        disarmed = _job("a")
+        own.enqueue(sender, disarmed, None, None)
+        assert state(disarmed.id) == ("ready", 0, None)  # the hand-off disarmed the mark
+        assert nodes.queue_waiting_arm(db, "h:1:a") == 1
+        (unknown,) = leases_db.job_handed_unknown(db, "h:1:a", [], None)
+        assert (unknown.id, unknown.lease_token) == (got.id, got.lease_token)
+        assert leases_db.job_handed_unknown(db, "h:1:a", [got.id], None) == []

@@ -31,7 +31,9 @@ DATABASE_VARIABLES = (
     "JOBS_DATABASE_URL",
     "OWNER_DSN",
 )
-BROKER_DB = 1  # of the test kit's own redis-server: this file's only (13 is the django-results tests')
+BROKER_DB = (
+    1  # of the test kit's own redis-server: this file's only (13 is the django-results tests')
+)
 USER_TABLES = "select tablename from pg_tables where schemaname = 'public' and tablename !~ '^x_'"
 
 

@@ -93,9 +93,7 @@ def test_control_commands_change_the_worker(dsn: str, workers: list[Worker]) -> 
     assert "only queue" in last["w1@box"]["error"]["message"]
     bad = replies(dsn, "consume", destination=one, arguments={"queue": "no spaces"})
     assert bad["w1@box"]["error"]["code"] == "UJ_QUEUE_NAME_INVALID"
-    assert replies(dsn, "pool_grow", destination=one, arguments={"n": 2}) == {
-        "w1@box": {"size": 4}
-    }
+    assert replies(dsn, "pool_grow", destination=one, arguments={"n": 2}) == {"w1@box": {"size": 4}}
     assert w1.config.concurrency == 4
     assert replies(dsn, "pool_shrink", destination=one) == {"w1@box": {"size": 3}}
     assert w1.config.concurrency == 3

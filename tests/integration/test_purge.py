@@ -30,7 +30,9 @@ Db = psycopg.Connection[Any]
 DAY = timedelta(days=1)
 WEEK_S = 7 * 86400.0
 LIVE = ("ready", "running", "sleeping", "waiting")
-PURGE_MODULE = sys.modules["ujobs_bridge._internal.jobs.purge"]  # where the root's ``purge`` job lives
+PURGE_MODULE = sys.modules[
+    "ujobs_bridge._internal.jobs.purge"
+]  # where the root's ``purge`` job lives
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ job rows (done, retried with backoff, dead-lettered, expired, cancelled, timed o
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from datetime import timedelta
@@ -205,6 +206,25 @@ def idle(db: psycopg.Connection[Any], worker: Worker, *queues: str) -> None:
     wait_for(lambda: marked(db, worker) == sorted(queues), timeout=10, what=f"waiting on {queues}")
 
 
+def armed(db: psycopg.Connection[Any], worker: Worker) -> list[str]:
+    """The queues whose marks of ``worker`` are armed for a hand-off (migration 0027)."""
+    rows = db.execute(
+        "select queue from x_queue_waiters where worker_id = %s and armed order by queue",
+        (worker.id,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def ready_for_hand_off(db: psycopg.Connection[Any], worker: Worker, *queues: str) -> None:
+    idle(db, worker, *queues)
+    wait_for(lambda: armed(db, worker) == sorted(queues), timeout=10, what=f"armed on {queues}")
+
+
+def handed_ids(notes: Any) -> list[str]:
+    """The job ids of hand-off notifications (a JSON header, a newline, the input)."""
+    return [json.loads(n.payload.partition("\n")[0])["id"] for n in notes]
+
+
 def test_an_idle_worker_is_woken_by_notify_not_by_polling(
     client: Client, make_worker: Any, db: Any
 ) -> None:
@@ -225,7 +245,7 @@ def test_a_busy_worker_is_not_notified_and_waits_again_once_its_slots_free(
 ) -> None:
     """While its claims fill every free slot, a worker's queues carry no mark and an insert
     sends no notification (producers then share their commits' flushes, 0021); once its claim
-    comes back short again it marks them, and an insert wakes it at once."""
+    comes back short again it marks them, and an insert hands it the job at once (0027)."""
     worker = make_worker(frozen=False, poll_s=60, concurrency=1, prefetch_multiplier=1)
     worker.start()
     assert worker.listener.listening.wait(10)
@@ -241,11 +261,12 @@ def test_a_busy_worker_is_not_notified_and_waits_again_once_its_slots_free(
         assert [n.payload for n in listener.notifies(timeout=0.5)] == []
         Introspector(dsn).cancel(blocker.id)
         wait_for(lambda: row(db, queued.id)["state"] == "done", timeout=10, what="the queued job")
-        idle(db, worker, "basic")
+        ready_for_hand_off(db, worker, "basic")
+        session.listen_for_wake(listener, worker.hand_channel)
         later = basic_jobs.add.configure(client=client).enqueue(3, 4)
-        woken = listener.notifies(timeout=10, stop_after=1)
-        assert [(n.channel, n.payload) for n in woken] == [(worker.wake_channel, "basic")]
-    wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="the notified job")
+        handed = listener.notifies(timeout=10, stop_after=1)
+        assert [n.channel for n in handed] == [worker.hand_channel]  # handed, not woken
+    wait_for(lambda: row(db, later.id)["state"] == "done", timeout=10, what="the handed job")
 
 
 def test_marks_reaped_with_the_node_come_back_once_the_node_does(
@@ -254,7 +275,7 @@ def test_marks_reaped_with_the_node_come_back_once_the_node_does(
     """A worker whose node was reaped (an outage longer than its lease) lost its marks with it,
     and its poll picks jobs up; once its presence registers the node again, the poll's re-check
     marks the queue again and inserts wake it. (No check that nothing notifies meanwhile: the
-    heartbeat may bring the node back at any moment.)"""
+    heartbeat may bring the node back at any moment.) Marked again, it is handed the next job."""
     worker = make_worker(frozen=False, poll_s=0.2, lease_s=3.0)
     worker.start()
     assert worker.listener.listening.wait(10)
@@ -267,39 +288,45 @@ def test_marks_reaped_with_the_node_come_back_once_the_node_does(
         session.listen_for_wake(listener, worker.wake_channel)
         polled = basic_jobs.add.configure(client=client).enqueue(1, 1)
         wait_for(lambda: row(db, polled.id)["state"] == "done", timeout=10, what="a polled claim")
-        idle(db, worker, "basic")  # the node is back (its heartbeat, every second here)
-        basic_jobs.add.configure(client=client).enqueue(2, 2)
-        assert [n.payload for n in listener.notifies(timeout=10, stop_after=1)] == ["basic"]
+        ready_for_hand_off(db, worker, "basic")  # the node is back (its heartbeat, every second)
+        session.listen_for_wake(listener, worker.hand_channel)
+        again = basic_jobs.add.configure(client=client).enqueue(2, 2)
+        notes = listener.notifies(timeout=10, stop_after=1)
+        assert handed_ids(notes) == [str(again.id)]
 
 
-def test_one_insert_wakes_exactly_one_of_several_idle_workers(
+def test_one_insert_is_handed_to_exactly_one_of_several_idle_workers(
     client: Client, make_worker: Any, db: Any, dsn: str
 ) -> None:
-    """0025: an idle fleet hears one notification per job, on one worker's own channel; that
-    worker claims it once, and the others claim nothing (no herd, so no pause after empty
-    claims); the wake-ups for the body's start and its outcome claim nothing either."""
+    """0027: into an idle fleet, the insert itself claims the job for one armed worker and sends
+    it on that worker's hand-off channel: no wake-up on any channel, no claim pass by any worker
+    (the body's start and its outcome claim nothing either); the job runs once, attempt 1, and
+    the worker arms its mark again for the next one."""
     fleet = [make_worker(frozen=False, poll_s=60) for _ in range(4)]
     for worker in fleet:
         worker.start()
     for worker in fleet:
         assert worker.listener.listening.wait(10)
-        idle(db, worker, "basic")
-    by_channel = {w.wake_channel: w for w in fleet}
+        ready_for_hand_off(db, worker, "basic")
+    by_hand = {w.hand_channel: w for w in fleet}
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute("listen x_jobs_ready")
-        for channel in by_channel:
-            session.listen_for_wake(listener, channel)
+        for w in fleet:
+            session.listen_for_wake(listener, w.wake_channel)
+            session.listen_for_wake(listener, w.hand_channel)
         for rnd in range(3):
-            before = [w.counts.claims for w in fleet]
+            before = [(w.counts.claims, w.counts.hand_offs) for w in fleet]
             ref = basic_jobs.add.configure(client=client).enqueue(rnd, 1)
             wait_for(lambda r=ref: row(db, r.id)["state"] == "done", timeout=10, what="the job")
-            woken = [n.channel for n in listener.notifies(timeout=0.5)]
-            assert len(woken) == 1 and woken[0] in by_channel, woken  # one worker, no broadcast
-            ran = by_channel[woken[0]]
-            wait_for(lambda w=ran: marked(db, w) == ["basic"], timeout=10, what="idle again")
-            claimed = [w.counts.claims - b for w, b in zip(fleet, before, strict=True)]
-            assert [c for w, c in zip(fleet, claimed, strict=True) if w is not ran] == [0, 0, 0]
-            assert claimed[fleet.index(ran)] == 1  # the start and the outcome claim nothing
+            notes = list(listener.notifies(timeout=0.5))
+            assert [n.channel in by_hand for n in notes] == [True], notes  # one hand-off only
+            ran = by_hand[notes[0].channel]
+            assert handed_ids(notes) == [str(ref.id)]
+            assert row(db, ref.id)["attempt"] == 1
+            ready_for_hand_off(db, ran, "basic")  # armed again for the next job
+            after = [(w.counts.claims, w.counts.hand_offs) for w in fleet]
+            changes = [(c1 - c0, h1 - h0) for (c0, h0), (c1, h1) in zip(before, after, strict=True)]
+            assert changes == [(0, 1) if w is ran else (0, 0) for w in fleet]
 
 
 def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(

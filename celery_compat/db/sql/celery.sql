@@ -6,40 +6,67 @@
 -- One Celery message with no send key → one job, no ledger row: the one-row form of
 -- x_jobs_insert (migrations 0021, 0025) written as one plain statement, the same columns and values
 -- (tests/test_insert_path.py compares the rows column by column). A message for a revoked task
--- id is born cancelled (it never runs) with %(revoked_reason)s as last_error; a ready job wakes
--- one worker waiting for its queue, if one waits (the engine's x_jobs_wake). Why not the insert
+-- id is born cancelled (it never runs) with %(revoked_reason)s as last_error. Why not the insert
 -- function: a one-by-one .delay() is one round trip and one durable commit, and the PL/pgSQL
 -- insert (its SPI execution, the set-returning call's tuplestore, the lateral join) is work on
 -- that path it need not pay (`python -m bench --cells delay-one`).
+-- The job arrives through the engine's x_jobs_arrive (its migration 0027): a message due now
+-- whose body fits in a notification is handed to an idle worker armed for its queue and task
+-- (the row written as that worker's running claim, the job sent on its hand-off channel, as the
+-- engine's job_enqueue_one does); otherwise a ready job wakes one waiting worker.
 -- %(send_commit)s, when not null, is the synchronous_commit of this statement's own transaction
 -- (a send through the app's pool: ujobs_send_commit), set when it writes a row; null on a
 -- caller's transaction, whose commit is the caller's.
-with m as (
+with m as materialized (
     select case when r.task_id is null then null else %(revoked_reason)s::text end
-               as cancel_reason
+               as cancel_reason,
+           coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())) as due
       from (select %(task_id)s::text as task_id) as t
       left join x_celery_revoked as r on r.task_id = t.task_id
+), arrival as materialized (
+    select x_jobs_arrive(
+               %(queue)s::text, %(name)s::text, %(id)s::uuid,
+               m.cancel_reason is null
+                   and m.due <= coalesce(%(now)s::timestamptz, now())
+                   and octet_length(%(input)s::text) <= 7000
+                   and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
+                       + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
+               m.cancel_reason is null) as h
+      from m
 ), inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
          state, last_error, finished_at, tenant_id, traceparent, enqueued_by,
-         created_at, updated_at)
+         created_at, updated_at, attempt, deliveries, lease_token, lease_expires_at, claimed_by)
     select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb, null,
-           %(max_attempts)s::int, %(priority)s::smallint,
-           coalesce(%(run_at)s::timestamptz, coalesce(%(now)s::timestamptz, now())), null,
-           case when m.cancel_reason is null then 'ready' else 'cancelled' end,
+           %(max_attempts)s::int, %(priority)s::smallint, m.due, null,
+           case when m.cancel_reason is not null then 'cancelled'
+                when (a.h).token is not null then 'running'
+                else 'ready' end,
            m.cancel_reason,
            case when m.cancel_reason is null then null else now() end,
-           null, %(traceparent)s::text, %(enqueued_by)s::text, now(), now()
-      from m
+           null, %(traceparent)s::text, %(enqueued_by)s::text, now(), now(),
+           case when (a.h).token is null then 0 else 1 end,
+           case when (a.h).token is null then 0 else 1 end,
+           (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
+      from m, arrival as a
     on conflict do nothing
-    returning x_jobs.id, x_jobs.queue, x_jobs.state
+    returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
+              x_jobs.run_at, x_jobs.lease_token
 )
 select inserted.id,
-       case when inserted.state = 'ready' then x_jobs_wake(inserted.queue, 1) end as woken,
+       case when (a.h).hand_channel is not null
+            then (select 1 from pg_notify((a.h).hand_channel,
+                           json_build_object('id', inserted.id, 'token', inserted.lease_token,
+                                             'name', inserted.name, 'queue', inserted.queue,
+                                             'max_attempts', inserted.max_attempts,
+                                             'traceparent', inserted.traceparent,
+                                             'run_at', inserted.run_at,
+                                             'expired', false)::text
+                           || chr(10) || %(input)s::text)) end as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted
+  from inserted, arrival as a
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;

@@ -310,7 +310,7 @@ def serve(app: LoadedApp, app_spec: str | None, asked: WorkerFlags) -> NoReturn:
     logs.say(
         f"worker stopped: done={c.done} retried={c.retried} dead={c.dead}"
         f" handed_back={c.handed_back} fenced={c.fenced} claims={c.claims}"
-        f" empty_claims={c.empty_claims}"
+        f" empty_claims={c.empty_claims} hand_offs={c.hand_offs}"
     )
     flags.remove_pidfile(asked.pidfile)
     sys.stdout.flush()

@@ -1,7 +1,15 @@
 -- The current shape of schema part `ujobs_bridge`: what its migrations (migrations/,
--- through 0026_count_kinds) leave, as pg_dump prints it (no owners, no grants).
+-- through 0027_hand_off) leave, as pg_dump prints it (no owners, no grants).
 -- Generated: do not edit. After adding a migration run `ujobs-bridge db schema --write`
 -- (tests/test_schema_parts.py fails while this file is stale). The why is in the migrations.
+
+-- Name: x_hand_off; Type: TYPE; Schema: public
+CREATE TYPE public.x_hand_off AS (
+	token uuid,
+	worker text,
+	lease_s double precision,
+	hand_channel text
+);
 
 -- Name: x_job_cancel(uuid, text); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_job_cancel(p_id uuid, p_error text) RETURNS SETOF uuid
@@ -133,6 +141,67 @@ $$;
 
 -- Name: FUNCTION x_job_requeue(p_id uuid, p_now timestamp with time zone); Type: COMMENT; Schema: public
 COMMENT ON FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) IS 'duties: operator worker. Requeue one ended job.';
+
+-- Name: x_jobs_arrive(text, text, uuid, boolean, boolean); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) RETURNS public.x_hand_off
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+declare
+    v_worker  text;
+    v_lease_s float8;
+    v_channel text;
+    v_token   uuid;
+begin
+    if not exists (select from x_queue_waiters as w where w.queue = p_queue) then
+        return null;
+    end if;
+    if p_handable then
+        -- The advisory lock class 1970958178 ('ujob') is the hand-off's: a live listen session
+        -- holds its worker's key exclusively, so a shared try fails for it alone (a dead
+        -- worker's key is taken here, shared, until this transaction ends: harmless).
+        select w.worker_id, w.lease_s, w.hand_channel into v_worker, v_lease_s, v_channel
+          from x_queue_waiters as w
+         where w.queue = p_queue and w.armed and w.hand_channel is not null
+           and p_name = any(w.names)
+           and not pg_try_advisory_xact_lock_shared(1970958178, w.lock_key)
+         order by random()
+         limit 1
+         for update skip locked;
+        if v_worker is not null then
+            update x_queue_waiters as w set armed = false
+             where w.queue = p_queue and w.worker_id = v_worker;
+            v_token := gen_random_uuid();
+            insert into x_job_leases (job_id, token, worker, claimed_at, attempt, started_at,
+                                      lease_s)
+            values (p_id, v_token, v_worker, now(), 1, null, v_lease_s);
+            insert into x_job_counts as c (minute, queue, backend, picked, wait_sum_s, wait_max_s)
+            values (date_trunc('minute', now()), p_queue, pg_backend_pid(), 1, 0, 0)
+            on conflict (minute, queue, backend)
+            do update set picked = c.picked + 1;
+            return row(v_token, v_worker, v_lease_s, v_channel)::x_hand_off;
+        end if;
+    end if;
+    if p_wake then  -- x_jobs_wake(p_queue, 1), inlined: one call per send, not two
+        select w.channel into v_channel
+          from x_queue_waiters as w
+         where w.queue = p_queue and w.channel is not null
+         order by random()
+         limit 1;
+        if v_channel is not null then
+            perform pg_notify(v_channel, p_queue);
+        end if;
+        if exists (select from x_queue_waiters as w
+                    where w.queue = p_queue and w.channel is null) then
+            perform pg_notify('x_jobs_ready', p_queue);
+        end if;
+    end if;
+    return null;
+end
+$$;
+
+-- Name: FUNCTION x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) IS 'duties: producer worker. Hand one arriving job to an idle worker, or wake one.';
 
 -- Name: x_jobs_cancel_matching(text, text, text, uuid[], text); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text) RETURNS bigint
@@ -557,7 +626,12 @@ CREATE TABLE public.x_queue_waiters (
     queue text NOT NULL,
     worker_id text NOT NULL,
     since timestamp with time zone DEFAULT now() NOT NULL,
-    channel text
+    channel text,
+    names text[],
+    lease_s double precision,
+    lock_key integer,
+    hand_channel text,
+    armed boolean DEFAULT false NOT NULL
 );
 
 -- Name: x_scheduler_fires; Type: TABLE; Schema: public

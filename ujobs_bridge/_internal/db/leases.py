@@ -111,6 +111,48 @@ def _claimed(row: Sequence[Any]) -> ClaimedJob:
     return claimed
 
 
+def handed_job(payload: str) -> ClaimedJob | None:
+    """A hand-off's notification (migration 0027) as the claimed row it is: a JSON header, a
+    newline, then the job's input as the sender wrote it. None: not a hand-off this version
+    reads (the worker then asks for its unknown hand-offs: ``job_handed_unknown``). An input
+    that cannot be decoded comes back ``undecodable``, as a claimed row's does."""
+    head, sep, data = payload.partition("\n")
+    if not sep:
+        return None
+    try:
+        header = json.loads(head)
+        claimed = ClaimedJob(
+            id=UUID(header["id"]),
+            name=str(header["name"]),
+            queue=str(header["queue"]),
+            input=_input_loads(data),
+            attempt=1,
+            max_attempts=int(header["max_attempts"]),
+            lease_token=UUID(header["token"]),
+            expired=bool(header["expired"]),
+            deliveries=1,
+            traceparent=header["traceparent"],
+            due_at=datetime.fromisoformat(header["run_at"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if isinstance(claimed.input, _Undecodable):
+        return replace(claimed, input={}, undecodable=claimed.input.reason)
+    return claimed
+
+
+def job_handed_unknown(
+    conn: Conn, worker: str, held: Sequence[UUID], now: datetime | None
+) -> list[ClaimedJob]:
+    """The unstarted hand-offs to ``worker`` it does not hold (``held``), as claimed rows."""
+    rows = (
+        _claim_cursor(conn)
+        .execute(q("job_handed_unknown"), {"worker": worker, "held": list(held), "now": now})
+        .fetchall()
+    )
+    return [_claimed(row) for row in rows]
+
+
 def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
     """Claim a batch. A row whose input cannot be decoded comes back with ``undecodable`` set
     (its input empty) instead of failing the batch."""

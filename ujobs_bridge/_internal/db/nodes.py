@@ -95,24 +95,52 @@ def node_reap(conn: Conn, now: datetime | None) -> list[str]:
     return [str(r[0]) for r in conn.execute(q("node_reap"), {"now": now}).fetchall()]
 
 
+@dataclass(frozen=True, slots=True)
+class HandOffs:
+    """What a worker's marks offer for hand-offs (0027): the task ``names`` it runs, its
+    ``lease_s``, the ``lock_key`` its listen session holds and the ``channel`` it hears
+    hand-offs on."""
+
+    names: tuple[str, ...]
+    lease_s: float
+    lock_key: int
+    channel: str
+
+
 def queue_waiting_mark(
     conn: Conn,
     worker_id: str,
     queues: Sequence[str],
     now: datetime | None,
     channel: str | None = None,
+    hand_offs: HandOffs | None = None,
 ) -> tuple[bool, int]:
     """Mark ``queues`` as waited for by this worker (0021: inserts into them then wake it; 0025:
-    on ``channel``, the one it listens on alone, or on ``x_jobs_ready`` when None). Returns
-    (registered, added): not registered (its node was reaped, or is not back yet after an
-    outage), nothing is marked and its poll wakes it until it is; ``added``: the marks that were
-    not there before."""
+    on ``channel``, the one it listens on alone, or on ``x_jobs_ready`` when None; 0027: armed
+    for ``hand_offs`` when given). Returns (registered, added): not registered (its node was
+    reaped, or is not back yet after an outage), nothing is marked and its poll wakes it until
+    it is; ``added``: the marks that were not there before."""
     row = conn.execute(
         q("queue_waiting_mark"),
-        {"worker_id": worker_id, "queues": list(queues), "now": now, "channel": channel},
+        {
+            "worker_id": worker_id,
+            "queues": list(queues),
+            "now": now,
+            "channel": channel,
+            "names": list(hand_offs.names) if hand_offs else None,
+            "lease_s": hand_offs.lease_s if hand_offs else None,
+            "lock_key": hand_offs.lock_key if hand_offs else None,
+            "hand_channel": hand_offs.channel if hand_offs else None,
+        },
     ).fetchone()
     assert row is not None
     return bool(row[0]), int(row[1])
+
+
+def queue_waiting_arm(conn: Conn, worker_id: str) -> int:
+    """Arm this worker's marks again after a hand-off disarmed them; answers how many."""
+    row = conn.execute(q("queue_waiting_arm"), {"worker_id": worker_id}).fetchone()
+    return int(row[0]) if row else 0
 
 
 def queue_waiting_unmark(conn: Conn, worker_id: str) -> None:

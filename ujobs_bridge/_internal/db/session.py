@@ -42,6 +42,19 @@ def wake_channel(token: str) -> str:
     return f"x_jobs_wake_{token}"
 
 
+def hand_channel(wake: str) -> str:
+    """The channel a worker's hand-offs come on (0027), beside its wake channel ``wake``."""
+    return "x_jobs_hand_" + wake.removeprefix("x_jobs_wake_")
+
+
+def hold_hand_off_lock(conn: Conn, lock_key: int) -> bool:
+    """Take this worker's hand-off lock key for the life of ``conn``'s session (its listen
+    connection): senders hand jobs only to a worker whose key is held. False: another session
+    holds it (a worker whose key collides), and this worker must not be armed."""
+    row = conn.execute(q("hand_off_lock"), {"lock_key": lock_key}).fetchone()
+    return bool(row and row[0])
+
+
 def claims_commit_async(conn: Conn) -> None:
     """This session's commits do not wait for the WAL flush (the claim connection; see the
     statement's comment for why that is safe)."""

@@ -12,7 +12,12 @@ slots it marks its queues as waited for (migration 0021: only then does an inser
 notify, and then this worker alone per job, on its own channel: 0025), and it removes the marks
 once its claims fill every free slot, so that producers send no notification while every worker
 of a queue is busy with a backlog. Since one job wakes one worker, an empty claim needs no pause
-after it: there is no herd of woken workers to damp. The worker composes it
+after it: there is no herd of woken workers to damp. A marked worker is also armed for hand-offs
+(migration 0027): a job due now that arrives in its queue is written as its claim by the insert
+and sent to it whole (``handed``); the pass runs it like a claimed row, without a claim, and arms
+the marks again while a slot is free. Hand-offs whose notification never arrived (a dropped
+listen connection) are asked for once the listener is back (``relisten``), and at shutdown they
+go back, uncounted, with the rest (``hand_back_unknown``). The worker composes it
 and passes in what it drives (the claims, the in-flight table, the outcome batch, the stopper,
 the worker's dispatch and wake-up); it never imports the worker back.
 
@@ -35,7 +40,8 @@ from ujobs_bridge._internal.db.connections import Backoff, connection_state
 from ujobs_bridge._internal.faults import fault
 from ujobs_bridge._internal.service import Service
 from ujobs_bridge._internal.worker.outcome_writes import write_isolating
-from ujobs_bridge.records import ClaimedJob
+from ujobs_bridge.errors import ErrorCode
+from ujobs_bridge.records import ClaimedJob, JobState, Settlement
 
 if TYPE_CHECKING:
     from ujobs_bridge._internal.worker.autoscale import Autoscaler
@@ -44,11 +50,11 @@ if TYPE_CHECKING:
     from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
     from ujobs_bridge._internal.worker.start_marks import StartMarks
     from ujobs_bridge._internal.worker.stopping import Stopper
-    from ujobs_bridge.records import Settlement
 
 log = logging.getLogger("ujobs.worker")
 
-RETRY_PAUSE_MAX_S = 5.0  # the longest pause after failed passes of the claim loop
+RETRY_PAUSE_MAX_S = 5.0
+RECOVERED_KEPT = 4096  # hand-offs found by asking whose late notification is still dropped  # the longest pause after failed passes of the claim loop
 CLAIM_ERROR_STREAK = 30  # failed passes in a row (not database errors) that end the worker
 
 
@@ -94,6 +100,14 @@ class ClaimLoop(Service):
         self.poll_at = 0.0  # monotonic: the poll's claim is due (poll_s after the last claim)
         self.waiting: tuple[str, ...] | None = None  # the queues marked as waited for (0021)
         self.unsure = False  # the marks may differ from ``waiting`` (an error; a poll's re-check)
+        self.armed = False  # the marks are armed for a hand-off (0027), as far as this loop knows
+        self.handed: list[ClaimedJob] = []  # hand-offs heard, not yet taken (the listener adds)
+        self.recover = False  # ask for hand-offs whose notification was missed (``relisten``)
+        self.stale_marks = False  # the marks name task names this worker no longer runs
+        # Hand-offs found by asking (``recover``), whose notification may still come: never
+        # run twice (bounded: the oldest are forgotten first).
+        self._recovered: dict[UUID, None] = {}
+        self._handed_lock = threading.Lock()
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
     def notified(self) -> None:
@@ -101,6 +115,89 @@ class ClaimLoop(Service):
         committed while nobody listened may be there): the next pass claims."""
         self.look = True
         self.wake.set()
+
+    def hand_off(self, claimed: ClaimedJob | None) -> None:
+        """The listener's hand-off (0027): a job the insert claimed for this worker (None: a
+        notification this version could not read; the next pass asks for the missed ones)."""
+        with self._handed_lock:
+            if claimed is None:
+                self.recover = True
+            else:
+                self.handed.append(claimed)
+            self.armed = False  # the sender disarmed the mark
+        self.wake.set()
+
+    def relisten(self) -> None:
+        """The listener is listening again (a fresh connection): hand-offs sent while it was
+        away were never heard; the next pass asks for them, claims, and arms the marks again
+        (a hand-off it never heard disarmed them)."""
+        with self._handed_lock:
+            self.recover = True
+            self.armed = False
+        self.notified()
+
+    def names_changed(self) -> None:
+        """A reload changed the task names: the marks are written anew before the next wait
+        (a hand-off must never bring a job of a name this worker no longer runs)."""
+        self.stale_marks = True
+        self.notified()
+
+    def _take_handed(self) -> list[ClaimedJob]:
+        """The hand-offs heard since the last pass, and those missed if asked (``recover``),
+        minus any this worker holds already."""
+        with self._handed_lock:
+            rows, self.handed = self.handed, []
+            recover, self.recover = self.recover, False
+        heard: list[ClaimedJob] = []
+        for r in rows:
+            if r.id in self._recovered:
+                del self._recovered[r.id]  # found by asking already: its late notification
+            else:
+                heard.append(r)
+        if recover:
+            held = {job_id for job_id, _ in self.table.held_leases() + self.outcomes.leases()}
+            held.update(r.id for r in heard)
+            try:
+                found = self.claims.handed_unknown(held)
+            except BaseException:
+                with self._handed_lock:
+                    self.recover = True
+                    self.handed[:0] = heard
+                raise
+            for r in found:
+                self._recovered[r.id] = None
+            while len(self._recovered) > RECOVERED_KEPT:
+                del self._recovered[next(iter(self._recovered))]
+            heard += found
+        return [r for r in heard if self.table.get(r.id) is None]
+
+    def _run_handed(self, rows: list[ClaimedJob]) -> list[ClaimedJob]:
+        """Run hand-offs as claimed rows (under ``jobs_lock``); those this worker cannot run (a
+        name it no longer runs after a reload, or it is stopping) go back uncounted, as a
+        drain hands back what it did not start."""
+        runs: list[ClaimedJob] = []
+        for row in rows:
+            if self.worker_stopping.is_set() or row.name not in self.claims.names:
+                self.outcomes.add(handed_back(row))
+            else:
+                runs.append(row)
+        if runs:
+            self.dispatch(runs)
+            self.claims.counts.hand_offs += len(runs)
+        return runs
+
+    def hand_back_unknown(self) -> int:
+        """Shutdown, once the claim loop has stopped: the hand-offs it never ran (heard but not
+        taken, or never heard) go back uncounted with the outcomes still to write."""
+        with self._handed_lock:
+            rows, self.handed = self.handed, []
+        held = {job_id for job_id, _ in self.table.held_leases() + self.outcomes.leases()}
+        held.update(r.id for r in rows)
+        rows += self.claims.handed_unknown(held)
+        for row in rows:
+            if self.table.get(row.id) is None:
+                self.outcomes.add(handed_back(row))
+        return len(rows)
 
     def _worth_a_claim(self) -> bool:
         """Whether a pass with free slots claims. Always, unless this worker's queues are
@@ -129,6 +226,8 @@ class ClaimLoop(Service):
         if self.short and self._mark_waiting():
             self.look = True
             return  # marked just now: claim once more before waiting (see _mark_waiting)
+        if self.waiting is not None and not self.armed and not self.unsure:
+            self._arm()
         wait = self.poll_at - time.monotonic()
         if wait <= 0:  # no claim this pass (no free slot to fill): a poll's length from now
             wait = self.claims.config.poll_s
@@ -150,14 +249,32 @@ class ClaimLoop(Service):
         queues = self.claims.queues
         if self.worker_stopping.is_set() or not self.listening.is_set():
             return False
-        if self.waiting == queues and not self.unsure:
+        if self.waiting == queues and not self.unsure and not self.stale_marks:
             return False
-        if self.waiting not in (None, queues):
-            self.claims.unmark_waiting()  # its queues changed (a reload): the old marks go
+        if self.waiting is not None and (self.waiting != queues or self.stale_marks):
+            self.claims.unmark_waiting()  # a reload changed its queues or names: marks anew
             self.waiting = None
+        self.stale_marks = False
         registered, added = self.claims.mark_waiting()
         self.waiting, self.unsure = (queues if registered else None), False
+        self.armed = registered and added > 0 and self.claims.hand_offs is not None
         return added > 0
+
+    def _arm(self) -> None:
+        """Arm the marks again for a hand-off, if a slot is free for one (a hand-off took the
+        last arming; a mark kept from before is armed here too)."""
+        if self.claims.hand_offs is None or self.worker_stopping.is_set():
+            return
+        capacity, held = self.stopper.capacity(
+            self.claims.config.concurrency, self.claims.config.prefetch_multiplier
+        )
+        if held >= capacity:
+            return
+        with self._handed_lock:
+            if self.handed:
+                return  # a hand-off is waiting for the next pass: arm after it
+            self.armed = True
+        self.claims.arm()
 
     def claim_pass(self) -> bool:
         """Write due outcomes and claim free slots in ONE transaction: one commit (one fsync)
@@ -175,10 +292,16 @@ class ClaimLoop(Service):
             and self.claims.config.concurrency < scaler.max
         ):
             capacity += 1
+        handed = self._take_handed()
+        if handed:
+            with self.jobs_lock:
+                held += len(self._run_handed(handed))
         batch = self.take_due()
         if not batch and self.claims.sweep():
             self.look = True  # rescued jobs are ready again, and no insert announced them
         free = capacity - held
+        if handed and free <= 0:
+            self.short = False  # hand-offs filled every free slot: busy, as a full claim says
         want = 0
         if (
             free > 0
@@ -260,3 +383,14 @@ class ClaimLoop(Service):
         else:
             log.exception("ujobs.worker.error")
         return self.backoff.next()
+
+
+def handed_back(row: ClaimedJob) -> Settlement:
+    """A hand-off this worker does not run, back to ready with its attempt given back."""
+    return Settlement(
+        row.id,
+        row.lease_token,
+        state=JobState.READY,
+        error=f"{ErrorCode.WORKER_DRAINING.value}: handed back before it started",
+        uncount=1,
+    )

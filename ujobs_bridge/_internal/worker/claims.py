@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -101,12 +102,18 @@ class Claims:
         counts: WorkerCounts,
         fleet_size: Callable[[], int] = lambda: 1,
         wake_channel: str | None = None,
+        hand_offs: nodes.HandOffs | None = None,
+        hand_offs_live: Callable[[], bool] = lambda: False,
     ) -> None:
         """``fleet_size``: how many workers are live (``Presence.fleet``); the sweep, which
         works for all of them, is spread over them (``fleet.py``). ``wake_channel``: the channel
-        this worker's listener listens on alone, named in its marks (``mark_waiting``)."""
+        this worker's listener listens on alone, named in its marks (``mark_waiting``).
+        ``hand_offs``: what its marks offer for hand-offs (0027), while ``hand_offs_live()``
+        says its listen session holds the lock key and hears the hand-off channel."""
         self.worker_id = worker_id
         self.wake_channel = wake_channel
+        self._hand_offs = hand_offs
+        self.hand_offs_live = hand_offs_live
         self.queues = queues
         self.names = names
         self.config = config
@@ -329,10 +336,18 @@ class Claims:
             self._claimed_since_vacuum = 0
             self._vacuum_after = CLAIM_VACUUM_EVERY
 
+    @property
+    def hand_offs(self) -> nodes.HandOffs | None:
+        """What the marks offer for hand-offs now: None while the listen session is not ready
+        for them (then marks are written unarmed and inserts only wake this worker)."""
+        if self._hand_offs is None or not self.hand_offs_live():
+            return None
+        return replace(self._hand_offs, names=self.names, lease_s=self.config.lease_s)
+
     def mark_waiting(self) -> tuple[bool, int]:
         """Mark this worker's queues as waited for (migration 0021: an insert into a marked
-        queue notifies, 0025: this worker's own channel): (registered, marks added), as
-        ``nodes.queue_waiting_mark``."""
+        queue notifies, 0025: this worker's own channel, 0027: armed for a hand-off):
+        (registered, marks added), as ``nodes.queue_waiting_mark``."""
         with self._conn.using():
             return nodes.queue_waiting_mark(
                 self.connection(),
@@ -340,6 +355,20 @@ class Claims:
                 self.queues,
                 self.clock.sql_now(),
                 self.wake_channel,
+                self.hand_offs,
+            )
+
+    def arm(self) -> int:
+        """Arm this worker's marks for a hand-off again (a hand-off disarmed them)."""
+        with self._conn.using():
+            return nodes.queue_waiting_arm(self.connection(), self.worker_id)
+
+    def handed_unknown(self, held: set[UUID]) -> list[ClaimedJob]:
+        """Unstarted hand-offs to this worker that it does not hold (``held``): missed
+        notifications, found by the lease rows the inserts wrote."""
+        with self._conn.using():
+            return leases_db.job_handed_unknown(
+                self.connection(), self.worker_id, sorted(held), self.clock.sql_now()
             )
 
     def unmark_waiting(self) -> None:

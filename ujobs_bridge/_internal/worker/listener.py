@@ -35,12 +35,27 @@ import psycopg
 
 from ujobs_bridge._internal.db import connections, session
 from ujobs_bridge._internal.db.connections import Role
+from ujobs_bridge._internal.db.leases import handed_job
 from ujobs_bridge._internal.service import Service
+from ujobs_bridge.records import ClaimedJob
 
 log = logging.getLogger("ujobs.listener")
 
 READY_CHANNEL = "x_jobs_ready"
 CANCEL_CHANNEL = "x_jobs_cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class HandOffListening:
+    """Hand-offs (migration 0027) on a listener: the ``channel`` they come on, the ``lock_key``
+    the listen session holds while it hears them, ``take`` (a hand-off, or None for one that
+    could not be read) and ``relisten`` (a fresh connection: ask for hand-offs missed while it
+    was away). Both hooks run on the listener's thread."""
+
+    channel: str
+    lock_key: int
+    take: Callable[[ClaimedJob | None], None]
+    relisten: Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +88,14 @@ class Listener(Service):
         role: Role,
         channels: Sequence[ExtraChannel] = (),
         wake_channel: str | None = None,
+        hand_off: HandOffListening | None = None,
         reconnect_s: float = 1.0,
     ) -> None:
         self.dsn = dsn
         self.queues = frozenset(queues)
         self.wake_channel = wake_channel  # this worker's own channel (its marks name it; 0025)
+        self.hand_off = hand_off  # the hand-off channel and lock key (0027), if any
+        self.hand_offs_live = threading.Event()  # set while this session can take hand-offs
         self.on_ready = on_ready
         self.on_cancel = on_cancel
         self.role = role
@@ -104,9 +122,25 @@ class Listener(Service):
             session.listen_for_jobs(self._conn)
             if self.wake_channel is not None:
                 session.listen_for_wake(self._conn, self.wake_channel)
+            hand_off = self.hand_off
+            if hand_off is not None:
+                # LISTEN first, then the lock: a sender hands off only once the lock is held,
+                # and by then this session hears the channel.
+                session.listen_for_wake(self._conn, hand_off.channel)
+                if session.hold_hand_off_lock(self._conn, hand_off.lock_key):
+                    self.hand_offs_live.set()
+                else:
+                    log.warning(
+                        "ujobs.listener.hand_off_lock: lock key %d is held by another session; "
+                        "this worker is woken, never handed jobs",
+                        hand_off.lock_key,
+                    )
             self._join_extra(self._conn)
             self.listening.set()
-            self.on_ready()  # anything committed while we were not listening
+            if hand_off is not None:
+                hand_off.relisten()  # anything handed or committed while we were not listening
+            else:
+                self.on_ready()  # anything committed while we were not listening
         return self._conn
 
     def tick(self) -> int:
@@ -116,6 +150,8 @@ class Listener(Service):
             seen += 1
             if note.channel == self.wake_channel:
                 self.on_ready()  # an insert picked this worker's mark (payload: its queue)
+            elif self.hand_off is not None and note.channel == self.hand_off.channel:
+                self.hand_off.take(handed_job(note.payload))  # the job an insert claimed for it
             elif note.channel == READY_CHANNEL:
                 if note.payload in self.queues:
                     self.on_ready()
@@ -158,6 +194,7 @@ class Listener(Service):
         self._close()
 
     def _close(self) -> None:
+        self.hand_offs_live.clear()
         self.listening.clear()
         joined, self._joined = self._joined, {}
         for extra in joined.values():

@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -70,7 +71,7 @@ from ujobs_bridge._internal.worker.config import WorkerConfig
 from ujobs_bridge._internal.worker.control import CommandSet, ControlState, Panel
 from ujobs_bridge._internal.worker.heartbeat import Heartbeat
 from ujobs_bridge._internal.worker.inflight import HungAttempt, InFlight, InFlightTable
-from ujobs_bridge._internal.worker.listener import ExtraChannel, Listener
+from ujobs_bridge._internal.worker.listener import ExtraChannel, HandOffListening, Listener
 from ujobs_bridge._internal.worker.outcome_batch import OutcomeBatch
 from ujobs_bridge._internal.worker.outcome_writes import flush_all, write_batch
 from ujobs_bridge._internal.worker.presence import Presence, default_node_name
@@ -128,6 +129,9 @@ class Worker:
         self.names = tuple(sorted(self.registry))
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.wake_channel = session.wake_channel(uuid.uuid4().hex)  # its marks name it (0025)
+        # Its hand-offs (0027): their channel, and the key its listen session holds meanwhile.
+        self.hand_channel = session.hand_channel(self.wake_channel)
+        self.hand_lock_key = secrets.randbelow(2**31)
         self.node = node_name or default_node_name()
         self.dsn_host = mask_dsn(dsn)
         self.task_settings: TaskSettings = {}  # set by remote control; sent to pool children
@@ -187,6 +191,13 @@ class Worker:
             counts=self.counts,
             fleet_size=lambda: self.presence.fleet,
             wake_channel=self.wake_channel,
+            hand_offs=nodes.HandOffs(
+                names=self.names,
+                lease_s=self.config.lease_s,
+                lock_key=self.hand_lock_key,
+                channel=self.hand_channel,
+            ),
+            hand_offs_live=lambda: self.listener.hand_offs_live.is_set(),
         )
         self.heartbeat = Heartbeat(
             self.claims.shared,
@@ -216,6 +227,12 @@ class Worker:
             role=Role(f"worker:{self.id}:listen"),
             channels=(*channels, self.presence.channel()),
             wake_channel=self.wake_channel,
+            hand_off=HandOffListening(
+                channel=self.hand_channel,
+                lock_key=self.hand_lock_key,
+                take=lambda claimed: self.claim_loop.hand_off(claimed),
+                relisten=lambda: self.claim_loop.relisten(),
+            ),
         )
         self.autoscaler: Autoscaler | None = None  # --autoscale MAX,MIN
         if self.config.autoscale is not None:
@@ -276,6 +293,11 @@ class Worker:
         if self.autoscaler is not None:
             self.autoscaler.stop()  # the pool keeps its size while it drains
         self.claim_loop.stop()  # lets the pass in flight finish
+        try:
+            self.claim_loop.hand_back_unknown()  # hand-offs it never ran go back with the rest
+        except Exception as exc:  # an outage: their leases expire and the sweep rescues them
+            self.claims.reset()
+            log.warning("ujobs.worker.db_error: %s", exc)
         deadline = time.monotonic() + limit
         code = ErrorCode.WORKER_FAILED if self.failure else ErrorCode.WORKER_DRAINING
         self.stopper.hand_back_unstarted(code)
@@ -375,7 +397,7 @@ class Worker:
             self.queues, self.names = chosen, tuple(sorted(registry))
             self.claims.queues, self.claims.names = self.queues, self.names
             self.listener.queues = frozenset(chosen)
-        self.claim_loop.notified()  # its new queues: claim now, marked anew before it waits
+        self.claim_loop.names_changed()  # claim now, marked anew (names, queues) before it waits
 
     @property
     def stopping(self) -> bool:
@@ -454,6 +476,7 @@ class Worker:
                 "active": len(self.table),
                 "claims": self.counts.claims,  # claim passes that asked for work
                 "empty_claims": self.counts.empty_claims,  # of those, the ones that found none
+                "hand_offs": self.counts.hand_offs,  # jobs inserts claimed for it (0027)
             },
         )
 

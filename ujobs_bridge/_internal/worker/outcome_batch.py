@@ -51,6 +51,7 @@ class WorkerCounts:
     rescued: int = 0
     claims: int = 0  # claim passes that asked for work (polls and wake-ups alike)
     empty_claims: int = 0  # of those, the ones that found nothing
+    hand_offs: int = 0  # jobs an insert claimed for this worker and it ran (0027)
 
 
 class OutcomeBatch:

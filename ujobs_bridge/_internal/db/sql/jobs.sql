@@ -25,32 +25,61 @@ select id
 -- x_jobs (a producer's) runs job_enqueue_one_definer instead.
 -- Answers (id, existing, woken, commit level): the new job; else the live job holding the key,
 -- when this statement's snapshot sees it; else no row (the id exists, or the holder committed
--- after the snapshot: the caller asks again, as job_enqueue's caller does). A ready job wakes
--- one worker waiting for its queue, if one waits (x_jobs_wake, migration 0025), as the insert
--- function does. %(send_commit)s, when not null, is the synchronous_commit of this statement's
--- own transaction, set when it writes a row.
-with inserted as (
+-- after the snapshot: the caller asks again, as job_enqueue's caller does). The job arrives
+-- through x_jobs_arrive (migration 0027): a job due now with no key, whose input fits in a
+-- notification, is handed to an idle worker waiting for its queue when one is armed (the row is
+-- written as that worker's running claim and the job is sent on its hand-off channel: its body
+-- starts without a claim); otherwise one waiting worker is woken. %(send_commit)s, when not
+-- null, is the synchronous_commit of this statement's own transaction, set when it writes a row.
+with arrival as materialized (
+    select x_jobs_arrive(
+               %(queue)s::text, %(name)s::text, %(id)s::uuid,
+               %(idempotency_key)s::text is null
+                   and coalesce(%(run_at)s::timestamptz,
+                                coalesce(%(now)s::timestamptz, now())
+                                    + make_interval(secs => %(delay_s)s::float8))
+                       <= coalesce(%(now)s::timestamptz, now())
+                   and octet_length(%(input)s::text) <= 7000
+                   and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
+                       + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
+               true) as h
+), inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
          state, last_error, finished_at, tenant_id, traceparent, enqueued_by,
-         created_at, updated_at)
+         created_at, updated_at, attempt, deliveries, lease_token, lease_expires_at, claimed_by)
     select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb,
            %(idempotency_key)s::text, %(max_attempts)s::int, %(priority)s::smallint, d.due,
            coalesce(%(expires_at)s::timestamptz,
                     d.due + make_interval(secs => %(expires_in_s)s::float8)),
-           'ready', null, null, %(tenant_id)s::text, %(traceparent)s::text,
-           %(enqueued_by)s::text, now(), now()
+           case when (a.h).token is null then 'ready' else 'running' end, null, null,
+           %(tenant_id)s::text, %(traceparent)s::text, %(enqueued_by)s::text, now(), now(),
+           case when (a.h).token is null then 0 else 1 end,
+           case when (a.h).token is null then 0 else 1 end,
+           (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
       from (select coalesce(%(run_at)s::timestamptz,
                             coalesce(%(now)s::timestamptz, now())
-                                + make_interval(secs => %(delay_s)s::float8)) as due) as d
+                                + make_interval(secs => %(delay_s)s::float8)) as due) as d,
+           arrival as a
     on conflict do nothing
-    returning x_jobs.id, x_jobs.queue
+    returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
+              x_jobs.run_at, x_jobs.lease_token,
+              x_jobs.expires_at is not null
+                  and x_jobs.expires_at <= coalesce(%(now)s::timestamptz, now()) as expired
 )
 select inserted.id, false as existing,
-       x_jobs_wake(inserted.queue, 1) as woken,
+       case when (a.h).hand_channel is not null
+            then (select 1 from pg_notify((a.h).hand_channel,
+                           json_build_object('id', inserted.id, 'token', inserted.lease_token,
+                                             'name', inserted.name, 'queue', inserted.queue,
+                                             'max_attempts', inserted.max_attempts,
+                                             'traceparent', inserted.traceparent,
+                                             'run_at', inserted.run_at,
+                                             'expired', inserted.expired)::text
+                           || chr(10) || %(input)s::text)) end as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted
+  from inserted, arrival as a
 union all
 select j.id, true, null, null
   from x_jobs as j
@@ -174,6 +203,19 @@ select c.id, c.name, c.queue, c.input, c.attempt, c.max_attempts, c.lease_token,
        c.deliveries, c.traceparent, c.run_at, o.started
   from claimed as c
   join ordered as o on o.id = c.id
+
+-- job_handed_unknown --
+-- The jobs handed to this worker (migration 0027: written as its running claims by their
+-- inserts) whose body has not started and that the worker does not hold (%(held)s): hand-offs
+-- whose notification it never read (its listen connection dropped after the sender committed,
+-- or the payload could not be read). Answered in job_claim's shape, to run as claimed rows.
+select j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
+       (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+       j.deliveries, j.traceparent, j.run_at, false as started
+  from x_job_leases as l
+  join x_jobs as j on j.id = l.job_id and j.lease_token = l.token
+ where l.worker = %(worker)s and l.started_at is null and j.state = 'running'
+   and not (l.job_id = any(%(held)s::uuid[]))
 
 -- job_start --
 -- The claim loop hands prefetched jobs to body slots as they free up: first their lease rows

@@ -62,20 +62,35 @@ select q.queue, count(*)::int
 
 -- queue_waiting_mark --
 -- A worker about to wait for work marks its queues (0021: an insert notifies only a marked
--- queue; 0025: on the worker's own channel). Marks only for a registered node (the mark belongs
--- to it and leaves with it); a mark already there is kept as it is. Returns whether the node is
--- registered, i.e. whether the worker's queues are marked now.
+-- queue; 0025: on the worker's own channel; 0027: armed for a hand-off of a job of one of its
+-- %(names)s on %(hand_channel)s, while its listen session holds %(lock_key)s). Marks only for a
+-- registered node (the mark belongs to it and leaves with it); a mark already there is kept as
+-- it is (queue_waiting_arm arms it again). Returns whether the node is registered, i.e. whether
+-- the worker's queues are marked now, and how many marks were added.
 with node as (
     select worker_id from x_worker_nodes where worker_id = %(worker_id)s
 ),
 marked as (
-    insert into x_queue_waiters (queue, worker_id, since, channel)
-    select q.queue, node.worker_id, coalesce(%(now)s, now()), %(channel)s
+    insert into x_queue_waiters
+        (queue, worker_id, since, channel, names, lease_s, lock_key, hand_channel, armed)
+    select q.queue, node.worker_id, coalesce(%(now)s, now()), %(channel)s, %(names)s::text[],
+           %(lease_s)s::float8, %(lock_key)s::int, %(hand_channel)s::text,
+           %(hand_channel)s::text is not null
       from node cross join unnest(%(queues)s::text[]) as q(queue)
     on conflict (queue, worker_id) do nothing
     returning queue
 )
 select exists (select from node), (select count(*) from marked)
+
+-- queue_waiting_arm --
+-- A worker that took a hand-off (which disarmed its mark: 0027) and still has a free slot arms
+-- its marks again. Answers how many were armed.
+with armed as (
+    update x_queue_waiters as w set armed = true
+     where w.worker_id = %(worker_id)s and w.hand_channel is not null and not w.armed
+    returning w.queue
+)
+select count(*) from armed
 
 -- queue_waiting_unmark --
 -- The worker's claims fill its free slots again (or it stops): no insert needs to wake it.

@@ -19,6 +19,13 @@ listen x_jobs_cancel
 -- names); the name is passed as an identifier.
 listen {channel}
 
+-- hand_off_lock --
+-- The listen session of a worker armed for hand-offs holds its lock key (advisory lock class
+-- 1970958178, 0027's x_jobs_arrive) for as long as it lives: a sender hands a job only to a
+-- worker whose key it cannot take, so a worker whose session is gone (killed, disconnected) is
+-- never handed one. Answers whether it was taken (another session of the same key: not taken).
+select pg_try_advisory_lock(1970958178, %(lock_key)s::int)
+
 -- session_claims_async --
 -- The worker's claim connection commits claims without waiting for the WAL flush: a claim lost
 -- in a server crash only leaves the job ready again (a re-run the at-least-once contract covers),
