@@ -368,6 +368,29 @@ def is_celery_input(value: Any) -> bool:
 # kombu's decoder hook (kombu >= 5.3); without it every input takes the text round trip.
 _object_hook: Callable[[dict[str, Any]], Any] | None = getattr(kombu_json, "object_hook", None)
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+# What kombu's hook turns into a value: an object of exactly these keys (``{"__type__":
+# "datetime", "__value__": "..."}``); it hands every other object back as it is.
+_TAGGED = frozenset({"__type__", "__value__"})
+
+
+def _body_decoder() -> Callable[[str], Any]:
+    """kombu's ``loads`` for text with the decoder built once instead of on every call (what
+    ``json.loads`` does when given an ``object_hook``): the same scanner and hook, so the same
+    values. Text that starts with a byte order mark goes through kombu's own call, which
+    refuses it as ``json.loads`` does."""
+    if _object_hook is None:  # pragma: no cover - kombu >= 5.3 has the hook
+        return _loads
+    decode: Callable[[str], Any] = json.JSONDecoder(object_hook=_object_hook).decode
+
+    def loads(text: str) -> Any:
+        if type(text) is not str or text.startswith("\ufeff"):
+            return _loads(text)
+        return decode(text)
+
+    return loads
+
+
+_loads_body = _body_decoder()
 
 
 class _NotPlainJson(Exception):
@@ -375,15 +398,39 @@ class _NotPlainJson(Exception):
 
 
 def _restore(value: Any) -> Any:
-    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: a copy in
-    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does."""
+    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: every
+    object goes through kombu's ``object_hook`` bottom-up, as the decoder does. Copy on write:
+    a list or object holding no tagged value anywhere is returned as it is (jsonb's decoding
+    made it, nothing else holds it); one that does is copied along the path to that value."""
     kind = type(value)
     if kind is dict:
-        if _object_hook is None or not all(type(k) is str for k in value):
+        if _object_hook is None:
             raise _NotPlainJson
-        return _object_hook({k: _restore(v) for k, v in value.items()})
+        out = value
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlainJson
+            if type(item) in _JSON_SCALARS:
+                continue
+            restored = _restore(item)
+            if restored is not item:
+                if out is value:
+                    out = dict(value)
+                out[key] = restored
+        if len(out) == 2 and out.keys() == _TAGGED:
+            return _object_hook(out)
+        return out
     if kind is list:
-        return [_restore(v) for v in value]
+        copied = value
+        for index, item in enumerate(value):
+            if type(item) in _JSON_SCALARS:
+                continue
+            restored = _restore(item)
+            if restored is not item:
+                if copied is value:
+                    copied = list(value)
+                copied[index] = restored
+        return copied
     if kind in _JSON_SCALARS:
         return value
     raise _NotPlainJson
@@ -403,7 +450,7 @@ def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryM
     row's id (else a new one is drawn)."""
     body = value.get("body")
     if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
-        args, kwargs, embed = _loads(body)
+        args, kwargs, embed = _loads_body(body)
         restored = {
             "args": args,
             "kwargs": kwargs,

@@ -36,7 +36,7 @@ what Celery's ``Request`` records (``worker_request.py``), or the ``result.get()
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from celery import states
@@ -103,11 +103,26 @@ def _terminates(app: Any, task_id: str) -> bool:
     return flag is None or flag
 
 
-def run_message(
-    app: Any, name: str, value: Any, limits: tuple[Any, Any] | None = None
-) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class WorkerConf:
+    """What a Celery worker reads from the app's configuration once, when it loads the app's
+    tasks (Celery's ``WorkController`` reads them at start): the default time limits and the
+    rate-limit settings. Celery's ``app.conf`` walks its layered mappings on every read, so a
+    worker that read it per message paid for it per message."""
+
+    limits: tuple[Any, Any]
+    rates: rate_limit.RateConf
+
+
+def worker_conf(app: Any) -> WorkerConf:
+    return WorkerConf(conf_limits(app), rate_limit.rate_conf(app))
+
+
+def run_message(app: Any, name: str, value: Any, conf: WorkerConf | None = None) -> dict[str, str]:
     """Execute one claimed Celery message; returns the row's small output ``{"state": ...}``.
-    ``limits``: the app's default time limits as ``conf_limits`` read them (else read now)."""
+    ``conf``: the app's settings as ``worker_conf`` read them (else read now)."""
+    if conf is None:
+        conf = worker_conf(app)
     ctx = current_job()
     if not is_celery_input(value):
         raise Discard(f"row input is not a Celery message (task {name!r})")
@@ -129,12 +144,12 @@ def run_message(
         if events:
             task_events.revoked(events, message.task_id, expired=False, terminated=False)
         raise Cancel(f"task {message.task_id} revoked before it started")
-    rate_limit.take_or_snooze(app, task, ctx)
+    rate_limit.take_or_snooze(app, task, ctx, conf.rates)
     announce_received(app, task, message, request)
     if events:
         task_events.received(events, message)
         task_events.started(events, message.task_id)
-    soft, hard = time_limits(task, message.headers, limits)
+    soft, hard = time_limits(task, message.headers, conf.limits)
     by_pool = limits_kept_by_pool()  # a prefork child: signalled and killed as by billiard
     watched = INTERRUPTER.watch(
         ctx.signal,
@@ -149,17 +164,11 @@ def run_message(
         try:
             with joins_will_block():
                 try:
-                    with pool_time_limits(soft, hard, SOFT) if by_pool else nullcontext():
-                        work_start.traced(task, app)  # its start: just before its function
-                        traced = trace_task(
-                            task,
-                            message.task_id,
-                            message.args,
-                            message.kwargs,
-                            request,
-                            app=app,
-                            hostname=hostname(),
-                        )
+                    if by_pool:
+                        with pool_time_limits(soft, hard, SOFT):
+                            traced = _trace(app, task, message, request)
+                    else:
+                        traced = _trace(app, task, message, request)
                 finally:
                     INTERRUPTER.unwatch(watched)
         except BodyKilled:
@@ -204,6 +213,15 @@ def run_message(
     raise Discard(f"rejected: {rejection.reason!r}")
 
 
+def _trace(app: Any, task: Any, message: Any, request: dict[str, Any]) -> Any:
+    """Celery's tracer run on the message; the attempt's start is said just before the task's
+    function (``work_start.py``)."""
+    work_start.traced(task, app)
+    return trace_task(
+        task, message.task_id, message.args, message.kwargs, request, app=app, hostname=hostname()
+    )
+
+
 def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: float) -> Fail:
     """A prefork child killed at the task's hard time limit: what Celery's main process does
     (``Request.on_timeout``: FAILURE ``TimeLimitExceeded``, ``on_failure``, errbacks,
@@ -228,11 +246,11 @@ def _on_time_limit(app: Any, name: str) -> Any:
 
 
 def _runner(app: Any, name: str) -> Any:
-    limits = conf_limits(app)  # once per worker, as Celery's WorkController does
+    conf = worker_conf(app)  # once per worker, as Celery's WorkController reads it
 
     def run(value: Any) -> dict[str, str]:
         with outage_handed_back(name):  # a revoke/expiry/limit store that met an outage
-            return run_message(app, name, value, limits)
+            return run_message(app, name, value, conf)
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run
