@@ -447,25 +447,27 @@ def _plain(value: Any) -> Any:
 
 def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
     """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
-    row's id (else a new one is drawn)."""
+    row's id (else a new one is drawn). The message's headers and properties are its own copies
+    (the row's input is left as it was); args, kwargs and embed decoded from the body's text
+    are new objects already, so they are not copied again."""
     body = value.get("body")
     if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
         args, kwargs, embed = _loads_body(body)
-        restored = {
-            "args": args,
-            "kwargs": kwargs,
-            "embed": embed,
-            "headers": _plain(value.get("headers")),
-            "properties": _plain(value.get("properties")),
-        }
+        headers = _plain(value.get("headers"))
+        properties = _plain(value.get("properties"))
     else:  # a row written before the exact-text format
         restored = _plain(value)
+        args = list(restored.get("args") or [])
+        kwargs = dict(restored.get("kwargs") or {})
+        embed = dict(restored.get("embed") or {})
+        headers = restored.get("headers")
+        properties = restored.get("properties")
     return CeleryMessage(
-        headers=dict(restored.get("headers") or {}),
-        args=list(restored.get("args") or []),
-        kwargs=dict(restored.get("kwargs") or {}),
-        embed=dict(restored.get("embed") or {}),
+        headers=dict(headers or {}),
+        args=args if type(args) is list else list(args or []),
+        kwargs=kwargs if type(kwargs) is dict else dict(kwargs or {}),
+        embed=embed if type(embed) is dict else dict(embed or {}),
         queue=queue,
-        properties=dict(restored.get("properties") or {}),
+        properties=dict(properties or {}),
         job_id=new_job_id() if job_id is None else job_id,
     )

@@ -82,7 +82,8 @@ def request_for(message: Any, redelivered: bool) -> dict[str, Any]:
         "priority": message.priority,  # 0 when sent with none, as Celery's Redis gives
         "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
     }
-    request["headers"] = {k: v for k, v in headers.items() if k not in PROTOCOL_HEADERS}
+    custom = headers.keys() - PROTOCOL_HEADERS  # usually none: the protocol's own are left out
+    request["headers"] = {k: v for k, v in headers.items() if k in custom} if custom else {}
     embed = message.embed
     if embed:
         request.update(embed)
