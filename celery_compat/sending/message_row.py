@@ -374,18 +374,26 @@ _TAGGED = frozenset({"__type__", "__value__"})
 
 
 def _body_decoder() -> Callable[[str], Any]:
-    """kombu's ``loads`` for text with the decoder built once instead of on every call (what
-    ``json.loads`` does when given an ``object_hook``): the same scanner and hook, so the same
-    values. Text that starts with a byte order mark goes through kombu's own call, which
-    refuses it as ``json.loads`` does."""
+    """kombu's ``loads`` for a body's text with the decoder built once instead of on every call
+    (what ``json.loads`` does when given an ``object_hook``), and its scanner called directly:
+    the same scanner and hook, so the same values. Text the scanner does not take whole from its
+    first character (leading or trailing whitespace, a byte order mark, an error) goes through
+    kombu's own call, which answers it (or raises) as before."""
     if _object_hook is None:  # pragma: no cover - kombu >= 5.3 has the hook
         return _loads
-    decode: Callable[[str], Any] = json.JSONDecoder(object_hook=_object_hook).decode
+    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
+        object_hook=_object_hook
+    ).scan_once
 
     def loads(text: str) -> Any:
-        if type(text) is not str or text.startswith("\ufeff"):
-            return _loads(text)
-        return decode(text)
+        if type(text) is str:
+            try:
+                value, end = scan(text, 0)
+            except (StopIteration, ValueError):
+                return _loads(text)
+            if end == len(text):
+                return value
+        return _loads(text)
 
     return loads
 

@@ -128,47 +128,48 @@ def run_message(app: Any, name: str, value: Any, conf: WorkerConf | None = None)
         raise Discard(f"row input is not a Celery message (task {name!r})")
     app.set_current()  # shared_task proxies called from this body resolve to this app
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
+    task_id = message.task_id
     task = task_registry(app)[name]
     request = request_for(message, ctx.redelivered)
     events = task_events.node(task)  # None: events off (the common case costs one check)
     expires = message.expires
     if expires is not None and expires <= ctx.clock.now():
-        announce_revoked(task, message.task_id, request, expired=True, terminated=False)
+        announce_revoked(task, task_id, request, expired=True, terminated=False)
         if events:
-            task_events.revoked(events, message.task_id, expired=True, terminated=False)
-        raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
-    if revoked_ids.REVOKED.is_revoked(app, message.task_id) or (  # claimed, then revoked
+            task_events.revoked(events, task_id, expired=True, terminated=False)
+        raise Cancel(f"task {task_id} expired at {expires.isoformat()}")
+    if revoked_ids.REVOKED.is_revoked(app, task_id) or (  # claimed, then revoked
         stamp_revokes.revoking_header(message.headers) is not None  # a stamped-header revoke
     ):
-        announce_revoked(task, message.task_id, request, expired=False, terminated=False)
+        announce_revoked(task, task_id, request, expired=False, terminated=False)
         if events:
-            task_events.revoked(events, message.task_id, expired=False, terminated=False)
-        raise Cancel(f"task {message.task_id} revoked before it started")
+            task_events.revoked(events, task_id, expired=False, terminated=False)
+        raise Cancel(f"task {task_id} revoked before it started")
     rate_limit.take_or_snooze(app, task, ctx, conf.rates)
     announce_received(app, task, message, request)
     if events:
         task_events.received(events, message)
-        task_events.started(events, message.task_id)
+        task_events.started(events, task_id)
     soft, hard = time_limits(task, message.headers, conf.limits)
     by_pool = limits_kept_by_pool()  # a prefork child: signalled and killed as by billiard
     watched = INTERRUPTER.watch(
         ctx.signal,
         None if by_pool else soft,
         None if by_pool else hard,
-        should_terminate=lambda: _terminates(app, message.task_id),
+        should_terminate=lambda: _terminates(app, task_id),
     )
     traced: Any = None
     rejection: Reject | None = None
     forget_outage()
-    with running_body(ctx.id, message.task_id) as held:
+    with running_body(ctx.id, task_id) as held:
         try:
             with joins_will_block():
                 try:
                     if by_pool:
                         with pool_time_limits(soft, hard, SOFT):
-                            traced = _trace(app, task, message, request)
+                            traced = _trace(app, task, task_id, message, request)
                     else:
-                        traced = _trace(app, task, message, request)
+                        traced = _trace(app, task, task_id, message, request)
                 finally:
                     INTERRUPTER.unwatch(watched)
         except BodyKilled:
@@ -181,21 +182,21 @@ def run_message(app: Any, name: str, value: Any, conf: WorkerConf | None = None)
         fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
-            announce_revoked(task, message.task_id, request, expired=False, terminated=True)
+            announce_revoked(task, task_id, request, expired=False, terminated=True)
             if events:
-                task_events.revoked(events, message.task_id, expired=False, terminated=True)
-            raise Cancel(f"task {message.task_id} terminated by revoke")
+                task_events.revoked(events, task_id, expired=False, terminated=True)
+            raise Cancel(f"task {task_id} terminated by revoke")
         limit_text = announce_time_limit(task, message, request, float(hard or 0))
         if events:
-            task_events.failed(events, message.task_id, TimeLimitExceeded(hard), limit_text)
+            task_events.failed(events, task_id, TimeLimitExceeded(hard), limit_text)
         raise task_failed(limit_text)
     if events and traced is not None:
-        task_events.traced(events, message.task_id, traced)
+        task_events.traced(events, task_id, traced)
     if traced is not None:
         result, info = traced[0], traced[1]
         state = states.SUCCESS if info is None else info.state
         if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
-            raise_if_outage(message.task_id)  # a result store that met an outage: not a FAILURE
+            raise_if_outage(task_id)  # a result store that met an outage: not a FAILURE
             text = getattr(result, "traceback", None) or str(
                 safe_repr(getattr(info, "retval", result))  # type: ignore[no-untyped-call]
             )  # a repr that raises must not turn the task's failure into another
@@ -206,19 +207,19 @@ def run_message(app: Any, name: str, value: Any, conf: WorkerConf | None = None)
         rejection = retval if isinstance(retval, Reject) else Reject(retval, requeue=False)
     assert rejection is not None
     if events:
-        task_events.rejected(events, message.task_id, rejection, traced)
+        task_events.rejected(events, task_id, rejection, traced)
     if rejection.requeue:
         raise Snooze(0)
     announce_rejected(task, message, request, rejection)
     raise Discard(f"rejected: {rejection.reason!r}")
 
 
-def _trace(app: Any, task: Any, message: Any, request: dict[str, Any]) -> Any:
+def _trace(app: Any, task: Any, task_id: str, message: Any, request: dict[str, Any]) -> Any:
     """Celery's tracer run on the message; the attempt's start is said just before the task's
     function (``work_start.py``)."""
     work_start.traced(task, app)
     return trace_task(
-        task, message.task_id, message.args, message.kwargs, request, app=app, hostname=hostname()
+        task, task_id, message.args, message.kwargs, request, app=app, hostname=hostname()
     )
 
 
