@@ -381,9 +381,8 @@ def _body_decoder() -> Callable[[str], Any]:
     kombu's own call, which answers it (or raises) as before."""
     if _object_hook is None:  # pragma: no cover - kombu >= 5.3 has the hook
         return _loads
-    scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
-        object_hook=_object_hook
-    ).scan_once
+    decoder: Any = json.JSONDecoder(object_hook=_object_hook)  # scan_once is not in its stubs
+    scan: Callable[[str, int], tuple[Any, int]] = decoder.scan_once
 
     def loads(text: str) -> Any:
         if type(text) is str:
