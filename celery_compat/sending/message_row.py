@@ -405,39 +405,24 @@ class _NotPlainJson(Exception):
 
 
 def _restore(value: Any) -> Any:
-    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: every
-    object goes through kombu's ``object_hook`` bottom-up, as the decoder does. Copy on write:
-    a list or object holding no tagged value anywhere is returned as it is (jsonb's decoding
-    made it, nothing else holds it); one that does is copied along the path to that value."""
+    """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: a copy in
+    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does.
+    Only containers are walked into (a scalar is taken as it is), and the hook is called only
+    for an object it changes: one whose keys are exactly ``__type__`` and ``__value__``."""
     kind = type(value)
     if kind is dict:
         if _object_hook is None:
             raise _NotPlainJson
-        out = value
+        out = {}
         for key, item in value.items():
             if type(key) is not str:
                 raise _NotPlainJson
-            if type(item) in _JSON_SCALARS:
-                continue
-            restored = _restore(item)
-            if restored is not item:
-                if out is value:
-                    out = dict(value)
-                out[key] = restored
+            out[key] = item if type(item) in _JSON_SCALARS else _restore(item)
         if len(out) == 2 and out.keys() == _TAGGED:
             return _object_hook(out)
         return out
     if kind is list:
-        copied = value
-        for index, item in enumerate(value):
-            if type(item) in _JSON_SCALARS:
-                continue
-            restored = _restore(item)
-            if restored is not item:
-                if copied is value:
-                    copied = list(value)
-                copied[index] = restored
-        return copied
+        return [item if type(item) in _JSON_SCALARS else _restore(item) for item in value]
     if kind in _JSON_SCALARS:
         return value
     raise _NotPlainJson
@@ -454,9 +439,8 @@ def _plain(value: Any) -> Any:
 
 def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
     """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
-    row's id (else a new one is drawn). The message's headers and properties are its own copies
-    (the row's input is left as it was); args, kwargs and embed decoded from the body's text
-    are new objects already, so they are not copied again."""
+    row's id (else a new one is drawn). Every list and dict of the message is its own (decoded
+    or restored anew: the row's input is left as it was), so none is copied again."""
     body = value.get("body")
     if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
         args, kwargs, embed = _loads_body(body)
@@ -464,17 +448,14 @@ def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryM
         properties = _plain(value.get("properties"))
     else:  # a row written before the exact-text format
         restored = _plain(value)
-        args = list(restored.get("args") or [])
-        kwargs = dict(restored.get("kwargs") or {})
-        embed = dict(restored.get("embed") or {})
-        headers = restored.get("headers")
-        properties = restored.get("properties")
+        args, kwargs, embed = restored.get("args"), restored.get("kwargs"), restored.get("embed")
+        headers, properties = restored.get("headers"), restored.get("properties")
     return CeleryMessage(
-        headers=dict(headers or {}),
+        headers=headers if type(headers) is dict else dict(headers or {}),
         args=args if type(args) is list else list(args or []),
         kwargs=kwargs if type(kwargs) is dict else dict(kwargs or {}),
         embed=embed if type(embed) is dict else dict(embed or {}),
         queue=queue,
-        properties=dict(properties or {}),
+        properties=properties if type(properties) is dict else dict(properties or {}),
         job_id=new_job_id() if job_id is None else job_id,
     )
