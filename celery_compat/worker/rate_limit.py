@@ -7,7 +7,9 @@ fleet, which is what people writing ``rate_limit`` usually mean. Like Celery's b
 capacity is one token (no bursts). A task that finds no token is snoozed for the time one token
 takes to refill: its row goes back to ``ready`` with a later ``run_at``, its attempt uncounted,
 and its worker slot is free meanwhile. ``worker_disable_rate_limits=True`` turns it off, as in
-Celery; ``task_default_rate_limit`` applies to tasks that set none.
+Celery; ``task_default_rate_limit`` applies to tasks that set none. Both are read once, when a
+worker loads the app's tasks (``RateConf``), as Celery's worker reads them at start; a task's
+own ``rate_limit`` is read per message (remote control changes it).
 
 What it is not: a concurrency limit (how many run at once) or a per-worker limit.
 """
