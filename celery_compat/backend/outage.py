@@ -19,9 +19,8 @@ What it is not: the statements (``db/result_store.py``) or the backend (``backen
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -94,16 +93,22 @@ def raise_if_outage(task_id: str) -> None:
         ) from seen
 
 
-@contextlib.contextmanager
-def outage_handed_back(name: str) -> Iterator[None]:
+class outage_handed_back:
     """Around a task's run: an infrastructure error that escapes it (a revoke, expiry or time
-    limit store Celery's tracer does not wrap) hands the attempt back instead of failing it."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        if not transient(exc):
-            raise
-        raise DatabaseUnavailableError(
-            f"the jobs database was unavailable while task {name!r} ended: {exc}",
-            hint="the task is handed back uncounted and runs again once it is back",
-        ) from exc
+    limit store Celery's tracer does not wrap) hands the attempt back instead of failing it.
+    (A class rather than a generator: it is entered once per task run.)"""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, psycopg.Error) and transient(exc):
+            raise DatabaseUnavailableError(
+                f"the jobs database was unavailable while task {self._name!r} ended: {exc}",
+                hint="the task is handed back uncounted and runs again once it is back",
+            ) from exc

@@ -368,6 +368,36 @@ def is_celery_input(value: Any) -> bool:
 # kombu's decoder hook (kombu >= 5.3); without it every input takes the text round trip.
 _object_hook: Callable[[dict[str, Any]], Any] | None = getattr(kombu_json, "object_hook", None)
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
+# What kombu's hook turns into a value: an object of exactly these keys (``{"__type__":
+# "datetime", "__value__": "..."}``); it hands every other object back as it is.
+_TAGGED = frozenset({"__type__", "__value__"})
+
+
+def _body_decoder() -> Callable[[str], Any]:
+    """kombu's ``loads`` for a body's text with the decoder built once instead of on every call
+    (what ``json.loads`` does when given an ``object_hook``), and its scanner called directly:
+    the same scanner and hook, so the same values. Text the scanner does not take whole from its
+    first character (leading or trailing whitespace, a byte order mark, an error) goes through
+    kombu's own call, which answers it (or raises) as before."""
+    if _object_hook is None:  # pragma: no cover - kombu >= 5.3 has the hook
+        return _loads
+    decoder: Any = json.JSONDecoder(object_hook=_object_hook)  # scan_once is not in its stubs
+    scan: Callable[[str, int], tuple[Any, int]] = decoder.scan_once
+
+    def loads(text: str) -> Any:
+        if type(text) is str:
+            try:
+                value, end = scan(text, 0)
+            except (StopIteration, ValueError):
+                return _loads(text)
+            if end == len(text):
+                return value
+        return _loads(text)
+
+    return loads
+
+
+_loads_body = _body_decoder()
 
 
 class _NotPlainJson(Exception):
@@ -376,14 +406,23 @@ class _NotPlainJson(Exception):
 
 def _restore(value: Any) -> Any:
     """What ``kombu loads(json.dumps(value))`` returns, without the text round trip: a copy in
-    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does."""
+    which every object goes through kombu's ``object_hook`` bottom-up, as the decoder does.
+    Only containers are walked into (a scalar is taken as it is), and the hook is called only
+    for an object it changes: one whose keys are exactly ``__type__`` and ``__value__``."""
     kind = type(value)
     if kind is dict:
-        if _object_hook is None or not all(type(k) is str for k in value):
+        if _object_hook is None:
             raise _NotPlainJson
-        return _object_hook({k: _restore(v) for k, v in value.items()})
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlainJson
+            out[key] = item if type(item) in _JSON_SCALARS else _restore(item)
+        if len(out) == 2 and out.keys() == _TAGGED:
+            return _object_hook(out)
+        return out
     if kind is list:
-        return [_restore(v) for v in value]
+        return [item if type(item) in _JSON_SCALARS else _restore(item) for item in value]
     if kind in _JSON_SCALARS:
         return value
     raise _NotPlainJson
@@ -400,25 +439,23 @@ def _plain(value: Any) -> Any:
 
 def from_input(value: Any, *, queue: str, job_id: UUID | None = None) -> CeleryMessage:
     """Rebuild the message from a row's ``input`` (as psycopg decoded the jsonb); ``job_id``: the
-    row's id (else a new one is drawn)."""
+    row's id (else a new one is drawn). Every list and dict of the message is its own (decoded
+    or restored anew: the row's input is left as it was), so none is copied again."""
     body = value.get("body")
     if isinstance(body, str):  # the exact text (this format); headers/properties: jsonb objects
-        args, kwargs, embed = _loads(body)
-        restored = {
-            "args": args,
-            "kwargs": kwargs,
-            "embed": embed,
-            "headers": _plain(value.get("headers")),
-            "properties": _plain(value.get("properties")),
-        }
+        args, kwargs, embed = _loads_body(body)
+        headers = _plain(value.get("headers"))
+        properties = _plain(value.get("properties"))
     else:  # a row written before the exact-text format
         restored = _plain(value)
+        args, kwargs, embed = restored.get("args"), restored.get("kwargs"), restored.get("embed")
+        headers, properties = restored.get("headers"), restored.get("properties")
     return CeleryMessage(
-        headers=dict(restored.get("headers") or {}),
-        args=list(restored.get("args") or []),
-        kwargs=dict(restored.get("kwargs") or {}),
-        embed=dict(restored.get("embed") or {}),
+        headers=headers if type(headers) is dict else dict(headers or {}),
+        args=args if type(args) is list else list(args or []),
+        kwargs=kwargs if type(kwargs) is dict else dict(kwargs or {}),
+        embed=embed if type(embed) is dict else dict(embed or {}),
         queue=queue,
-        properties=dict(restored.get("properties") or {}),
+        properties=properties if type(properties) is dict else dict(properties or {}),
         job_id=new_job_id() if job_id is None else job_id,
     )

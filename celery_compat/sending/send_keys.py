@@ -29,9 +29,7 @@ What it is not: the ledger's SQL (``db/message_jobs.py``) or the sender (``sendi
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -78,22 +76,32 @@ _running: contextvars.ContextVar[RunningBody | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def running_body(job_id: UUID, task_id: str) -> Iterator[list[tuple[Any, SendKey]]]:
+class running_body:
     """While task ``task_id`` (row ``job_id``) runs: key its sends, and hold back the messages
     it sends under its own task id (its ``self.retry``); the executor sends those
-    (``BridgeAMQP.insert_now``) after the tracer stored the outcome.
+    (``BridgeAMQP.insert_now``) after the tracer stored the outcome. ``with`` gives the list
+    of what was held, ``(message, key)`` pairs.
 
     Why hold: Celery publishes the retry and THEN stores RETRY. On a broker that gap is hidden
     by the round trip; here a ``countdown=0`` retry can run and store SUCCESS inside it, and the
     late RETRY then overwrites SUCCESS (``get()`` waits forever). A body that crashes after its
-    send sends nothing; a crash after the send replays it under the same key (absorbed)."""
-    body = RunningBody(job_id, task_id)
-    token = _running.set(body)
-    try:
-        yield body.held
-    finally:
-        _running.reset(token)
+    send sends nothing; a crash after the send replays it under the same key (absorbed).
+
+    A class rather than a generator: it is entered once per task run."""
+
+    __slots__ = ("_body", "_token")
+
+    def __init__(self, job_id: UUID, task_id: str) -> None:
+        self._body = RunningBody(job_id, task_id)
+        self._token: contextvars.Token[RunningBody | None] | None = None
+
+    def __enter__(self) -> list[tuple[Any, SendKey]]:
+        self._token = _running.set(self._body)
+        return self._body.held
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._token is not None
+        _running.reset(self._token)
 
 
 def key_of(message: Any) -> tuple[SendKey | None, bool]:

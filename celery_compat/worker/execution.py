@@ -36,7 +36,7 @@ what Celery's ``Request`` records (``worker_request.py``), or the ``result.get()
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from celery import states
@@ -103,63 +103,73 @@ def _terminates(app: Any, task_id: str) -> bool:
     return flag is None or flag
 
 
-def run_message(
-    app: Any, name: str, value: Any, limits: tuple[Any, Any] | None = None
-) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class WorkerConf:
+    """What a Celery worker reads from the app's configuration once, when it loads the app's
+    tasks (Celery's ``WorkController`` reads them at start): the default time limits and the
+    rate-limit settings. Celery's ``app.conf`` walks its layered mappings on every read, so a
+    worker that read it per message paid for it per message."""
+
+    limits: tuple[Any, Any]
+    rates: rate_limit.RateConf
+
+
+def worker_conf(app: Any) -> WorkerConf:
+    return WorkerConf(conf_limits(app), rate_limit.rate_conf(app))
+
+
+def run_message(app: Any, name: str, value: Any, conf: WorkerConf | None = None) -> dict[str, str]:
     """Execute one claimed Celery message; returns the row's small output ``{"state": ...}``.
-    ``limits``: the app's default time limits as ``conf_limits`` read them (else read now)."""
+    ``conf``: the app's settings as ``worker_conf`` read them (else read now)."""
+    if conf is None:
+        conf = worker_conf(app)
     ctx = current_job()
     if not is_celery_input(value):
         raise Discard(f"row input is not a Celery message (task {name!r})")
     app.set_current()  # shared_task proxies called from this body resolve to this app
     message = from_input(value, queue=ctx.queue, job_id=ctx.id)
+    task_id = message.task_id
     task = task_registry(app)[name]
     request = request_for(message, ctx.redelivered)
     events = task_events.node(task)  # None: events off (the common case costs one check)
     expires = message.expires
     if expires is not None and expires <= ctx.clock.now():
-        announce_revoked(task, message.task_id, request, expired=True, terminated=False)
+        announce_revoked(task, task_id, request, expired=True, terminated=False)
         if events:
-            task_events.revoked(events, message.task_id, expired=True, terminated=False)
-        raise Cancel(f"task {message.task_id} expired at {expires.isoformat()}")
-    if revoked_ids.REVOKED.is_revoked(app, message.task_id) or (  # claimed, then revoked
+            task_events.revoked(events, task_id, expired=True, terminated=False)
+        raise Cancel(f"task {task_id} expired at {expires.isoformat()}")
+    if revoked_ids.REVOKED.is_revoked(app, task_id) or (  # claimed, then revoked
         stamp_revokes.revoking_header(message.headers) is not None  # a stamped-header revoke
     ):
-        announce_revoked(task, message.task_id, request, expired=False, terminated=False)
+        announce_revoked(task, task_id, request, expired=False, terminated=False)
         if events:
-            task_events.revoked(events, message.task_id, expired=False, terminated=False)
-        raise Cancel(f"task {message.task_id} revoked before it started")
-    rate_limit.take_or_snooze(app, task, ctx)
+            task_events.revoked(events, task_id, expired=False, terminated=False)
+        raise Cancel(f"task {task_id} revoked before it started")
+    rate_limit.take_or_snooze(app, task, ctx, conf.rates)
     announce_received(app, task, message, request)
     if events:
         task_events.received(events, message)
-        task_events.started(events, message.task_id)
-    soft, hard = time_limits(task, message.headers, limits)
+        task_events.started(events, task_id)
+    soft, hard = time_limits(task, message.headers, conf.limits)
     by_pool = limits_kept_by_pool()  # a prefork child: signalled and killed as by billiard
     watched = INTERRUPTER.watch(
         ctx.signal,
         None if by_pool else soft,
         None if by_pool else hard,
-        should_terminate=lambda: _terminates(app, message.task_id),
+        should_terminate=lambda: _terminates(app, task_id),
     )
     traced: Any = None
     rejection: Reject | None = None
     forget_outage()
-    with running_body(ctx.id, message.task_id) as held:
+    with running_body(ctx.id, task_id) as held:
         try:
             with joins_will_block():
                 try:
-                    with pool_time_limits(soft, hard, SOFT) if by_pool else nullcontext():
-                        work_start.traced(task, app)  # its start: just before its function
-                        traced = trace_task(
-                            task,
-                            message.task_id,
-                            message.args,
-                            message.kwargs,
-                            request,
-                            app=app,
-                            hostname=hostname(),
-                        )
+                    if by_pool:
+                        with pool_time_limits(soft, hard, SOFT):
+                            traced = _trace(app, task, task_id, message, request)
+                    else:
+                        traced = _trace(app, task, task_id, message, request)
                 finally:
                     INTERRUPTER.unwatch(watched)
         except BodyKilled:
@@ -172,21 +182,21 @@ def run_message(
         fault("celery.after_held_send")  # a worker dying here replays the send on redelivery
     if traced is None and rejection is None:  # killed: what Celery does for a killed child
         if "terminate" in watched.fired:
-            announce_revoked(task, message.task_id, request, expired=False, terminated=True)
+            announce_revoked(task, task_id, request, expired=False, terminated=True)
             if events:
-                task_events.revoked(events, message.task_id, expired=False, terminated=True)
-            raise Cancel(f"task {message.task_id} terminated by revoke")
+                task_events.revoked(events, task_id, expired=False, terminated=True)
+            raise Cancel(f"task {task_id} terminated by revoke")
         limit_text = announce_time_limit(task, message, request, float(hard or 0))
         if events:
-            task_events.failed(events, message.task_id, TimeLimitExceeded(hard), limit_text)
+            task_events.failed(events, task_id, TimeLimitExceeded(hard), limit_text)
         raise task_failed(limit_text)
     if events and traced is not None:
-        task_events.traced(events, message.task_id, traced)
+        task_events.traced(events, task_id, traced)
     if traced is not None:
         result, info = traced[0], traced[1]
         state = states.SUCCESS if info is None else info.state
         if state == states.FAILURE:  # the tracer returns (ExceptionInfo, Info(FAILURE, exc))
-            raise_if_outage(message.task_id)  # a result store that met an outage: not a FAILURE
+            raise_if_outage(task_id)  # a result store that met an outage: not a FAILURE
             text = getattr(result, "traceback", None) or str(
                 safe_repr(getattr(info, "retval", result))  # type: ignore[no-untyped-call]
             )  # a repr that raises must not turn the task's failure into another
@@ -197,11 +207,20 @@ def run_message(
         rejection = retval if isinstance(retval, Reject) else Reject(retval, requeue=False)
     assert rejection is not None
     if events:
-        task_events.rejected(events, message.task_id, rejection, traced)
+        task_events.rejected(events, task_id, rejection, traced)
     if rejection.requeue:
         raise Snooze(0)
     announce_rejected(task, message, request, rejection)
     raise Discard(f"rejected: {rejection.reason!r}")
+
+
+def _trace(app: Any, task: Any, task_id: str, message: Any, request: dict[str, Any]) -> Any:
+    """Celery's tracer run on the message; the attempt's start is said just before the task's
+    function (``work_start.py``)."""
+    work_start.traced(task, app)
+    return trace_task(
+        task, task_id, message.args, message.kwargs, request, app=app, hostname=hostname()
+    )
 
 
 def killed_at_time_limit(app: Any, name: str, claimed: ClaimedJob, limit_s: float) -> Fail:
@@ -228,11 +247,11 @@ def _on_time_limit(app: Any, name: str) -> Any:
 
 
 def _runner(app: Any, name: str) -> Any:
-    limits = conf_limits(app)  # once per worker, as Celery's WorkController does
+    conf = worker_conf(app)  # once per worker, as Celery's WorkController reads it
 
     def run(value: Any) -> dict[str, str]:
         with outage_handed_back(name):  # a revoke/expiry/limit store that met an outage
-            return run_message(app, name, value, limits)
+            return run_message(app, name, value, conf)
 
     run.__name__ = run.__qualname__ = f"celery_task[{name}]"
     return run

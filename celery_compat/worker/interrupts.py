@@ -54,7 +54,7 @@ HARD: type[BaseException] = HardTimeLimit
 TERMINATED: type[BaseException] = TerminatedByRevoke
 
 
-@dataclass
+@dataclass(slots=True)
 class Watched:
     thread_id: int
     signal: AttemptSignal
@@ -98,7 +98,8 @@ class Interrupter(Service):
         )
         with self._lock:
             self._watched[entry.thread_id] = entry
-        self.start()
+        if self._thread is None:  # the watcher is started once (start() takes a lock)
+            self.start()
         return entry
 
     def unwatch(self, entry: Watched) -> None:

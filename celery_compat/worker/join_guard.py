@@ -12,9 +12,7 @@ tracer), nor a change to ``allow_join_result()``, which still works inside a bod
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Iterator
 
 import celery._state as celery_state
 import celery.result as celery_result
@@ -39,15 +37,18 @@ def _install_join_guard() -> None:
     celery_result._set_task_join_will_block = _set_join_will_block
 
 
-@contextlib.contextmanager
-def joins_will_block() -> Iterator[None]:
-    """Inside a task body: ``result.get()`` raises, as in a Celery worker."""
-    previous = getattr(_JOINS, "will_block", None)
-    _JOINS.will_block = True
-    try:
-        yield
-    finally:
-        _JOINS.will_block = previous
+class joins_will_block:
+    """Inside a task body: ``result.get()`` raises, as in a Celery worker. (A class rather
+    than a generator: it is entered once per task run.)"""
+
+    __slots__ = ("_previous",)
+
+    def __enter__(self) -> None:
+        self._previous = getattr(_JOINS, "will_block", None)
+        _JOINS.will_block = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        _JOINS.will_block = self._previous
 
 
 _install_join_guard()

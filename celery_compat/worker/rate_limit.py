@@ -7,13 +7,16 @@ fleet, which is what people writing ``rate_limit`` usually mean. Like Celery's b
 capacity is one token (no bursts). A task that finds no token is snoozed for the time one token
 takes to refill: its row goes back to ``ready`` with a later ``run_at``, its attempt uncounted,
 and its worker slot is free meanwhile. ``worker_disable_rate_limits=True`` turns it off, as in
-Celery; ``task_default_rate_limit`` applies to tasks that set none.
+Celery; ``task_default_rate_limit`` applies to tasks that set none. Both are read once, when a
+worker loads the app's tasks (``RateConf``), as Celery's worker reads them at start; a task's
+own ``rate_limit`` is read per message (remote control changes it).
 
 What it is not: a concurrency limit (how many run at once) or a per-worker limit.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from celery.utils.time import rate as parse_rate
@@ -24,11 +27,28 @@ from ujobs_bridge.ext.jobs import JobContext, Snooze
 CAPACITY = 1.0
 
 
-def per_second(app: Any, task: Any) -> float:
-    """The task's rate in tasks per second; 0 means unlimited."""
-    if app.conf.worker_disable_rate_limits:
+@dataclass(frozen=True, slots=True)
+class RateConf:
+    """The app's rate-limit settings, read once when a worker loads its tasks (as Celery's
+    worker reads ``worker_disable_rate_limits`` at start): each read of Celery's ``app.conf``
+    walks its layered mappings, which a worker must not pay per message."""
+
+    disabled: bool
+    default: Any
+
+
+def rate_conf(app: Any) -> RateConf:
+    return RateConf(bool(app.conf.worker_disable_rate_limits), app.conf.task_default_rate_limit)
+
+
+def per_second(app: Any, task: Any, conf: RateConf | None = None) -> float:
+    """The task's rate in tasks per second; 0 means unlimited. ``conf``: the app's settings as
+    ``rate_conf`` read them (else read now). The task's own ``rate_limit`` is read each time:
+    the ``rate_limit`` remote-control command changes it on a running worker."""
+    conf = rate_conf(app) if conf is None else conf
+    if conf.disabled:
         return 0.0
-    limit = getattr(task, "rate_limit", None) or app.conf.task_default_rate_limit
+    limit = getattr(task, "rate_limit", None) or conf.default
     return float(parse_rate(limit)) if limit else 0.0
 
 
@@ -37,9 +57,9 @@ def take(conn: Any, key: str, rate: float, now: Any) -> bool:
     return rate_limits.take(conn, rate_limits.TokenTake(key, rate, CAPACITY, now))
 
 
-def take_or_snooze(app: Any, task: Any, ctx: JobContext) -> None:
+def take_or_snooze(app: Any, task: Any, ctx: JobContext, conf: RateConf | None = None) -> None:
     """Return when the task may run now; otherwise raise ``Snooze`` until a token refills."""
-    rate = per_second(app, task)
+    rate = per_second(app, task, conf)
     if rate <= 0:
         return
     now = ctx.clock.sql_now()

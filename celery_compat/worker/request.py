@@ -63,28 +63,30 @@ def hostname() -> str:
 
 
 def request_for(message: Any, redelivered: bool) -> dict[str, Any]:
-    headers = dict(message.headers)
+    """The request dict Celery's worker hands the tracer: the headers, then the fields below,
+    then the embed (callbacks, errbacks, chain, chord). A new dict whose ``properties`` is a
+    copy: what the tracer's ``Context`` or a handler does to them leaves the message as it was."""
+    headers = message.headers
     props = dict(message.properties)
     request: dict[str, Any] = dict(headers)
-    request.update(
-        {
-            "args": message.args,
-            "kwargs": message.kwargs,
-            "hostname": hostname(),
-            "is_eager": False,
-            "properties": props,
-            "reply_to": props.get("reply_to"),
-            "correlation_id": props.get("correlation_id") or message.task_id,
-            "delivery_info": {
-                "exchange": "",
-                "routing_key": message.queue,
-                "priority": message.priority,  # 0 when sent with none, as Celery's Redis gives
-                "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
-            },
-            "headers": {k: v for k, v in headers.items() if k not in PROTOCOL_HEADERS},
-        }
-    )
-    request.update(message.embed or {})
+    request["args"] = message.args
+    request["kwargs"] = message.kwargs
+    request["hostname"] = hostname()
+    request["is_eager"] = False
+    request["properties"] = props
+    request["reply_to"] = props.get("reply_to")
+    request["correlation_id"] = props.get("correlation_id") or message.task_id
+    request["delivery_info"] = {
+        "exchange": "",
+        "routing_key": message.queue,
+        "priority": message.priority,  # 0 when sent with none, as Celery's Redis gives
+        "redelivered": redelivered,  # claimed before: snoozed, rescued, handed back
+    }
+    custom = headers.keys() - PROTOCOL_HEADERS  # usually none: the protocol's own are left out
+    request["headers"] = {k: v for k, v in headers.items() if k in custom} if custom else {}
+    embed = message.embed
+    if embed:
+        request.update(embed)
     return request
 
 

@@ -40,10 +40,10 @@ def traced(task: Any, app: Any) -> None:
     """Make ``task.__trace__`` a tracer that says the attempt's work starts right before it
     calls the task's function (built once per task and process; ``execution.run_message``
     then traces through it). A task with its own ``__call__`` says it now instead."""
+    if getattr(task.__trace__, _MARK, False):  # built here: the task has no __call__ of its own
+        return
     if task_has_custom(task, "__call__"):
         work_starts()
-        return
-    if getattr(task.__trace__, _MARK, False):
         return
     with _lock:
         if getattr(task.__trace__, _MARK, False):

@@ -85,3 +85,26 @@ def test_worker_disable_rate_limits_turns_it_off(app: Any, dsn: str) -> None:
     with worker(app, dsn, clock=clock, start=False) as w:
         w.tick()
     assert sorted(RUNS) == [0, 1, 2]
+
+
+def test_the_rate_limit_settings_are_read_when_the_worker_loads_the_tasks(
+    app: Any, dsn: str
+) -> None:
+    """As Celery's worker reads them at start: a change to ``app.conf`` after that is not seen
+    by the running worker (the task's own ``rate_limit``, which remote control changes, is)."""
+    clock = FrozenClock(datetime.now(UTC) + timedelta(minutes=1))
+    for n in range(3):
+        limited.delay(n)
+    with worker(app, dsn, clock=clock, start=False) as w:
+        app.conf.worker_disable_rate_limits = True  # after the worker loaded the tasks
+        w.tick()
+        assert len(RUNS) == 1  # still limited: one token
+    app.conf.worker_disable_rate_limits = False
+    clock.advance(timedelta(seconds=10))  # the two snoozed are due (one token refilled)
+    with worker(app, dsn, clock=clock, start=False) as w:
+        limited.rate_limit = None  # what the rate_limit command does on a running worker
+        try:
+            w.tick()
+        finally:
+            limited.rate_limit = "6/m"
+    assert sorted(RUNS) == [0, 1, 2]  # both: no limit once the task's own says none
