@@ -169,3 +169,37 @@ def test_a_failed_attempts_span_carries_its_error_with_the_secrets_hidden(
     shown = f"{attributes} {span.status.description}"
     for secret in SPAN_SECRETS:
         assert secret not in shown, secret
+
+
+def test_with_the_api_but_no_sdk_configured_an_attempt_makes_no_span() -> None:
+    """The API's proxy provider stands in until an application sets its own: an attempt then
+    makes no span at all (no context attached, no attributes built), and once a provider is
+    set, the next attempt makes one."""
+    script = textwrap.dedent(
+        """
+        import uuid
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from ujobs_bridge._internal.observe import tracing
+        from ujobs_bridge.records import ClaimedJob
+        claimed = ClaimedJob(id=uuid.uuid4(), name="n", queue="q", input={}, attempt=1,
+                             max_attempts=1, lease_token=uuid.uuid4(), expired=False)
+        with tracing.attempt_span(claimed) as record:
+            assert record is tracing._nothing
+            assert not trace.get_current_span().get_span_context().is_valid
+        trace.set_tracer_provider(TracerProvider())
+        with tracing.attempt_span(claimed) as record:
+            assert record is not tracing._nothing
+            assert trace.get_current_span().get_span_context().is_valid
+        print("ok")
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

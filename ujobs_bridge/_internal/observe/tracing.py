@@ -6,7 +6,10 @@ another machine, should be one trace. The W3C ``traceparent`` column carries the
 Celery message's header does); the span follows OpenTelemetry's messaging conventions
 (``process <queue>``, kind CONSUMER, ``messaging.*`` attributes). The ``tracing`` extra
 installs ``opentelemetry-api``; without it (or with it but no SDK configured) nothing changes:
-no column is written, no span is made, and the cost is one ``None`` check.
+no column is written, no span is made, and the cost is one check per attempt (the API's proxy
+provider, which stands in until an application sets its own, would only make spans that record
+nothing, at a cost every job would pay: its context extracted and attached, its attributes
+built).
 
 An observer never fails an attempt: starting or ending the span, recording the exception and
 setting the status all run code that is not ours (the SDK, its span processors, the exception's
@@ -67,8 +70,8 @@ def current_traceparent() -> str | None:
 def attempt_span(claimed: ClaimedJob) -> Iterator[Record]:
     """The span of one attempt (``process <queue>``, a child of the enqueuer's context when the
     row has one); yields ``record(error, failed)`` to mark how the attempt ended."""
-    if trace is None:
-        yield _nothing
+    if trace is None or isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        yield _nothing  # no OpenTelemetry, or no SDK configured: every span would be a no-op
         return
     try:
         parent = (
