@@ -12,12 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from test_worker import armed, make_worker, ready_for_hand_off, row  # noqa: F401 (a fixture)
 
 from apps import basic_jobs
 from conftest import wait_for
 from ujobs_bridge._internal.worker.listener import HandOffListening
 from ujobs_bridge.client import Client
+
+
+@pytest.fixture
+def worker(make_worker: Any, db: Any) -> Any:
+    """A worker of queue ``basic``, idle, its mark armed for a hand-off (it polls rarely)."""
+    idle = make_worker(frozen=False, poll_s=60)
+    idle.start()
+    ready_for_hand_off(db, idle, "basic")
+    return idle
 
 
 def lease(db: psycopg.Connection[Any], job_id: Any) -> tuple[Any, ...] | None:
@@ -54,13 +64,10 @@ def listen_pid(db: psycopg.Connection[Any], worker: Any) -> int:
 
 
 def test_a_handed_job_is_the_workers_running_claim_before_its_body_starts(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
     """What the insert writes is what a claim writes: running, attempt 1, one delivery, the
     worker's lease and lease row (start not recorded: a worker killed now is not charged)."""
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     original = deaf(worker)
     ref = basic_jobs.add.configure(client=client).enqueue(2, 3)
     found = db.execute(
@@ -75,13 +82,10 @@ def test_a_handed_job_is_the_workers_running_claim_before_its_body_starts(
 
 
 def test_a_worker_whose_listen_session_is_gone_is_never_handed_a_job(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
     """Its mark is still armed (rows outlive sessions), but its lock went with its session:
     the insert leaves the job ready, and once the listener is back the worker claims it."""
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     worker.listener.reconnect_s = 30.0  # stays away for the whole check
     db.execute("select pg_terminate_backend(%s)", (listen_pid(db, worker),))
     wait_for(
@@ -94,11 +98,8 @@ def test_a_worker_whose_listen_session_is_gone_is_never_handed_a_job(
 
 
 def test_a_hand_off_whose_notification_was_lost_runs_once_the_listener_is_back(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     original = deaf(worker)
     ref = basic_jobs.add.configure(client=client).enqueue(20, 22)
     assert row(db, ref.id)["state"] == "running" and worker.in_flight() == 0
@@ -110,11 +111,8 @@ def test_a_hand_off_whose_notification_was_lost_runs_once_the_listener_is_back(
 
 
 def test_a_stopping_worker_hands_back_uncounted_what_it_was_handed_and_never_ran(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     deaf(worker)
     ref = basic_jobs.add.configure(client=client).enqueue(1, 2)
     assert row(db, ref.id)["state"] == "running"
@@ -125,11 +123,8 @@ def test_a_stopping_worker_hands_back_uncounted_what_it_was_handed_and_never_ran
 
 
 def test_jobs_not_due_keyed_or_too_large_for_a_notification_are_woken_not_handed(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     later = basic_jobs.add.configure(client=client, delay=3600).enqueue(1, 1)
     assert row(db, later.id)["state"] == "ready"
     ready_for_hand_off(db, worker, "basic")
@@ -145,11 +140,8 @@ def test_jobs_not_due_keyed_or_too_large_for_a_notification_are_woken_not_handed
 
 
 def test_after_a_reload_a_job_of_a_name_the_worker_no_longer_runs_is_not_handed_to_it(
-    client: Client, make_worker: Any, db: Any
+    client: Client, worker: Any, db: Any
 ) -> None:
-    worker = make_worker(frozen=False, poll_s=60)
-    worker.start()
-    ready_for_hand_off(db, worker, "basic")
     kept = {name: d for name, d in worker.registry.items() if name != basic_jobs.add.name}
     worker.reload(kept, queues=("basic",))
 

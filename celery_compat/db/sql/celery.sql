@@ -12,8 +12,9 @@
 -- that path it need not pay (`python -m bench --cells delay-one`).
 -- The job arrives through the engine's x_jobs_arrive (its migration 0027): a message due now
 -- whose body fits in a notification is handed to an idle worker armed for its queue and task
--- (the row written as that worker's running claim, the job sent on its hand-off channel, as the
--- engine's job_enqueue_one does); otherwise a ready job wakes one waiting worker.
+-- (the row written as that worker's running claim; the function sends the job on the worker's
+-- hand-off channel, as for the engine's job_enqueue_one); otherwise a ready job wakes one
+-- waiting worker.
 -- %(send_commit)s, when not null, is the synchronous_commit of this statement's own transaction
 -- (a send through the app's pool: ujobs_send_commit), set when it writes a row; null on a
 -- caller's transaction, whose commit is the caller's.
@@ -31,7 +32,8 @@ with m as materialized (
                    and octet_length(%(input)s::text) <= 7000
                    and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
                        + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
-               m.cancel_reason is null) as h
+               m.cancel_reason is null, %(max_attempts)s::int, %(traceparent)s::text, m.due,
+               false, %(input)s::text) as h
       from m
 ), inserted as (
     insert into x_jobs
@@ -51,22 +53,12 @@ with m as materialized (
            (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
       from m, arrival as a
     on conflict do nothing
-    returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
-              x_jobs.run_at, x_jobs.lease_token
+    returning x_jobs.id
 )
-select inserted.id,
-       case when (a.h).hand_channel is not null
-            then (select 1 from pg_notify((a.h).hand_channel,
-                           json_build_object('id', inserted.id, 'token', inserted.lease_token,
-                                             'name', inserted.name, 'queue', inserted.queue,
-                                             'max_attempts', inserted.max_attempts,
-                                             'traceparent', inserted.traceparent,
-                                             'run_at', inserted.run_at,
-                                             'expired', false)::text
-                           || chr(10) || %(input)s::text)) end as woken,
+select inserted.id, null::integer as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted, arrival as a
+  from inserted
 
 -- celery_enqueue_keyed --
 -- celery_enqueue under a send key (send_keys.py): the key is taken in the ledger first, for good;

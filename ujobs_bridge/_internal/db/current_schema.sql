@@ -142,8 +142,8 @@ $$;
 -- Name: FUNCTION x_job_requeue(p_id uuid, p_now timestamp with time zone); Type: COMMENT; Schema: public
 COMMENT ON FUNCTION public.x_job_requeue(p_id uuid, p_now timestamp with time zone) IS 'duties: operator worker. Requeue one ended job.';
 
--- Name: x_jobs_arrive(text, text, uuid, boolean, boolean); Type: FUNCTION; Schema: public
-CREATE FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) RETURNS public.x_hand_off
+-- Name: x_jobs_arrive(text, text, uuid, boolean, boolean, integer, text, timestamp with time zone, boolean, text); Type: FUNCTION; Schema: public
+CREATE FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean, p_max_attempts integer, p_traceparent text, p_run_at timestamp with time zone, p_expired boolean, p_input text) RETURNS public.x_hand_off
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -179,6 +179,15 @@ begin
             values (date_trunc('minute', now()), p_queue, pg_backend_pid(), 1, 0, 0)
             on conflict (minute, queue, backend)
             do update set picked = c.picked + 1;
+            -- The job itself, as the worker's listener reads it (leases.handed_job): a JSON
+            -- header, a newline, the input as the sender wrote it. Sent at commit, with the
+            -- caller's insert; never if that transaction rolls back.
+            perform pg_notify(v_channel,
+                              json_build_object('id', p_id, 'token', v_token, 'name', p_name,
+                                                'queue', p_queue, 'max_attempts', p_max_attempts,
+                                                'traceparent', p_traceparent, 'run_at', p_run_at,
+                                                'expired', p_expired)::text
+                              || chr(10) || p_input);
             return row(v_token, v_worker, v_lease_s, v_channel)::x_hand_off;
         end if;
     end if;
@@ -200,8 +209,8 @@ begin
 end
 $$;
 
--- Name: FUNCTION x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean); Type: COMMENT; Schema: public
-COMMENT ON FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean) IS 'duties: producer worker. Hand one arriving job to an idle worker, or wake one.';
+-- Name: FUNCTION x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean, p_max_attempts integer, p_traceparent text, p_run_at timestamp with time zone, p_expired boolean, p_input text); Type: COMMENT; Schema: public
+COMMENT ON FUNCTION public.x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean, p_wake boolean, p_max_attempts integer, p_traceparent text, p_run_at timestamp with time zone, p_expired boolean, p_input text) IS 'duties: producer worker. Hand one arriving job to an idle worker, or wake one.';
 
 -- Name: x_jobs_cancel_matching(text, text, text, uuid[], text); Type: FUNCTION; Schema: public
 CREATE FUNCTION public.x_jobs_cancel_matching(p_state text, p_queue text, p_name_like text, p_ids uuid[], p_error text) RETURNS bigint

@@ -33,14 +33,16 @@ create type x_hand_off as (token uuid, worker text, lease_s float8, hand_channel
 
 -- One job arrives in p_queue: hand it to a live, armed worker of that queue that runs p_name
 -- (p_handable: the caller's job is due now, has no idempotency key and fits in a notification),
--- or else wake one waiting worker (as x_jobs_wake(p_queue, 1) does) when p_wake. Answers the
+-- sending the job (the row's values the caller passes) on the worker's hand-off channel, or
+-- else wake one waiting worker (as x_jobs_wake(p_queue, 1) does) when p_wake. Answers the
 -- hand-off, or null (woken, or nobody waits). Called before the caller's insert in the same
 -- statement, so the lease row is written for a job id the caller then inserts (p_id: new, never
 -- a conflict: a keyed job is never handable). Run as the owner: senders read and change no
 -- mark themselves. A scalar, not a set: the one-row statements that call it stay cheap to run
 -- and to plan. A queue nobody waits for (a busy fleet) costs one index probe.
 create function x_jobs_arrive(p_queue text, p_name text, p_id uuid, p_handable boolean,
-                              p_wake boolean)
+                              p_wake boolean, p_max_attempts integer, p_traceparent text,
+                              p_run_at timestamptz, p_expired boolean, p_input text)
 returns x_hand_off
 language plpgsql volatile security definer as $fn$
 declare
@@ -75,6 +77,15 @@ begin
             values (date_trunc('minute', now()), p_queue, pg_backend_pid(), 1, 0, 0)
             on conflict (minute, queue, backend)
             do update set picked = c.picked + 1;
+            -- The job itself, as the worker's listener reads it (leases.handed_job): a JSON
+            -- header, a newline, the input as the sender wrote it. Sent at commit, with the
+            -- caller's insert; never if that transaction rolls back.
+            perform pg_notify(v_channel,
+                              json_build_object('id', p_id, 'token', v_token, 'name', p_name,
+                                                'queue', p_queue, 'max_attempts', p_max_attempts,
+                                                'traceparent', p_traceparent, 'run_at', p_run_at,
+                                                'expired', p_expired)::text
+                              || chr(10) || p_input);
             return row(v_token, v_worker, v_lease_s, v_channel)::x_hand_off;
         end if;
     end if;
@@ -96,7 +107,8 @@ begin
 end
 $fn$;
 
-comment on function x_jobs_arrive(text, text, uuid, boolean, boolean)
+comment on function x_jobs_arrive(text, text, uuid, boolean, boolean, integer, text,
+                                  timestamptz, boolean, text)
     is 'duties: producer worker. Hand one arriving job to an idle worker, or wake one.';
 
 -- As 0025 made x_jobs_wake: a fixed search_path, no EXECUTE for PUBLIC, and EXECUTE for every
@@ -105,9 +117,11 @@ do $do$
 declare
     v_role regrole;
 begin
-    execute format('alter function x_jobs_arrive(text, text, uuid, boolean, boolean)'
-                   ' set search_path = %I, pg_temp', current_schema());
-    revoke execute on function x_jobs_arrive(text, text, uuid, boolean, boolean) from public;
+    execute format('alter function x_jobs_arrive(text, text, uuid, boolean, boolean, integer,'
+                   ' text, timestamptz, boolean, text) set search_path = %I, pg_temp',
+                   current_schema());
+    revoke execute on function x_jobs_arrive(text, text, uuid, boolean, boolean, integer, text,
+                                             timestamptz, boolean, text) from public;
     for v_role in
         select distinct a.grantee::regrole
           from pg_proc as p cross join lateral aclexplode(p.proacl) as a
@@ -115,7 +129,7 @@ begin
            and a.privilege_type = 'EXECUTE' and a.grantee <> 0 and a.grantee <> p.proowner
     loop
         execute format('grant execute on function x_jobs_arrive(text, text, uuid, boolean,'
-                       ' boolean) to %s', v_role);
+                       ' boolean, integer, text, timestamptz, boolean, text) to %s', v_role);
     end loop;
 end
 $do$;

@@ -28,21 +28,27 @@ select id
 -- after the snapshot: the caller asks again, as job_enqueue's caller does). The job arrives
 -- through x_jobs_arrive (migration 0027): a job due now with no key, whose input fits in a
 -- notification, is handed to an idle worker waiting for its queue when one is armed (the row is
--- written as that worker's running claim and the job is sent on its hand-off channel: its body
--- starts without a claim); otherwise one waiting worker is woken. %(send_commit)s, when not
+-- written as that worker's running claim, and the function sends the job on the worker's
+-- hand-off channel: its body starts without a claim); otherwise one waiting worker is woken. %(send_commit)s, when not
 -- null, is the synchronous_commit of this statement's own transaction, set when it writes a row.
-with arrival as materialized (
+with d as materialized (
+    select u.due, coalesce(%(expires_at)s::timestamptz,
+                           u.due + make_interval(secs => %(expires_in_s)s::float8)) as expires_at
+      from (select coalesce(%(run_at)s::timestamptz,
+                            coalesce(%(now)s::timestamptz, now())
+                                + make_interval(secs => %(delay_s)s::float8)) as due) as u
+), arrival as materialized (
     select x_jobs_arrive(
                %(queue)s::text, %(name)s::text, %(id)s::uuid,
                %(idempotency_key)s::text is null
-                   and coalesce(%(run_at)s::timestamptz,
-                                coalesce(%(now)s::timestamptz, now())
-                                    + make_interval(secs => %(delay_s)s::float8))
-                       <= coalesce(%(now)s::timestamptz, now())
+                   and d.due <= coalesce(%(now)s::timestamptz, now())
                    and octet_length(%(input)s::text) <= 7000
                    and octet_length(%(name)s::text) + octet_length(%(queue)s::text)
                        + coalesce(octet_length(%(traceparent)s::text), 0) <= 500,
-               true) as h
+               true, %(max_attempts)s::int, %(traceparent)s::text, d.due,
+               d.expires_at is not null and d.expires_at <= coalesce(%(now)s::timestamptz, now()),
+               %(input)s::text) as h
+      from d
 ), inserted as (
     insert into x_jobs
         (id, name, queue, input, idempotency_key, max_attempts, priority, run_at, expires_at,
@@ -50,36 +56,20 @@ with arrival as materialized (
          created_at, updated_at, attempt, deliveries, lease_token, lease_expires_at, claimed_by)
     select %(id)s::uuid, %(name)s::text, %(queue)s::text, %(input)s::jsonb,
            %(idempotency_key)s::text, %(max_attempts)s::int, %(priority)s::smallint, d.due,
-           coalesce(%(expires_at)s::timestamptz,
-                    d.due + make_interval(secs => %(expires_in_s)s::float8)),
+           d.expires_at,
            case when (a.h).token is null then 'ready' else 'running' end, null, null,
            %(tenant_id)s::text, %(traceparent)s::text, %(enqueued_by)s::text, now(), now(),
            case when (a.h).token is null then 0 else 1 end,
            case when (a.h).token is null then 0 else 1 end,
            (a.h).token, now() + make_interval(secs => (a.h).lease_s), (a.h).worker
-      from (select coalesce(%(run_at)s::timestamptz,
-                            coalesce(%(now)s::timestamptz, now())
-                                + make_interval(secs => %(delay_s)s::float8)) as due) as d,
-           arrival as a
+      from d, arrival as a
     on conflict do nothing
-    returning x_jobs.id, x_jobs.queue, x_jobs.name, x_jobs.max_attempts, x_jobs.traceparent,
-              x_jobs.run_at, x_jobs.lease_token,
-              x_jobs.expires_at is not null
-                  and x_jobs.expires_at <= coalesce(%(now)s::timestamptz, now()) as expired
+    returning x_jobs.id
 )
-select inserted.id, false as existing,
-       case when (a.h).hand_channel is not null
-            then (select 1 from pg_notify((a.h).hand_channel,
-                           json_build_object('id', inserted.id, 'token', inserted.lease_token,
-                                             'name', inserted.name, 'queue', inserted.queue,
-                                             'max_attempts', inserted.max_attempts,
-                                             'traceparent', inserted.traceparent,
-                                             'run_at', inserted.run_at,
-                                             'expired', inserted.expired)::text
-                           || chr(10) || %(input)s::text)) end as woken,
+select inserted.id, false as existing, null::integer as woken,
        case when %(send_commit)s::text is not null
             then set_config('synchronous_commit', %(send_commit)s::text, true) end as commit_level
-  from inserted, arrival as a
+  from inserted
 union all
 select j.id, true, null, null
   from x_jobs as j
