@@ -333,8 +333,8 @@ def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(
     client: Client, make_worker: Any, db: Any
 ) -> None:
     """The marks are rows, not session state: a claim connection killed while the worker waits
-    leaves them in place, the insert's notification wakes the worker, which reconnects, claims
-    and waits again with its queue still marked."""
+    leaves them in place; the insert hands the worker its job, the worker re-arms on a fresh
+    connection, and the next job is handed to it too."""
     worker = make_worker(frozen=False, poll_s=60)
     worker.start()
     assert worker.listener.listening.wait(10)
@@ -344,7 +344,10 @@ def test_a_waiting_worker_whose_claim_connection_was_killed_is_still_woken(
     db.execute("select pg_terminate_backend(%s)", (pid,))
     ref = basic_jobs.add.configure(client=client).enqueue(7, 8)
     wait_for(lambda: row(db, ref.id)["state"] == "done", timeout=10, what="the notified claim")
-    idle(db, worker, "basic")
+    ready_for_hand_off(db, worker, "basic")  # armed again, on a fresh claim connection
+    again = basic_jobs.add.configure(client=client).enqueue(1, 8)
+    wait_for(lambda: row(db, again.id)["state"] == "done", timeout=10, what="the next job")
+    assert worker.counts.hand_offs == 2
 
 
 def test_a_job_committed_just_before_the_mark_is_claimed_without_waiting_for_the_poll(

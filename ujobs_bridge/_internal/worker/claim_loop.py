@@ -378,6 +378,7 @@ class ClaimLoop(Service):
     def _on_error(self, exc: Exception) -> float:
         self.claims.reset()
         self.unsure = True  # a mark written or deleted may or may not be in: asserted again
+        self.armed = False  # an arming may not have landed either: armed again once marked
         if isinstance(exc, psycopg.Error):
             log.warning("ujobs.worker.db_error: %s", exc)
         else:
