@@ -722,10 +722,13 @@ def test_claim_async_claims_in_its_own_transaction_and_leaves_no_session_setting
         params = leases_db.ClaimParams(
             queue="contract", names=[NAME], limit=5, token=uuid.uuid4(), lease_s=30, worker="t"
         )
-        claimed = leases_db.job_claim_async(conn, params)
+        claimed = leases_db.job_claim(conn, params, pooled=True)
         assert len(claimed) == 2 and all(c.lease_token == params.token for c in claimed)
         assert conn.execute("show synchronous_commit").fetchone() == ("on",)
-        assert leases_db.job_claim_async(conn, params) == []
+        # the claim's plan settings (tx_claim_plans) end with its transaction as well
+        assert conn.execute("show enable_seqscan").fetchone() == ("on",)
+        assert conn.execute("show enable_bitmapscan").fetchone() == ("on",)
+        assert leases_db.job_claim(conn, params, pooled=True) == []
         with conn.transaction():
             session.transaction_idle_limit(conn, 1500)
             assert conn.execute("show idle_in_transaction_session_timeout").fetchone() == (

@@ -189,9 +189,12 @@ def test_a_leader_paused_before_a_fire_finds_it_taken_when_it_wakes(
     schedulers: Callable[..., CliProc], sdb: Db
 ) -> None:
     """The sharpest race: the stale leader has an occurrence planned and fires it AFTER the new
-    leader already did. The ledger absorbs it (its ``duplicates`` count), no second job appears."""
-    first = schedulers(faults="scheduler.before_fire=pause@3")
-    wait_for(first.stopped, timeout=30, what="the leader to pause itself before its third fire")
+    leader already did. The ledger absorbs it (its ``duplicates`` count), no second job appears.
+    The pause is before a fire of ``race-all`` (catch-up all: the new leader fires every missed
+    second, the planned one included); one of ``race-skip`` would be a missed occurrence the new
+    leader skips, so the stale fire of it would land alone, once, and absorb nothing."""
+    first = schedulers(faults="scheduler.before_fire.race-all=pause@3")
+    wait_for(first.stopped, timeout=30, what="the leader to pause before its third race-all fire")
     paused_at = fire_count(sdb)
     info = leader(sdb)
     assert info is not None and info[0] == first.pid

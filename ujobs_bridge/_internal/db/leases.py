@@ -153,19 +153,17 @@ def job_handed_unknown(
     return [_claimed(row) for row in rows]
 
 
-def job_claim(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
-    """Claim a batch. A row whose input cannot be decoded comes back with ``undecodable`` set
-    (its input empty) instead of failing the batch."""
-    rows = _claim_cursor(conn).execute(q("job_claim"), claim.params()).fetchall()
-    return [_claimed(row) for row in rows]
-
-
-def job_claim_async(conn: Conn, claim: ClaimParams) -> list[ClaimedJob]:
-    """``job_claim`` in a transaction of its own whose commit does not wait for the WAL flush
-    (``set local``), sent as one pipeline: the claim behind PgBouncer, where the claim
-    connection's session setting (``claims_commit_async``) would leak to other clients."""
+def job_claim(conn: Conn, claim: ClaimParams, *, pooled: bool = False) -> list[ClaimedJob]:
+    """Claim a batch, in a transaction of its own under ``tx_claim_plans`` (plans that walk
+    the claim index whatever the statistics say), sent as one pipeline: one round trip. A row
+    whose input cannot be decoded comes back with ``undecodable`` set (its input empty) instead
+    of failing the batch. ``pooled``: the commit does not wait for the WAL flush (``set
+    local``), for a connection without the claim connection's session setting
+    (``claims_commit_async``), which behind PgBouncer would leak to other clients."""
     with conn.pipeline(), conn.transaction():
-        conn.execute(q("tx_claims_async"))
+        conn.execute(q("tx_claim_plans"))
+        if pooled:
+            conn.execute(q("tx_claims_async"))
         claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
     return [_claimed(row) for row in claimed.fetchall()]
 
@@ -182,6 +180,7 @@ def job_settle_then_claim(
     round trip and a single commit per worker cycle. ``starts``: (job id, lease token) of bodies
     that started since the last write, recorded in the same transaction (``job_start``)."""
     with conn.pipeline(), conn.transaction():
+        conn.execute(q("tx_claim_plans"))
         if durable:
             conn.execute(q("tx_outcomes_durable"))
         if starts:
@@ -190,6 +189,12 @@ def job_settle_then_claim(
         claimed = _claim_cursor(conn).execute(q("job_claim"), claim.params())
     matched = {row[0] for row in settled.fetchall()}
     return matched, [_claimed(row) for row in claimed.fetchall()]
+
+
+def claim_plans(conn: Conn) -> None:
+    """Inside a transaction: its claims and settles walk indexes whatever the statistics say
+    (``tx_claim_plans``)."""
+    conn.execute(q("tx_claim_plans"))
 
 
 def _settle_params(settlements: Sequence[Settlement], now: datetime | None) -> dict[str, Any]:
@@ -221,7 +226,8 @@ def job_settle(
     starts: Sequence[tuple[UUID, UUID]] = (),
 ) -> set[UUID]:
     """Write a batch of attempt outcomes; returns the ids whose lease still matched (fencing).
-    ``starts``: as ``job_settle_then_claim``'s, recorded first (run it in a transaction)."""
+    ``starts``: as ``job_settle_then_claim``'s, recorded first (run it in a transaction: the
+    worker's also runs ``claim_plans`` first)."""
     if starts:
         conn.execute(q("job_start"), _start_params(starts))
     if not settlements:
@@ -239,7 +245,7 @@ def job_start(
 ) -> set[UUID]:
     """Record that the bodies of these (job id, lease token) start now; returns the ids whose
     lease is still there (only those may start). ``pooled``: in a transaction of its own whose
-    commit does not wait for the WAL flush (``set local``, as ``job_claim_async``), for a
+    commit does not wait for the WAL flush (``set local``, as ``job_claim(pooled=True)``), for a
     connection without the claim connection's session setting."""
     if not leases:
         return set()

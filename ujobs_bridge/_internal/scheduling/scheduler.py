@@ -229,6 +229,7 @@ class Scheduler(Service):
         fired = 0
         for occurrence in plan.occurrences:
             fault("scheduler.before_fire")
+            fault(f"scheduler.before_fire.{periodic.name}")  # a test's pick of one task's fires
             duplicate = False
             with conn.transaction():
                 session.transaction_idle_limit(conn, self.idle_ms)

@@ -153,9 +153,7 @@ class Claims:
     def _claim_on(
         self, conn: psycopg.Connection[Any], params: leases_db.ClaimParams
     ) -> list[ClaimedJob]:
-        if self._pooled:
-            return leases_db.job_claim_async(conn, params)
-        return leases_db.job_claim(conn, params)
+        return leases_db.job_claim(conn, params, pooled=self._pooled)
 
     def reset(self) -> None:
         """After an error: the next use opens a fresh connection."""
@@ -214,6 +212,7 @@ class Claims:
         with self._conn.using():
             conn = self.connection()
             with conn.transaction():
+                leases_db.claim_plans(conn)
                 if not self.config.async_acks:
                     session.outcomes_commit_durable(conn)
                 matched = leases_db.job_settle(conn, batch, self.clock.sql_now(), starts=starts)

@@ -143,7 +143,9 @@ select id from x_job_live_by_key(%(idempotency_key)s) as id
 -- The first %(start)s rows in claim order have their start recorded with the claim (`started_at`,
 -- 0022) and come back `started`; the worker passes none (a worker killed between its claim and a
 -- body's start must not be charged): `job_start` records each start as its body starts. The lease row
--- also records the lease's length (`lease_s`), which a rescue after a restart waits for.
+-- also records the lease's length (`lease_s`), which a rescue after a restart waits for. The
+-- rows come back from `ordered` itself, in claim order: no join of two CTEs, which the planner
+-- runs as a nested loop (a batch of n costs n squared). Run under tx_claim_plans.
 with head as materialized (
     select id from x_job_claimable
      where queue = %(queue)s
@@ -170,7 +172,8 @@ with head as materialized (
               greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
                   as wait_s
 ), ordered as materialized (
-    select id, lease_token, attempt,
+    select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
+           traceparent, run_at,
            row_number() over (order by priority desc, run_at, id) <= %(start)s as started
       from claimed
 ), leased as (
@@ -189,10 +192,9 @@ with head as materialized (
                   wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
                   wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
-select c.id, c.name, c.queue, c.input, c.attempt, c.max_attempts, c.lease_token, c.expired,
-       c.deliveries, c.traceparent, c.run_at, o.started
-  from claimed as c
-  join ordered as o on o.id = c.id
+select o.id, o.name, o.queue, o.input, o.attempt, o.max_attempts, o.lease_token, o.expired,
+       o.deliveries, o.traceparent, o.run_at, o.started
+  from ordered as o
 
 -- job_handed_unknown --
 -- The jobs handed to this worker (migration 0027: written as its running claims by their
@@ -231,7 +233,10 @@ returning l.job_id
 -- back only %(outage_cap)s times per job (migration 0015): past that it counts as an attempt,
 -- and the job is dead once its attempts are spent, so a body that keeps causing outages ends.
 -- Each settled attempt is appended to x_job_attempts (0016) with the worker and claim time its
--- lease row carried, its outcome and its error (the job's page shows them).
+-- lease row carried, its outcome and its error (the job's page shows them). The update reads the
+-- lease row by key beside the job and returns it, so the attempt's row is built from `settled`
+-- alone: no join of two CTEs (a nested loop, n squared for a batch of n). Run under
+-- tx_claim_plans.
 with settled as (
     update x_jobs as j
        set state = case when u.outage = 1 and j.outage_handbacks >= %(outage_cap)s
@@ -258,24 +263,25 @@ with settled as (
       from jsonb_to_recordset(%(batch)s::jsonb)
            as u(id uuid, token uuid, state text, output text, delay_s float8, error text, uncount int,
                  run_at timestamptz, outage int, kind text)
+           left join x_job_leases as l on l.job_id = u.id and l.token = u.token
      where j.id = u.id and j.lease_token = u.token and j.state = 'running'
     returning j.id, u.token, j.queue, j.state, j.attempt + u.uncount as attempt, j.updated_at,
-              u.uncount, u.error, j.failure_kind
+              u.uncount, u.error, j.failure_kind, l.worker as lease_worker,
+              l.claimed_at as lease_claimed_at, l.attempt as lease_attempt
 ), released as (
     delete from x_job_leases as l using settled
      where l.job_id = settled.id and l.token = settled.token
-    returning l.job_id, l.token, l.worker, l.claimed_at, l.attempt
 ), attempted as (
     insert into x_job_attempts
         (job_id, token, attempt, worker, claimed_at, finished_at, outcome, error)
-    select s.id, s.token, coalesce(r.attempt, s.attempt), r.worker, r.claimed_at, s.updated_at,
+    select s.id, s.token, coalesce(s.lease_attempt, s.attempt), s.lease_worker,
+           s.lease_claimed_at, s.updated_at,
            case when s.state <> 'ready' then coalesce(s.failure_kind, s.state)
                 when s.uncount = 0 then 'retried'
                 when s.error like 'UJ_JOB_SNOOZED%%' then 'snoozed'
                 else 'handed_back' end,
            s.error
       from settled as s
-      left join released as r on r.job_id = s.id and r.token = s.token
     on conflict do nothing
 ), counted as (
     insert into x_job_counts as c (minute, queue, backend, done, dead)

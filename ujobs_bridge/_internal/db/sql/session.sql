@@ -37,6 +37,17 @@ set synchronous_commit = off
 -- stay on a server session other clients then use.
 set local synchronous_commit = off
 
+-- tx_claim_plans --
+-- The plans of the claim and the settle, for this transaction: index scans, never a sequential
+-- or bitmap scan. Every statement of these transactions reaches its rows by key or walks the
+-- claim index in claim order, and must do so whatever the statistics say. Why: a queue at rest
+-- when its claim table was last analyzed holds nothing as far as the planner knows; when a
+-- burst arrives it estimates a row or two, so it reads every ready job of the queue by bitmap
+-- and sorts them on each claim (the ordered index scan stops after the batch), until autovacuum
+-- analyzes the table again, up to a minute later: the claims of a burst of N jobs cost O(N) each,
+-- and the server's CPU a job doubled at 20,000 (`tests/integration/test_claim_plans.py`).
+select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)
+
 -- tx_outcomes_durable --
 set local synchronous_commit = on
 
