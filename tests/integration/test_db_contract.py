@@ -710,6 +710,23 @@ def test_every_db_function_has_a_contract_test() -> None:
     assert not missing, f"db functions with no contract test: {missing}"
 
 
+def test_claim_plans_hold_for_their_transaction_only(dsn: str) -> None:
+    """``claim_plans``: index scans only (no sequential or bitmap scan) until the transaction
+    ends, so the worker's outcome writes plan as its claims do, and nothing stays on the
+    session (behind PgBouncer, another client's)."""
+    with connections.connect(dsn, connections.Role("contract:claim-plans")) as conn:
+        with conn.transaction():
+            leases_db.claim_plans(conn)
+            shown = conn.execute(
+                "select current_setting('enable_seqscan'), current_setting('enable_bitmapscan')"
+            ).fetchone()
+            assert shown == ("off", "off")
+        shown = conn.execute(
+            "select current_setting('enable_seqscan'), current_setting('enable_bitmapscan')"
+        ).fetchone()
+        assert shown == ("on", "on")
+
+
 def test_claim_async_claims_in_its_own_transaction_and_leaves_no_session_setting(
     dsn: str, db: Any
 ) -> None:

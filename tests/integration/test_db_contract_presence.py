@@ -207,6 +207,16 @@ def test_a_one_row_insert_hands_its_job_to_a_live_armed_worker_that_runs_its_nam
         own.enqueue(sender, disarmed, None, None)
         assert state(disarmed.id) == ("ready", 0, None)  # the hand-off disarmed the mark
         assert nodes.queue_waiting_arm(db, "h:1:a") == 1
-        (unknown,) = leases_db.job_handed_unknown(db, "h:1:a", [], None)
+        # found after an outage longer than its lease: its lease is renewed as it is found, so
+        # a rescue does not take it back while its body runs
+        db.execute(
+            "update x_jobs set lease_expires_at = now() - interval '1 minute' where id = %s",
+            (handed.id,),
+        )
+        (unknown,) = leases_db.job_handed_unknown(db, "h:1:a", [], None, 5.0)
         assert (unknown.id, unknown.lease_token) == (got.id, got.lease_token)
-        assert leases_db.job_handed_unknown(db, "h:1:a", [got.id], None) == []
+        left = db.execute(
+            "select lease_expires_at - now() from x_jobs where id = %s", (handed.id,)
+        ).fetchone()
+        assert left is not None and timedelta(seconds=29) < left[0] <= timedelta(seconds=30)
+        assert leases_db.job_handed_unknown(db, "h:1:a", [got.id], None, 5.0) == []

@@ -142,14 +142,12 @@ def handed_job(payload: str) -> ClaimedJob | None:
 
 
 def job_handed_unknown(
-    conn: Conn, worker: str, held: Sequence[UUID], now: datetime | None
+    conn: Conn, worker: str, held: Sequence[UUID], now: datetime | None, lease_s: float
 ) -> list[ClaimedJob]:
-    """The unstarted hand-offs to ``worker`` it does not hold (``held``), as claimed rows."""
-    rows = (
-        _claim_cursor(conn)
-        .execute(q("job_handed_unknown"), {"worker": worker, "held": list(held), "now": now})
-        .fetchall()
-    )
+    """The unstarted hand-offs to ``worker`` it does not hold (``held``), as claimed rows, each
+    lease renewed for its length as it is found (``lease_s`` for a lease row that names none)."""
+    params = {"worker": worker, "held": list(held), "now": now, "lease_s": lease_s}
+    rows = _claim_cursor(conn).execute(q("job_handed_unknown"), params).fetchall()
     return [_claimed(row) for row in rows]
 
 

@@ -364,10 +364,14 @@ class Claims:
 
     def handed_unknown(self, held: set[UUID]) -> list[ClaimedJob]:
         """Unstarted hand-offs to this worker that it does not hold (``held``): missed
-        notifications, found by the lease rows the inserts wrote."""
+        notifications, found by the lease rows the inserts wrote, their leases renewed."""
         with self._conn.using():
             return leases_db.job_handed_unknown(
-                self.connection(), self.worker_id, sorted(held), self.clock.sql_now()
+                self.connection(),
+                self.worker_id,
+                sorted(held),
+                self.clock.sql_now(),
+                self.config.lease_s,
             )
 
     def unmark_waiting(self) -> None:

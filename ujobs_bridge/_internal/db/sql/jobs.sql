@@ -201,13 +201,20 @@ select o.id, o.name, o.queue, o.input, o.attempt, o.max_attempts, o.lease_token,
 -- inserts) whose body has not started and that the worker does not hold (%(held)s): hand-offs
 -- whose notification it never read (its listen connection dropped after the sender committed,
 -- or the payload could not be read). Answered in job_claim's shape, to run as claimed rows.
-select j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
-       (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
-       j.deliveries, j.traceparent, j.run_at, false as started
+-- Each lease it answers is renewed for its length as it is found: a hand-off found after an
+-- outage longer than its lease (sent before the outage, never heard) ran out meanwhile, and a
+-- rescue would take it back, unstarted, while its body runs here (the job run twice). The
+-- update locks the job as a rescue does: a rescue first deletes the lease row, and the job is
+-- not found; this first, and the lease has not run out for the rescue.
+update x_jobs as j
+   set lease_expires_at = now() + make_interval(secs => coalesce(l.lease_s, %(lease_s)s))
   from x_job_leases as l
-  join x_jobs as j on j.id = l.job_id and j.lease_token = l.token
- where l.worker = %(worker)s and l.started_at is null and j.state = 'running'
+ where l.worker = %(worker)s and l.started_at is null
    and not (l.job_id = any(%(held)s::uuid[]))
+   and j.id = l.job_id and j.lease_token = l.token and j.state = 'running'
+returning j.id, j.name, j.queue, j.input, j.attempt, j.max_attempts, j.lease_token,
+          (j.expires_at is not null and j.expires_at <= coalesce(%(now)s, now())) as expired,
+          j.deliveries, j.traceparent, j.run_at, false as started
 
 -- job_start --
 -- The claim loop hands prefetched jobs to body slots as they free up: first their lease rows

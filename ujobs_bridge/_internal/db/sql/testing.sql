@@ -67,7 +67,8 @@ with picked as materialized (
               greatest(0, extract(epoch from now() - greatest(j.run_at, j.created_at)))::float8
                   as wait_s
 ), ordered as materialized (
-    select id, lease_token, attempt,
+    select id, name, queue, input, attempt, max_attempts, lease_token, expired, deliveries,
+           traceparent, run_at,
            row_number() over (order by priority desc, run_at, id) <= %(start)s as started
       from claimed
 ), leased as (
@@ -86,10 +87,9 @@ with picked as materialized (
                   wait_sum_s = c.wait_sum_s + excluded.wait_sum_s,
                   wait_max_s = greatest(c.wait_max_s, excluded.wait_max_s)
 )
-select c.id, c.name, c.queue, c.input, c.attempt, c.max_attempts, c.lease_token, c.expired,
-       c.deliveries, c.traceparent, c.run_at, o.started
-  from claimed as c
-  join ordered as o on o.id = c.id
+select o.id, o.name, o.queue, o.input, o.attempt, o.max_attempts, o.lease_token, o.expired,
+       o.deliveries, o.traceparent, o.run_at, o.started
+  from ordered as o
 
 -- testing_jobs_due --
 -- How many jobs a worker of these queues and job names could claim now (job_claim's filter).
