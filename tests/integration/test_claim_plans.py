@@ -4,10 +4,10 @@ Why it exists: the claim picks the head of a queue from ``x_job_claimable`` in c
 its index gives directly, so a claim of ten reads about ten entries. The planner chooses that
 plan only when it knows the table holds many rows: analyzed while the queue was at rest, the
 table is empty as far as it knows, so for a burst it planned to read every ready job by bitmap
-and sort them, on every claim, until autovacuum analyzed the table again (the drain of a 20,000
-job burst spent twice the server CPU a job). The worker's claims and settles run under
-``tx_claim_plans`` (index scans only, for their own transaction), which these tests pin through
-the server's own counters of the tuples read from the claim table.
+and sort them, on every claim, until autovacuum analyzed the table again (a burst drained slower
+the larger it was). The worker's claims and settles run under ``tx_claim_plans`` (index scans
+only, for their own transaction), which these tests pin through the server's own counters of
+the tuples read from the claim table.
 
 What it is not: a timing test (the bench's drain cells measure the rates).
 """

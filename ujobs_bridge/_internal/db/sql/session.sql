@@ -44,8 +44,8 @@ set local synchronous_commit = off
 -- when its claim table was last analyzed holds nothing as far as the planner knows; when a
 -- burst arrives it estimates a row or two, so it reads every ready job of the queue by bitmap
 -- and sorts them on each claim (the ordered index scan stops after the batch), until autovacuum
--- analyzes the table again, up to a minute later: the claims of a burst of N jobs cost O(N) each,
--- and the server's CPU a job doubled at 20,000 (`tests/integration/test_claim_plans.py`).
+-- analyzes the table again, up to a minute later: each claim of a burst of N jobs read all N
+-- (`tests/integration/test_claim_plans.py`; the bench's drain cells show the rate).
 select set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)
 
 -- tx_outcomes_durable --
