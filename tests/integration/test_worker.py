@@ -216,8 +216,11 @@ def armed(db: psycopg.Connection[Any], worker: Worker) -> list[str]:
 
 
 def ready_for_hand_off(db: psycopg.Connection[Any], worker: Worker, *queues: str) -> None:
+    """``worker`` is armed for a hand-off on ``queues`` and at rest: the one claim it takes after
+    marking (a job committed just before the mark sent no notification) is behind it."""
     idle(db, worker, *queues)
     wait_for(lambda: armed(db, worker) == sorted(queues), timeout=10, what=f"armed on {queues}")
+    wait_for(worker.claim_loop.resting.is_set, timeout=10, what="the worker at rest")
 
 
 def handed_ids(notes: Any) -> list[str]:

@@ -108,6 +108,9 @@ class ClaimLoop(Service):
         # run twice (bounded: the oldest are forgotten first).
         self._recovered: dict[UUID, None] = {}
         self._handed_lock = threading.Lock()
+        # Set while the loop waits with its pass done (until woken or polled): a worker that
+        # marked its queues has taken its one claim after the mark by then (``_mark_waiting``).
+        self.resting = threading.Event()
         super().__init__("claim", interval_s=RETRY_PAUSE_MAX_S, error_streak=CLAIM_ERROR_STREAK)
 
     def notified(self) -> None:
@@ -235,7 +238,12 @@ class ClaimLoop(Service):
             wait = min(wait, self.claims.config.ack_interval_s)
         if self.table.timed():
             wait = min(wait, 0.05)
-        if not self.wake.wait(wait) and time.monotonic() >= self.poll_at:
+        self.resting.set()
+        try:
+            woken = self.wake.wait(wait)
+        finally:
+            self.resting.clear()
+        if not woken and time.monotonic() >= self.poll_at:
             self.unsure = True  # the poll: its claim asserts the mark again (a mark the
             # database lost, or reaped with the node), and finds jobs that came due meanwhile
 
