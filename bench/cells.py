@@ -80,6 +80,9 @@ RSS_CORE = "worker RSS, per-core drain"
 STEPS = "step overhead: drain, plain job vs 5 no-op steps"
 TX_SIZE = 1000
 DELAY_ONE = "Celery-shaped: .delay() one by one"
+# The raw system's figures in that cell (``raw_send``: Celery's own send, its message one INSERT).
+DELAY_CEILING = ".delay(), its message one INSERT (each one a commit)"
+DELAY_CEILING_OFF = ".delay(), its message one INSERT, synchronous_commit=off"
 SENDER_THREADS = 8  # the threads of one (web) process sending at once
 DELAY_MANY = "Celery-shaped: .delay() from concurrent senders, one message each"
 DELAY_TX = f"Celery-shaped: {TX_SIZE:,} .delay() in one transaction"
@@ -123,6 +126,12 @@ CPU_LABEL = "machine CPU"  # a drain's row: the busy CPU of every process, per j
 # wait on their steps' commits gain from more of them sharing each commit
 STEP_BODIES = (8, 16, 64, 1)
 SINGLE_BODY_SHARE = 10  # the -c 1 pair drains N / this many jobs (one body is slow by design)
+# The raw system's figure in the step cell (``raw_system.step_ceiling``): what as many bodies as
+# the target's workers run reach when each step is one INSERT committed on its own connection.
+STEP_CEILING = (
+    f"{STEP_BODIES[0]} threads, each its own connection: a job of {STEP_COUNT} INSERTs, "
+    "each one a commit (no claim)"
+)
 
 
 def bodies_suffix(concurrency: int) -> str:
@@ -210,6 +219,25 @@ class CeleryShaped(Protocol):
 
     def drain_shared(self, n: int) -> dict[str, DrainResult]:
         """Label -> drain of ``n`` pre-enqueued no-op shared-task messages."""
+        ...
+
+
+@runtime_checkable
+class DelayCeiling(Protocol):
+    """The raw ceiling of the Celery-shaped ``.delay()`` cell (``raw_send``: Celery's own send,
+    its message one INSERT into the raw table)."""
+
+    def delay_ceiling(self, n: int) -> dict[str, float]:
+        """Label -> tasks/s for ``n`` calls of ``noop.delay()``. Leaves nothing enqueued."""
+        ...
+
+
+@runtime_checkable
+class StepCeiling(Protocol):
+    """The raw ceiling of the step-overhead cell: jobs of ``STEP_COUNT`` durable INSERTs."""
+
+    def step_ceiling(self, n: int) -> dict[str, float]:
+        """``STEP_CEILING`` -> jobs/s (of ``STEP_COUNT`` steps each) for ``n`` steps in all."""
         ...
 
 

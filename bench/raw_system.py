@@ -7,7 +7,12 @@ partial index for the claim, like any sane queue table. Enqueue paths:
 
 - one-by-one: one transaction per row, as an autocommit ``INSERT`` (one round trip) and as
   ``INSERT`` + ``COMMIT`` (two);
-- batched: one multi-row ``INSERT ... VALUES (..), (..)`` in one transaction, and ``COPY``.
+- batched: one multi-row ``INSERT ... VALUES (..), (..)`` in one transaction, and ``COPY``;
+- Celery's own ``.delay()``, its message one autocommit ``INSERT`` (``raw_send``): the ceiling
+  of the Celery-shaped ``.delay()`` cell, flushed and with ``synchronous_commit=off``.
+
+Durable steps (``step_ceiling``): threads, each its own connection, each step one committed
+``INSERT`` into ``raw_steps``: the ceiling of the step-overhead cell.
 
 Drains use ``raw_consumer`` processes claiming k = 1, 10 and 100 rows per statement (two commits
 per batch), with 1 and with one-per-core consumers. Latency: the producer inserts and notifies
@@ -21,7 +26,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +53,12 @@ create table raw_jobs (
     finished_at timestamptz
 );
 create index raw_jobs_ready_idx on raw_jobs (queue, id) where state = 'ready';
+create table raw_steps (
+    run_id uuid not null,
+    name   text not null,
+    output jsonb,
+    primary key (run_id, name)
+);
 """
 PAYLOAD = json.dumps({"args": [], "kwargs": {}})
 INSERT_ONE = "insert into raw_jobs (queue, payload) values ('bench', %s::jsonb)"
@@ -53,6 +66,7 @@ INSERT_NOTIFY = (
     "with ins as (insert into raw_jobs (queue, payload, sent) values ('bench', %s::jsonb, %s) "
     f"returning id) select pg_notify('{CHANNEL}', id::text) from ins"
 )
+INSERT_STEP = "insert into raw_steps (run_id, name, output) values (%s, %s, 'null'::jsonb)"
 MAX_ROWS_PER_INSERT = 65_000  # one bind parameter per row; the protocol allows 65,535
 
 
@@ -146,6 +160,53 @@ class RawSystem:
                 out[label] = n / (time.perf_counter() - t0)
             self._reset()
         return out
+
+    def delay_ceiling(self, n: int) -> dict[str, float]:
+        """Celery's own ``noop.delay()``, its message written by one INSERT into ``raw_jobs`` on
+        one autocommit connection (``raw_send``): with the flushed commit and with
+        ``synchronous_commit=off``, the two send commits of the bridge's ``.delay()`` cell."""
+        from .raw_send import RawSend
+
+        sender = RawSend(self.dsn, queue="bench")
+        out: dict[str, float] = {}
+        try:
+            for label, level in ((cells.DELAY_CEILING, "on"), (cells.DELAY_CEILING_OFF, "off")):
+                sender.open(synchronous_commit=level)
+                out[label] = cells.enqueue_rate(sender.send, n, self._reset)
+        finally:
+            sender.close()
+        return out
+
+    def step_ceiling(self, n: int) -> dict[str, float]:
+        """Jobs/s of ``n / STEP_COUNT`` jobs of ``STEP_COUNT`` steps, each step one INSERT into
+        ``raw_steps`` committed on its own (flushed), from as many threads as the step target's
+        worker has bodies, each on its own autocommit connection (Postgres gathers their
+        concurrent commits into shared WAL flushes). No job row, claim or outcome: the ceiling
+        of durable steps at that concurrency, beside the bridge's steps and plain jobs."""
+        local = threading.local()
+        opened: list[psycopg.Connection[Any]] = []
+
+        def run_jobs(count: int) -> None:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = pg.connect(self.dsn)
+                opened.append(conn)
+            cur = conn.cursor()
+            for _ in range(count):
+                run_id = uuid.uuid4()
+                for step in range(cells.STEP_COUNT):
+                    cur.execute(INSERT_STEP, (run_id, f"step-{step}"))
+
+        def reset() -> None:
+            self.conn.execute("truncate raw_steps")
+
+        jobs = max(cells.STEP_BODIES[0], n // cells.STEP_COUNT)
+        try:
+            rate = cells.threaded_rate(run_jobs, jobs, reset, cells.STEP_BODIES[0])
+        finally:
+            for conn in opened:
+                conn.close()
+        return {cells.STEP_CEILING: rate}
 
     def enqueue_producers(self, n: int) -> dict[str, float]:
         """``producers.PRODUCERS`` processes, each an autocommit connection: the bare INSERT

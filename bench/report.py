@@ -58,7 +58,8 @@ def cell_table(results: Results, cell: str) -> Table | None:
 
 
 def steps_table(results: Results) -> Table | None:
-    """The step-overhead cell: ujobs-bridge's two drains, the ratio to the plain one, n/a else."""
+    """The step-overhead cell: ujobs-bridge's two drains, the ratio to the plain one; the raw
+    ceiling's jobs against ujobs-bridge's plain job; n/a else."""
     rows = [r for r in results.rows.values() if r.cell == cells.STEPS]
     if not rows:
         return None
@@ -69,6 +70,8 @@ def steps_table(results: Results) -> Table | None:
     for row in sorted(rows, key=_order):
         suffix = row.label.removeprefix(cells.STEPS_LABEL).removeprefix(cells.PLAIN_LABEL)
         plain = results.rows.get((row.system, row.cell, cells.PLAIN_LABEL + suffix))
+        if row.label == cells.STEP_CEILING:  # the raw ceiling, against the target's plain job
+            plain = results.rows.get(("ujobs", row.cell, cells.PLAIN_LABEL + cells.STEADY))
         ratio = row.median / plain.median if plain and plain.median else float("nan")
         rounds = _per_round(row, [plain] if plain else [], max)
         spread = f" ({min(rounds):.2f} - {max(rounds):.2f})" if rounds else ""
@@ -79,8 +82,9 @@ def steps_table(results: Results) -> Table | None:
             f"{fmt(row.low, row.unit)} - {fmt(row.high, row.unit)}",
             "-" if math.isnan(ratio) else f"x{ratio:.2f}{spread}",
         )
+    measured = {row.system for row in rows}
     for system in results.settings.get("systems", ()):
-        if system != "ujobs":
+        if system not in measured:
             na = "[dim]n/a[/dim]"
             table.add_row(TITLES.get(system, system), "[dim]no durable steps[/dim]", na, na, na)
     return table

@@ -157,6 +157,10 @@ class Runner:
             core_drains = self.generic(rnd, name, system)
         if isinstance(system, cells.CeleryShaped):
             self.celery_shaped(rnd, name, system, core_drains)
+        if isinstance(system, cells.DelayCeiling):
+            self.rates(rnd, name, cells.DELAY_ONE, system.delay_ceiling)
+        if isinstance(system, cells.StepCeiling):
+            self.rates(rnd, name, cells.STEPS, system.step_ceiling)
         if isinstance(system, cells.LeanCells) and self.settings.wants(cells.LEAN) and rnd == 0:
             lean = self.attempt(
                 rnd, name, cells.LEAN, partial(system.lean_table, self.settings.lean_jobs)

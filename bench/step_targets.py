@@ -71,4 +71,27 @@ def step_targets(results: Results) -> list[Target]:
         )
         verdict = None if goal == "informational" else _verdict(value, STEPS_GOAL, None)
         out.append(Target(name, measured, spread, goal, verdict, value))
+    out.insert(1, _ceiling_target(results))
     return out
+
+
+def _ceiling_target(results: Results) -> Target:
+    """The raw ceiling of the goal (informational): jobs of ``STEP_COUNT`` committed INSERTs from
+    as many bodies, no claim (``raw_system.step_ceiling``), ÷ the goal's plain-job drain: a
+    goal above it asks more of steps than Postgres gives such bodies on this machine."""
+    name = (
+        f"raw ceiling: job of {cells.STEP_COUNT} committed INSERTs from {cells.STEP_BODIES[0]} "
+        "threads (no claim) ÷ ujobs plain job (1st→Nth)"
+    )
+    ceiling = results.rows.get(("raw", cells.STEPS, cells.STEP_CEILING))
+    plain = results.rows.get(("ujobs", cells.STEPS, cells.PLAIN_LABEL + cells.STEADY))
+    if ceiling is None or plain is None or not plain.median:
+        return Target(name, "not measured", "", "informational", None)
+    value = ceiling.median / plain.median
+    rounds = _per_round(ceiling, [plain], max)
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    measured = (
+        f"x{value:.2f}  [dim]({fmt(ceiling.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} "
+        "jobs/s)[/dim]"
+    )
+    return Target(name, measured, spread, "informational", None, value)

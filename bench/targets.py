@@ -345,6 +345,7 @@ def celery_shaped_targets(results: Results) -> list[Target]:
             r.find("celery-redis", cells.DELAY_ONE, "rate"),
             1.2,
         ),
+        *_delay_ceiling_targets(results),
         *_concurrent_targets(results),
         _ratio_target(
             f"celery_compat {cells.TX_SIZE:,} .delay() in one transaction ÷ Celery+Redis "
@@ -361,6 +362,51 @@ def celery_shaped_targets(results: Results) -> list[Target]:
             2,
         ),
     ]
+
+
+def _delay_ceiling_targets(results: Results) -> list[Target]:
+    """The raw ceiling of a Celery send into Postgres (informational): Celery's own ``.delay()``
+    with its message one INSERT (``bench.raw_send``), ÷ Celery+Redis's ``.delay()`` (the most a
+    send that keeps Celery's messages and waits for its commit can be), and celery_compat's
+    ``.delay()`` ÷ that ceiling, each send commit against its own."""
+    celery = results.first("celery-redis", cells.DELAY_ONE, "rate")
+    pairs = (
+        (
+            "raw ceiling: Celery .delay(), its message one INSERT ÷ Celery+Redis .delay()",
+            results.rows.get(("raw", cells.DELAY_ONE, cells.DELAY_CEILING)),
+            celery,
+        ),
+        (
+            "raw ceiling, synchronous_commit=off ÷ Celery+Redis .delay()",
+            results.rows.get(("raw", cells.DELAY_ONE, cells.DELAY_CEILING_OFF)),
+            celery,
+        ),
+        (
+            "celery_compat .delay() one by one ÷ the raw ceiling",
+            results.first("celery-compat", cells.DELAY_ONE, "rate"),
+            results.rows.get(("raw", cells.DELAY_ONE, cells.DELAY_CEILING)),
+        ),
+        (
+            'celery_compat .delay(), ujobs_send_commit="off" ÷ the raw ceiling, '
+            "synchronous_commit=off",
+            results.rows.get(("celery-compat", cells.DELAY_ONE, DELAY_OFF)),
+            results.rows.get(("raw", cells.DELAY_ONE, cells.DELAY_CEILING_OFF)),
+        ),
+    )
+    out = []
+    for name, row, den in pairs:
+        if row is None or den is None or not den.median:
+            out.append(Target(name, "not measured", "", "informational", None))
+            continue
+        value = row.median / den.median
+        rounds = _per_round(row, [den], max)
+        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+        measured = (
+            f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
+            f"{fmt(den.median, 'jobs/s')} jobs/s)[/dim]"
+        )
+        out.append(Target(name, measured, spread, "informational", None, value))
+    return out
 
 
 def _concurrent_targets(results: Results) -> list[Target]:
