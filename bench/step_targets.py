@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import cells
 from .figure_text import fmt
 from .results import Results, Row
-from .targets import Target, _per_round, _verdict
+from .targets import Target, _per_round, _verdict, info_ratio
 
 
 def _fastest_plain(results: Results) -> Row | None:
@@ -85,13 +85,4 @@ def _ceiling_target(results: Results) -> Target:
     )
     ceiling = results.rows.get(("raw", cells.STEPS, cells.STEP_CEILING))
     plain = results.rows.get(("ujobs", cells.STEPS, cells.PLAIN_LABEL + cells.STEADY))
-    if ceiling is None or plain is None or not plain.median:
-        return Target(name, "not measured", "", "informational", None)
-    value = ceiling.median / plain.median
-    rounds = _per_round(ceiling, [plain], max)
-    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
-    measured = (
-        f"x{value:.2f}  [dim]({fmt(ceiling.median, 'jobs/s')} ÷ {fmt(plain.median, 'jobs/s')} "
-        "jobs/s)[/dim]"
-    )
-    return Target(name, measured, spread, "informational", None, value)
+    return info_ratio(name, ceiling, plain)

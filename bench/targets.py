@@ -76,6 +76,20 @@ def _ratio_target(
     )
 
 
+def info_ratio(name: str, row: Row | None, den: Row | None) -> Target:
+    """An informational target: ``row``'s median rate ÷ ``den``'s, with the per-round range."""
+    if row is None or den is None or not den.median:
+        return Target(name, "not measured", "", "informational", None)
+    value = row.median / den.median
+    rounds = _per_round(row, [den], max)
+    spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
+    measured = (
+        f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ {fmt(den.median, 'jobs/s')} "
+        "jobs/s)[/dim]"
+    )
+    return Target(name, measured, spread, "informational", None, value)
+
+
 def _fleet_targets(r: Results) -> list[Target]:
     """Idle fleets of 8 and 32: p50 at most twice the one-worker fleet's, at most 2 claims a
     job (one insert wakes one worker)."""
@@ -393,20 +407,7 @@ def _delay_ceiling_targets(results: Results) -> list[Target]:
             results.rows.get(("raw", cells.DELAY_ONE, cells.DELAY_CEILING_OFF)),
         ),
     )
-    out = []
-    for name, row, den in pairs:
-        if row is None or den is None or not den.median:
-            out.append(Target(name, "not measured", "", "informational", None))
-            continue
-        value = row.median / den.median
-        rounds = _per_round(row, [den], max)
-        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
-        measured = (
-            f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
-            f"{fmt(den.median, 'jobs/s')} jobs/s)[/dim]"
-        )
-        out.append(Target(name, measured, spread, "informational", None, value))
-    return out
+    return [info_ratio(name, row, den) for name, row, den in pairs]
 
 
 def _concurrent_targets(results: Results) -> list[Target]:
@@ -416,20 +417,13 @@ def _concurrent_targets(results: Results) -> list[Target]:
     out = []
     for label in (f"{cells.SENDER_THREADS} threads of one process", f"{PRODUCERS} processes"):
         for suffix in ("", ', ujobs_send_commit="off"'):
-            name = f"celery_compat .delay() from {label}{suffix} ÷ Celery+Redis from as many"
-            row = results.rows.get(("celery-compat", cells.DELAY_MANY, label + suffix))
-            celery = results.rows.get(("celery-redis", cells.DELAY_MANY, label))
-            if row is None or celery is None or not celery.median:
-                out.append(Target(name, "not measured", "", "informational", None))
-                continue
-            value = row.median / celery.median
-            rounds = _per_round(row, [celery], max)
-            spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
-            measured = (
-                f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
-                f"{fmt(celery.median, 'jobs/s')} jobs/s)[/dim]"
+            out.append(
+                info_ratio(
+                    f"celery_compat .delay() from {label}{suffix} ÷ Celery+Redis from as many",
+                    results.rows.get(("celery-compat", cells.DELAY_MANY, label + suffix)),
+                    results.rows.get(("celery-redis", cells.DELAY_MANY, label)),
+                )
             )
-            out.append(Target(name, measured, spread, "informational", None, value))
     return out
 
 
@@ -438,22 +432,14 @@ def _producer_targets(results: Results) -> list[Target]:
     with no worker waiting and with one waiting (its inserts notify, 0021), ÷ the raw INSERT's
     from as many."""
     raw = [x for x in results.find("raw", cells.ENQ_PRODUCERS, "rate") if "notify" not in x.label]
-    out = []
-    for label in ("no worker waiting", "a worker waiting (each insert notifies)"):
-        name = f"ujobs 8 producers, {label} ÷ raw INSERT from 8"
-        row = results.rows.get(("ujobs", cells.ENQ_PRODUCERS, label))
-        if row is None or not raw or not raw[0].median:
-            out.append(Target(name, "not measured", "", "informational", None))
-            continue
-        value = row.median / raw[0].median
-        rounds = _per_round(row, raw, max)
-        spread = f"{min(rounds):.2f} - {max(rounds):.2f}" if rounds else ""
-        measured = (
-            f"x{value:.2f}  [dim]({fmt(row.median, 'jobs/s')} ÷ "
-            f"{fmt(raw[0].median, 'jobs/s')} jobs/s)[/dim]"
+    return [
+        info_ratio(
+            f"ujobs 8 producers, {label} ÷ raw INSERT from 8",
+            results.rows.get(("ujobs", cells.ENQ_PRODUCERS, label)),
+            raw[0] if raw else None,
         )
-        out.append(Target(name, measured, spread, "informational", None, value))
-    return out
+        for label in ("no worker waiting", "a worker waiting (each insert notifies)")
+    ]
 
 
 FLAT_GROWTH = 0.10  # end within 10 % of start counts as flat
